@@ -1,0 +1,191 @@
+"""Public entry points: check and normalise the arguments, then hand (B, n, n) arrays to a backend.
+
+Backends (``_cpu`` for NumPy, ``_gpu`` for CuPy) implement the same five functions on arrays that are
+already C-contiguous, of a supported dtype, with one flat batch axis:
+
+    getrf(a)      -> lu (B,n,n), piv (B,n) int32, info (B,) int32
+    getrs(lu, piv, b)  -> x (B,n,k)
+    inv(a)        -> ainv (B,n,n), info (B,)
+    solve(a, b)   -> x (B,n,k), info (B,)
+    slogdet(a)    -> sign (B,), logabsdet (B,) real, info (B,)
+
+with B >= 1 and n >= 1; empty batches and n = 0 are answered here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validate import check_dtype, check_piv, check_rhs, check_square
+
+
+def _is_cupy(x) -> bool:
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def _backend(*arrays):
+    """Pick the backend from the array types, importing CuPy only when a CuPy array is given."""
+    kinds = {_is_cupy(x) for x in arrays}
+    if len(kinds) > 1:
+        raise TypeError("Expected all arrays to be NumPy arrays or all to be CuPy arrays. "
+                        "Got a mix of both instead.")
+    if kinds.pop():
+        import cupy
+
+        from . import _gpu
+        return cupy, _gpu
+    from . import _cpu
+    return np, _cpu
+
+
+def _as_array(x, xp):
+    if xp is np:
+        return np.asarray(x)
+    return x
+
+
+def _flat(x, xp, dtype, core: int):
+    """C-contiguous copy-if-needed of ``x`` in ``dtype`` with the batch axes folded into one."""
+    batch = x.shape[: x.ndim - core]
+    size = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    return xp.ascontiguousarray(x.astype(dtype, copy=False).reshape((size,) + x.shape[x.ndim - core:]))
+
+
+def _raise_on_bad(info, batch, op: str) -> None:
+    """``check=True``: raise LinAlgError naming the first matrix with info != 0 (syncs the device)."""
+    host = info.get() if hasattr(info, "get") else np.asarray(info)
+    bad = np.flatnonzero(host.reshape(-1) != 0)
+    if bad.size:
+        i = int(bad[0])
+        index = np.unravel_index(i, batch) if batch else ()
+        code = int(host.reshape(-1)[i])
+        why = "holds NaN or Inf" if code < 0 else f"is singular: U[{code - 1}, {code - 1}] is exactly zero"
+        raise np.linalg.LinAlgError(
+            f"{op}: matrix at index {tuple(int(j) for j in index)} {why} "
+            f"({int(bad.size)} bad matrices in the batch of {host.size}).")
+
+
+def _stream_ctx(xp, stream):
+    if stream is None or xp is np:
+        import contextlib
+        return contextlib.nullcontext()
+    return stream
+
+
+def _prepare_a(a, op):
+    xp, backend = _backend(a)
+    a = _as_array(a, xp)
+    dtype = check_dtype(a.dtype, "a")
+    n = check_square(a.shape, "a")
+    return xp, backend, a, dtype, n, a.shape[:-2]
+
+
+def lu_factor(a, *, check: bool = False, stream=None):
+    """LU factorization with partial pivoting of each matrix in ``a`` (..., n, n).
+
+    Returns ``lu`` (..., n, n), ``piv`` (..., n) int32 (0-based, as :func:`scipy.linalg.lu_factor`)
+    and ``info`` (...) int32.
+    """
+    xp, backend, a, dtype, n, batch = _prepare_a(a, "lu_factor")
+    if n == 0 or 0 in batch:
+        lu = xp.empty(a.shape, dtype)
+        piv = xp.empty(batch + (n,), np.int32)
+        info = xp.zeros(batch, np.int32)
+    else:
+        with _stream_ctx(xp, stream):
+            lu, piv, info = backend.getrf(_flat(a, xp, dtype, 2))
+        lu, piv, info = lu.reshape(a.shape), piv.reshape(batch + (n,)), info.reshape(batch)
+    if check:
+        _raise_on_bad(info, batch, "lu_factor")
+    return lu, piv, info
+
+
+def lu_solve(lu, piv, b, *, stream=None):
+    """Solve ``A x = b`` for each matrix from the output of :func:`lu_factor`.
+
+    ``b`` is (..., n) for one right-hand side per matrix or (..., n, k) for k of them; the batch
+    shape must equal that of ``lu``. Matrices with a zero pivot give inf/NaN in their own ``x``.
+    """
+    xp, backend = _backend(lu, piv, b)
+    lu, piv, b = (_as_array(x, xp) for x in (lu, piv, b))
+    dtype = check_dtype(lu.dtype, "lu")
+    n = check_square(lu.shape, "lu")
+    batch = lu.shape[:-2]
+    check_piv(batch, n, piv.shape)
+    if piv.dtype.kind not in "iu":
+        raise TypeError(f"Expected piv to have an integer dtype. Got {piv.dtype} instead.")
+    vector = check_rhs(batch, n, b.shape)
+    out_dtype = check_dtype(np.result_type(dtype, b.dtype), "the result")
+    if out_dtype != dtype:
+        lu = lu.astype(out_dtype)
+    if n == 0 or 0 in batch or (not vector and b.shape[-1] == 0):
+        return xp.empty(b.shape, out_dtype)
+    b3 = _flat(b[..., None] if vector else b, xp, out_dtype, 2)
+    with _stream_ctx(xp, stream):
+        x = backend.getrs(_flat(lu, xp, out_dtype, 2), _flat(piv, xp, np.int32, 1), b3)
+    return x.reshape(b.shape)
+
+
+def inv(a, *, check: bool = False, stream=None):
+    """Inverse of each matrix in ``a`` (..., n, n); NaN for a singular or non-finite matrix.
+
+    Returns ``ainv`` and ``info``.
+    """
+    xp, backend, a, dtype, n, batch = _prepare_a(a, "inv")
+    if n == 0 or 0 in batch:
+        ainv, info = xp.empty(a.shape, dtype), xp.zeros(batch, np.int32)
+    else:
+        with _stream_ctx(xp, stream):
+            ainv, info = backend.inv(_flat(a, xp, dtype, 2))
+        ainv, info = ainv.reshape(a.shape), info.reshape(batch)
+    if check:
+        _raise_on_bad(info, batch, "inv")
+    return ainv, info
+
+
+def solve(a, b, *, check: bool = False, stream=None):
+    """Solve ``a x = b`` for each matrix; ``b`` is (..., n) or (..., n, k).
+
+    Returns ``x`` (NaN for a singular or non-finite matrix) and ``info``. Mixed dtypes are computed
+    in ``numpy.result_type(a, b)``.
+    """
+    xp, backend = _backend(a, b)
+    a, b = _as_array(a, xp), _as_array(b, xp)
+    check_dtype(a.dtype, "a")
+    n = check_square(a.shape, "a")
+    batch = a.shape[:-2]
+    vector = check_rhs(batch, n, b.shape)
+    dtype = check_dtype(np.result_type(a.dtype, b.dtype), "the result")
+    if n == 0 or 0 in batch or (not vector and b.shape[-1] == 0):
+        x, info = xp.empty(b.shape, dtype), xp.zeros(batch, np.int32)
+        if n and 0 not in batch:
+            _, _, info = lu_factor(a, stream=stream)
+    else:
+        b3 = _flat(b[..., None] if vector else b, xp, dtype, 2)
+        with _stream_ctx(xp, stream):
+            x, info = backend.solve(_flat(a, xp, dtype, 2), b3)
+        x, info = x.reshape(b.shape), info.reshape(batch)
+    if check:
+        _raise_on_bad(info, batch, "solve")
+    return x, info
+
+
+def slogdet(a, *, check: bool = False, stream=None):
+    """Sign and natural log of the absolute determinant of each matrix, in the input's precision.
+
+    For complex input the sign is complex with modulus 1. An exactly singular matrix gives sign 0 and
+    logabsdet -inf (as :func:`numpy.linalg.slogdet`); a non-finite one gives NaN for both.
+    Returns ``sign``, ``logabsdet`` and ``info``.
+    """
+    xp, backend, a, dtype, n, batch = _prepare_a(a, "slogdet")
+    real = np.empty(0, dtype).real.dtype
+    if n == 0 or 0 in batch:
+        sign, logabsdet = xp.ones(batch, dtype), xp.zeros(batch, real)
+        info = xp.zeros(batch, np.int32)
+    else:
+        with _stream_ctx(xp, stream):
+            sign, logabsdet, info = backend.slogdet(_flat(a, xp, dtype, 2))
+        sign, logabsdet, info = sign.reshape(batch), logabsdet.reshape(batch), info.reshape(batch)
+    if check:
+        _raise_on_bad(info, batch, "slogdet")
+    return sign, logabsdet, info
