@@ -1,0 +1,1 @@
+"""batchlu.workflows: the ``batchlu`` command line (``workflows.cli``), cluster scripts and examples."""

@@ -1,0 +1,5 @@
+"""``python -m workflows ...`` runs the ``batchlu`` command line."""
+
+from .cli import main
+
+main()

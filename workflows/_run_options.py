@@ -1,0 +1,182 @@
+"""The options of ``batchlu run``, declared once.
+
+Everything ``batchlu run`` accepts beyond its two paths lives here, in three tables, and
+:func:`pipeline_kwargs` turns the parsed values into the keyword arguments of :func:`pipeline.run`:
+
+* ``RUN_OPTIONS``     -- what to compute and how to treat an existing output;
+* ``CLUSTER_OPTIONS`` -- where to run (an existing scheduler, or the embedded default);
+* ``CONFIG_OPTIONS``  -- shortcuts for ``batchlu.*`` keys of ``dask.config``; ``--config KEY=VALUE``
+  sets any other key.
+
+To add an option, add one row to the table it belongs to (and, for a cluster option, one line in
+:func:`pipeline_kwargs`). The command in ``cli.py`` never lists options itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+import yaml
+
+OPS = ("lu", "inv", "solve", "slogdet")
+BACKENDS = ("auto", "cpu", "gpu")
+
+
+class ByteSize(click.ParamType):
+    """A size such as ``512MiB``, ``2GB`` or ``1000000`` (bytes), checked with dask's parser."""
+
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        from dask.utils import parse_bytes
+
+        if isinstance(value, int):
+            size = value
+        else:
+            try:
+                size = parse_bytes(str(value))
+            except (ValueError, TypeError):
+                self.fail(f"Expected a size such as 512MiB or 2GB. Got {value!r} instead.", param, ctx)
+        if size <= 0:
+            self.fail(f"Expected a positive size. Got {value!r} instead.", param, ctx)
+        return int(size)
+
+
+@dataclass(frozen=True)
+class ConfigOption:
+    """A CLI flag that sets one ``dask.config`` key for the duration of the run."""
+
+    flag: str
+    key: str
+    type: click.ParamType
+    help: str
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def option(self):
+        return click.option(self.flag, self.dest, type=self.type, default=None, help=self.help)
+
+
+CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
+    ConfigOption("--memory-budget", "batchlu.memory-budget", ByteSize(),
+                 "Memory one task may use for its batch (input, outputs and workspace), e.g. 256MiB."),
+    ConfigOption("--workers", "batchlu.cluster.n-workers", click.IntRange(min=1),
+                 "Number of worker processes of the embedded local cluster."),
+    ConfigOption("--threads-per-worker", "batchlu.cluster.threads-per-worker", click.IntRange(min=1),
+                 "Threads per worker of the embedded local cluster."),
+)
+
+
+def _config_pair(ctx, param, values):
+    """``--config KEY=VALUE`` (repeatable): VALUE is read as YAML, so 4, 1.5, true and [1, 2] work."""
+    pairs = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise click.BadParameter(f"Expected KEY=VALUE, e.g. batchlu.memory-budget=256MiB. "
+                                     f"Got {item!r} instead.", ctx, param)
+        if not key.startswith("batchlu."):
+            key = "batchlu." + key
+        try:
+            pairs[key] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            pairs[key] = raw
+    return pairs
+
+
+RUN_OPTIONS = (
+    click.option("--op", type=click.Choice(OPS), required=True,
+                 help="What to compute for every matrix."),
+    click.option("--array", "array", metavar="NAME", default=None,
+                 help="Array inside the input group (same as writing IN.zarr:NAME)."),
+    click.option("--rhs", metavar="B.zarr[:ARRAY]", default=None,
+                 help="Right-hand sides for --op solve: shape (N, n) or (N, n, k)."),
+    click.option("--resume", is_flag=True,
+                 help="Finish an interrupted run: skip the chunks already complete in OUT."),
+    click.option("--overwrite", is_flag=True, help="Replace an existing OUT."),
+    click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+                 help="cpu: SciPy/LAPACK; gpu: batchlu's CUDA kernels; auto: gpu where there is one."),
+    click.option("--progress/--no-progress", default=None,
+                 help="Show a progress bar (default: when stderr is a terminal)."),
+)
+
+CLUSTER_OPTIONS = (
+    click.option("--scheduler", metavar="ADDRESS", default=None,
+                 help="Address of a running Dask scheduler, e.g. tcp://10.0.0.1:8786."),
+    click.option("--scheduler-file", type=click.Path(dir_okay=False), default=None,
+                 help="Scheduler file written by `dask scheduler --scheduler-file`."),
+)
+
+GENERIC_CONFIG_OPTION = click.option(
+    "--config", "config_pairs", metavar="KEY=VALUE", multiple=True, callback=_config_pair,
+    help="Set any batchlu.* config key for this run (repeatable); overrides YAML and DASK_BATCHLU__*.")
+
+
+def run_options(command):
+    """Apply every ``batchlu run`` option to ``command`` (in help order)."""
+    options = RUN_OPTIONS + CLUSTER_OPTIONS + tuple(o.option() for o in CONFIG_OPTIONS) \
+        + (GENERIC_CONFIG_OPTION,)
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _exclusive(params: dict, *names: str) -> None:
+    given = [n for n in names if params.get(n) not in (None, False)]
+    if len(given) > 1:
+        flags = " and ".join("--" + n.replace("_", "-") for n in given)
+        raise click.UsageError(f"{flags} cannot be used together: pick one.")
+
+
+def join_array(path: str, array: str | None) -> str:
+    """``PATH`` plus ``--array NAME`` -> ``PATH:NAME``; refuses a name given twice."""
+    if not array:
+        return path
+    if _has_array_suffix(path):
+        raise click.UsageError(f"Expected the array name once. Got both {path!r} and --array {array!r}.")
+    return f"{path}:{array}"
+
+
+def _has_array_suffix(path: str) -> bool:
+    head, sep, tail = path.rpartition(":")
+    # "C:\\x" style drive letters and URLs ("s3://...") are not array suffixes.
+    return bool(sep) and len(head) > 1 and bool(tail) and not tail.startswith("//")
+
+
+def config_overrides(params: dict) -> dict:
+    """The ``dask.config`` keys set on the command line (flags win over ``--config``)."""
+    config = dict(params.get("config_pairs") or {})
+    for option in CONFIG_OPTIONS:
+        value = params.get(option.dest)
+        if value is not None:
+            config[option.key] = value
+    return config
+
+
+def pipeline_kwargs(params: dict) -> dict:
+    """Check the option combination and map the parsed options onto ``pipeline.run``'s keywords."""
+    _exclusive(params, "resume", "overwrite")
+    _exclusive(params, "scheduler", "scheduler_file")
+    op = params["op"]
+    if params.get("rhs") and op != "solve":
+        raise click.UsageError(f"--rhs is only used by --op solve. Got --op {op} instead.")
+    if op == "solve" and not params.get("rhs"):
+        raise click.UsageError("--op solve needs the right-hand sides: add --rhs B.zarr.")
+    progress = params.get("progress")
+    if progress is None:
+        progress = click.get_text_stream("stderr").isatty()
+    return dict(
+        op=op,
+        rhs=params.get("rhs"),
+        resume=bool(params.get("resume")),
+        overwrite=bool(params.get("overwrite")),
+        backend=params.get("backend") or "auto",
+        scheduler=params.get("scheduler"),
+        scheduler_file=params.get("scheduler_file"),
+        progress=bool(progress),
+        config=config_overrides(params) or None,
+    )

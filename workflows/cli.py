@@ -1,0 +1,197 @@
+"""``batchlu``: the command line over :mod:`pipeline`.
+
+    batchlu generate OUT.zarr --count N --size n [--dtype ...] [--chunk C] [--kind ...] [--seed S]
+                              [--rhs-out B.zarr --rhs-columns K]
+    batchlu run IN.zarr OUT.zarr --op lu|inv|solve|slogdet [...]   (options: workflows/_run_options.py)
+    batchlu verify IN.zarr OUT.zarr [--sample K] [--rhs B.zarr]
+    batchlu inspect STORE.zarr
+    batchlu demo
+
+User errors (bad paths, bad arrays, refused runs, ...) end in one line ``Error: ...`` on stderr and exit
+status 1; a bad command line exits 2. ``batchlu --traceback ...`` shows the full traceback instead.
+Singular or non-finite matrices are results, not failures: they are counted in the report.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import click
+
+from ._run_options import join_array, pipeline_kwargs, run_options
+
+DTYPES = ("float32", "float64", "complex64", "complex128")
+KINDS = ("random", "illcond", "singular-mix")
+DEMO_OP = "inv"
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "the input or the request is wrong", not "batchlu is broken"."""
+    errors: tuple[type[BaseException], ...] = (ValueError, TypeError, OSError)
+    try:
+        from pipeline.errors import BatchluError
+    except ImportError:
+        return errors
+    return (BatchluError,) + errors
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+class _Commands(click.Group):
+    """Turns a user error raised anywhere below into ``Error: <message>`` and exit status 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.ClickException:
+            raise
+        except Exception as exc:
+            if ctx.obj and ctx.obj.get("traceback"):
+                raise
+            if isinstance(exc, _user_errors()):
+                raise click.ClickException(_one_line(exc)) from None
+            raise
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="batchlu", prog_name="batchlu")
+@click.option("--traceback", is_flag=True, help="Show the full traceback of an error (for bug reports).")
+@click.pass_context
+def cli(ctx, traceback):
+    """batchlu: LU, inverse, solve and log-determinant of many small dense matrices stored in Zarr."""
+    ctx.obj = {"traceback": traceback}
+
+
+def _auto_progress() -> bool:
+    return click.get_text_stream("stderr").isatty()
+
+
+# --------------------------------------------------------------------------------------------- generate
+@cli.command(short_help="Write random test matrices (and right-hand sides) to Zarr.")
+@click.argument("out", metavar="OUT.zarr")
+@click.option("--count", "-N", type=click.IntRange(min=1), required=True, help="Number of matrices N.")
+@click.option("--size", "-n", type=click.IntRange(min=1), required=True, help="Matrix order n.")
+@click.option("--dtype", type=click.Choice(DTYPES), default="float64", show_default=True)
+@click.option("--chunk", type=click.IntRange(min=1), default=None,
+              help="Matrices per Zarr chunk (default: chosen from the matrix size).")
+@click.option("--kind", type=click.Choice(KINDS), default="random", show_default=True,
+              help="random; illcond (condition ~1e12 in double precision); singular-mix (some exactly "
+                   "singular, zero, NaN and Inf matrices mixed in).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Same seed, same matrices (any chunk can be regenerated alone).")
+@click.option("--rhs-out", metavar="B.zarr", default=None,
+              help="Also write right-hand sides for `batchlu run --op solve --rhs B.zarr`.")
+@click.option("--rhs-columns", "-k", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Columns per right-hand side: 1 gives B of shape (N, n), k > 1 gives (N, n, k).")
+def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns):
+    """Write N random n x n matrices to OUT.zarr (a Zarr v3 array of shape (N, n, n))."""
+    import pipeline
+
+    where = pipeline.generate(out, count=count, size=size, dtype=dtype, chunk=chunk, kind=kind, seed=seed)
+    click.echo(f"Wrote {count} {kind} {dtype} matrices of size {size}x{size} to {where}")
+    if rhs_out:
+        where = pipeline.generate_rhs(rhs_out, count=count, size=size, k=rhs_columns, dtype=dtype,
+                                      chunk=chunk, seed=seed)
+        shape = (count, size) if rhs_columns == 1 else (count, size, rhs_columns)
+        click.echo(f"Wrote right-hand sides of shape {shape} to {where}")
+
+
+# ------------------------------------------------------------------------------------------------- run
+@cli.command(short_help="LU-factor, invert, solve or slogdet every matrix of a store.")
+@click.argument("input", metavar="IN.zarr[:ARRAY]")
+@click.argument("output", metavar="OUT.zarr")
+@run_options
+def run(input, output, **params):
+    """Compute --op for every matrix of IN.zarr and write the results to the Zarr group OUT.zarr.
+
+    \b
+    Outputs per op:  lu      -> lu (N,n,n), piv (N,n) int32, info (N,) int32
+                     inv     -> inv, info
+                     solve   -> x, info
+                     slogdet -> sign, logabsdet, info
+    Without --scheduler/--scheduler-file, runs on a local cluster sized to this machine.
+    """
+    import pipeline
+
+    kwargs = pipeline_kwargs(params)
+    report = pipeline.run(join_array(input, params.get("array")), output, **kwargs)
+    click.echo(report)
+
+
+# ---------------------------------------------------------------------------------------------- verify
+@cli.command(short_help="Check a run's output with LAPACK test ratios (exit 1 if > 30).")
+@click.argument("input", metavar="IN.zarr[:ARRAY]")
+@click.argument("output", metavar="OUT.zarr")
+@click.option("--array", metavar="NAME", default=None, help="Array inside the input group.")
+@click.option("--rhs", metavar="B.zarr[:ARRAY]", default=None,
+              help="Right-hand sides of a solve run (default: the ones recorded in OUT.zarr).")
+@click.option("--sample", type=click.IntRange(min=1), default=None,
+              help="Check K matrices drawn at random instead of all of them.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --sample draw.")
+def verify(input, output, array, rhs, sample, seed):
+    """Recompute LAPACK's test ratios of OUT.zarr against IN.zarr; exit 1 if any exceeds 30.
+
+    dget01 for lu, dget03 for inv, dget02 for solve; singular and non-finite matrices are counted,
+    not failed.
+    """
+    import pipeline
+
+    result = pipeline.verify(join_array(input, array), output, rhs=rhs, sample=sample, seed=seed)
+    click.echo(result.summary())
+    if not result.ok:
+        raise click.ClickException("verification failed: some test ratios exceed the threshold of 30.")
+
+
+# --------------------------------------------------------------------------------------------- inspect
+@cli.command(short_help="Show shapes, chunks, progress and info counts of a store.")
+@click.argument("store", metavar="STORE.zarr[:ARRAY]")
+def inspect(store):
+    """Print the arrays of an input or output store: shapes, dtypes, chunks, progress, info counts."""
+    import pipeline
+
+    click.echo(pipeline.inspect(store))
+
+
+# ------------------------------------------------------------------------------------------------ demo
+@cli.command(short_help="Generate, invert and verify a small store in a temporary folder.")
+@click.option("--count", "-N", type=click.IntRange(min=1), default=4096, show_default=True)
+@click.option("--size", "-n", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--keep", type=click.Path(file_okay=False), default=None,
+              help="Write the demo stores into this folder and keep them (default: a temporary folder).")
+def demo(count, size, keep):
+    """Generate a small store, invert every matrix on a local cluster, verify, print the report."""
+    import pipeline
+
+    with tempfile.TemporaryDirectory(prefix="batchlu-demo-") as scratch:
+        root = keep or scratch
+        os.makedirs(root, exist_ok=True)
+        source = os.path.join(root, "a.zarr")
+        target = os.path.join(root, f"{DEMO_OP}.zarr")
+        chunk = max(1, count // 8)
+        click.echo(f"1/3 generate: {count} random float64 matrices of size {size}x{size} -> {source}")
+        pipeline.generate(source, count=count, size=size, chunk=chunk)
+        click.echo(f"2/3 run --op {DEMO_OP} on the local cluster -> {target}")
+        report = pipeline.run(source, target, op=DEMO_OP, overwrite=keep is not None,
+                              progress=_auto_progress())
+        click.echo(report)
+        click.echo("3/3 verify (LAPACK dget03 ratios, threshold 30)")
+        result = pipeline.verify(source, target)
+        click.echo(result.summary())
+        if not result.ok:
+            raise click.ClickException("demo: verification failed.")
+        if keep:
+            click.echo(f"Stores kept in {root}")
+
+
+def main(argv=None) -> None:
+    """Console entry point ``batchlu``."""
+    cli.main(args=argv, prog_name="batchlu")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
