@@ -1,0 +1,216 @@
+"""``batchlu`` through click's runner: generate -> inspect -> run (every op) -> verify, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+from kernels import matrices
+from kernels.ratios import THRESHOLD
+
+COUNT, SIZE, CHUNK = 45, 6, 20  # chunks of 20, 20 and 5: the chunk size does not divide N
+
+OUTPUTS = {  # op -> {array: (shape, dtype or None for the input's dtype)}
+    "lu": {"lu": ((COUNT, SIZE, SIZE), None), "piv": ((COUNT, SIZE), "int32"), "info": ((COUNT,), "int32")},
+    "inv": {"inv": ((COUNT, SIZE, SIZE), None), "info": ((COUNT,), "int32")},
+    "solve": {"x": ((COUNT, SIZE, 2), None), "info": ((COUNT,), "int32")},
+    "slogdet": {"sign": ((COUNT,), None), "logabsdet": ((COUNT,), "float64"), "info": ((COUNT,), "int32")},
+}
+
+
+@pytest.fixture(scope="module")
+def stores(invoke, tmp_path_factory):
+    """A generated input ``a.zarr`` (N=45, n=6, chunks of 20) and right-hand sides ``b.zarr`` (k=2)."""
+    root = tmp_path_factory.mktemp("stores")
+    a, b = root / "a.zarr", root / "b.zarr"
+    result = invoke("generate", a, "--count", COUNT, "--size", SIZE, "--chunk", CHUNK, "--seed", 7,
+                    "--rhs-out", b, "--rhs-columns", 2)
+    assert result.exit_code == 0, result.output
+    return a, b
+
+
+def assert_user_error(result, *words, code=1):
+    """Exit ``code``, no traceback, the last stderr line is ``Error: ...`` naming each of ``words``."""
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("Error: "), result.stderr
+    if code == 1:
+        assert len(lines) == 1, f"expected a one-line message, got:\n{result.stderr}"
+    for word in words:
+        assert word.lower() in lines[-1].lower(), lines[-1]
+    return lines[-1]
+
+
+def run_args(stores, out, op, scheduler):
+    a, b = stores
+    args = ["run", a, out, "--op", op, "--scheduler", scheduler]
+    return args + (["--rhs", b] if op == "solve" else [])
+
+
+# ------------------------------------------------------------------------------------ generate/inspect
+def test_generate_writes_the_seeded_matrices_and_rhs(stores):
+    a, b = stores
+    arr = zarr.open_array(a, mode="r")
+    assert arr.shape == (COUNT, SIZE, SIZE)
+    assert arr.dtype == np.float64
+    assert arr.chunks[0] == CHUNK
+    expected = matrices.generate("random", SIZE, "float64", seed=7, start=0, stop=COUNT)
+    np.testing.assert_array_equal(arr[...], expected)
+    rhs = zarr.open_array(b, mode="r")
+    assert rhs.shape == (COUNT, SIZE, 2)
+    assert rhs.dtype == np.float64
+    assert np.isfinite(rhs[...]).all() and np.unique(rhs[...]).size == rhs.size
+
+
+def test_inspect_prints_shape_dtype_and_chunks(invoke, stores):
+    result = invoke("inspect", stores[0])
+    assert result.exit_code == 0, result.output
+    assert "float64" in result.output
+    assert str(COUNT) in result.output and str(CHUNK) in result.output
+
+
+@pytest.mark.parametrize("dtype", ["float32", "complex64", "complex128"])
+def test_generate_other_dtypes(invoke, tmp_path, dtype):
+    out = tmp_path / "m.zarr"
+    result = invoke("generate", out, "-N", 5, "-n", 3, "--dtype", dtype, "--kind", "illcond", "--seed", 1)
+    assert result.exit_code == 0, result.output
+    arr = zarr.open_array(out, mode="r")
+    assert arr.shape == (5, 3, 3) and arr.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(arr[...], matrices.generate("illcond", 3, dtype, seed=1, stop=5))
+
+
+# ------------------------------------------------------------------------------------------ run/verify
+@pytest.mark.parametrize("op", list(OUTPUTS))
+def test_run_every_op_then_verify(invoke, stores, scheduler_address, tmp_path, op):
+    out = tmp_path / f"{op}.zarr"
+    result = invoke(*run_args(stores, out, op, scheduler_address))
+    assert result.exit_code == 0, result.output
+    assert str(out) in result.output  # the report names the output
+
+    group = zarr.open_group(out, mode="r")
+    for name, (shape, dtype) in OUTPUTS[op].items():
+        assert group[name].shape == shape, name
+        assert group[name].dtype == np.dtype(dtype or "float64"), name
+    np.testing.assert_array_equal(group["info"][...], 0)  # random matrices are all regular
+
+    if op == "slogdet":  # the sign of a well-conditioned random matrix is not in doubt
+        a = zarr.open_array(stores[0], mode="r")[...]
+        np.testing.assert_array_equal(group["sign"][...], np.linalg.slogdet(a)[0])
+        return
+    args = ["verify", stores[0], out] + (["--rhs", stores[1]] if op == "solve" else [])
+    verified = invoke(*args)
+    assert verified.exit_code == 0, verified.output
+    assert str(int(THRESHOLD)) in verified.output
+
+
+def test_verify_exits_1_when_an_output_is_tampered_with(invoke, stores, scheduler_address, tmp_path):
+    out = tmp_path / "inv.zarr"
+    assert invoke(*run_args(stores, out, "inv", scheduler_address)).exit_code == 0
+    assert invoke("verify", stores[0], out).exit_code == 0
+
+    inv = zarr.open_group(out, mode="r+")["inv"]
+    matrix = inv[CHUNK + 3]
+    matrix[1, 2] += 1.0  # one wrong entry in one matrix
+    inv[CHUNK + 3] = matrix
+
+    result = invoke("verify", stores[0], out)
+    assert_user_error(result, "verification failed")
+    assert str(int(THRESHOLD)) in result.stdout  # the summary still comes first
+
+
+def test_singular_matrices_are_counted_not_failed(invoke, tmp_path, scheduler_address):
+    a, out, count = tmp_path / "mix.zarr", tmp_path / "inv.zarr", 60
+    assert invoke("generate", a, "-N", count, "-n", 5, "--chunk", 16, "--kind", "singular-mix").exit_code == 0
+    result = invoke("run", a, out, "--op", "inv", "--scheduler", scheduler_address)
+    assert result.exit_code == 0, result.output
+
+    masks = matrices.singular_mix_masks(0, count)
+    info = zarr.open_group(out, mode="r")["info"][...]
+    np.testing.assert_array_equal(info == -1, masks["nan"] | masks["inf"])
+    np.testing.assert_array_equal(info > 0, masks["singular"] | masks["zero"])
+    inv = zarr.open_group(out, mode="r")["inv"][...]
+    assert np.isnan(inv[info != 0]).all()
+    assert np.isfinite(inv[info == 0]).all()
+    assert invoke("verify", a, out).exit_code == 0
+
+
+def test_input_array_inside_a_group(invoke, tmp_path, scheduler_address):
+    data = matrices.generate("random", 4, "float32", seed=3, stop=30)
+    group = zarr.open_group(tmp_path / "g.zarr", mode="w")
+    group.create_array("mats", data=data, chunks=(8, 4, 4))
+    out = tmp_path / "lu.zarr"
+    result = invoke("run", tmp_path / "g.zarr", out, "--array", "mats", "--op", "lu",
+                    "--scheduler", scheduler_address)
+    assert result.exit_code == 0, result.output
+    assert zarr.open_group(out, mode="r")["lu"].dtype == np.float32
+    verified = invoke("verify", f"{tmp_path / 'g.zarr'}:mats", out)
+    assert verified.exit_code == 0, verified.output
+
+
+def test_existing_output_needs_overwrite_or_resume(invoke, stores, scheduler_address, tmp_path):
+    out = tmp_path / "inv.zarr"
+    args = run_args(stores, out, "inv", scheduler_address)
+    assert invoke(*args).exit_code == 0
+    first = zarr.open_group(out, mode="r")["inv"][...]
+
+    assert_user_error(invoke(*args), "--overwrite")
+    resumed = invoke(*args, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    overwritten = invoke(*args, "--overwrite")
+    assert overwritten.exit_code == 0, overwritten.output
+    np.testing.assert_array_equal(zarr.open_group(out, mode="r")["inv"][...], first)
+
+
+def test_embedded_cluster_with_config_overrides(invoke, stores, tmp_path):
+    """No --scheduler: the run starts its own local cluster, sized by the CLI flags."""
+    out = tmp_path / "slogdet.zarr"
+    result = invoke("run", stores[0], out, "--op", "slogdet", "--workers", 1, "--threads-per-worker", 1,
+                    "--memory-budget", "64KiB", "--backend", "cpu")
+    assert result.exit_code == 0, result.output
+    assert zarr.open_group(out, mode="r")["info"].shape == (COUNT,)
+
+
+# ------------------------------------------------------------------------------------------ bad input
+def test_missing_input_is_a_one_line_error(invoke, tmp_path):
+    out = tmp_path / "out.zarr"
+    assert_user_error(invoke("run", tmp_path / "nowhere.zarr", out, "--op", "lu"), "nowhere.zarr")
+    assert not out.exists()
+
+
+def test_integer_input_is_refused(invoke, tmp_path):
+    a = tmp_path / "int.zarr"
+    zarr.create_array(a, shape=(6, 3, 3), dtype="int32", chunks=(3, 3, 3))[...] = \
+        np.arange(54, dtype=np.int32).reshape(6, 3, 3)
+    out = tmp_path / "out.zarr"
+    assert_user_error(invoke("run", a, out, "--op", "inv"), "int32")
+    assert_user_error(invoke("inspect", tmp_path / "missing.zarr"), "missing.zarr")
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--resume", "--overwrite"], ["--resume and --overwrite"]),
+    (["--scheduler", "tcp://127.0.0.1:1", "--scheduler-file", "s.json"], ["--scheduler and --scheduler-file"]),
+    (["--rhs", "b.zarr"], ["--rhs", "solve"]),
+    (["--array", "x"], ["array name once"]),
+    (["--memory-budget", "lots"], ["512MiB"]),
+    (["--config", "no-equals-sign"], ["KEY=VALUE"]),
+    (["--backend", "tpu"], ["tpu"]),
+], ids=["resume+overwrite", "scheduler+file", "rhs-without-solve", "array-twice", "bad-size", "bad-config",
+        "bad-backend"])
+def test_bad_run_options_are_usage_errors(invoke, tmp_path, extra, words):
+    out = tmp_path / "out.zarr"
+    source = "in.zarr:y" if "--array" in extra else "in.zarr"
+    assert_user_error(invoke("run", source, out, "--op", "lu", *extra), *words, code=2)
+    assert not out.exists()
+
+
+def test_solve_needs_rhs(invoke, tmp_path):
+    assert_user_error(invoke("run", "in.zarr", tmp_path / "o.zarr", "--op", "solve"), "--rhs", code=2)
+
+
+def test_generate_rejects_integer_dtype_and_empty_count(invoke, tmp_path):
+    assert_user_error(invoke("generate", tmp_path / "a.zarr", "-N", 4, "-n", 3, "--dtype", "int32"),
+                      "int32", code=2)
+    assert_user_error(invoke("generate", tmp_path / "a.zarr", "-N", 0, "-n", 3), "count", code=2)
+    assert not (tmp_path / "a.zarr").exists()

@@ -1,0 +1,98 @@
+"""How ``batchlu run``'s options map onto ``pipeline.run``, and how errors reach the user.
+
+``pipeline.run`` is replaced by a recorder here: these tests check the CLI's side of the contract.
+"""
+
+from __future__ import annotations
+
+import dask
+import pytest
+
+import pipeline
+from pipeline.errors import BatchluError
+from workflows._run_options import CONFIG_OPTIONS
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    recorded = []
+
+    def fake_run(input, output, **kwargs):
+        recorded.append((input, output, kwargs))
+        return "REPORT-TEXT"
+
+    monkeypatch.setattr(pipeline, "run", fake_run)
+    return recorded
+
+
+def test_every_option_reaches_pipeline_run(invoke, calls):
+    result = invoke("run", "in.zarr", "out.zarr", "--op", "lu", "--array", "A", "--resume",
+                    "--scheduler-file", "sched.json", "--backend", "cpu", "--no-progress",
+                    "--memory-budget", "64MiB", "--workers", 3, "--threads-per-worker", 2,
+                    "--config", "batchlu.some-key=[1, 2]", "--config", "other.key=yes")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "REPORT-TEXT"
+    (input, output, kwargs), = calls
+    assert (input, output) == ("in.zarr:A", "out.zarr")
+    assert kwargs == dict(
+        op="lu", rhs=None, resume=True, overwrite=False, backend="cpu", scheduler=None,
+        scheduler_file="sched.json", progress=False,
+        config={"batchlu.memory-budget": 64 * 2**20, "batchlu.cluster.n-workers": 3,
+                "batchlu.cluster.threads-per-worker": 2, "batchlu.some-key": [1, 2],
+                "batchlu.other.key": True})
+
+
+def test_defaults_reach_pipeline_run(invoke, calls):
+    result = invoke("run", "in.zarr:grp/arr", "out.zarr", "--op", "solve", "--rhs", "b.zarr:B",
+                    "--scheduler", "tcp://127.0.0.1:8786")
+    assert result.exit_code == 0, result.output
+    (input, output, kwargs), = calls
+    assert input == "in.zarr:grp/arr"
+    assert kwargs["rhs"] == "b.zarr:B"
+    assert kwargs["scheduler"] == "tcp://127.0.0.1:8786"
+    assert kwargs["backend"] == "auto" and kwargs["config"] is None
+    assert kwargs["resume"] is False and kwargs["overwrite"] is False
+    assert kwargs["progress"] is False  # the runner's stderr is not a terminal
+
+
+def test_config_flags_name_keys_the_pipeline_defines():
+    """A flag that sets a key no YAML default declares would be silently ignored."""
+    for option in CONFIG_OPTIONS:
+        dask.config.get(option.key)  # KeyError if the pipeline's YAML lacks it
+
+
+def test_pipeline_errors_become_one_line_messages(invoke, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise BatchluError("Expected an array of shape (N, n, n).\nGot shape (3, 4) instead.")
+
+    monkeypatch.setattr(pipeline, "run", refuse)
+    result = invoke("run", "in.zarr", "out.zarr", "--op", "inv")
+    assert result.exit_code == 1
+    assert result.stderr == "Error: Expected an array of shape (N, n, n). Got shape (3, 4) instead.\n"
+
+
+def test_traceback_flag_shows_the_exception(invoke, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise BatchluError("Expected X. Got Y instead.")
+
+    monkeypatch.setattr(pipeline, "run", refuse)
+    with pytest.raises(BatchluError, match="Expected X"):
+        invoke("--traceback", "run", "in.zarr", "out.zarr", "--op", "inv")
+
+
+def test_a_bug_is_not_disguised_as_a_user_error(invoke, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("internal invariant violated")
+
+    monkeypatch.setattr(pipeline, "run", broken)
+    with pytest.raises(RuntimeError, match="internal invariant"):
+        invoke("run", "in.zarr", "out.zarr", "--op", "inv")
+
+
+def test_help_and_version(invoke):
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("generate", "run", "verify", "inspect", "demo"):
+        assert command in result.output
+    version = invoke("--version")
+    assert version.exit_code == 0 and "batchlu" in version.output
