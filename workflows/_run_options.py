@@ -63,6 +63,8 @@ class ConfigOption:
 CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
     ConfigOption("--memory-budget", "batchlu.memory-budget", ByteSize(),
                  "Memory one task may use for its batch (input, outputs and workspace), e.g. 256MiB."),
+    ConfigOption("--chunk", "batchlu.chunk", click.IntRange(min=1),
+                 "Output chunk length along N, in matrices (default: the input's, capped by the budget)."),
     ConfigOption("--workers", "batchlu.cluster.n-workers", click.IntRange(min=1),
                  "Number of worker processes of the embedded local cluster."),
     ConfigOption("--threads-per-worker", "batchlu.cluster.threads-per-worker", click.IntRange(min=1),
@@ -150,11 +152,36 @@ def _has_array_suffix(path: str) -> bool:
 def config_overrides(params: dict) -> dict:
     """The ``dask.config`` keys set on the command line (flags win over ``--config``)."""
     config = dict(params.get("config_pairs") or {})
+    _check_known(config)
     for option in CONFIG_OPTIONS:
         value = params.get(option.dest)
         if value is not None:
             config[option.key] = value
     return config
+
+
+def _known_keys(mapping, prefix="batchlu") -> list[str]:
+    keys = []
+    for name, value in mapping.items():
+        keys.append(f"{prefix}.{name}")
+        if isinstance(value, dict):
+            keys += _known_keys(value, f"{prefix}.{name}")
+    return keys
+
+
+def _check_known(config: dict) -> None:
+    """Refuse ``--config`` keys that no default declares: a typo would otherwise be ignored silently."""
+    if not config:
+        return
+    import dask.config
+
+    import pipeline._config  # noqa: F401  (loads the batchlu YAML defaults into dask.config)
+
+    known = _known_keys(dask.config.get("batchlu", default={}))
+    for key in config:
+        if key not in known:
+            raise click.UsageError(f"Expected --config KEY to be one of {', '.join(known)}. "
+                                   f"Got {key!r} instead.")
 
 
 def pipeline_kwargs(params: dict) -> dict:

@@ -29,7 +29,7 @@ def test_every_option_reaches_pipeline_run(invoke, calls):
     result = invoke("run", "in.zarr", "out.zarr", "--op", "lu", "--array", "A", "--resume",
                     "--scheduler-file", "sched.json", "--backend", "cpu", "--no-progress",
                     "--memory-budget", "64MiB", "--workers", 3, "--threads-per-worker", 2,
-                    "--config", "batchlu.some-key=[1, 2]", "--config", "other.key=yes")
+                    "--chunk", 500, "--config", "batchlu.max-tasks=100", "--config", "cluster.processes=no")
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "REPORT-TEXT"
     (input, output, kwargs), = calls
@@ -38,8 +38,8 @@ def test_every_option_reaches_pipeline_run(invoke, calls):
         op="lu", rhs=None, resume=True, overwrite=False, backend="cpu", scheduler=None,
         scheduler_file="sched.json", progress=False,
         config={"batchlu.memory-budget": 64 * 2**20, "batchlu.cluster.n-workers": 3,
-                "batchlu.cluster.threads-per-worker": 2, "batchlu.some-key": [1, 2],
-                "batchlu.other.key": True})
+                "batchlu.cluster.threads-per-worker": 2, "batchlu.chunk": 500,
+                "batchlu.max-tasks": 100, "batchlu.cluster.processes": False})
 
 
 def test_defaults_reach_pipeline_run(invoke, calls):
@@ -59,6 +59,13 @@ def test_config_flags_name_keys_the_pipeline_defines():
     """A flag that sets a key no YAML default declares would be silently ignored."""
     for option in CONFIG_OPTIONS:
         dask.config.get(option.key)  # KeyError if the pipeline's YAML lacks it
+
+
+def test_unknown_config_key_is_a_usage_error(invoke, calls):
+    result = invoke("run", "in.zarr", "out.zarr", "--op", "lu", "--config", "memory-budjet=1GiB")
+    assert result.exit_code == 2
+    assert "batchlu.memory-budjet" in result.stderr and "batchlu.memory-budget" in result.stderr
+    assert not calls
 
 
 def test_pipeline_errors_become_one_line_messages(invoke, monkeypatch):
