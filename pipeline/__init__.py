@@ -1,0 +1,33 @@
+"""batchlu.pipeline: Zarr → Dask → Zarr for batches of small dense matrices, with resume.
+
+* :func:`run` computes ``lu``, ``inv``, ``solve`` or ``slogdet`` for every matrix of a Zarr array
+  (N, n, n) on a ``distributed`` cluster and writes a Zarr v3 output group;
+* :func:`generate` / :func:`generate_rhs` write test inputs; :func:`verify` checks an output with
+  LAPACK's test ratios; :func:`inspect` summarises a store;
+* settings live in ``dask.config`` under ``batchlu`` (defaults in ``batchlu.yaml``), gathered in one
+  :class:`Options`; every error derives from :class:`pipeline.errors.BatchluError`.
+"""
+
+from . import errors
+from ._config import ClusterOptions, Options, options
+from ._ops import OPS
+from ._report import Report
+from ._run import run
+from .generate import generate, generate_rhs
+from .inspect import inspect
+from .verify import VerifyReport, verify
+
+__all__ = [
+    "OPS",
+    "ClusterOptions",
+    "Options",
+    "Report",
+    "VerifyReport",
+    "errors",
+    "generate",
+    "generate_rhs",
+    "inspect",
+    "options",
+    "run",
+    "verify",
+]

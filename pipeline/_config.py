@@ -1,0 +1,164 @@
+"""Settings: defaults shipped in ``batchlu.yaml`` under ``dask.config``'s ``batchlu`` namespace, and
+one frozen :class:`Options` object built from them that travels from the CLI to the tasks."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import dask.config
+import yaml
+from dask.utils import parse_bytes
+
+from .errors import ConfigError
+
+_DEFAULTS = pathlib.Path(__file__).with_name("batchlu.yaml")
+with _DEFAULTS.open() as _f:
+    dask.config.update_defaults(yaml.safe_load(_f))
+
+BACKENDS = ("auto", "cpu", "gpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterOptions:
+    """How the embedded LocalCluster is sized; ignored when a client or scheduler is given."""
+
+    n_workers: int | None = None
+    threads_per_worker: int | None = None
+    processes: bool = True
+    host: str = "127.0.0.1"
+    dashboard_address: str = "127.0.0.1:8787"
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The run's settings, checked once; built by :func:`options`."""
+
+    backend: str = "auto"
+    memory_budget: int = 256 * 2**20
+    chunk: int | None = None
+    max_tasks: int = 20000
+    progress: bool = True
+    task_delay: float = 0.0
+    generate_chunk_bytes: int = 32 * 2**20
+    verify_threshold: float = 30.0
+    verify_block_bytes: int = 64 * 2**20
+    cluster: ClusterOptions = dataclasses.field(default_factory=ClusterOptions)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict, recorded in the output's provenance."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> Options:
+        return dataclasses.replace(self, **changes)
+
+
+def _flatten(mapping: Mapping, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _int(value, what: str, *, minimum: int, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    try:
+        number = int(value)
+        if number != value and not isinstance(value, str):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"Expected batchlu.{what} to be an integer >= {minimum}"
+                          f"{' or null' if allow_none else ''}. Got {value!r} instead.") from None
+    if number < minimum:
+        raise ConfigError(f"Expected batchlu.{what} >= {minimum}. Got {number} instead.")
+    return number
+
+
+def _bytes(value, what: str) -> int:
+    try:
+        number = parse_bytes(value) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number <= 0:
+        raise ConfigError(f"Expected batchlu.{what} to be a positive size such as '256MiB'. "
+                          f"Got {value!r} instead.")
+    return number
+
+
+def _bool(value, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    raise ConfigError(f"Expected batchlu.{what} to be true or false. Got {value!r} instead.")
+
+
+def options(overrides: Mapping | Options | None = None, **changes) -> Options:
+    """Build the run's :class:`Options` from ``dask.config`` plus ``overrides``.
+
+    ``overrides`` is an :class:`Options` (used as is) or a mapping of ``batchlu`` keys, nested or
+    dotted, with dashes or underscores: ``{"memory-budget": "64MiB", "cluster.n-workers": 2}``.
+    Keyword ``changes`` that are not None win over both (e.g. ``backend="cpu"``).
+    """
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if isinstance(overrides, Options):
+        base = overrides
+    else:
+        if overrides is not None and not isinstance(overrides, Mapping):
+            raise ConfigError(f"Expected config to be a mapping of batchlu settings or an Options. "
+                              f"Got {type(overrides).__name__} instead.")
+        flat = _flatten(overrides or {})
+        flat = {k[len("batchlu."):] if k.startswith("batchlu.") else k: v for k, v in flat.items()}
+        with dask.config.set({f"batchlu.{k}": v for k, v in flat.items()}):
+            base = _from_mapping(dask.config.get("batchlu"))
+    opts = dataclasses.replace(base, **changes) if changes else base
+    return _checked(opts)
+
+
+def _get(cfg: Mapping, key: str, default=None):
+    for name in (key, key.replace("-", "_")):
+        if name in cfg:
+            return cfg[name]
+    return default
+
+
+def _from_mapping(cfg: Mapping) -> Options:
+    cluster = _get(cfg, "cluster", {}) or {}
+    generate = _get(cfg, "generate", {}) or {}
+    verify = _get(cfg, "verify", {}) or {}
+    return Options(
+        backend=_get(cfg, "backend", "auto"),
+        memory_budget=_bytes(_get(cfg, "memory-budget", "256MiB"), "memory-budget"),
+        chunk=_int(_get(cfg, "chunk"), "chunk", minimum=1, allow_none=True),
+        max_tasks=_int(_get(cfg, "max-tasks", 20000), "max-tasks", minimum=1),
+        progress=_bool(_get(cfg, "progress", True), "progress"),
+        task_delay=float(_get(cfg, "task-delay", 0) or 0),
+        generate_chunk_bytes=_bytes(_get(generate, "chunk-bytes", "32MiB"), "generate.chunk-bytes"),
+        verify_threshold=float(_get(verify, "threshold", 30)),
+        verify_block_bytes=_bytes(_get(verify, "block-bytes", "64MiB"), "verify.block-bytes"),
+        cluster=ClusterOptions(
+            n_workers=_int(_get(cluster, "n-workers"), "cluster.n-workers", minimum=1,
+                           allow_none=True),
+            threads_per_worker=_int(_get(cluster, "threads-per-worker"),
+                                    "cluster.threads-per-worker", minimum=1, allow_none=True),
+            processes=_bool(_get(cluster, "processes", True), "cluster.processes"),
+            host=str(_get(cluster, "host", "127.0.0.1")),
+            dashboard_address=str(_get(cluster, "dashboard-address", "127.0.0.1:8787")),
+        ),
+    )
+
+
+def _checked(opts: Options) -> Options:
+    if opts.backend not in BACKENDS:
+        raise ConfigError(f"Expected backend to be one of {', '.join(BACKENDS)}. "
+                          f"Got {opts.backend!r} instead.")
+    if opts.task_delay < 0:
+        raise ConfigError(f"Expected batchlu.task-delay >= 0. Got {opts.task_delay} instead.")
+    return opts

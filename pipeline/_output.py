@@ -1,0 +1,151 @@
+"""The output group: create it with its provenance, reopen it for resume (refusing a different
+input or op), and move its status from "running" to "complete" (or "failed") in the group attrs.
+
+The group attributes hold one ``batchlu`` entry: the provenance and the status. The status says
+"complete" only once every chunk is recorded in the ledger and the run has ended.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+
+import zarr
+
+from . import _ledger
+from ._ops import OutputSpec
+from ._plan import Plan
+from ._store import is_zarr_store
+from .errors import OutputError, OutputExistsError, ResumeError
+
+ATTR = "batchlu"
+FORMAT = 1
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as _version
+
+        return _version("batchlu")
+    except Exception:
+        return "0+unknown"
+
+
+def read_provenance(path: str) -> dict | None:
+    """The ``batchlu`` attrs of the group at ``path``, or None if it is not a batchlu output."""
+    if not is_zarr_store(path):
+        return None
+    try:
+        node = zarr.open(store=path, mode="r")
+    except Exception:
+        return None
+    if not isinstance(node, zarr.Group):
+        return None
+    record = node.attrs.get(ATTR)
+    return dict(record) if isinstance(record, dict) else None
+
+
+def _is_empty_dir(path: str) -> bool:
+    return os.path.isdir(path) and not os.listdir(path)
+
+
+def remove(path: str) -> None:
+    """Delete an existing output for ``overwrite``; only Zarr stores and empty folders."""
+    if _is_empty_dir(path):
+        os.rmdir(path)
+    elif is_zarr_store(path):
+        shutil.rmtree(path)
+    else:
+        raise OutputError(f"Expected the output {path} to be a Zarr store before overwriting it. "
+                          f"Got a directory with other files instead; refusing to delete it.")
+
+
+def check_existing(path: str, *, resume: bool, overwrite: bool) -> dict | None:
+    """Decide what to do with whatever is at ``path``; return the recorded provenance to resume."""
+    if resume and overwrite:
+        raise OutputError("Expected at most one of resume and overwrite. Got both instead.")
+    if not os.path.exists(path) or _is_empty_dir(path):
+        return None
+    if overwrite:
+        remove(path)
+        return None
+    if not resume:
+        raise OutputExistsError(
+            f"Expected the output {path} not to exist. Got an existing path instead; pass resume "
+            f"(--resume) to finish an interrupted run or overwrite (--overwrite) to replace it.")
+    record = read_provenance(path)
+    if record is None:
+        raise ResumeError(f"Expected the output {path} to be a batchlu output to resume. Got a path "
+                          f"without batchlu provenance instead; use overwrite (--overwrite).")
+    return record
+
+
+def check_resume(record: dict, provenance: dict) -> None:
+    """Refuse resume when the input, right-hand side, op or their shapes differ from the record."""
+    def same(key, sub=None):
+        a, b = record.get(key), provenance.get(key)
+        if sub and isinstance(a, dict) and isinstance(b, dict):
+            return all(a.get(s) == b.get(s) for s in sub)
+        return a == b
+
+    fields = ("path", "array", "shape", "dtype")
+    for key, sub in (("op", None), ("input", fields), ("rhs", fields)):
+        if not same(key, sub):
+            def show(value):
+                if isinstance(value, dict):
+                    array = f":{value['array']}" if value.get("array") else ""
+                    return f"{value.get('path')}{array} {tuple(value.get('shape', ()))} {value.get('dtype')}"
+                return repr(value)
+            raise ResumeError(f"Expected {key} {show(provenance.get(key))} to match the one recorded "
+                              f"in the output for resume. Got {show(record.get(key))} recorded "
+                              f"instead; use overwrite (--overwrite) to start again.")
+
+
+def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan) -> zarr.Group:
+    """A fresh output group: provenance first (status "running"), then the arrays, then the ledger."""
+    group = zarr.open_group(store=path, mode="w-", zarr_format=3, attributes={ATTR: provenance})
+    ensure_arrays(group, specs, plan)
+    return group
+
+
+def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan) -> None:
+    """Create whichever output arrays (and the ledger) are missing, e.g. after a kill during creation."""
+    count, chunk = plan.count, plan.chunk
+    for spec in specs:
+        if spec.name in group:
+            array = group[spec.name]
+            if tuple(array.shape) != (count,) + spec.tail or array.chunks[0] != chunk:
+                raise ResumeError(f"Expected the output array {spec.name} to have shape "
+                                  f"{(count,) + spec.tail} and chunks of {chunk} along N. Got shape "
+                                  f"{array.shape}, chunks {array.chunks} instead.")
+            continue
+        group.create_array(spec.name, shape=(count,) + spec.tail, chunks=(chunk,) + spec.tail,
+                           dtype=spec.dtype, fill_value=spec.fill,
+                           config={"write_empty_chunks": True})
+    if not _ledger.exists(group):
+        _ledger.create(group, plan.n_chunks)
+
+
+def update(path: str, **changes) -> dict:
+    """Rewrite the ``batchlu`` attrs with ``changes`` (one atomic metadata write)."""
+    group = zarr.open_group(store=path, mode="r+")
+    record = dict(group.attrs.get(ATTR, {}))
+    record.update(changes)
+    group.attrs[ATTR] = record
+    return record
+
+
+def clean_partials(path: str) -> None:
+    """Remove temporary files a killed writer left behind (zarr writes ``*.partial`` then renames)."""
+    for root, _, files in os.walk(path):
+        for name in files:
+            if name.endswith(".partial"):
+                try:
+                    os.remove(os.path.join(root, name))
+                except OSError:
+                    pass

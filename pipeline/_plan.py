@@ -1,0 +1,83 @@
+"""Cut N matrices into tasks: whole output chunks per task, batches from the memory budget, and a
+bounded number of tasks however large N is.
+
+Vocabulary: the output is chunked along N in ``chunk`` matrices; chunk ``c`` holds matrices
+``[c * chunk, min((c + 1) * chunk, N))``. A task covers a run of whole chunks, so no two tasks ever
+write the same chunk; inside a task, matrices go through in batches of ``batch`` (a multiple of
+``chunk``) so that memory stays within the budget whatever the task's length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+WORKSPACE_FACTOR = 2  # the kernels' copies and workspace, relative to input + output bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    count: int            # N
+    chunk: int            # output chunk length along N
+    batch: int            # matrices per batch inside a task; a multiple of chunk
+    chunks_per_task: int  # task grid: task t covers chunks [t * chunks_per_task, ...)
+
+    @property
+    def n_chunks(self) -> int:
+        return math.ceil(self.count / self.chunk) if self.count else 0
+
+    def chunk_range(self, c0: int, c1: int) -> tuple[int, int]:
+        """Matrix index range covered by chunks ``[c0, c1)``."""
+        return c0 * self.chunk, min(c1 * self.chunk, self.count)
+
+    def tasks(self, complete: np.ndarray | None = None) -> list[tuple[int, int]]:
+        """Chunk ranges ``(c0, c1)`` still to do: runs of incomplete chunks, cut at the task grid.
+
+        ``complete`` is a bool per chunk (the ledger). After an interrupted run, each task of the
+        grid is done, untouched, or done up to some batch, so the count stays near the grid's.
+        """
+        todo = np.ones(self.n_chunks, bool) if complete is None else ~np.asarray(complete, bool)
+        ranges = []
+        for g0 in range(0, self.n_chunks, self.chunks_per_task):
+            g1 = min(g0 + self.chunks_per_task, self.n_chunks)
+            cell = todo[g0:g1]
+            if not cell.any():
+                continue
+            edges = np.flatnonzero(np.diff(np.concatenate(([0], cell.view(np.int8), [0]))))
+            ranges.extend((g0 + int(a), g0 + int(b)) for a, b in zip(edges[::2], edges[1::2]))
+        return ranges
+
+    def batches(self, c0: int, c1: int) -> list[tuple[int, int]]:
+        """Matrix ranges of the batches of the task covering chunks ``[c0, c1)``."""
+        per = self.batch // self.chunk
+        return [self.chunk_range(b, min(b + per, c1)) for b in range(c0, c1, per)]
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "n_chunks": self.n_chunks}
+
+
+def bytes_per_matrix(n: int, in_itemsize: int, out_bytes: int, rhs_bytes: int = 0) -> int:
+    """Memory one matrix needs inside a task: input, right-hand side and outputs, with workspace."""
+    return WORKSPACE_FACTOR * (n * n * in_itemsize + rhs_bytes + out_bytes)
+
+
+def make_plan(count: int, per_matrix: int, *, memory_budget: int, max_tasks: int,
+              input_chunk: int, chunk: int | None = None) -> Plan:
+    """Choose the output chunk, the batch and the task grid.
+
+    * ``chunk``: as given, else the input's chunk length along N capped by what fits the budget
+      (so that tasks read whole input chunks where they can);
+    * ``batch``: as many whole chunks as fit the budget, at least one chunk;
+    * tasks: one batch each, or more when that would exceed ``max_tasks``.
+    """
+    fit = max(1, memory_budget // max(1, per_matrix))
+    if chunk is None:
+        chunk = max(1, min(input_chunk, fit, count or 1))
+    batch = max(chunk, (fit // chunk) * chunk)
+    n_chunks = math.ceil(count / chunk) if count else 0
+    chunks_per_task = batch // chunk
+    if n_chunks and math.ceil(n_chunks / chunks_per_task) > max_tasks:
+        chunks_per_task = math.ceil(n_chunks / max_tasks)
+    return Plan(count=count, chunk=chunk, batch=batch, chunks_per_task=chunks_per_task)

@@ -1,0 +1,173 @@
+"""``pipeline.run``: check everything, create or reopen the output, submit one task per run of
+output chunks, and report."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import zarr
+
+from . import _backends, _cluster, _ledger, _output
+from ._config import options as make_options
+from ._ops import check_op, output_specs
+from ._plan import bytes_per_matrix, make_plan
+from ._progress import ProgressBar
+from ._report import Report
+from ._store import check_matrices, check_output_path, check_rhs, open_array_info, parse_ref
+from ._tasks import Job, process_range
+from .errors import InputError
+
+
+def _count_info(path: str) -> tuple[int, int, int]:
+    info = np.asarray(zarr.open_array(store=path, path="info", mode="r")[...])
+    return (int(np.count_nonzero(info == 0)), int(np.count_nonzero(info > 0)),
+            int(np.count_nonzero((info < 0) & (info != np.iinfo(np.int32).min))))
+
+
+def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="auto", client=None,
+        scheduler=None, scheduler_file=None, progress=True, config=None) -> Report:
+    """Compute ``op`` (``lu``, ``inv``, ``solve`` or ``slogdet``) for every matrix of ``input``.
+
+    ``input`` (and ``rhs`` for ``solve``) is ``PATH`` or ``PATH:ARRAY`` of a Zarr v2 or v3 array
+    (N, n, n) (right-hand side (N, n) or (N, n, k)). ``output`` becomes a Zarr v3 group with one
+    array per result and ``info``. ``resume`` finishes an interrupted run (same input and op);
+    ``overwrite`` replaces an existing output. ``backend`` ``"auto"`` takes ``batchlu.backend``
+    from the config (itself ``auto`` by default: the GPU where a worker has one); ``progress``
+    False hides the bar. Tasks run on ``client``, on the cluster at ``scheduler`` /
+    ``scheduler_file``, or on an embedded LocalCluster. ``config`` holds ``batchlu`` settings
+    (mapping or :class:`pipeline.Options`). Returns a :class:`pipeline.Report`.
+    """
+    opts = make_options(config, backend=None if backend == "auto" else backend)
+    show = bool(progress) and opts.progress
+    check_op(op)
+    matrices = open_array_info(parse_ref(input))
+    n = check_matrices(matrices)
+    rhs_info, k = None, None
+    if op == "solve":
+        if rhs is None:
+            raise InputError("Expected a right-hand side (rhs, --rhs B.zarr) for op solve. "
+                             "Got none instead.")
+        rhs_info = open_array_info(parse_ref(rhs), "right-hand side")
+        k = check_rhs(rhs_info, matrices)
+    elif rhs is not None:
+        raise InputError(f"Expected no right-hand side for op {op}; only solve takes one. "
+                         f"Got rhs={rhs!r} instead.")
+    refs = [matrices.ref] + ([rhs_info.ref] if rhs_info else [])
+    out_path = check_output_path(output, refs)
+    specs = output_specs(op, n, matrices.dtype, rhs_info.dtype if rhs_info else None, k)
+
+    provenance = {
+        "format": _output.FORMAT, "status": "running", "op": op,
+        "input": matrices.as_dict(), "rhs": rhs_info.as_dict() if rhs_info else None,
+        "dtype": str(matrices.dtype), "n": n, "N": matrices.count, "k": k,
+        "outputs": [s.name for s in specs], "backend": opts.backend, "backends_used": [],
+        "version": _output.version(), "started": _output.now(), "finished": None,
+        "settings": opts.as_dict(),
+    }
+    record = _output.check_existing(out_path, resume=resume, overwrite=overwrite)
+    if record is not None:
+        _output.check_resume(record, provenance)
+    chunk = int(record["plan"]["chunk"]) if record and record.get("plan") else opts.chunk
+    per_matrix = bytes_per_matrix(n, matrices.dtype.itemsize, sum(s.nbytes() for s in specs),
+                                  rhs_info.dtype.itemsize * n * (k or 1) if rhs_info else 0)
+    plan = make_plan(matrices.count, per_matrix, memory_budget=opts.memory_budget,
+                     max_tasks=opts.max_tasks, input_chunk=matrices.read_unit, chunk=chunk)
+    provenance["plan"] = plan.as_dict()
+
+    if record is None:
+        _output.create(out_path, provenance, specs, plan)
+        runs = []
+    else:
+        _output.clean_partials(out_path)
+        _output.ensure_arrays(zarr.open_group(store=out_path, mode="r+"), specs, plan)
+        runs = list(record.get("runs", []))
+        provenance["started"] = record.get("started", provenance["started"])
+        provenance["backends_used"] = list(record.get("backends_used", []))
+    run_started = _output.now()
+    _output.update(out_path, **provenance, error=None,
+                   runs=runs + [{"started": run_started, "resume": bool(record)}])
+
+    job = Job(op=op, input=matrices.ref, rhs=rhs_info.ref if rhs_info else None, output=out_path,
+              outputs=tuple(s.name for s in specs), plan=plan, backend=opts.backend,
+              task_delay=opts.task_delay)
+    report = Report(output=out_path, op=op, count=matrices.count, backend=opts.backend)
+    t0 = time.perf_counter()
+    try:
+        complete = _ledger.read(out_path)
+        tasks = plan.tasks(complete)
+        done_chunks = np.flatnonzero(complete)
+        report.skipped = int(sum(min((c + 1) * plan.chunk, plan.count) - c * plan.chunk
+                                 for c in done_chunks))
+        report.tasks = len(tasks)
+        if tasks:
+            _submit(job, tasks, report, opts, show, client=client, scheduler=scheduler,
+                    scheduler_file=scheduler_file)
+    except BaseException as exc:
+        _fail(out_path, provenance, runs, run_started, report, exc)
+        raise
+    report.elapsed = time.perf_counter() - t0
+
+    if not _ledger.read(out_path).all():  # a task returned without recording its chunks
+        exc = RuntimeError("Expected every output chunk recorded complete after the run. "
+                           "Got some unrecorded instead.")
+        _fail(out_path, provenance, runs, run_started, report, exc)
+        raise exc
+    if report.skipped:
+        report.ok, report.singular, report.nonfinite = _count_info(out_path)
+    used = sorted(set(provenance["backends_used"]) | set(report.backends))
+    _output.update(out_path, status="complete", finished=_output.now(), backends_used=used,
+                   runs=runs + [{"started": run_started, "finished": _output.now(),
+                                 "resume": bool(record), "status": "complete",
+                                 "matrices": report.processed, "seconds": report.elapsed}],
+                   counts={"ok": report.ok, "singular": report.singular,
+                           "nonfinite": report.nonfinite})
+    report.status = "complete"
+    return report
+
+
+def _fail(out_path, provenance, runs, run_started, report, exc) -> None:
+    """Best effort: record the failure; the status never says complete."""
+    try:
+        _output.update(out_path, status="failed", error=f"{type(exc).__name__}: {exc}",
+                       runs=runs + [{"started": run_started, "finished": _output.now(),
+                                     "status": "failed", "matrices": report.processed}])
+    except Exception:
+        pass
+    report.status = "failed"
+
+
+def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None:
+    from distributed import as_completed
+
+    with _cluster.connect(opts, **connect) as client:
+        report.dashboard = _cluster.dashboard_link(client)
+        if job.backend == "gpu":  # fail before any task when no worker can honour it
+            client.run(_backends.probe, job.backend)
+        c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]
+        futures = client.map(process_range, [job] * len(tasks), c0s, c1s, pure=False,
+                             key=[f"batchlu-{job.op}-{c0}-{c1}-{os.getpid()}-{time.time_ns()}"
+                                  for c0, c1 in tasks])
+        total = sum(job.plan.chunk_range(c0, c1)[1] - job.plan.chunk_range(c0, c1)[0]
+                    for c0, c1 in tasks)
+        bar = ProgressBar(total, enabled=show, label=f"batchlu {job.op}")
+        backends = set(report.backends)
+        try:
+            for future in as_completed(futures):
+                result = future.result()
+                bar.update(result.matrices)
+                report.processed += result.matrices
+                report.ok += result.ok
+                report.singular += result.singular
+                report.nonfinite += result.nonfinite
+                report.bytes_in += result.bytes_in
+                report.bytes_out += result.bytes_out
+                report.per_worker[result.worker] = report.per_worker.get(result.worker, 0) + result.matrices
+                backends.add(result.backend)
+        except BaseException:
+            client.cancel(futures)
+            raise
+        finally:
+            bar.close()
+        report.backends = tuple(sorted(backends))

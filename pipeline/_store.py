@@ -1,0 +1,200 @@
+"""Find, open and check the Zarr arrays the pipeline reads: ``PATH`` or ``PATH:ARRAY``, v2 or v3.
+
+Everything here runs in the client before any task is submitted, so that a malformed input fails
+fast with a clear :mod:`pipeline.errors` error and nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+
+import numpy as np
+import zarr
+
+from .errors import CorruptInputError, InputError, InputNotFoundError, OutputError
+
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
+_DTYPE_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+_METADATA_FILES = ("zarr.json", ".zarray", ".zgroup")
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayRef:
+    """Where one array lives: an absolute store path and the array's path inside it ("" = root)."""
+
+    path: str
+    array: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.array}" if self.array else self.path
+
+    def open(self, mode: str = "r") -> zarr.Array:
+        return zarr.open_array(store=self.path, path=self.array, mode=mode)
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "array": self.array}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayInfo:
+    """An input array, checked: its reference, shape, dtype and storage layout."""
+
+    ref: ArrayRef
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunks: tuple[int, ...]
+    read_unit: int  # matrices per stored object along N (the shard if sharded, else the chunk)
+    zarr_format: int
+
+    @property
+    def count(self) -> int:
+        return self.shape[0]
+
+    def as_dict(self) -> dict:
+        return {**self.ref.as_dict(), "shape": list(self.shape), "dtype": str(self.dtype),
+                "chunks": list(self.chunks), "zarr_format": self.zarr_format}
+
+
+def parse_ref(spec: str | os.PathLike, array: str | None = None) -> ArrayRef:
+    """Split ``PATH:ARRAY`` (or take ``array`` separately) into an absolute :class:`ArrayRef`.
+
+    A spec whose whole text names an existing path is a path, even if it holds a colon.
+    """
+    text = os.fspath(spec)
+    if not text:
+        raise InputError("Expected an input path, PATH or PATH:ARRAY. Got an empty string instead.")
+    name = array
+    if name is None and not os.path.exists(text) and ":" in text:
+        head, tail = text.rsplit(":", 1)
+        if head and tail and not tail.startswith(("/", "\\")):
+            text, name = head, tail
+    path = str(pathlib.Path(text).expanduser().resolve())
+    return ArrayRef(path, (name or "").strip("/"))
+
+
+def _is_store(path: str) -> bool:
+    return any(os.path.exists(os.path.join(path, f)) for f in _METADATA_FILES)
+
+
+def _list_arrays(group: zarr.Group) -> list[str]:
+    return sorted(name for name, _ in group.arrays())
+
+
+def open_array_info(ref: ArrayRef, what: str = "input") -> ArrayInfo:
+    """Open ``ref`` read-only and describe it; errors say what was expected and what was found."""
+    if not os.path.exists(ref.path):
+        raise InputNotFoundError(f"Expected the {what} at {ref.path} to exist. Got no such path instead.")
+    if not os.path.isdir(ref.path):
+        raise InputError(f"Expected the {what} {ref.path} to be a Zarr store (a directory). "
+                         f"Got a regular file instead.")
+    if not _is_store(ref.path):
+        raise InputError(f"Expected the {what} {ref.path} to be a Zarr store (with zarr.json, "
+                         f".zarray or .zgroup). Got a directory without Zarr metadata instead.")
+    try:
+        node = zarr.open(store=ref.path, path=ref.array or None, mode="r")
+    except (FileNotFoundError, KeyError) as exc:
+        raise InputNotFoundError(f"Expected an array {ref.array!r} in the {what} store {ref.path}. "
+                                 f"Got nothing at that path instead ({exc}).") from None
+    except Exception as exc:  # malformed metadata
+        raise InputError(f"Expected readable Zarr metadata in the {what} {ref}. "
+                         f"Got {type(exc).__name__}: {exc} instead.") from None
+    if isinstance(node, zarr.Group):
+        arrays = _list_arrays(node)
+        hint = (f" Name one of its arrays as PATH:ARRAY, e.g. {ref.path}:{arrays[0]}." if arrays
+                else " It holds no arrays.")
+        raise InputError(f"Expected the {what} {ref} to be an array. Got a group instead.{hint}")
+    stored = node.shards or node.chunks
+    return ArrayInfo(ref=ref, shape=tuple(node.shape), dtype=np.dtype(node.dtype),
+                     chunks=tuple(node.chunks), read_unit=int(stored[0]) if stored else 1,
+                     zarr_format=int(node.metadata.zarr_format))
+
+
+def check_matrices(info: ArrayInfo) -> int:
+    """Check a stack of square matrices (N, n, n) of a supported dtype; return n."""
+    if len(info.shape) != 3:
+        raise InputError(f"Expected the input {info.ref} to have shape (N, n, n), ndim 3. "
+                         f"Got shape {info.shape} (ndim {len(info.shape)}) instead.")
+    if info.shape[1] != info.shape[2]:
+        raise InputError(f"Expected the input {info.ref} to hold square matrices, shape (N, n, n). "
+                         f"Got shape {info.shape} instead.")
+    if info.dtype not in SUPPORTED_DTYPES:
+        raise InputError(f"Expected the input {info.ref} to have one of the dtypes {_DTYPE_NAMES}. "
+                         f"Got {info.dtype} instead.")
+    return info.shape[1]
+
+
+def check_rhs(rhs: ArrayInfo, matrices: ArrayInfo) -> int | None:
+    """Check B against A (N, n, n): B is (N, n) or (N, n, k). Return k, or None for vectors."""
+    count, n = matrices.shape[0], matrices.shape[1]
+    if len(rhs.shape) not in (2, 3):
+        raise InputError(f"Expected the right-hand side {rhs.ref} to have shape (N, n) or (N, n, k) "
+                         f"= ({count}, {n}) or ({count}, {n}, k). Got shape {rhs.shape} instead.")
+    if rhs.shape[0] != count:
+        raise InputError(f"Expected the right-hand side {rhs.ref} to hold N = {count} entries, one "
+                         f"per matrix of the input. Got N = {rhs.shape[0]} (shape {rhs.shape}) instead.")
+    if rhs.shape[1] != n:
+        raise InputError(f"Expected the right-hand side {rhs.ref} to have n = {n} rows, as the "
+                         f"input's matrices. Got n = {rhs.shape[1]} (shape {rhs.shape}) instead.")
+    if rhs.dtype not in SUPPORTED_DTYPES:
+        raise InputError(f"Expected the right-hand side {rhs.ref} to have one of the dtypes "
+                         f"{_DTYPE_NAMES}. Got {rhs.dtype} instead.")
+    return rhs.shape[2] if len(rhs.shape) == 3 else None
+
+
+def check_output_path(output: str | os.PathLike, inputs: list[ArrayRef]) -> str:
+    """Resolve the output path and check it can be written and does not overlap an input."""
+    path = pathlib.Path(os.fspath(output)).expanduser().resolve()
+    for ref in inputs:
+        src = pathlib.Path(ref.path)
+        if path == src or src in path.parents or path in src.parents:
+            raise OutputError(f"Expected the output {path} to be apart from the input {ref}. "
+                              f"Got the same or a nested path instead.")
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"Expected the output {path} to be a Zarr store (a directory) or not to "
+                          f"exist. Got a regular file instead.")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputError(f"Expected the output's parent {parent} to be a directory. "
+                          f"Got a regular file instead.")
+    target = path if path.exists() else parent
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise OutputError(f"Expected the output location {target} to be writable. "
+                          f"Got a path without write permission instead.")
+    return str(path)
+
+
+def is_zarr_store(path: str) -> bool:
+    return os.path.isdir(path) and _is_store(path)
+
+
+def stored_key(array: zarr.Array, index: int) -> str:
+    """The store key of the object (chunk, or shard when sharded) number ``index`` along N."""
+    coords = (index,) + (0,) * (array.ndim - 1)
+    try:
+        return array._async_array.metadata.encode_chunk_key(coords)
+    except Exception:  # a metadata class without the helper: name the coordinates instead
+        return f"chunk {coords}"
+
+
+def read_range(ref: ArrayRef, array: zarr.Array, start: int, stop: int) -> np.ndarray:
+    """``array[start:stop]``, or a :class:`CorruptInputError` naming the chunk file that fails."""
+    try:
+        return np.asarray(array[start:stop])
+    except Exception as exc:
+        unit = (array.shards or array.chunks)[0]
+        for index in range(start // unit, (stop - 1) // unit + 1):
+            lo, hi = index * unit, min((index + 1) * unit, array.shape[0])
+            try:
+                array[lo:hi]
+            except Exception as inner:
+                key = stored_key(array, index)
+                raise CorruptInputError(
+                    f"Expected readable chunks in {ref}. Got an unreadable chunk file "
+                    f"{os.path.join(ref.path, ref.array, key)} (matrices {lo}:{hi}) instead: "
+                    f"{type(inner).__name__}: {inner}") from None
+        raise CorruptInputError(f"Expected matrices {start}:{stop} of {ref} to be readable. "
+                                f"Got {type(exc).__name__}: {exc} instead.") from None

@@ -1,0 +1,118 @@
+"""What runs on a worker: one task = a run of whole output chunks, processed batch by batch as
+read → compute → write every output → record the chunks complete."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import zarr
+
+from . import _backends, _ledger
+from ._plan import Plan
+from ._store import ArrayRef, read_range
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """Everything a task needs, small and picklable; the same object goes to every task."""
+
+    op: str
+    input: ArrayRef
+    rhs: ArrayRef | None
+    output: str
+    outputs: tuple[str, ...]
+    plan: Plan
+    backend: str = "auto"
+    task_delay: float = 0.0
+
+
+@dataclasses.dataclass
+class TaskResult:
+    """What a task reports back; the client sums these into the run's report."""
+
+    c0: int
+    c1: int
+    matrices: int = 0
+    ok: int = 0
+    singular: int = 0
+    nonfinite: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    worker: str = ""
+    backend: str = ""
+
+    def count_info(self, info: np.ndarray) -> None:
+        info = np.asarray(info)
+        self.matrices += int(info.size)
+        self.ok += int(np.count_nonzero(info == 0))
+        self.singular += int(np.count_nonzero(info > 0))
+        self.nonfinite += int(np.count_nonzero(info < 0))
+
+
+class TaskIO:
+    """The task's Zarr arrays, opened once per task: read a batch, write a batch, record chunks."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.input = job.input.open("r")
+        self.rhs = job.rhs.open("r") if job.rhs is not None else None
+        self.out = {name: zarr.open_array(store=job.output, path=name, mode="r+")
+                    for name in job.outputs}
+
+    def read(self, start: int, stop: int):
+        a = read_range(self.job.input, self.input, start, stop)
+        b = read_range(self.job.rhs, self.rhs, start, stop) if self.rhs is not None else None
+        return a, b
+
+    def write(self, start: int, stop: int, results: dict) -> int:
+        written = 0
+        for name, array in self.out.items():
+            value = np.asarray(results[name])
+            array[start:stop] = value
+            written += value.nbytes
+        return written
+
+    def mark(self, c0: int, c1: int) -> None:
+        _ledger.mark(self.job.output, c0, c1)
+
+
+def _worker_address() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except Exception:
+        return "local"
+
+
+def run_batches(job: Job, c0: int, c1: int, compute) -> TaskResult:
+    """The plain per-task loop; ``compute(op, a, b) -> {name: numpy array}`` does the math."""
+    started = time.perf_counter()
+    result = TaskResult(c0, c1, worker=_worker_address())
+    io = TaskIO(job)
+    per = job.plan.batch // job.plan.chunk
+    for b0 in range(c0, c1, per):
+        b1 = min(b0 + per, c1)
+        start, stop = job.plan.chunk_range(b0, b1)
+        if job.task_delay:
+            time.sleep(job.task_delay)
+        a, b = io.read(start, stop)
+        results = compute(job.op, a, b)
+        result.bytes_in += a.nbytes + (b.nbytes if b is not None else 0)
+        result.bytes_out += io.write(start, stop, results)
+        io.mark(b0, b1)
+        result.count_info(results["info"])
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def process_range(job: Job, c0: int, c1: int) -> TaskResult:
+    """Task body: output chunks ``[c0, c1)`` of ``job``, on the backend chosen here, on the worker."""
+    backend = _backends.resolve(job.backend)
+    custom = getattr(backend, "process_range", None)
+    result = custom(job, c0, c1) if custom is not None else run_batches(job, c0, c1, backend.compute)
+    result.backend = backend.name
+    return result

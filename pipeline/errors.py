@@ -1,0 +1,57 @@
+"""One error hierarchy for the pipeline. Messages read "Expected X. Got Y instead."
+
+Every class derives from :class:`BatchluError`, so ``except pipeline.errors.BatchluError`` catches all
+of them; each also derives from the closest built-in (``ValueError``, ``FileNotFoundError``, ...)
+so that generic handlers keep working. The classes take one message argument, which keeps them
+picklable across Dask workers.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BatchluError",
+    "ConfigError",
+    "CorruptInputError",
+    "InputError",
+    "InputNotFoundError",
+    "OutputError",
+    "OutputExistsError",
+    "ResumeError",
+]
+
+
+class BatchluError(Exception):
+    """Base class of every error the pipeline raises on purpose."""
+
+
+class ConfigError(BatchluError, ValueError):
+    """An unknown op, backend or setting, or a setting out of range."""
+
+
+class BackendError(ConfigError):
+    """The requested compute backend is not available on the workers (e.g. ``gpu`` with no GPU)."""
+
+
+class InputError(BatchluError, ValueError):
+    """The input (or right-hand side) is not a readable Zarr array of the expected shape and dtype."""
+
+
+class InputNotFoundError(InputError, FileNotFoundError):
+    """The input path, or the array inside it, does not exist."""
+
+
+class CorruptInputError(InputError):
+    """A chunk of the input could not be read or decoded; the message names the chunk file."""
+
+
+class OutputError(BatchluError, OSError):
+    """The output cannot be written where asked (not writable, same as the input, not a Zarr store)."""
+
+
+class OutputExistsError(OutputError, FileExistsError):
+    """The output exists and neither ``resume`` nor ``overwrite`` was asked for."""
+
+
+class ResumeError(OutputError):
+    """``resume`` was asked for an output written from another input, right-hand side or op."""

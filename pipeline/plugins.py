@@ -1,0 +1,113 @@
+"""Worker plugins: the per-process GPU setup, done inside each worker and never in the client.
+
+Each ``__init__`` only stores settings (plugins are pickled to the workers); ``setup(worker)`` does
+the imports and the CUDA work there. Register them with ``client.register_plugin(...)``; a plugin of
+the same name registered again replaces the old one (its ``teardown`` runs first) and runs its
+``setup`` on every worker, current and future, so each run can bring its own warm-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+__all__ = ["GPUSetup", "WarmUp"]
+
+logger = logging.getLogger("batchlu.plugins")
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmUp:
+    """What the coming run computes: compile those kernels and reserve the pinned buffers for it.
+
+    ``outputs`` lists ``(name, tail shape, dtype)`` per output array; ``batch`` is the largest batch
+    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``.
+    """
+
+    op: str
+    dtype: str
+    n: int
+    outputs: tuple[tuple[str, tuple[int, ...], str], ...]
+    batch: int
+    rhs: tuple[tuple[int, ...], str] | None = None
+
+
+class GPUSetup(WorkerPlugin):
+    """Select the worker's GPU, set CuPy's allocator (or an RMM pool), compile, pin buffers.
+
+    * device: ``device`` if given, else 0 -- under dask-cuda (``LocalCUDACluster`` or
+      ``dask cuda worker``) each worker's own GPU comes first in its ``CUDA_VISIBLE_DEVICES``;
+    * allocator: CuPy's memory pool, or an RMM pool of ``rmm_pool_size`` bytes when given (needs
+      the ``rmm`` package on the workers);
+    * warm-up: runs the ``warmup`` op once on a few random matrices, so NVRTC compiles before the
+      first task and compile time never counts as a task's;
+    * pinned buffers: reserves one pair of page-locked slots per worker thread for that batch size
+      (see :class:`pipeline._gpu_path.SlotPool`); tasks borrow them and give them back.
+
+    On a worker without a GPU (a CPU worker of a mixed cluster, ``backend="auto"``) it does nothing
+    and says so in the worker's log; ``backend="gpu"`` then fails in the task with a clear error.
+    """
+
+    name = "batchlu-gpu"
+    idempotent = False
+
+    def __init__(self, *, device: int | None = None, rmm_pool_size: int | None = None,
+                 warmup: WarmUp | None = None):
+        self.device = device
+        self.rmm_pool_size = rmm_pool_size
+        self.warmup = warmup
+        self.engine = None
+        self.setup_seconds = None
+
+    def setup(self, worker):
+        import time
+
+        started = time.perf_counter()
+        try:
+            import cupy
+
+            if int(cupy.cuda.runtime.getDeviceCount()) < 1:
+                raise RuntimeError("no CUDA device")
+        except Exception as exc:
+            logger.info("batchlu: no GPU on worker %s (%s); GPU setup skipped", worker.address, exc)
+            return
+        from . import _backends, _gpu_path
+
+        device = int(self.device) if self.device is not None else 0
+        cupy.cuda.Device(device).use()
+        if self.rmm_pool_size:
+            _use_rmm_pool(device, int(self.rmm_pool_size))
+        else:
+            cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)
+        engine = _gpu_path.install_engine(device=device, threads=worker.state.nthreads)
+        _backends.register("gpu", _gpu_path.GPUPathBackend)
+        if self.warmup is not None:
+            _gpu_path.warm_up(engine, self.warmup, reserve=worker.state.nthreads)
+        self.engine = engine
+        self.setup_seconds = time.perf_counter() - started
+        logger.info("batchlu: %s ready on worker %s (CUDA_VISIBLE_DEVICES=%s) in %.2f s",
+                    engine.describe(), worker.address, os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    self.setup_seconds)
+
+    def teardown(self, worker):
+        from . import _gpu_path
+
+        _gpu_path.release_engine()
+        self.engine = None
+
+
+def _use_rmm_pool(device: int, size: int) -> None:
+    try:
+        import rmm
+        from rmm.allocators.cupy import rmm_cupy_allocator
+    except ImportError as exc:
+        raise RuntimeError("Expected the rmm package on the worker for batchlu.cluster.rmm-pool-size. "
+                           "Got an ImportError instead: install rmm (conda environment.yml) or leave "
+                           "rmm-pool-size unset to use CuPy's memory pool.") from exc
+    import cupy
+
+    rmm.reinitialize(pool_allocator=True, initial_pool_size=size, devices=device)
+    cupy.cuda.set_allocator(rmm_cupy_allocator)
