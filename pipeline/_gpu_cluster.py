@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import BatchluError
+from .errors import BackendError, BatchluError
 
 __all__ = [
     "GPUUnavailableError", "gpu_packages_missing", "make_gpu_cluster", "make_security", "resolve_backend",
@@ -25,7 +25,7 @@ __all__ = [
 CUDA_EXTRA_HINT = "pip install 'batchlu[cuda12]' (or [cuda13]), or use the conda environment.yml"
 
 
-class GPUUnavailableError(BatchluError):
+class GPUUnavailableError(BackendError):
     """``--backend gpu`` was asked for, but no usable GPU (or no CUDA Python stack) is present."""
 
 

@@ -1,0 +1,330 @@
+"""The per-worker data path (pipeline._gpu_path): double-buffered read -> compute -> write.
+
+The loop is the same on the CPU (HostEngine) and the GPU (CudaEngine), so most of it is tested here
+without a device; the ``gpu`` tests at the end run it on CuPy with pinned buffers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+import kernels
+from kernels.matrices import generate, rhs as make_rhs
+from kernels.ratios import THRESHOLD, get01, get02, get03
+from pipeline import _gpu_path
+from pipeline._gpu_path import BatchIO, HostEngine, Slot, run_batches, sub_batches
+from pipeline._ops import output_specs
+from pipeline._plan import Plan
+
+DTYPES = ("float32", "float64", "complex64", "complex128")
+
+
+def _store(tmp_path, name, data, chunk):
+    arr = zarr.create_array(str(tmp_path / name), shape=data.shape, dtype=data.dtype,
+                            chunks=(chunk,) + data.shape[1:])
+    arr[...] = data
+    return zarr.open_array(str(tmp_path / name), mode="r")
+
+
+def _outputs(tmp_path, op, n, dtype, count, chunk, rhs_dtype=None, k=None):
+    """Output arrays poisoned with a fill that no kernel result equals."""
+    group = zarr.open_group(str(tmp_path / f"out-{op}.zarr"), mode="w")
+    outs = {}
+    for spec in output_specs(op, n, dtype, rhs_dtype, k):
+        fill = -7777 if spec.dtype.kind in "iu" else np.nan
+        outs[spec.name] = group.create_array(spec.name, shape=(count,) + spec.tail, dtype=spec.dtype,
+                                             chunks=(chunk,) + spec.tail, fill_value=fill)
+    return outs
+
+
+def _ranges(count, chunk, per):
+    step = chunk * per
+    return [(s, min(s + step, count)) for s in range(0, count, step)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["lu", "inv", "solve", "slogdet"])
+def test_host_path_matches_kernels(tmp_path, op, dtype):
+    count, n, chunk = 53, 9, 7  # chunks do not divide N
+    a = generate("singular-mix" if dtype == "float64" else "random", n, dtype, seed=3, start=0, stop=count)
+    src = _store(tmp_path, "a.zarr", a, chunk)
+    b = rhs = None
+    if op == "solve":
+        b = make_rhs(n, 2, dtype, seed=4, start=0, stop=count)
+        rhs = _store(tmp_path, "b.zarr", b, chunk)
+    outs = _outputs(tmp_path, op, n, dtype, count, chunk, dtype if b is not None else None,
+                    2 if b is not None else None)
+    marks = []
+    io = BatchIO(src, rhs, outs, mark=lambda s, e: marks.append((s, e)))
+    ranges = _ranges(count, chunk, 2)
+    stats = run_batches(HostEngine(), op, io, ranges)
+
+    assert marks == ranges  # every batch recorded, in order, after its writes
+    assert stats.matrices == count
+    assert stats.bytes_in == a.nbytes + (0 if b is None else b.nbytes)
+    got = {name: arr[...] for name, arr in outs.items()}
+    info = got["info"]
+    assert info.dtype == np.int32 and info.shape == (count,)
+    assert (stats.ok, stats.singular, stats.nonfinite) == (
+        int((info == 0).sum()), int((info > 0).sum()), int((info < 0).sum()))
+    # the same kernels on the whole array give bit-identical results, batch by batch
+    want = {"lu": lambda: dict(zip(("lu", "piv", "info"), kernels.lu_factor(a))),
+            "inv": lambda: dict(zip(("inv", "info"), kernels.inv(a))),
+            "solve": lambda: dict(zip(("x", "info"), kernels.solve(a, b))),
+            "slogdet": lambda: dict(zip(("sign", "logabsdet", "info"), kernels.slogdet(a)))}[op]()
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype and got[name].shape == value.shape
+        np.testing.assert_array_equal(got[name], value)
+    good = info == 0
+    assert good.any()
+    if op == "lu":
+        assert get01(a[good], got["lu"][good], got["piv"][good]).max() < THRESHOLD
+    if op == "inv":
+        assert get03(a[good], got["inv"][good]).max() < THRESHOLD
+        assert np.isnan(got["inv"][~good]).all()
+    if op == "solve":
+        assert get02(a[good], got["x"][good], b[good]).max() < THRESHOLD
+
+
+class _SlowArray:
+    """A Zarr array stand-in whose reads and writes take ``delay`` seconds (to see the overlap)."""
+
+    def __init__(self, data, delay, log, name):
+        self.data, self.delay, self.log, self.name = data, delay, log, name
+        self.shape, self.dtype = data.shape, data.dtype
+
+    def get_basic_selection(self, selection, out=None):
+        self.log.append(("read", selection[0].start, time.perf_counter()))
+        time.sleep(self.delay)
+        out.as_numpy_array()[...] = self.data[selection]
+
+    def __getitem__(self, key):
+        time.sleep(self.delay)
+        return self.data[key]
+
+    def __setitem__(self, key, value):
+        self.log.append(("write", key.start, time.perf_counter()))
+        time.sleep(self.delay)
+        self.data[key] = value
+
+
+class _SlowEngine(HostEngine):
+    def __init__(self, delay):
+        super().__init__()
+        self.delay = delay
+
+    def run(self, op, slot):
+        time.sleep(self.delay)
+        super().run(op, slot)
+
+
+def test_read_compute_write_overlap(tmp_path):
+    count, n, chunk, delay = 48, 4, 8, 0.08
+    a = generate("random", n, "float64", seed=5, start=0, stop=count)
+    log = []
+    src = _SlowArray(a, delay, log, "a")
+    outs = {"inv": _SlowArray(np.full((count, n, n), np.nan), delay / 2, log, "inv"),
+            "info": _SlowArray(np.full((count,), -7, np.int32), delay / 2, log, "info")}
+    ranges = _ranges(count, chunk, 1)  # 6 batches
+    t = time.perf_counter()
+    stats = run_batches(_SlowEngine(delay), "inv", BatchIO(src, None, outs), ranges)
+    wall = time.perf_counter() - t
+    serial = len(ranges) * 3 * delay
+    # three stages of `delay` each: serial ~ 6 * 3 * delay, overlapped ~ (6 + 2) * delay
+    assert wall < 0.75 * serial, (wall, serial)
+    assert stats.read_s + stats.compute_s + stats.write_s > 1.3 * wall
+    reads = {s: t for kind, s, t in log if kind == "read"}
+    writes = {s: t for kind, s, t in log if kind == "write"}
+    # batch i + 1 is read before batch i is written: reading runs ahead of writing
+    assert all(reads[ranges[i + 1][0]] < writes[ranges[i][0]] for i in range(len(ranges) - 1))
+    np.testing.assert_array_equal(outs["inv"].data, kernels.inv(a)[0])
+
+
+class _OOMEngine(HostEngine):
+    """Raises the engine's out-of-memory error for any piece larger than ``limit`` matrices."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit, self.sizes, self.released = limit, [], 0
+
+    def run(self, op, slot):
+        self.sizes.append(slot.a.shape[0])
+        if slot.a.shape[0] > self.limit:
+            raise MemoryError("out of memory (test)")
+        super().run(op, slot)
+
+    def release(self):
+        self.released += 1
+
+
+def test_out_of_memory_splits_and_retries(tmp_path):
+    count, n, chunk = 100, 6, 25
+    a = generate("singular-mix", n, "float64", seed=6, start=0, stop=count)
+    src = _store(tmp_path, "a.zarr", a, chunk)
+    outs = _outputs(tmp_path, "lu", n, "float64", count, chunk)
+    engine = _OOMEngine(limit=12)
+    stats = run_batches(engine, "lu", BatchIO(src, None, outs), _ranges(count, chunk, 2))
+    assert stats.oom_splits >= 2 and engine.released == stats.oom_splits
+    assert max(s for s in engine.sizes if s <= engine.limit) <= 12
+    lu, piv, info = kernels.lu_factor(a)
+    np.testing.assert_array_equal(outs["lu"][...], lu)
+    np.testing.assert_array_equal(outs["piv"][...], piv)
+    np.testing.assert_array_equal(outs["info"][...], info)
+
+
+def test_out_of_memory_on_one_matrix_raises(tmp_path):
+    a = generate("random", 3, "float64", seed=7, start=0, stop=8)
+    src = _store(tmp_path, "a.zarr", a, 4)
+    outs = _outputs(tmp_path, "inv", 3, "float64", 8, 4)
+    marks = []
+    with pytest.raises(MemoryError):
+        run_batches(_OOMEngine(limit=0), "inv", BatchIO(src, None, outs, mark=lambda s, e: marks.append(s)),
+                    _ranges(8, 4, 1))
+    assert marks == []  # nothing recorded complete
+    assert np.isnan(outs["inv"][...]).all()
+
+
+def test_pinned_slots_are_reused_not_grown(tmp_path):
+    count, n, chunk = 40, 5, 10
+    a = generate("random", n, "complex128", seed=8, start=0, stop=count)
+    src = _store(tmp_path, "a.zarr", a, chunk)
+    engine = HostEngine()
+    sizes = []
+    for repeat in range(4):
+        outs = _outputs(tmp_path, "inv", n, "complex128", count, chunk)
+        run_batches(engine, "inv", BatchIO(src, None, outs), _ranges(count, chunk, 2 if repeat < 3 else 1))
+        sizes.append(engine.pool.nbytes)
+    assert engine.pool.allocations == 1 and engine.pool.pairs == 1
+    assert len(set(sizes)) == 1
+    per_matrix = 2 * n * n * 16 + 4  # input + inverse + info
+    assert sizes[0] == 2 * 2 * chunk * per_matrix  # one pair of two-chunk slots
+
+
+def test_concurrent_tasks_borrow_one_pair_each(tmp_path):
+    count, n, chunk = 64, 4, 8
+    a = generate("random", n, "float64", seed=9, start=0, stop=count)
+    src = _store(tmp_path, "a.zarr", a, chunk)
+    engine = _SlowEngine(0.02)
+    outs = _outputs(tmp_path, "inv", n, "float64", count, chunk)
+    halves = [_ranges(count, chunk, 1)[:4], _ranges(count, chunk, 1)[4:]]
+    for _ in range(2):
+        threads = [threading.Thread(target=run_batches, args=(engine, "inv", BatchIO(src, None, outs), h))
+                   for h in halves]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    assert engine.pool.pairs == 2 and engine.pool.allocations == 2
+    np.testing.assert_array_equal(outs["inv"][...], kernels.inv(a)[0])
+
+
+def test_read_error_hook_and_nothing_marked(tmp_path):
+    a = generate("random", 4, "float64", seed=10, start=0, stop=16)
+    src = _store(tmp_path, "a.zarr", a, 4)
+    # corrupt the third chunk file
+    (tmp_path / "a.zarr" / "c" / "2" / "0" / "0").write_bytes(b"not zstd")
+    outs = _outputs(tmp_path, "inv", 4, "float64", 16, 4)
+    marks, seen = [], []
+
+    def read_error(array, start, stop, exc):
+        seen.append((start, stop))
+        raise ValueError(f"Expected readable chunks. Got a corrupt one in {start}:{stop} instead.")
+
+    with pytest.raises(ValueError, match="corrupt one in 8:12"):
+        run_batches(HostEngine(), "inv", BatchIO(src, None, outs, mark=lambda s, e: marks.append(s),
+                                                 read_error=read_error), _ranges(16, 4, 1))
+    assert seen == [(8, 12)]
+    assert 8 not in marks and 12 not in marks
+    assert np.isnan(outs["inv"][8:][...]).all()
+
+
+def test_sub_batches_whole_chunks_and_at_least_two():
+    plan = Plan(count=1000, chunk=30, batch=300, chunks_per_task=10)
+    assert sub_batches(plan, 0, 10) == [(0, 5), (5, 10)]
+    assert sub_batches(plan, 10, 11) == [(10, 11)]
+    assert sub_batches(plan, 20, 23) == [(20, 22), (22, 23)]
+    big = Plan(count=10**7, chunk=100, batch=400, chunks_per_task=250)
+    got = sub_batches(big, 0, 250)
+    assert got[0] == (0, 4) and got[-1] == (248, 250) and len(got) == 63
+    assert all(b0 < b1 for b0, b1 in got) and [g[1] for g in got[:-1]] == [g[0] for g in got[1:]]
+
+
+def test_module_imports_without_cupy():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['cupy'] = None; sys.modules['dask_cuda'] = None\n"
+            "import pipeline._gpu_path, pipeline.plugins, pipeline._gpu_cluster\n"
+            "assert 'cupy' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["lu", "inv", "solve", "slogdet"])
+@pytest.mark.parametrize("dtype", ["float32", "complex128"])
+def test_cuda_engine_matches_lapack_ratios(tmp_path, op, dtype):
+    import cupy
+
+    count, n, chunk = 300, 24, 64
+    a = generate("singular-mix" if dtype == "complex128" else "random", n, dtype, seed=11, start=0,
+                 stop=count)
+    src = _store(tmp_path, "a.zarr", a, chunk)
+    b = rhs = None
+    if op == "solve":
+        b = make_rhs(n, 3, dtype, seed=12, start=0, stop=count)
+        rhs = _store(tmp_path, "b.zarr", b, chunk)
+    outs = _outputs(tmp_path, op, n, dtype, count, chunk, dtype if b is not None else None,
+                    3 if b is not None else None)
+    engine = _gpu_path.CudaEngine(0, threads=1)
+    stats = run_batches(engine, op, BatchIO(src, None if rhs is None else rhs, outs), _ranges(count, chunk, 2))
+    assert stats.matrices == count
+    got = {name: arr[...] for name, arr in outs.items()}
+    cpu_info = {"lu": lambda: kernels.lu_factor(a)[2], "inv": lambda: kernels.inv(a)[1],
+                "solve": lambda: kernels.solve(a, b)[1], "slogdet": lambda: kernels.slogdet(a)[2]}[op]()
+    np.testing.assert_array_equal(got["info"], cpu_info)
+    good = got["info"] == 0
+    assert good.sum() > count // 2
+    for name, value in got.items():
+        if value.dtype.kind in "fc" and name != "logabsdet":
+            assert np.isfinite(value[good]).all(), name
+    if op == "lu":
+        assert get01(a[good], got["lu"][good], got["piv"][good]).max() < THRESHOLD
+    elif op == "inv":
+        assert get03(a[good], got["inv"][good]).max() < THRESHOLD
+    elif op == "solve":
+        assert get02(a[good], got["x"][good], b[good]).max() < THRESHOLD
+    else:
+        sign, logabsdet, _ = kernels.slogdet(a)
+        eps = np.finfo(np.dtype(dtype)).eps
+        assert np.abs(got["logabsdet"][good] - logabsdet[good]).max() < THRESHOLD * n * eps * 10
+    # the buffers are page-locked host memory, kept by the engine's pool
+    ptr = engine.pool._free[0][2][0].a.ctypes.data
+    attrs = cupy.cuda.runtime.pointerGetAttributes(ptr)
+    assert attrs.type == cupy.cuda.runtime.memoryTypeHost
+
+
+@pytest.mark.gpu
+def test_cuda_out_of_memory_splits(tmp_path):
+    import cupy
+
+    count, n, chunk = 2048, 64, 512
+    a = generate("random", n, "float64", seed=13, start=0, stop=count)
+    src = _store(tmp_path, "a.zarr", a, chunk)
+    outs = _outputs(tmp_path, "inv", n, "float64", count, chunk)
+    engine = _gpu_path.CudaEngine(0, threads=1)
+    engine.device_fit = lambda per_matrix: 10**9  # pretend everything fits, so the kernels hit the limit
+    pool = cupy.get_default_memory_pool()
+    pool.free_all_blocks()
+    pool.set_limit(size=12 * 2**20)  # 1024 matrices need 2 x 32 MiB + workspace; 64 fit
+    try:
+        stats = run_batches(engine, "inv", BatchIO(src, None, outs), _ranges(count, chunk, 2))
+    finally:
+        pool.set_limit(size=0)
+    assert stats.oom_splits >= 3
+    inv = outs["inv"][...]
+    assert get03(a, inv).max() < THRESHOLD
+    assert (outs["info"][...] == 0).all()
