@@ -1,0 +1,172 @@
+"""The NumPy backend: per-matrix info on singular and non-finite matrices mixed into a batch, every
+output element written, ill-conditioned inputs, and batches larger than one internal pass."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+import kernels
+from kernels import _cpu, matrices
+from kernels.ratios import THRESHOLD, get01, get02, get03
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+class _PoisonedNumpy:
+    """Stands in for ``numpy`` inside ``kernels._cpu``: fresh buffers start full of garbage (NaN for
+    inexact types, -7 for integers), so a result element the backend forgets to write shows."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def _poison(dtype):
+        return np.nan if np.dtype(dtype).kind in "fc" else -7
+
+    def empty(self, shape, dtype=float, *args, **kwargs):
+        return np.full(shape, self._poison(dtype), dtype)
+
+    def empty_like(self, x, dtype=None, *args, **kwargs):
+        return np.full(np.shape(x), self._poison(dtype or x.dtype), dtype or x.dtype)
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    monkeypatch.setattr(_cpu, "np", _PoisonedNumpy())
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 33, 64])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_singular_mix_info_and_neighbours(dtype, n, poisoned):
+    """Singular, zero, NaN and Inf matrices mixed into a batch: right info, NaN results for them
+    only, and their neighbours solved to LAPACK accuracy."""
+    count = 40
+    a = matrices.generate("singular-mix", n, dtype, seed=n, start=0, stop=count)
+    masks = matrices.singular_mix_masks(0, count)
+    i = np.arange(count)
+    expected = np.zeros(count, np.int32)
+    expected[masks["singular"]] = (i[masks["singular"]] // 7) % n + 1
+    expected[masks["zero"]] = 1
+    expected[masks["nan"] | masks["inf"]] = -1
+    assert {1, -1} <= set(expected.tolist()) and (expected == 0).sum() >= count // 2
+
+    b = matrices.rhs(n, 2, dtype, seed=n, start=0, stop=count)
+    lu, piv, info = kernels.lu_factor(a)
+    ainv, info_inv = kernels.inv(a)
+    x, info_solve = kernels.solve(a, b)
+    sign, logabsdet, info_det = kernels.slogdet(a)
+    for got in (info, info_inv, info_solve, info_det):
+        np.testing.assert_array_equal(got, expected)
+
+    good, singular, bad = expected == 0, expected > 0, expected < 0
+    # Neighbours: unspoiled and accurate.
+    assert np.isfinite(lu[good]).all() and np.isfinite(ainv[good]).all() and np.isfinite(x[good]).all()
+    assert get01(a[good], lu[good], piv[good]).max() < THRESHOLD
+    assert get03(a[good], ainv[good]).max() < THRESHOLD
+    assert get02(a[good], x[good], b[good]).max() < THRESHOLD
+    assert np.all(np.abs(sign[good]) > 0.5) and np.isfinite(logabsdet[good]).all()
+    # Exactly singular: the factorization completes, as LAPACK's, and is still a valid one.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in np.flatnonzero(singular):
+            _, ref_piv = scipy.linalg.lu_factor(a[k])
+            np.testing.assert_array_equal(piv[k], ref_piv)
+    assert np.isfinite(lu[singular]).all()
+    assert get01(a[singular], lu[singular], piv[singular]).max() < THRESHOLD
+    assert np.isnan(ainv[singular]).all() and np.isnan(x[singular]).all()
+    assert np.all(sign[singular] == 0) and np.all(logabsdet[singular] == -np.inf)
+    # Non-finite: NaN everywhere, identity pivots.
+    assert np.isnan(lu[bad]).all() and np.isnan(ainv[bad]).all() and np.isnan(x[bad]).all()
+    np.testing.assert_array_equal(piv[bad], np.broadcast_to(np.arange(n), piv[bad].shape))
+    assert np.isnan(sign[bad]).all() and np.isnan(logabsdet[bad]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hand_made_bad_matrices(dtype):
+    """A rank-one 2 x 2 matrix, the zero matrix, NaN and +-Inf between two good matrices."""
+    good = np.array([[4.0, 1.0], [2.0, 3.0]])
+    a = np.array([good, [[1.0, 2.0], [2.0, 4.0]], np.zeros((2, 2)),
+                  [[1.0, np.nan], [0.0, 1.0]], [[np.inf, 0.0], [0.0, 1.0]],
+                  [[1.0, 0.0], [-np.inf, 1.0]], good.T], dtype)
+    lu, piv, info = kernels.lu_factor(a)
+    np.testing.assert_array_equal(info, [0, 2, 1, -1, -1, -1, 0])
+    # [[1, 2], [2, 4]]: pivot row 1, multiplier 0.5, U[1, 1] = 2 - 0.5 * 4 = 0 exactly.
+    np.testing.assert_array_equal(piv[1], [1, 1])
+    np.testing.assert_array_equal(lu[1], np.array([[2, 4], [0.5, 0]], dtype))
+    np.testing.assert_array_equal(piv[2], [0, 1])
+    np.testing.assert_array_equal(lu[2], np.zeros((2, 2), dtype))
+    assert np.isnan(lu[3:6]).all()
+    assert get01(a[[0, 6]], lu[[0, 6]], piv[[0, 6]]).max() < THRESHOLD
+    ainv, info = kernels.inv(a)
+    assert np.isnan(ainv[1:6]).all()
+    np.testing.assert_allclose(ainv[0], np.linalg.inv(good), rtol=4 * np.finfo(dtype).eps)
+    sign, logabsdet, _ = kernels.slogdet(a)
+    np.testing.assert_array_equal(sign[1:3], [0, 0])
+    np.testing.assert_array_equal(logabsdet[1:3], [-np.inf, -np.inf])
+    assert sign[0] == 1 and sign[6] == 1
+    assert abs(logabsdet[0] - np.log(10.0)) <= 4 * np.finfo(dtype).eps * np.log(10.0)
+
+
+def test_lu_solve_with_a_zero_pivot_spoils_only_its_own_x():
+    a = matrices.generate("random", 5, np.float64, seed=11, stop=3)
+    a[1, :, 3] = 0
+    lu, piv, info = kernels.lu_factor(a)
+    np.testing.assert_array_equal(info, [0, 4, 0])
+    b = matrices.rhs(5, None, np.float64, seed=11, stop=3)
+    x = kernels.lu_solve(lu, piv, b)
+    assert not np.isfinite(x[1]).all()
+    assert np.isfinite(x[[0, 2]]).all() and get02(a[[0, 2]], x[[0, 2]], b[[0, 2]]).max() < THRESHOLD
+
+
+@pytest.mark.parametrize("n", [8, 64])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_illcond(dtype, n):
+    """Backward stability holds at the condition number the generator targets."""
+    a = matrices.generate("illcond", n, dtype, seed=3, start=5, stop=13)
+    lu, piv, info = kernels.lu_factor(a)
+    assert np.all(info == 0)
+    assert get01(a, lu, piv).max() < THRESHOLD
+    ainv, _ = kernels.inv(a)
+    assert get03(a, ainv).max() < THRESHOLD
+    b = matrices.rhs(n, 3, dtype, seed=3, start=5, stop=13)
+    x, _ = kernels.solve(a, b)
+    assert get02(a, x, b).max() < THRESHOLD
+
+
+def test_huge_and_tiny_entries_scale_like_lapack():
+    """Entries near the underflow threshold: the pivot is tiny, columns are divided, not scaled by
+    an overflowing reciprocal; the result still passes get01."""
+    rng = np.random.default_rng(17)
+    a = rng.uniform(-1, 1, (4, 6, 6)) * np.finfo(np.float64).tiny
+    lu, piv, info = kernels.lu_factor(a)
+    assert np.all(info == 0) and np.isfinite(lu).all()
+    assert get01(a, lu, piv).max() < THRESHOLD
+
+
+def test_batch_larger_than_one_pass(poisoned, monkeypatch):
+    """The backend works through a large batch in passes; results do not depend on the pass size."""
+    a = matrices.generate("singular-mix", 6, np.complex128, seed=5, stop=301)
+    b = matrices.rhs(6, 2, np.complex128, seed=5, stop=301)
+    whole = kernels.lu_factor(a), kernels.inv(a), kernels.solve(a, b), kernels.slogdet(a)
+    monkeypatch.setattr(_cpu, "_CHUNK_ENTRIES", 36 * 32)  # passes of 32 matrices: ten of them
+    parts = kernels.lu_factor(a), kernels.inv(a), kernels.solve(a, b), kernels.slogdet(a)
+    for one, other in zip(whole, parts):
+        for x, y in zip(one, other):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_inputs_are_not_modified_by_the_backend():
+    a = matrices.generate("singular-mix", 7, np.float32, seed=2, stop=30)
+    before = a.copy()
+    _cpu.getrf(a)
+    _cpu.inv(a)
+    _cpu.slogdet(a)
+    b = matrices.rhs(7, 3, np.float32, seed=2, stop=30)
+    b_before = b.copy()
+    _cpu.solve(a, b)
+    np.testing.assert_array_equal(a, before)
+    np.testing.assert_array_equal(b, b_before)
