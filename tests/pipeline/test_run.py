@@ -1,0 +1,203 @@
+"""End to end on a real LocalCluster and real on-disk Zarr: every op, dtypes, odd chunkings, a v2
+input, an input inside a group, right-hand sides of both shapes, the embedded cluster."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import zarr
+
+import kernels
+import pipeline
+from pipeline._ops import INFO_NOT_COMPUTED
+
+from _pipeline_helpers import outputs_of
+
+DTYPES = ("float32", "float64", "complex64", "complex128")
+# Small batches and few tasks: tasks of several batches, output chunks that do not divide N (53)
+# and do not match the input's chunks (10).
+SMALL = {"chunk": 8, "memory-budget": 6000, "max-tasks": 3}
+
+
+def expected(op, a, b=None) -> dict:
+    """What the pipeline must write: kernels.* on the whole input at once, in this process."""
+    if op == "lu":
+        lu, piv, info = kernels.lu_factor(a)
+        return {"lu": lu, "piv": piv, "info": info}
+    if op == "inv":
+        ainv, info = kernels.inv(a)
+        return {"inv": ainv, "info": info}
+    if op == "solve":
+        x, info = kernels.solve(a, b)
+        return {"x": x, "info": info}
+    sign, logabsdet, info = kernels.slogdet(a)
+    return {"sign": sign, "logabsdet": logabsdet, "info": info}
+
+
+def check_output(path, op, a, b=None, chunk=None) -> dict:
+    got = outputs_of(path)
+    want = expected(op, a, b)
+    assert set(got) == set(want) | {"_complete"}
+    assert got["_complete"].all()
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype, name
+        assert got[name].shape == value.shape, name
+        assert np.array_equal(got[name], value, equal_nan=True), name
+    assert not (got["info"] == INFO_NOT_COMPUTED).any()  # every element was written
+    if chunk:
+        group = zarr.open_group(path, mode="r")
+        for name in want:
+            assert group[name].chunks[0] == chunk
+            assert group[name].metadata.zarr_format == 3
+    return got
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("run-inputs")
+    made = {}
+    for i, dtype in enumerate(DTYPES):
+        made[dtype] = pipeline.generate(root / f"a-{dtype}.zarr", count=53, size=5, chunk=10,
+                                        dtype=dtype, kind="singular-mix", seed=10 + i)
+        made[dtype + "-b"] = pipeline.generate_rhs(root / f"b-{dtype}.zarr", count=53, size=5,
+                                                   dtype=dtype, chunk=10, seed=20 + i)
+    return made
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", pipeline.OPS)
+def test_every_op_and_dtype(client, inputs, tmp_path, op, dtype):
+    a = np.asarray(zarr.open_array(inputs[dtype], mode="r")[...])
+    rhs = inputs[dtype + "-b"] if op == "solve" else None
+    b = np.asarray(zarr.open_array(rhs, mode="r")[...]) if rhs else None
+    out = tmp_path / "out.zarr"
+    report = pipeline.run(inputs[dtype], out, op=op, rhs=rhs, client=client, progress=False,
+                          config=SMALL)
+    got = check_output(str(out), op, a, b, chunk=8)
+    info = got["info"]
+    assert (report.ok, report.singular, report.nonfinite) == (
+        int((info == 0).sum()), int((info > 0).sum()), int((info < 0).sum()))
+    assert report.singular > 0 and report.nonfinite > 0 and report.ok > 0
+    assert report.processed == report.count == 53 and report.skipped == 0
+    assert report.tasks == 3 and report.status == "complete" and report.backends == ("cpu",)
+    record = zarr.open_group(out, mode="r").attrs["batchlu"]
+    assert record["status"] == "complete" and record["op"] == op and record["finished"]
+    assert record["input"]["path"] == inputs[dtype] and record["N"] == 53 and record["n"] == 5
+    assert record["dtype"] == dtype and record["settings"]["memory_budget"] == 6000
+    assert record["backend"] == "auto" and record["backends_used"] == ["cpu"]
+    assert record["version"] and record["started"] and record["plan"]["chunk"] == 8
+    assert record["counts"] == {"ok": report.ok, "singular": report.singular,
+                                "nonfinite": report.nonfinite}
+    json.dumps(record)  # provenance is plain JSON
+    result = pipeline.verify(inputs[dtype], out)
+    assert result.ok, result.summary()
+    assert result.checked == 53 and result.ratios > 0
+
+
+def test_report_repr(client, stores, tmp_path):
+    report = pipeline.run(stores["a"], tmp_path / "o.zarr", op="inv", client=client, progress=False)
+    text = repr(report)
+    for word in ("inv", "complete", "ok", "singular", "non-finite", "matrices/s", str(tmp_path)):
+        assert word in text
+    assert report.elapsed > 0 and report.matrices_per_s > 0 and report.bytes_in == 53 * 36 * 8
+    assert abs(sum(report.worker_share.values()) - 1) < 1e-12
+
+
+def test_v2_input_and_array_inside_group(client, tmp_path):
+    from kernels import matrices
+
+    a = matrices.generate("random", 4, "float64", seed=5, start=0, stop=23)
+    v2 = zarr.create_array(tmp_path / "v2.zarr", shape=a.shape, chunks=(6, 4, 4), dtype=a.dtype,
+                           zarr_format=2)
+    v2[...] = a
+    group = zarr.open_group(tmp_path / "g.zarr", mode="w")
+    nested = group.create_group("sub").create_array("mats", shape=a.shape, chunks=(5, 4, 4),
+                                                    dtype=a.dtype)
+    nested[...] = a
+    group.create_array("other", shape=(3,), dtype="f8")
+    first = pipeline.run(str(tmp_path / "v2.zarr"), tmp_path / "o1.zarr", op="lu", client=client,
+                         progress=False)
+    second = pipeline.run(f"{tmp_path / 'g.zarr'}:sub/mats", tmp_path / "o2.zarr", op="lu",
+                          client=client, progress=False)
+    assert first.ok == second.ok == 23
+    check_output(str(tmp_path / "o1.zarr"), "lu", a, chunk=6)
+    check_output(str(tmp_path / "o2.zarr"), "lu", a, chunk=5)
+    record = zarr.open_group(tmp_path / "o2.zarr", mode="r").attrs["batchlu"]
+    assert record["input"]["array"] == "sub/mats" and record["input"]["zarr_format"] == 3
+    assert zarr.open_group(tmp_path / "o1.zarr", mode="r").attrs["batchlu"]["input"]["zarr_format"] == 2
+    assert pipeline.verify(f"{tmp_path / 'g.zarr'}:sub/mats", tmp_path / "o2.zarr").ok
+
+
+def test_solve_with_k_columns(client, stores, tmp_path):
+    a = np.asarray(zarr.open_array(stores["a"], mode="r")[...])
+    b = np.asarray(zarr.open_array(stores["bk"], mode="r")[...])
+    assert b.shape == (53, 6, 3)
+    pipeline.run(stores["a"], tmp_path / "x.zarr", op="solve", rhs=stores["bk"], client=client,
+                 progress=False, config={"chunk": 11})
+    got = check_output(str(tmp_path / "x.zarr"), "solve", a, b, chunk=11)
+    assert got["x"].shape == (53, 6, 3)
+    result = pipeline.verify(stores["a"], tmp_path / "x.zarr")  # rhs taken from the record
+    assert result.ok and result.ratios == int((got["info"] == 0).sum())
+
+
+def test_mixed_precision_solve(client, inputs, tmp_path):
+    """float32 matrices with complex128 right-hand sides: x in numpy.result_type."""
+    b = pipeline.generate_rhs(tmp_path / "bz.zarr", count=53, size=5, dtype="complex128", seed=4)
+    pipeline.run(inputs["float32"], tmp_path / "x.zarr", op="solve", rhs=b, client=client,
+                 progress=False)
+    x = zarr.open_array(tmp_path / "x.zarr", path="x", mode="r")
+    assert x.dtype == np.complex128
+    assert pipeline.verify(inputs["float32"], tmp_path / "x.zarr").ok
+
+
+def test_many_tasks_one_chunk_each(client, stores, tmp_path):
+    a = np.asarray(zarr.open_array(stores["a"], mode="r")[...])
+    report = pipeline.run(stores["a"], tmp_path / "o.zarr", op="slogdet", client=client,
+                          progress=False, config={"chunk": 3, "memory-budget": 1})
+    assert report.tasks == 18  # ceil(53 / 3)
+    assert len(report.per_worker) == 2  # both workers took part
+    check_output(str(tmp_path / "o.zarr"), "slogdet", a, chunk=3)
+
+
+def test_progress_bar(client, stores, tmp_path, capsys):
+    pipeline.run(stores["a"], tmp_path / "o.zarr", op="inv", client=client, progress=True,
+                 config={"chunk": 5, "memory-budget": 1})
+    err = capsys.readouterr().err
+    assert "batchlu inv [" in err and "53/53 matrices" in err
+    pipeline.run(stores["a"], tmp_path / "p.zarr", op="inv", client=client, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_empty_input(client, tmp_path):
+    zarr.create_array(tmp_path / "e.zarr", shape=(0, 3, 3), chunks=(4, 3, 3), dtype="f8")
+    report = pipeline.run(str(tmp_path / "e.zarr"), tmp_path / "o.zarr", op="lu", client=client,
+                          progress=False)
+    assert report.count == report.processed == 0 and report.tasks == 0
+    assert zarr.open_group(tmp_path / "o.zarr", mode="r").attrs["batchlu"]["status"] == "complete"
+
+
+def test_embedded_cluster_with_processes(stores, tmp_path):
+    """No client: the embedded LocalCluster (2 worker processes here), on 127.0.0.1."""
+    config = {"cluster": {"n-workers": 2, "threads-per-worker": 1, "processes": True,
+                          "dashboard-address": "127.0.0.1:0"}, "chunk": 9, "memory-budget": 1}
+    report = pipeline.run(stores["a"], tmp_path / "o.zarr", op="lu", progress=False, config=config)
+    a = np.asarray(zarr.open_array(stores["a"], mode="r")[...])
+    check_output(str(tmp_path / "o.zarr"), "lu", a, chunk=9)
+    assert report.dashboard and "127.0.0.1" in report.dashboard
+    assert all(w.startswith("tcp://127.0.0.1:") for w in report.per_worker)
+    assert sum(report.per_worker.values()) == 53
+
+
+def test_scheduler_address_and_file(client, stores, tmp_path):
+    address = client.scheduler.address
+    first = pipeline.run(stores["a"], tmp_path / "o1.zarr", op="inv", scheduler=address,
+                         progress=False)
+    (tmp_path / "sched.json").write_text(json.dumps({"address": address}))
+    second = pipeline.run(stores["a"], tmp_path / "o2.zarr", op="inv",
+                          scheduler_file=str(tmp_path / "sched.json"), progress=False)
+    assert first.status == second.status == "complete"
+    assert np.array_equal(outputs_of(str(tmp_path / "o1.zarr"))["inv"],
+                          outputs_of(str(tmp_path / "o2.zarr"))["inv"], equal_nan=True)
+    assert client.status == "running"  # a client passed in, or shared, is never closed
