@@ -1,0 +1,136 @@
+"""GPU getrf: batched LU with partial pivoting through batchlu's own CUDA kernels.
+
+Two kernel families (``kernels/cuda``):
+
+* ``getrf_small`` (n <= 32): NP lanes per matrix, one row per lane in registers, lazy swaps;
+* ``getrf_blocked`` (any n): one block per matrix, blocked left-looking LU with the current panel of
+  NB columns in shared memory (paper 000's design, in C-order).
+
+:func:`plan` picks the kernel and its tile size from (dtype, n), from measurements on the H100
+(``docs/kernels-notes.md``). :func:`launch` runs one plan on preallocated outputs, so tests can poison
+the outputs and benchmarks can reuse buffers; :func:`getrf` is the backend entry point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cupy
+import numpy as np
+
+from ._module import get_function
+
+_SCALAR = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.complex64): "blu::c64",
+    np.dtype(np.complex128): "blu::c128",
+}
+_SMALL_NP = (2, 4, 8, 16, 32)
+_BLOCKED_NB = {4: (8, 16, 32), 8: (8, 16, 32), 16: (4, 8, 16)}  # by itemsize; NB*itemsize % 16 == 0
+_SMALL_THREADS = 128
+_MAX_THREADS = 512
+_MAX_GRID = 1 << 20
+# Preferred NB of the blocked kernel by (dtype, n upper bound), from the H100 measurements.
+_NB_TABLE = {
+    np.dtype(np.float32): ((64, 32), (1 << 30, 16)),
+    np.dtype(np.float64): ((64, 16), (1 << 30, 16)),
+    np.dtype(np.complex64): ((64, 16), (1 << 30, 8)),
+    np.dtype(np.complex128): ((64, 8), (1 << 30, 8)),
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One kernel launch configuration: ``kind`` is "small" (tile = NP) or "blocked" (tile = NB)."""
+
+    kind: str
+    tile: int
+
+    def describe(self) -> str:
+        return f"{self.kind}-{'NP' if self.kind == 'small' else 'NB'}{self.tile}"
+
+
+def _ldp(n: int) -> int:
+    return ((n + 3) & ~3) + 4
+
+
+def blocked_smem(dtype, n: int, nb: int) -> int:
+    """Dynamic shared memory of ``getrf_blocked<T, nb>`` for order n (mirrors getrf_blocked_smem)."""
+    return 3 * nb * _ldp(n) * np.dtype(dtype).itemsize + 3 * n * 4 + 16 + 64 * 16
+
+
+def _smem_limit() -> int:
+    attr = getattr(cupy.cuda.runtime, "cudaDevAttrMaxSharedMemoryPerBlockOptin", 97)
+    return int(cupy.cuda.runtime.deviceGetAttribute(attr, cupy.cuda.runtime.getDevice()))
+
+
+def plan(dtype, n: int) -> Plan:
+    """The measured-best kernel for (dtype, n) that fits this device."""
+    dtype = np.dtype(dtype)
+    if n <= 32:
+        return Plan("small", next(p for p in _SMALL_NP if p >= n))
+    nb = next(nb for bound, nb in _NB_TABLE[dtype] if n <= bound)
+    limit = _smem_limit()
+    for candidate in sorted(_BLOCKED_NB[dtype.itemsize], reverse=True):
+        if candidate <= nb and blocked_smem(dtype, n, candidate) <= limit:
+            return Plan("blocked", candidate)
+    raise ValueError(f"Expected n small enough for the GPU getrf panel to fit in shared memory "
+                     f"({limit} bytes). Got n = {n} for {dtype} instead.")
+
+
+def _names(family: str, dtype) -> tuple[str, ...]:
+    scalar = _SCALAR[np.dtype(dtype)]
+    tiles = _SMALL_NP if family == "getrf_small" else _BLOCKED_NB[np.dtype(dtype).itemsize]
+    return tuple(f"{family}<{scalar}, {t}>" for t in tiles)
+
+
+def _kernel(family: str, dtype, tile: int, smem: int = 0):
+    names = _names(family, dtype)
+    name = f"{family}<{_SCALAR[np.dtype(dtype)]}, {tile}>"
+    func = get_function(family, name, names=names)
+    if smem > 48 * 1024 and func.max_dynamic_shared_size_bytes < smem:
+        func.max_dynamic_shared_size_bytes = smem
+    return func
+
+
+def launch(a, lu, piv, info, p: Plan | None = None) -> None:
+    """Factor ``a`` (B, n, n) into preallocated ``lu``, ``piv`` (B, n) int32, ``info`` (B,) int32.
+
+    Every element of the outputs is written. ``lu`` may be ``a`` itself (in-place factorization).
+    Runs on CuPy's current stream, with no host synchronisation.
+    """
+    batch, n = a.shape[0], a.shape[-1]
+    dtype = a.dtype
+    for name, arr, shape, dt in (("lu", lu, a.shape, dtype), ("piv", piv, (batch, n), np.int32),
+                                 ("info", info, (batch,), np.int32)):
+        if arr.shape != shape or arr.dtype != dt or not arr.flags.c_contiguous:
+            raise ValueError(f"Expected {name} to be a C-contiguous {np.dtype(dt)} array of shape "
+                             f"{shape}. Got {arr.dtype} {arr.shape} instead.")
+    if not a.flags.c_contiguous:
+        raise ValueError("Expected a C-contiguous input. Got a non-contiguous array instead.")
+    if batch == 0 or n == 0:
+        return
+    p = p or plan(dtype, n)
+    args = (a, lu, piv, info, np.int32(n), np.int64(batch))
+    if p.kind == "small":
+        if p.tile < n:
+            raise ValueError(f"Expected NP >= n for the small kernel. Got NP = {p.tile}, n = {n} instead.")
+        per_block = _SMALL_THREADS // p.tile
+        grid = min(-(-batch // per_block), _MAX_GRID)
+        _kernel("getrf_small", dtype, p.tile)((grid,), (_SMALL_THREADS,), args)
+    else:
+        smem = blocked_smem(dtype, n, p.tile)
+        threads = min(-(-n // 32) * 32, _MAX_THREADS)
+        grid = min(batch, _MAX_GRID)
+        _kernel("getrf_blocked", dtype, p.tile, smem)((grid,), (threads,), args, shared_mem=smem)
+
+
+def getrf(a):
+    """Backend entry point: ``lu``, ``piv`` (0-based int32), ``info`` for a (B, n, n) C-contiguous array."""
+    batch, n = a.shape[0], a.shape[-1]
+    lu = cupy.empty_like(a)
+    piv = cupy.empty((batch, n), dtype=np.int32)
+    info = cupy.empty((batch,), dtype=np.int32)
+    launch(a, lu, piv, info)
+    return lu, piv, info

@@ -1,0 +1,186 @@
+// Shared device helpers for batchlu's CUDA kernels: complex types, scalar traits, arithmetic,
+// LAPACK's cabs1, finiteness tests and warp shuffles for every supported scalar type.
+//
+// STABLE INTERFACE: getrf*.cu and getri.cu both include this header. Add to it freely; do not rename
+// or change the meaning of anything below without telling the owners of both (issue 3 / issue 4).
+//
+// Scalar types, matching the NumPy/CuPy dtypes bit for bit (C-order arrays are passed as raw pointers):
+//   float, double, blu::c64 (complex64: {float re, im}), blu::c128 (complex128: {double re, im}).
+// Name expressions in Python use these spellings: "kernel<float, 16>", "kernel<blu::c64, 16>".
+#ifndef BATCHLU_COMMON_CUH
+#define BATCHLU_COMMON_CUH
+
+namespace blu {
+
+struct __align__(8) c64 {
+    float re, im;
+};
+struct __align__(16) c128 {
+    double re, im;
+};
+
+// ---- traits --------------------------------------------------------------------------------------
+template <typename T> struct traits;
+template <> struct traits<float> {
+    using real = float;
+    static constexpr bool is_complex = false;
+    __device__ static float eps() { return 5.9604645e-08f; }    // LAPACK slamch('E') = 2^-24
+    __device__ static float sfmin() { return 1.17549435e-38f; } // slamch('S')
+};
+template <> struct traits<double> {
+    using real = double;
+    static constexpr bool is_complex = false;
+    __device__ static double eps() { return 1.1102230246251565e-16; }
+    __device__ static double sfmin() { return 2.2250738585072014e-308; }
+};
+template <> struct traits<c64> {
+    using real = float;
+    static constexpr bool is_complex = true;
+    __device__ static float eps() { return 5.9604645e-08f; }
+    __device__ static float sfmin() { return 1.17549435e-38f; }
+};
+template <> struct traits<c128> {
+    using real = double;
+    static constexpr bool is_complex = true;
+    __device__ static double eps() { return 1.1102230246251565e-16; }
+    __device__ static double sfmin() { return 2.2250738585072014e-308; }
+};
+template <typename T> using real_t = typename traits<T>::real;
+
+// ---- constructors ----------------------------------------------------------------------------------
+template <typename T> __device__ __forceinline__ T zero();
+template <> __device__ __forceinline__ float zero<float>() { return 0.0f; }
+template <> __device__ __forceinline__ double zero<double>() { return 0.0; }
+template <> __device__ __forceinline__ c64 zero<c64>() { return {0.0f, 0.0f}; }
+template <> __device__ __forceinline__ c128 zero<c128>() { return {0.0, 0.0}; }
+
+template <typename T> __device__ __forceinline__ T one();
+template <> __device__ __forceinline__ float one<float>() { return 1.0f; }
+template <> __device__ __forceinline__ double one<double>() { return 1.0; }
+template <> __device__ __forceinline__ c64 one<c64>() { return {1.0f, 0.0f}; }
+template <> __device__ __forceinline__ c128 one<c128>() { return {1.0, 0.0}; }
+
+template <typename T> __device__ __forceinline__ T nan_value();
+template <> __device__ __forceinline__ float nan_value<float>() { return __int_as_float(0x7fc00000); }
+template <> __device__ __forceinline__ double nan_value<double>() {
+    return __longlong_as_double(0x7ff8000000000000LL);
+}
+template <> __device__ __forceinline__ c64 nan_value<c64>() {
+    return {nan_value<float>(), nan_value<float>()};
+}
+template <> __device__ __forceinline__ c128 nan_value<c128>() {
+    return {nan_value<double>(), nan_value<double>()};
+}
+
+// ---- arithmetic (real types use the built-in operators) -------------------------------------------
+__device__ __forceinline__ c64 operator+(c64 a, c64 b) { return {a.re + b.re, a.im + b.im}; }
+__device__ __forceinline__ c128 operator+(c128 a, c128 b) { return {a.re + b.re, a.im + b.im}; }
+__device__ __forceinline__ c64 operator-(c64 a, c64 b) { return {a.re - b.re, a.im - b.im}; }
+__device__ __forceinline__ c128 operator-(c128 a, c128 b) { return {a.re - b.re, a.im - b.im}; }
+__device__ __forceinline__ c64 operator-(c64 a) { return {-a.re, -a.im}; }
+__device__ __forceinline__ c128 operator-(c128 a) { return {-a.re, -a.im}; }
+__device__ __forceinline__ c64 operator*(c64 a, c64 b) {
+    return {fmaf(a.re, b.re, -a.im * b.im), fmaf(a.re, b.im, a.im * b.re)};
+}
+__device__ __forceinline__ c128 operator*(c128 a, c128 b) {
+    return {fma(a.re, b.re, -a.im * b.im), fma(a.re, b.im, a.im * b.re)};
+}
+__device__ __forceinline__ bool operator==(c64 a, c64 b) { return a.re == b.re && a.im == b.im; }
+__device__ __forceinline__ bool operator==(c128 a, c128 b) { return a.re == b.re && a.im == b.im; }
+__device__ __forceinline__ bool operator!=(c64 a, c64 b) { return !(a == b); }
+__device__ __forceinline__ bool operator!=(c128 a, c128 b) { return !(a == b); }
+
+// acc - a * b, fused where the type allows (the inner step of every update).
+__device__ __forceinline__ float fms(float acc, float a, float b) { return fmaf(-a, b, acc); }
+__device__ __forceinline__ double fms(double acc, double a, double b) { return fma(-a, b, acc); }
+__device__ __forceinline__ c64 fms(c64 acc, c64 a, c64 b) {
+    float re = fmaf(-a.re, b.re, acc.re);
+    float im = fmaf(-a.re, b.im, acc.im);
+    return {fmaf(a.im, b.im, re), fmaf(-a.im, b.re, im)};
+}
+__device__ __forceinline__ c128 fms(c128 acc, c128 a, c128 b) {
+    double re = fma(-a.re, b.re, acc.re);
+    double im = fma(-a.re, b.im, acc.im);
+    return {fma(a.im, b.im, re), fma(-a.im, b.re, im)};
+}
+// acc + a * b
+__device__ __forceinline__ float fma_(float acc, float a, float b) { return fmaf(a, b, acc); }
+__device__ __forceinline__ double fma_(double acc, double a, double b) { return fma(a, b, acc); }
+__device__ __forceinline__ c64 fma_(c64 acc, c64 a, c64 b) { return fms(acc, -a, b); }
+__device__ __forceinline__ c128 fma_(c128 acc, c128 a, c128 b) { return fms(acc, -a, b); }
+
+__device__ __forceinline__ float conj_(float a) { return a; }
+__device__ __forceinline__ double conj_(double a) { return a; }
+__device__ __forceinline__ c64 conj_(c64 a) { return {a.re, -a.im}; }
+__device__ __forceinline__ c128 conj_(c128 a) { return {a.re, -a.im}; }
+
+__device__ __forceinline__ float real_part(float a) { return a; }
+__device__ __forceinline__ double real_part(double a) { return a; }
+__device__ __forceinline__ float real_part(c64 a) { return a.re; }
+__device__ __forceinline__ double real_part(c128 a) { return a.re; }
+
+// Robust complex division (Smith's algorithm): no overflow for operands near 1e+-150 in double.
+template <typename C, typename R>
+__device__ __forceinline__ C cdiv_(C a, C b) {
+    if (fabs(b.re) >= fabs(b.im)) {
+        R r = b.im / b.re, d = b.re + b.im * r;
+        return {(a.re + a.im * r) / d, (a.im - a.re * r) / d};
+    }
+    R r = b.re / b.im, d = b.im + b.re * r;
+    return {(a.re * r + a.im) / d, (a.im * r - a.re) / d};
+}
+__device__ __forceinline__ float div_(float a, float b) { return a / b; }
+__device__ __forceinline__ double div_(double a, double b) { return a / b; }
+__device__ __forceinline__ c64 div_(c64 a, c64 b) { return cdiv_<c64, float>(a, b); }
+__device__ __forceinline__ c128 div_(c128 a, c128 b) { return cdiv_<c128, double>(a, b); }
+__device__ __forceinline__ c64 operator/(c64 a, c64 b) { return div_(a, b); }
+__device__ __forceinline__ c128 operator/(c128 a, c128 b) { return div_(a, b); }
+
+// LAPACK's |x| for pivoting: |x| for real, cabs1 = |re| + |im| for complex (i?amax).
+__device__ __forceinline__ float cabs1(float a) { return fabsf(a); }
+__device__ __forceinline__ double cabs1(double a) { return fabs(a); }
+__device__ __forceinline__ float cabs1(c64 a) { return fabsf(a.re) + fabsf(a.im); }
+__device__ __forceinline__ double cabs1(c128 a) { return fabs(a.re) + fabs(a.im); }
+
+// Modulus (LAPACK's abs() on complex, used for the sfmin test).
+__device__ __forceinline__ float abs_(float a) { return fabsf(a); }
+__device__ __forceinline__ double abs_(double a) { return fabs(a); }
+__device__ __forceinline__ float abs_(c64 a) { return hypotf(a.re, a.im); }
+__device__ __forceinline__ double abs_(c128 a) { return hypot(a.re, a.im); }
+
+__device__ __forceinline__ bool is_finite(float a) { return isfinite(a); }
+__device__ __forceinline__ bool is_finite(double a) { return isfinite(a); }
+__device__ __forceinline__ bool is_finite(c64 a) { return isfinite(a.re) && isfinite(a.im); }
+__device__ __forceinline__ bool is_finite(c128 a) { return isfinite(a.re) && isfinite(a.im); }
+
+__device__ __forceinline__ bool is_zero(float a) { return a == 0.0f; }
+__device__ __forceinline__ bool is_zero(double a) { return a == 0.0; }
+__device__ __forceinline__ bool is_zero(c64 a) { return a.re == 0.0f && a.im == 0.0f; }
+__device__ __forceinline__ bool is_zero(c128 a) { return a.re == 0.0 && a.im == 0.0; }
+
+// x * (1 / p) where |p| >= sfmin, else x / p: LAPACK's ?getrf2 scaling of the pivot column.
+template <typename T> struct pivot_scale {
+    T p, rp;
+    bool use_recip;
+    __device__ __forceinline__ explicit pivot_scale(T pivot)
+        : p(pivot), rp(div_(one<T>(), pivot)), use_recip(abs_(pivot) >= traits<T>::sfmin()) {}
+    __device__ __forceinline__ T operator()(T x) const { return use_recip ? x * rp : div_(x, p); }
+};
+
+// ---- warp shuffles ---------------------------------------------------------------------------------
+__device__ __forceinline__ float shfl(float v, int src, int width = 32) {
+    return __shfl_sync(0xffffffffu, v, src, width);
+}
+__device__ __forceinline__ double shfl(double v, int src, int width = 32) {
+    return __shfl_sync(0xffffffffu, v, src, width);
+}
+__device__ __forceinline__ c64 shfl(c64 v, int src, int width = 32) {
+    return {shfl(v.re, src, width), shfl(v.im, src, width)};
+}
+__device__ __forceinline__ c128 shfl(c128 v, int src, int width = 32) {
+    return {shfl(v.re, src, width), shfl(v.im, src, width)};
+}
+
+}  // namespace blu
+
+#endif  // BATCHLU_COMMON_CUH

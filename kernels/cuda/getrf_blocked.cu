@@ -1,0 +1,246 @@
+// Batched LU with partial pivoting, any n: blocked left-looking LU after paper 000 (Alg. 9),
+// adapted to C-order storage. One thread block per matrix, one thread per row (rows are looped over
+// when n exceeds the block), the whole factorization in one kernel.
+//
+// For each column panel [k0, k0 + NB):
+//  1. load the panel (all n rows, NB columns; NB contiguous elements per row in C-order) into shared
+//     memory, column-major P[c * ldp + i]. Row swaps to the right of the panel are DELAYED: the panel
+//     is gathered through `perm` (position -> original row), so no swap ever touches global memory;
+//  2. left-looking correction with each earlier block column b of L, read from global memory once per
+//     panel, coalesced, into a shared staging buffer (double-buffered: the next block is staged while
+//     one warp solves U_b = L_bb^-1 P_b); every row below the block then takes
+//     P_i -= L_i,b * U_b, with L_i,b in registers and U_b broadcast from shared memory;
+//  3. factor the panel with partial pivoting: per column one block-wide arg-max (warp shuffles, then
+//     one __syncthreads across warps; LAPACK's i?amax tie-break by current position), lazy swaps
+//     (each thread tracks the position of its own rows), scaling and the rank-1 update of the panel;
+//  4. write the panel back. L and U values live in global memory in "original row" slots (row
+//     perm[i] holds position i), so later swaps never move them; the last panel is written straight
+//     to its final rows, and one final pass gathers the other columns into LAPACK's row order.
+//
+// info = -1 (NaN/Inf anywhere in the input, detected while loading the panels): lu all NaN, piv
+// identity. Otherwise info = first k + 1 with an exactly zero pivot (no swap, no scaling), or 0.
+//
+// Shared memory (dynamic): 3 * NB * ldp scalars (P and two staging buffers), 3 * n ints, reduction
+// scratch; ldp = round_up(n, 4) + 4 keeps 16-byte alignment for the broadcast vector loads.
+#include "common.cuh"
+
+namespace {
+
+template <typename T> struct Vec16 {
+    static constexpr int N = 16 / sizeof(T);
+    union {
+        uint4 raw;
+        T v[N];
+    };
+};
+
+struct Red {
+    double key;
+    int pos;
+    int row;
+};
+
+__device__ __forceinline__ bool better(double ka, int pa, double kb, int pb) {
+    return ka > kb || (ka == kb && pa < pb);
+}
+
+__host__ __device__ constexpr int ldp_for(int n) { return ((n + 3) & ~3) + 4; }
+
+}  // namespace
+
+template <typename T, int NB>
+__global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv, int* info, int n,
+                                                      long long batch) {
+    using namespace blu;
+    static_assert((NB * sizeof(T)) % 16 == 0, "NB * sizeof(T) must be a multiple of 16 bytes");
+    static_assert(NB <= 32, "one warp solves the NB columns of U_b: NB <= 32");
+    constexpr int V = Vec16<T>::N;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int ldp = ldp_for(n);
+    T* P = reinterpret_cast<T*>(smem);
+    T* const L0 = P + NB * ldp;
+    T* const L1 = P + 2 * NB * ldp;
+    int* perm = reinterpret_cast<int*>(P + 3 * NB * ldp);  // position -> original row
+    int* slot = perm + n;                                  // panel row -> original row at load
+    int* posof = slot + n;                                 // panel row -> current position
+    Red* red = reinterpret_cast<Red*>(((reinterpret_cast<size_t>(posof + n)) + 15) & ~size_t(15));
+    __shared__ int s_bad;
+
+    const int tid = threadIdx.x, bd = blockDim.x, nw = bd >> 5;
+    const int warp = tid >> 5, lane = tid & 31;
+
+    for (long long m = blockIdx.x; m < batch; m += gridDim.x) {
+        const T* A = a + (size_t)m * n * n;
+        T* LU = lu + (size_t)m * n * n;
+        int* PV = piv + (size_t)m * n;
+        int first_zero = 0;  // meaningful in thread 0
+
+        for (int i = tid; i < n; i += bd) perm[i] = i;
+        if (tid == 0) s_bad = 0;
+        __syncthreads();
+
+        for (int k0 = 0; k0 < n; k0 += NB) {
+            const int w = min(NB, n - k0);
+            const bool last = k0 + NB >= n;
+            const int nblk = k0 / NB;
+
+            // 1. gather the panel through perm (delayed swaps); stage the first block of L.
+            bool bad = false;
+            for (int idx = tid; idx < n * NB; idx += bd) {
+                const int i = idx / NB, c = idx - i * NB;
+                T v = zero<T>();
+                if (c < w) {
+                    v = A[(size_t)perm[i] * n + k0 + c];
+                    bad |= !is_finite(v);
+                }
+                P[c * ldp + i] = v;
+            }
+            if (bad) s_bad = 1;
+            for (int i = tid; i < n; i += bd) slot[i] = perm[i];
+            if (nblk > 0) {
+                for (int idx = tid; idx < n * NB; idx += bd) {
+                    const int i = idx / NB, q = idx - i * NB;
+                    L0[q * ldp + i] = LU[(size_t)perm[i] * n + q];
+                }
+            }
+            __syncthreads();
+
+            // 2. left-looking correction, one earlier block column at a time.
+            for (int b = 0; b < nblk; ++b) {
+                const int j0 = b * NB;
+                const T* Lc = (b & 1) ? L1 : L0;
+                if (warp == 0) {
+                    if (lane < NB) {  // U_b = L_bb^-1 P_b, column `lane` of the panel
+                        T x[NB];
+#pragma unroll
+                        for (int r = 0; r < NB; ++r) x[r] = P[lane * ldp + j0 + r];
+#pragma unroll
+                        for (int r = 1; r < NB; ++r)
+#pragma unroll
+                            for (int q = 0; q < r; ++q) x[r] = fms(x[r], Lc[q * ldp + j0 + r], x[q]);
+#pragma unroll
+                        for (int r = 1; r < NB; ++r) P[lane * ldp + j0 + r] = x[r];
+                    }
+                }
+                if (b + 1 < nblk && (warp > 0 || nw == 1)) {  // stage the next block of L
+                    const int jn = j0 + NB, t0 = nw == 1 ? tid : tid - 32, nt = nw == 1 ? bd : bd - 32;
+                    T* Ln = (b & 1) ? L0 : L1;
+                    for (int idx = t0; idx < (n - jn) * NB; idx += nt) {
+                        const int i = jn + idx / NB, q = idx % NB;
+                        Ln[q * ldp + i] = LU[(size_t)perm[i] * n + jn + q];
+                    }
+                }
+                __syncthreads();
+                for (int i = j0 + NB + tid; i < n; i += bd) {
+                    T l[NB];
+#pragma unroll
+                    for (int q = 0; q < NB; ++q) l[q] = Lc[q * ldp + i];
+#pragma unroll
+                    for (int c = 0; c < NB; ++c) {
+                        T acc = P[c * ldp + i];
+                        const uint4* up = reinterpret_cast<const uint4*>(P + c * ldp + j0);
+#pragma unroll
+                        for (int g = 0; g < NB / V; ++g) {
+                            Vec16<T> u;
+                            u.raw = up[g];
+#pragma unroll
+                            for (int e = 0; e < V; ++e) acc = fms(acc, l[g * V + e], u.v[e]);
+                        }
+                        P[c * ldp + i] = acc;
+                    }
+                }
+                __syncthreads();
+            }
+
+            // 3. factor the panel: rows k0..n-1, lazy swaps.
+            for (int i = k0 + tid; i < n; i += bd) posof[i] = i;
+            for (int c = 0; c < w; ++c) {
+                const int kk = k0 + c;
+                double bk = -1.0;
+                int bp = 0x7fffffff, br = 0;
+                for (int i = k0 + tid; i < n; i += bd) {
+                    const int p = posof[i];
+                    if (p >= kk) {
+                        double key = (double)cabs1(P[c * ldp + i]);
+                        if (!(key >= 0.0)) key = __longlong_as_double(0x7ff0000000000000LL);
+                        if (better(key, p, bk, bp)) { bk = key; bp = p; br = i; }
+                    }
+                }
+#pragma unroll
+                for (int o = 16; o >= 1; o >>= 1) {
+                    const double ok = __shfl_xor_sync(0xffffffffu, bk, o);
+                    const int op = __shfl_xor_sync(0xffffffffu, bp, o);
+                    const int orow = __shfl_xor_sync(0xffffffffu, br, o);
+                    if (better(ok, op, bk, bp)) { bk = ok; bp = op; br = orow; }
+                }
+                Red* rb = red + (c & 1) * 32;
+                if (lane == 0) rb[warp] = Red{bk, bp, br};
+                __syncthreads();
+                bk = rb[0].key; bp = rb[0].pos; br = rb[0].row;
+                for (int wi = 1; wi < nw; ++wi) {
+                    const Red o = rb[wi];
+                    if (better(o.key, o.pos, bk, bp)) { bk = o.key; bp = o.pos; br = o.row; }
+                }
+                const T v = P[c * ldp + br];
+                const bool zero_pivot = is_zero(v);
+                if (tid == 0) {
+                    PV[kk] = bp;
+                    if (zero_pivot && first_zero == 0) first_zero = kk + 1;
+                }
+                const pivot_scale<T> scale(zero_pivot ? one<T>() : v);
+                for (int i = k0 + tid; i < n; i += bd) {
+                    int p = posof[i];
+                    if (p < kk) continue;
+                    if (i == br) { posof[i] = kk; continue; }
+                    if (p == kk) { p = bp; posof[i] = p; }
+                    if (zero_pivot) continue;
+                    const T l = scale(P[c * ldp + i]);
+                    P[c * ldp + i] = l;
+                    for (int c2 = c + 1; c2 < w; ++c2)
+                        P[c2 * ldp + i] = fms(P[c2 * ldp + i], l, P[c2 * ldp + br]);
+                }
+            }
+            __syncthreads();
+
+            // 4. write the panel back (original-row slots; the last panel to its final rows).
+            for (int i = k0 + tid; i < n; i += bd) perm[posof[i]] = slot[i];
+            for (int idx = tid; idx < n * NB; idx += bd) {
+                const int i = idx / NB, c = idx - i * NB;
+                if (c < w) {
+                    const int dest = last ? (i < k0 ? i : posof[i]) : slot[i];
+                    LU[(size_t)dest * n + k0 + c] = P[c * ldp + i];
+                }
+            }
+            __syncthreads();
+        }
+
+        if (!s_bad) {
+            // Gather the columns left of the last panel into LAPACK's row order, NB at a time.
+            const int klast = ((n - 1) / NB) * NB;
+            for (int c0 = 0; c0 < klast; c0 += NB) {
+                for (int idx = tid; idx < n * NB; idx += bd) {
+                    const int i = idx / NB, c = idx - i * NB;
+                    const int src = perm[i];
+                    if (src != i) P[c * ldp + i] = LU[(size_t)src * n + c0 + c];
+                }
+                __syncthreads();
+                for (int idx = tid; idx < n * NB; idx += bd) {
+                    const int i = idx / NB, c = idx - i * NB;
+                    if (perm[i] != i) LU[(size_t)i * n + c0 + c] = P[c * ldp + i];
+                }
+                __syncthreads();
+            }
+            if (tid == 0) info[m] = first_zero;
+        } else {
+            for (int idx = tid; idx < n * n; idx += bd) LU[idx] = nan_value<T>();
+            for (int i = tid; i < n; i += bd) PV[i] = i;
+            if (tid == 0) info[m] = -1;
+        }
+        __syncthreads();
+    }
+}
+
+// Bytes of dynamic shared memory getrf_blocked<T, NB> needs for order n (mirrored in _getrf.py).
+template <typename T, int NB> __host__ __device__ constexpr size_t getrf_blocked_smem(int n) {
+    return 3 * (size_t)NB * ldp_for(n) * sizeof(T) + 3 * (size_t)n * sizeof(int) + 16 + 64 * sizeof(Red);
+}
