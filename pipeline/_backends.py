@@ -39,7 +39,15 @@ class CupyBackend:
         return {key: cupy.asnumpy(value) for key, value in out.items()}
 
 
-_REGISTRY: dict[str, Callable[[], object]] = {"cpu": CPUBackend, "gpu": CupyBackend}
+def _path_backend(name: str):
+    """Whole tasks through the double-buffered data path of :mod:`pipeline._gpu_path` (issue 5)."""
+    from . import _gpu_path
+
+    return _gpu_path.HostPathBackend() if name == "cpu" else _gpu_path.GPUPathBackend()
+
+
+_REGISTRY: dict[str, Callable[[], object]] = {"cpu": lambda: _path_backend("cpu"),
+                                              "gpu": lambda: _path_backend("gpu")}
 
 
 def register(name: str, factory: Callable[[], object]) -> None:

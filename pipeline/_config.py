@@ -30,6 +30,11 @@ class ClusterOptions:
     processes: bool = True
     host: str = "127.0.0.1"
     dashboard_address: str = "127.0.0.1:8787"
+    gpus: str | None = None            # GPU backend: "0,1"; None: CUDA_VISIBLE_DEVICES or all
+    rmm_pool_size: int | None = None   # GPU backend: RMM pool bytes per GPU; None: CuPy's pool
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +50,7 @@ class Options:
     generate_chunk_bytes: int = 32 * 2**20
     verify_threshold: float = 30.0
     verify_block_bytes: int = 64 * 2**20
+    performance_report: str | None = None
     cluster: ClusterOptions = dataclasses.field(default_factory=ClusterOptions)
 
     def as_dict(self) -> dict[str, Any]:
@@ -92,6 +98,14 @@ def _bytes(value, what: str) -> int:
     return number
 
 
+def _path(value, what: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, (str, pathlib.PurePath)):
+        raise ConfigError(f"Expected batchlu.{what} to be a file path. Got {value!r} instead.")
+    return str(value)
+
+
 def _bool(value, what: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -133,6 +147,9 @@ def _from_mapping(cfg: Mapping) -> Options:
     cluster = _get(cfg, "cluster", {}) or {}
     generate = _get(cfg, "generate", {}) or {}
     verify = _get(cfg, "verify", {}) or {}
+    tls = _get(cfg, "tls", {}) or {}
+    rmm_pool = _get(cluster, "rmm-pool-size")
+    gpus = _get(cluster, "gpus")
     return Options(
         backend=_get(cfg, "backend", "auto"),
         memory_budget=_bytes(_get(cfg, "memory-budget", "256MiB"), "memory-budget"),
@@ -143,6 +160,7 @@ def _from_mapping(cfg: Mapping) -> Options:
         generate_chunk_bytes=_bytes(_get(generate, "chunk-bytes", "32MiB"), "generate.chunk-bytes"),
         verify_threshold=float(_get(verify, "threshold", 30)),
         verify_block_bytes=_bytes(_get(verify, "block-bytes", "64MiB"), "verify.block-bytes"),
+        performance_report=_path(_get(cfg, "performance-report"), "performance-report"),
         cluster=ClusterOptions(
             n_workers=_int(_get(cluster, "n-workers"), "cluster.n-workers", minimum=1,
                            allow_none=True),
@@ -151,6 +169,12 @@ def _from_mapping(cfg: Mapping) -> Options:
             processes=_bool(_get(cluster, "processes", True), "cluster.processes"),
             host=str(_get(cluster, "host", "127.0.0.1")),
             dashboard_address=str(_get(cluster, "dashboard-address", "127.0.0.1:8787")),
+            gpus=None if gpus is None else ",".join(str(g) for g in gpus) if isinstance(gpus, (list, tuple))
+            else str(gpus),
+            rmm_pool_size=None if rmm_pool is None else _bytes(rmm_pool, "cluster.rmm-pool-size"),
+            tls_ca_file=_path(_get(tls, "ca-file"), "tls.ca-file"),
+            tls_cert=_path(_get(tls, "cert"), "tls.cert"),
+            tls_key=_path(_get(tls, "key"), "tls.key"),
         ),
     )
 

@@ -233,3 +233,33 @@ def make_gpu_cluster(devices: Sequence[str], *, threads_per_worker: int = 2, sec
         kwargs.update(security=security, protocol="tls")
     kwargs.update(extra)
     return LocalCUDACluster(**kwargs)
+
+
+def default_gpu_threads(n_gpus: int) -> int:
+    """Task threads per GPU worker: each task overlaps its own reads, kernels and writes, and zarr
+    decodes in its own thread pool, so a few tasks per GPU keep it busy; more only add pinned memory."""
+    cores = os.cpu_count() or 1
+    return max(1, min(4, cores // max(1, n_gpus)))
+
+
+def warmup_for(job):
+    """The :class:`pipeline.plugins.WarmUp` of a :class:`pipeline._tasks.Job` (read from the metadata
+    of its arrays; no data is read and nothing touches CUDA here)."""
+    import zarr
+
+    from ._gpu_path import sub_batches
+    from .plugins import WarmUp
+
+    source = job.input.open("r")
+    rhs = job.rhs.open("r") if job.rhs is not None else None
+    outputs = []
+    for name in job.outputs:
+        arr = zarr.open_array(store=job.output, path=name, mode="r")
+        outputs.append((name, tuple(int(d) for d in arr.shape[1:]), str(arr.dtype)))
+    plan = job.plan
+    first = sub_batches(plan, 0, max(1, min(plan.chunks_per_task, plan.n_chunks)))
+    batch = max((plan.chunk_range(b0, b1)[1] - plan.chunk_range(b0, b1)[0] for b0, b1 in first),
+                default=1)
+    return WarmUp(op=job.op, dtype=str(source.dtype), n=int(source.shape[1]), outputs=tuple(outputs),
+                  batch=max(1, batch),
+                  rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]), str(rhs.dtype)))

@@ -141,8 +141,9 @@ def _fail(out_path, provenance, runs, run_started, report, exc) -> None:
 def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None:
     from distributed import as_completed
 
-    with _cluster.connect(opts, **connect) as client:
+    with _cluster.connect(opts, **connect) as client, _cluster.performance_report(opts.performance_report):
         report.dashboard = _cluster.dashboard_link(client)
+        _cluster.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
         if job.backend == "gpu":  # fail before any task when no worker can honour it
             client.run(_backends.probe, job.backend)
         c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]
