@@ -14,6 +14,7 @@ To add an option, add one row to the table it belongs to (and, for a cluster opt
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import click
@@ -127,6 +128,12 @@ def run_options(command):
     return command
 
 
+def stderr_is_terminal() -> bool:
+    """Whether a progress bar on stderr would be seen by a person (not a pipe, file or test runner)."""
+    stream = sys.stderr
+    return bool(stream is not None and hasattr(stream, "isatty") and stream.isatty())
+
+
 def _exclusive(params: dict, *names: str) -> None:
     given = [n for n in names if params.get(n) not in (None, False)]
     if len(given) > 1:
@@ -195,7 +202,7 @@ def pipeline_kwargs(params: dict) -> dict:
         raise click.UsageError("--op solve needs the right-hand sides: add --rhs B.zarr.")
     progress = params.get("progress")
     if progress is None:
-        progress = click.get_text_stream("stderr").isatty()
+        progress = stderr_is_terminal()
     return dict(
         op=op,
         rhs=params.get("rhs"),

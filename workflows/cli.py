@@ -20,7 +20,7 @@ import tempfile
 
 import click
 
-from ._run_options import join_array, pipeline_kwargs, run_options
+from ._run_options import join_array, pipeline_kwargs, run_options, stderr_is_terminal
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 KINDS = ("random", "illcond", "singular-mix")
@@ -65,10 +65,6 @@ class _Commands(click.Group):
 def cli(ctx, traceback):
     """batchlu: LU, inverse, solve and log-determinant of many small dense matrices stored in Zarr."""
     ctx.obj = {"traceback": traceback}
-
-
-def _auto_progress() -> bool:
-    return click.get_text_stream("stderr").isatty()
 
 
 # --------------------------------------------------------------------------------------------- generate
@@ -177,7 +173,7 @@ def demo(count, size, keep):
         pipeline.generate(source, count=count, size=size, chunk=chunk)
         click.echo(f"2/3 run --op {DEMO_OP} on the local cluster -> {target}")
         report = pipeline.run(source, target, op=DEMO_OP, overwrite=keep is not None,
-                              progress=_auto_progress())
+                              progress=stderr_is_terminal())
         click.echo(report)
         click.echo("3/3 verify (LAPACK dget03 ratios, threshold 30)")
         result = pipeline.verify(source, target)
