@@ -1,0 +1,58 @@
+"""Settings: YAML defaults under dask.config's batchlu namespace, overrides, checks."""
+
+from __future__ import annotations
+
+import dask.config
+import pytest
+
+import pipeline
+from pipeline import errors
+
+
+def test_defaults_from_yaml():
+    assert dask.config.get("batchlu.memory-budget") == "256MiB"
+    opts = pipeline.options()
+    assert opts.memory_budget == 256 * 2**20 and opts.backend == "auto" and opts.chunk is None
+    assert opts.cluster.host == "127.0.0.1" and opts.cluster.dashboard_address.startswith("127.0.0.1")
+
+
+def test_overrides_nested_dotted_dashes_underscores():
+    opts = pipeline.options({"memory_budget": "1MiB", "cluster.n-workers": 3,
+                             "batchlu.chunk": 16, "cluster": {"threads_per_worker": 2}})
+    assert opts.memory_budget == 2**20 and opts.cluster.n_workers == 3
+    assert opts.chunk == 16 and opts.cluster.threads_per_worker == 2
+    assert pipeline.options().chunk is None  # overrides do not leak into the global config
+    with dask.config.set({"batchlu.max-tasks": 7}):
+        assert pipeline.options().max_tasks == 7
+    assert pipeline.options(opts) is opts
+    assert pipeline.options(opts, backend="cpu").backend == "cpu"
+
+
+def test_options_are_frozen_and_json_able():
+    import json
+
+    opts = pipeline.options()
+    with pytest.raises(Exception):
+        opts.backend = "gpu"
+    json.dumps(opts.as_dict())
+
+
+@pytest.mark.parametrize("bad,pattern", [
+    ({"memory-budget": "lots"}, "memory-budget"),
+    ({"memory-budget": 0}, "memory-budget"),
+    ({"chunk": 0}, "chunk"),
+    ({"chunk": 2.5}, "chunk"),
+    ({"max-tasks": "many"}, "max-tasks"),
+    ({"backend": "tpu"}, "backend"),
+    ({"progress": "sometimes"}, "progress"),
+    ({"task-delay": -1}, "task-delay"),
+])
+def test_bad_settings(bad, pattern):
+    with pytest.raises(errors.ConfigError, match=pattern) as caught:
+        pipeline.options(bad)
+    assert "Expected" in str(caught.value) and "Got" in str(caught.value)
+
+
+def test_config_must_be_a_mapping():
+    with pytest.raises(errors.ConfigError, match="mapping"):
+        pipeline.options(["chunk", 3])

@@ -1,0 +1,65 @@
+"""generate / generate_rhs: Zarr v3 arrays from kernels.matrices, chunk by chunk, reproducible."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+import pipeline
+from kernels import matrices
+from pipeline import errors
+
+
+@pytest.mark.parametrize("kind", matrices.KINDS)
+@pytest.mark.parametrize("dtype", ["float32", "complex128"])
+def test_generate_matches_kernels_matrices(tmp_path, kind, dtype):
+    path = pipeline.generate(tmp_path / "a.zarr", count=37, size=5, dtype=dtype, chunk=8,
+                             kind=kind, seed=7)
+    arr = zarr.open_array(path, mode="r")
+    assert arr.shape == (37, 5, 5) and arr.dtype == np.dtype(dtype) and arr.chunks == (8, 5, 5)
+    assert arr.metadata.zarr_format == 3
+    want = matrices.generate(kind, 5, dtype, seed=7, start=0, stop=37)
+    assert np.array_equal(arr[...], want, equal_nan=True)
+    again = pipeline.generate(tmp_path / "b.zarr", count=37, size=5, dtype=dtype, chunk=5,
+                              kind=kind, seed=7)
+    assert np.array_equal(zarr.open_array(again)[...], want, equal_nan=True)  # chunk-independent
+
+
+def test_generate_seed_changes_data_and_default_chunk(tmp_path):
+    a = pipeline.generate(tmp_path / "a.zarr", count=20, size=4, seed=1)
+    b = pipeline.generate(tmp_path / "b.zarr", count=20, size=4, seed=2)
+    assert not np.array_equal(zarr.open_array(a)[...], zarr.open_array(b)[...])
+    assert zarr.open_array(a).chunks == (20, 4, 4)  # default: whole collection when it is small
+
+
+def test_generate_rhs_shapes(tmp_path):
+    one = pipeline.generate_rhs(tmp_path / "b1.zarr", count=9, size=4, seed=3)
+    many = pipeline.generate_rhs(tmp_path / "b3.zarr", count=9, size=4, k=3, chunk=4, seed=3,
+                                 dtype="complex64")
+    assert zarr.open_array(one).shape == (9, 4)
+    arr = zarr.open_array(many)
+    assert arr.shape == (9, 4, 3) and arr.dtype == np.complex64 and arr.chunks == (4, 4, 3)
+    assert np.array_equal(arr[...], matrices.rhs(4, 3, "complex64", seed=3, start=0, stop=9))
+
+
+def test_generate_replaces_a_store_but_not_other_folders(tmp_path):
+    path = pipeline.generate(tmp_path / "a.zarr", count=5, size=3, seed=1)
+    pipeline.generate(path, count=6, size=3, seed=1)
+    assert zarr.open_array(path).shape == (6, 3, 3)
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep" / "notes.txt").write_text("x")
+    with pytest.raises(errors.OutputError, match="refusing"):
+        pipeline.generate(tmp_path / "keep", count=5, size=3)
+    assert (tmp_path / "keep" / "notes.txt").exists()
+
+
+@pytest.mark.parametrize("kwargs,pattern", [
+    (dict(count=-1, size=3), "count"), (dict(count=3, size=0), "size"),
+    (dict(count=3, size=3, dtype="int32"), "dtype"), (dict(count=3, size=3, chunk=0), "chunk"),
+    (dict(count=3, size=3, kind="hilbert"), "kind"),
+])
+def test_generate_bad_arguments(tmp_path, kwargs, pattern):
+    with pytest.raises(errors.ConfigError, match=pattern):
+        pipeline.generate(tmp_path / "a.zarr", **kwargs)
+    assert not (tmp_path / "a.zarr").exists()

@@ -1,0 +1,71 @@
+"""Task planning: tasks cover whole output chunks, batches follow the memory budget, and the number
+of tasks stays bounded for N in the millions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline._plan import Plan, bytes_per_matrix, make_plan
+
+
+def covered(plan: Plan, tasks) -> np.ndarray:
+    hits = np.zeros(plan.n_chunks, int)
+    for c0, c1 in tasks:
+        hits[c0:c1] += 1
+    return hits
+
+
+@pytest.mark.parametrize("count,input_chunk,budget", [(53, 10, 6000), (1000, 7, 10**6),
+                                                      (10, 100, 1), (1, 1, 10**9)])
+def test_tasks_cover_every_chunk_once(count, input_chunk, budget):
+    plan = make_plan(count, 1000, memory_budget=budget, max_tasks=1000, input_chunk=input_chunk)
+    tasks = plan.tasks()
+    assert (covered(plan, tasks) == 1).all()
+    ranges = [plan.chunk_range(c0, c1) for c0, c1 in tasks]
+    assert ranges[0][0] == 0 and ranges[-1][1] == count
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    for c0, c1 in tasks:  # every task starts and ends on output chunk boundaries
+        start, stop = plan.chunk_range(c0, c1)
+        assert start % plan.chunk == 0 and (stop % plan.chunk == 0 or stop == count)
+        batches = plan.batches(c0, c1)
+        assert batches[0][0] == start and batches[-1][1] == stop
+        assert all(b - a <= plan.batch for a, b in batches)
+
+
+def test_batch_from_memory_budget():
+    per = bytes_per_matrix(128, 8, 128 * 128 * 8 + 4)  # inv of float64 n=128
+    plan = make_plan(10**6, per, memory_budget=256 * 2**20, max_tasks=20000, input_chunk=100)
+    assert plan.chunk == 100
+    assert plan.batch % plan.chunk == 0 and plan.batch * per <= 256 * 2**20
+    assert (plan.batch + plan.chunk) * per > 256 * 2**20  # as large as fits
+    small = make_plan(10**6, per, memory_budget=per * 30, max_tasks=10**6, input_chunk=100)
+    assert small.chunk == 30 and small.batch == 30  # chunk capped so one batch fits the budget
+
+
+def test_task_count_bounded_for_millions():
+    plan = make_plan(10_000_000, 1000, memory_budget=1, max_tasks=20000, input_chunk=10)
+    assert plan.chunk == 1 and plan.n_chunks == 10_000_000
+    tasks = plan.tasks()
+    assert len(tasks) <= 20000
+    assert (covered(plan, tasks) == 1).all()
+    assert plan.batch == 1 and len(plan.batches(*tasks[0])) == plan.chunks_per_task
+
+
+def test_tasks_skip_complete_chunks():
+    plan = Plan(count=100, chunk=10, batch=20, chunks_per_task=4)
+    assert plan.tasks() == [(0, 4), (4, 8), (8, 10)]
+    done = np.zeros(10, bool)
+    done[[0, 1, 5, 9]] = True
+    tasks = plan.tasks(done)
+    assert tasks == [(2, 4), (4, 5), (6, 8), (8, 9)]
+    assert (covered(plan, tasks) == ~done).all()
+    assert plan.tasks(np.ones(10, bool)) == []
+
+
+def test_explicit_chunk_and_edges():
+    plan = make_plan(53, 100, memory_budget=10**6, max_tasks=5, input_chunk=10, chunk=8)
+    assert plan.chunk == 8 and plan.n_chunks == 7
+    assert plan.chunk_range(6, 7) == (48, 53)
+    empty = make_plan(0, 100, memory_budget=10**6, max_tasks=5, input_chunk=10)
+    assert empty.n_chunks == 0 and empty.tasks() == []
