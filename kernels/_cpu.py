@@ -7,7 +7,14 @@ factored column by column exactly as LAPACK's ``xGETF2`` does (pivot = first ent
 ``|re| + |im|``, as ``IxAMAX``; scale by the reciprocal of the pivot unless it is tiny; a zero pivot
 leaves its column unscaled and the factorization goes on), and trailing matrices are updated with
 batched matrix products. Results are in the input dtype; ``lu`` and ``piv`` mean what LAPACK's
-``xGETRF`` returns (``piv`` 0-based).
+``xGETRF`` returns (``piv`` 0-based). The order of the floating-point operations differs from the
+LAPACK library SciPy links, so ``lu`` agrees with SciPy's to rounding, and ``piv`` agrees exactly
+unless two pivot candidates tie to within that rounding. ``inv`` and ``solve`` reuse this LU
+(``getrs``), so their ``info`` is the factorization's by construction.
+
+Measured against a Python loop over ``scipy.linalg.lapack.dgetrf`` (2 cores): faster for n <= 4,
+even at n = 8, and 3-5x slower for n >= 32, where one LAPACK call per matrix already amortises
+Python's overhead; the GPU backend is the fast path.
 
 Functions take arrays normalised by ``kernels._api``: C-contiguous (B, n, n), a supported dtype,
 B >= 1, n >= 1. Matrices holding NaN or Inf are set aside up front (``info == -1``, NaN results,
@@ -21,11 +28,13 @@ import numpy as np
 __all__ = ["getrf", "getrs", "inv", "slogdet", "solve"]
 
 _PANEL = 16                 # columns per panel: trailing updates are batched products of this depth
-_CHUNK_ENTRIES = 1 << 21    # matrices per pass ~ this many entries, to bound the temporaries
+_CHUNK_ENTRIES = 1 << 19    # matrices per pass ~ this many entries, to bound the temporaries
+_CHUNK_MIN = 16             # ... but at least this many, so Python's per-step cost stays shared
 
 
 def _chunks(count: int, per_matrix: int):
-    step = max(1, _CHUNK_ENTRIES // max(1, per_matrix))
+    """Slices of the batch, one per pass: the loops over columns run once per pass."""
+    step = max(_CHUNK_MIN, _CHUNK_ENTRIES // max(1, per_matrix))
     for lo in range(0, count, step):
         yield slice(lo, min(count, lo + step))
 

@@ -153,6 +153,7 @@ def test_batch_larger_than_one_pass(poisoned, monkeypatch):
     b = matrices.rhs(6, 2, np.complex128, seed=5, stop=301)
     whole = kernels.lu_factor(a), kernels.inv(a), kernels.solve(a, b), kernels.slogdet(a)
     monkeypatch.setattr(_cpu, "_CHUNK_ENTRIES", 36 * 32)  # passes of 32 matrices: ten of them
+    monkeypatch.setattr(_cpu, "_CHUNK_MIN", 1)
     parts = kernels.lu_factor(a), kernels.inv(a), kernels.solve(a, b), kernels.slogdet(a)
     for one, other in zip(whole, parts):
         for x, y in zip(one, other):
