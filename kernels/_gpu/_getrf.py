@@ -79,16 +79,9 @@ def plan(dtype, n: int) -> Plan:
                      f"({limit} bytes). Got n = {n} for {dtype} instead.")
 
 
-def _names(family: str, dtype) -> tuple[str, ...]:
-    scalar = _SCALAR[np.dtype(dtype)]
-    tiles = _SMALL_NP if family == "getrf_small" else _BLOCKED_NB[np.dtype(dtype).itemsize]
-    return tuple(f"{family}<{scalar}, {t}>" for t in tiles)
-
-
 def _kernel(family: str, dtype, tile: int, smem: int = 0):
-    names = _names(family, dtype)
     name = f"{family}<{_SCALAR[np.dtype(dtype)]}, {tile}>"
-    func = get_function(family, name, names=names)
+    func = get_function(family, name)
     if smem > 48 * 1024 and func.max_dynamic_shared_size_bytes < smem:
         func.max_dynamic_shared_size_bytes = smem
     return func

@@ -1,0 +1,164 @@
+"""Implementations of batched LU (op ``lu``) timed by ``benchmarks/kernels.py``.
+
+Each factory takes ``(dtype, n, batch)`` and returns a :class:`Case`: ``prepare(k)`` copies fresh
+input set ``k`` into the implementation's work buffer (untimed), ``run()`` does one factorization of
+the whole batch on the current device (timed). Every implementation reads the same random matrices
+(entries uniform in [-1, 1)).
+
+Flop counts are LAWN 41's (as MAGMA's ``flops.h``): for getrf of an n x n matrix,
+``FMULS = n^3/3 + 2n/3`` and ``FADDS = n^3/3 - n^2/2 + n/6``; real flops = FMULS + FADDS
+(= 2n^3/3 - n^2/2 + 5n/6); complex flops = 6 FMULS + 2 FADDS (a complex multiply is 6 real flops, a
+complex add 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class Case:
+    prepare: Callable[[int], None]
+    run: Callable[[], None]
+    sync: str = "events"  # "events": CUDA events on the null stream; "block": the call blocks itself
+
+
+def getrf_flops(n: int, batch: int, dtype) -> float:
+    fmuls = n ** 3 / 3 + 2 * n / 3
+    fadds = n ** 3 / 3 - n ** 2 / 2 + n / 6
+    per = 6 * fmuls + 2 * fadds if np.dtype(dtype).kind == "c" else fmuls + fadds
+    return per * batch
+
+
+def _sources(dtype, n, batch, sets: int = 2):
+    """``sets`` independent random input batches on the GPU (CuPy), uniform in [-1, 1)."""
+    import cupy
+
+    dtype = np.dtype(dtype)
+    rng = cupy.random.default_rng(n * 7919 + batch)
+    real = np.float32 if dtype in (np.float32, np.complex64) else np.float64
+    out = []
+    for _ in range(sets):
+        x = cupy.empty((batch, n, n), dtype)
+        if dtype.kind == "c":
+            x.real = rng.random(x.shape, dtype=real) * 2 - 1
+            x.imag = rng.random(x.shape, dtype=real) * 2 - 1
+        else:
+            x[...] = rng.random(x.shape, dtype=real) * 2 - 1
+        out.append(x)
+    return out
+
+
+def ours(dtype, n, batch, plan=None) -> Case:
+    import cupy
+
+    from kernels._gpu import _getrf
+
+    src = _sources(dtype, n, batch)
+    a = cupy.empty_like(src[0])
+    lu = cupy.empty_like(a)
+    piv = cupy.empty((batch, n), np.int32)
+    info = cupy.empty((batch,), np.int32)
+    p = plan or _getrf.plan(dtype, n)
+
+    def prepare(k):
+        a[...] = src[k % len(src)]
+
+    def run():
+        _getrf.launch(a, lu, piv, info, p)
+
+    return Case(prepare, run)
+
+
+def cublas(dtype, n, batch) -> Case:
+    """cuBLAS ?getrfBatched on the same buffer read as column-major (it factors A^T: same work)."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas as lib
+
+    src = _sources(dtype, n, batch)
+    a = cupy.empty_like(src[0])
+    ptrs = cupy.asarray(a.data.ptr + np.arange(batch, dtype=np.uint64) * np.uint64(n * n * a.itemsize))
+    piv = cupy.empty((batch, n), np.int32)
+    info = cupy.empty((batch,), np.int32)
+    fn = {np.float32: lib.sgetrfBatched, np.float64: lib.dgetrfBatched,
+          np.complex64: lib.cgetrfBatched, np.complex128: lib.zgetrfBatched}[np.dtype(dtype).type]
+    handle = cupy.cuda.device.get_cublas_handle()
+    lib.setStream(handle, cupy.cuda.get_current_stream().ptr)
+
+    def prepare(k):
+        a[...] = src[k % len(src)]
+
+    def run():
+        fn(handle, n, ptrs.data.ptr, n, piv.data.ptr, info.data.ptr, batch)
+
+    return Case(prepare, run)
+
+
+def _torch(dtype, n, batch, library: str) -> Case:
+    import cupy
+    import torch
+
+    src = [torch.from_dlpack(x) for x in _sources(dtype, n, batch)]
+    a = torch.empty_like(src[0])
+
+    def prepare(k):
+        a.copy_(src[k % len(src)])
+
+    def run():
+        torch.backends.cuda.preferred_linalg_library(library)
+        torch.linalg.lu_factor_ex(a)
+
+    del cupy
+    return Case(prepare, run)
+
+
+def torch_magma(dtype, n, batch) -> Case:
+    return _torch(dtype, n, batch, "magma")
+
+
+def torch_default(dtype, n, batch) -> Case:
+    return _torch(dtype, n, batch, "default")
+
+
+def jax_lu(dtype, n, batch) -> Case:
+    """jax.scipy.linalg.lu_factor under jit; JAX runs on its own stream, so the call blocks
+    (block_until_ready) and is timed on the host clock."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    host = [x.get() for x in _sources(dtype, n, batch)]
+    inputs = [jnp.asarray(h) for h in host]
+    del host
+    fn = jax.jit(jax.scipy.linalg.lu_factor)
+    state = {"k": 0}
+
+    def prepare(k):
+        state["k"] = k % len(inputs)
+
+    def run():
+        jax.block_until_ready(fn(inputs[state["k"]]))
+
+    run()  # compile outside the timing
+    return Case(prepare, run, sync="block")
+
+
+IMPLS = {"lu": {"ours": ours, "cublas": cublas, "torch-magma": torch_magma,
+                "torch-default": torch_default, "jax": jax_lu}}
+FLOPS = {"lu": getrf_flops}
+
+
+def variant(op: str, name: str):
+    """Factories for names outside IMPLS: ``ours:small-8``, ``ours:blocked-16`` (a fixed plan)."""
+    if op != "lu" or not name.startswith("ours:"):
+        return None
+    kind, tile = name[5:].split("-")
+
+    def factory(dtype, n, batch):
+        from kernels._gpu import _getrf
+
+        return ours(dtype, n, batch, _getrf.Plan(kind, int(tile)))
+    return factory

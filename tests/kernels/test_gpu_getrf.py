@@ -1,0 +1,222 @@
+"""The GPU getrf kernels (``kernels/_gpu/_getrf.py``): LAPACK accuracy for every dtype and every path,
+pivots identical to LAPACK's, info semantics, every output element written, and agreement with the
+CPU backend. Run on a machine with a CUDA GPU: ``pytest -m gpu tests/kernels/test_gpu_getrf.py``."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+import kernels
+from kernels import matrices
+from kernels.ratios import THRESHOLD, get01
+
+pytestmark = pytest.mark.gpu
+
+cupy = pytest.importorskip("cupy")
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+SIZES = [1, 2, 3, 7, 16, 31, 32, 33, 64, 100, 128, 190, 255, 256, 512, 1024]
+DOUBLE = (np.float64, np.complex128)
+
+
+def _count(n: int) -> int:
+    """Matrices per case: many where they are cheap, a few at n >= 512 (the CPU reference is slow)."""
+    return 300 if n <= 64 else 40 if n <= 256 else 6 if n <= 512 else 3
+
+
+def _gpu_launch(a: np.ndarray, plan=None, poison: int = 0):
+    """Run the GPU kernel on ``a`` with outputs pre-filled with one of two poisons; return host arrays."""
+    from kernels._gpu import _getrf
+
+    d = cupy.asarray(a)
+    fill = (7.25e30, -3.5e29)[poison]
+    lu = cupy.full(a.shape, fill, dtype=a.dtype)
+    piv = cupy.full(a.shape[:-1], (-7, 123456)[poison], dtype=np.int32)
+    info = cupy.full(a.shape[:1], (-99, 777)[poison], dtype=np.int32)
+    _getrf.launch(d, lu, piv, info, plan)
+    assert d.get().tobytes() == a.tobytes(), "the kernel changed its input"
+    return lu.get(), piv.get(), info.get()
+
+
+def _factor(a: np.ndarray, plan=None):
+    """GPU factorization, launched twice with different poisons: every output element must be written
+    (the two runs agree bit for bit, whatever the poison was)."""
+    first = _gpu_launch(a, plan, 0)
+    second = _gpu_launch(a, plan, 1)
+    for x, y, what in zip(first, second, ("lu", "piv", "info")):
+        same = (x.view(np.uint8) == y.view(np.uint8)).all()
+        assert same, f"{what}: some elements are not written by the kernel (they keep the poison)"
+    return first
+
+
+def _scipy(a: np.ndarray):
+    lus, pivs = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for m in a:
+            lu, piv = scipy.linalg.lu_factor(m, check_finite=False)
+            lus.append(lu)
+            pivs.append(piv)
+    return np.array(lus), np.array(pivs, dtype=np.int32)
+
+
+def _check_pivots(a, piv, dtype):
+    """Pivots equal LAPACK's. In float32/complex64 a near tie between two candidates can be decided
+    either way by rounding (LAPACK's own order of operations differs from ours): allow a few such
+    matrices there, never in float64/complex128."""
+    _, ref = _scipy(a)
+    differ = (piv != ref).any(axis=1)
+    if dtype in DOUBLE:
+        assert not differ.any(), f"pivots differ from LAPACK's on {differ.sum()} of {len(a)} matrices"
+    else:
+        assert differ.mean() <= 0.02, f"pivots differ from LAPACK's on {differ.sum()} of {len(a)}"
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_random_accuracy_and_pivots(dtype, n):
+    count = _count(n)
+    a = matrices.generate("random", n, dtype, seed=3, start=0, stop=count)
+    lu, piv, info = _factor(a)
+    assert lu.dtype == dtype and lu.shape == a.shape
+    assert piv.dtype == np.int32 and piv.shape == (count, n)
+    assert info.dtype == np.int32 and info.shape == (count,)
+    assert (info == 0).all()
+    ratio = get01(a, lu, piv)
+    assert ratio.max() < THRESHOLD, f"get01 max {ratio.max():.3g}"
+    _check_pivots(a, piv, dtype)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 16, 32, 33, 64, 100])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_path(dtype, n):
+    """The small kernel and the blocked kernel with each NB give LAPACK accuracy at sizes they share."""
+    from kernels._gpu import _getrf
+
+    a = matrices.generate("random", n, dtype, seed=5, start=0, stop=97)
+    plans = [_getrf.Plan("blocked", nb) for nb in _getrf._BLOCKED_NB[np.dtype(dtype).itemsize]]
+    if n <= 32:
+        plans += [_getrf.Plan("small", p) for p in _getrf._SMALL_NP if p >= n]
+    for plan in plans:
+        lu, piv, info = _factor(a, plan)
+        assert (info == 0).all(), plan
+        ratio = get01(a, lu, piv)
+        assert ratio.max() < THRESHOLD, f"{plan}: get01 max {ratio.max():.3g}"
+        _check_pivots(a, piv, dtype)
+
+
+@pytest.mark.parametrize("batch", [1, 5, 33, 1000])
+@pytest.mark.parametrize("n", [3, 31, 40])
+def test_batch_sizes(batch, n):
+    a = matrices.generate("random", n, np.float64, seed=batch, start=0, stop=batch)
+    lu, piv, info = _factor(a)
+    assert (info == 0).all()
+    assert get01(a, lu, piv).max() < THRESHOLD
+    _check_pivots(a[:50], piv[:50], np.float64)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 32, 33, 64, 128, 190])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_singular_zero_nan_inf(dtype, n):
+    """singular-mix: info exactly as the CPU backend gives it; NaN/Inf matrices all NaN with identity
+    piv; singular ones completed (get01 still holds) with LAPACK's pivots."""
+    count = 80
+    a = matrices.generate("singular-mix", n, dtype, seed=n, start=0, stop=count)
+    masks = matrices.singular_mix_masks(0, count)
+    lu, piv, info = _factor(a)
+    cpu_lu, cpu_piv, cpu_info = kernels.lu_factor(a)
+    np.testing.assert_array_equal(info, cpu_info)
+    bad = masks["nan"] | masks["inf"]
+    assert (info[bad] == -1).all()
+    assert np.isnan(lu[bad]).all()
+    assert (piv[bad] == np.arange(n)).all()
+    assert (info[masks["zero"]] == 1).all()
+    assert (lu[masks["zero"]] == 0).all() and (piv[masks["zero"]] == np.arange(n)).all()
+    if n > 1:
+        assert (info[masks["singular"]] > 0).all()
+    good = ~bad
+    assert get01(a[good], lu[good], piv[good]).max() < THRESHOLD
+    if dtype in DOUBLE:
+        np.testing.assert_array_equal(piv[good], cpu_piv[good])
+
+
+@pytest.mark.parametrize("n", [4, 33, 100])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_zero_pivot_mid_factorization(dtype, n):
+    """A zero column in the middle: info = its index + 1 (the FIRST zero pivot), no swap there, and
+    the factorization goes on to the end (get01 holds, later columns are pivoted as LAPACK does)."""
+    count = 20
+    a = matrices.generate("random", n, dtype, seed=11, start=0, stop=count)
+    k = n // 2
+    a[:, :, k] = 0
+    a[:, :, n - 1] = 0
+    lu, piv, info = _factor(a)
+    cpu_lu, cpu_piv, cpu_info = kernels.lu_factor(a)
+    np.testing.assert_array_equal(info, cpu_info)
+    assert (info == k + 1).all()
+    assert (piv[:, k] == k).all()
+    assert get01(a, lu, piv).max() < THRESHOLD
+    if dtype in DOUBLE:
+        np.testing.assert_array_equal(piv, cpu_piv)
+
+
+@pytest.mark.parametrize("n", [16, 33, 64, 128, 190])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_illcond(dtype, n):
+    a = matrices.generate("illcond", n, dtype, seed=1, start=0, stop=30)
+    lu, piv, info = _factor(a)
+    assert (info == 0).all()
+    assert get01(a, lu, piv).max() < THRESHOLD
+    _check_pivots(a, piv, dtype)
+
+
+@pytest.mark.parametrize("n", [7, 33, 128, 190])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_badly_scaled(dtype, n):
+    """Rows scaled by 10^+-150 (double) or 10^+-15 (single): no overflow in pivoting or scaling."""
+    rng = np.random.default_rng(n)
+    big = 150 if dtype in DOUBLE else 15
+    a = matrices.generate("random", n, dtype, seed=2, start=0, stop=30)
+    scale = 10.0 ** rng.integers(-big, big + 1, size=(30, n, 1))
+    a = (a * scale).astype(dtype)
+    lu, piv, info = _factor(a)
+    assert (info == 0).all()
+    assert np.isfinite(lu).all()
+    assert get01(a, lu, piv).max() < THRESHOLD
+
+
+@pytest.mark.parametrize("n", [2, 16, 33, 100, 190])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_public_api_agrees_with_cpu(dtype, n):
+    """kernels.lu_factor on CuPy vs NumPy input: same pivots and info, both within the LAPACK bound;
+    leading batch axes and F-order input are handled by the API."""
+    a = matrices.generate("random", n, dtype, seed=9, start=0, stop=24).reshape(2, 3, 4, n, n)
+    lu_g, piv_g, info_g = (x.get() for x in kernels.lu_factor(cupy.asarray(a)))
+    lu_c, piv_c, info_c = kernels.lu_factor(a)
+    assert lu_g.shape == a.shape and piv_g.shape == a.shape[:-1] and info_g.shape == a.shape[:-2]
+    np.testing.assert_array_equal(info_g, info_c)
+    flat = a.reshape(-1, n, n)
+    g01 = get01(flat, lu_g.reshape(flat.shape), piv_g.reshape(-1, n))
+    c01 = get01(flat, lu_c.reshape(flat.shape), piv_c.reshape(-1, n))
+    assert g01.max() < THRESHOLD and c01.max() < THRESHOLD
+    if dtype in DOUBLE:
+        np.testing.assert_array_equal(piv_g, piv_c)
+    fortran = cupy.asfortranarray(cupy.asarray(a))
+    lu_f, piv_f, _ = kernels.lu_factor(fortran)
+    np.testing.assert_array_equal(lu_f.get(), lu_g)
+    np.testing.assert_array_equal(piv_f.get(), piv_g)
+
+
+def test_runs_on_the_current_stream():
+    from kernels._gpu import _getrf
+
+    a = cupy.asarray(matrices.generate("random", 40, np.float32, seed=0, start=0, stop=64))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        lu, piv, info = _getrf.getrf(a)
+    stream.synchronize()
+    assert get01(a.get(), lu.get(), piv.get()).max() < THRESHOLD
