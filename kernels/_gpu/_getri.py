@@ -1,0 +1,272 @@
+"""GPU inverse, solve and log-determinant built on the LU kernels (issue 4).
+
+Four kernel families (``kernels/cuda``):
+
+* ``inv_gje`` — fused inverse while the matrix fits in one block's registers: Gauss-Jordan with
+  LAPACK's partial pivoting (implicit row order), unscrambled on the write;
+* ``getri`` — inverse from ``getrf``'s factors: L^-1 and U^-1 by blocked delayed correction, then
+  U^-1 L^-1 with the column interchange fused into the write; one static launch, or per-step
+  launches sized to the active columns ("dynamic", the paper's allocation);
+* ``getrs`` — forward/back substitution for (B, n, k) right-hand sides, pivots applied on the fly;
+* ``slogdet`` — sign and log|det| from the LU diagonal and the interchange parity.
+
+The ``launch_*`` functions run on preallocated outputs (tests poison them first; benchmarks reuse
+them) on CuPy's current stream with no host synchronisation; :func:`getrs`, :func:`inv`,
+:func:`solve` and :func:`slogdet` are the backend entry points (contract in ``kernels/_api.py``).
+"""
+
+from __future__ import annotations
+
+import cupy
+import numpy as np
+
+from ._getrf import getrf
+from ._module import get_function
+
+__all__ = ["getrs", "inv", "solve", "slogdet", "inv_plan", "launch_inv_gje", "launch_getri",
+           "launch_getrs", "launch_slogdet", "GJE_TILES", "MAX_N"]
+
+_SCALAR = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.complex64): "blu::c64",
+    np.dtype(np.complex128): "blu::c128",
+}
+MAX_N = 1024  # getri/getrs run one thread per column or a panel of every row in shared memory
+
+# inv_gje tiles (nmax, TI, TJ, RR, CC): TI x TJ threads, each holding RR x CC elements in registers.
+# The largest per itemsize keeps the whole matrix under ~64K 32-bit registers with no spills.
+GJE_TILES = {
+    4: ((8, 4, 8, 2, 1), (16, 4, 8, 4, 2), (32, 8, 8, 4, 4), (40, 8, 8, 5, 5), (64, 16, 16, 4, 4),
+        (96, 16, 16, 6, 6), (128, 16, 16, 8, 8), (192, 16, 32, 12, 6)),
+    8: ((8, 4, 8, 2, 1), (16, 4, 8, 4, 2), (32, 8, 8, 4, 4), (40, 8, 8, 5, 5), (64, 16, 16, 4, 4),
+        (96, 16, 16, 6, 6), (128, 16, 16, 8, 8)),
+    16: ((8, 4, 8, 2, 1), (16, 4, 8, 4, 2), (32, 8, 8, 4, 4), (40, 8, 8, 5, 5), (64, 16, 16, 4, 4),
+         (96, 16, 16, 6, 6)),
+}
+# Largest n sent to the fused kernel, per dtype (measured: docs/getri-notes.md). At most the largest
+# tile above; beyond it, getrf + getri.
+FUSED_MAX_N = {np.dtype(np.float32): 192, np.dtype(np.float64): 128,
+               np.dtype(np.complex64): 128, np.dtype(np.complex128): 96}
+GETRI_MODE = "static"  # "static" or "dynamic": measured, docs/getri-notes.md
+_SMEM_DEFAULT = 48 * 1024
+
+
+def _nb(dtype) -> int:
+    """Block-row height of getri/getrs: NB values of T fill whole 16-byte vectors."""
+    return 8 if np.dtype(dtype).itemsize == 16 else 16
+
+
+def _check(name, arr, shape, dtype):
+    if arr.shape != tuple(shape) or arr.dtype != np.dtype(dtype) or not arr.flags.c_contiguous:
+        raise ValueError(f"Expected {name} to be a C-contiguous {np.dtype(dtype)} array of shape "
+                         f"{tuple(shape)}. Got {arr.dtype} {arr.shape} "
+                         f"(C-contiguous: {arr.flags.c_contiguous}) instead.")
+
+
+def _check_n(n: int) -> None:
+    if n > MAX_N:
+        raise ValueError(f"Expected n <= {MAX_N} for the GPU inverse and solve kernels. "
+                         f"Got n = {n} instead.")
+
+
+def _kernel(family: str, name: str, names: tuple[str, ...], smem: int = 0):
+    func = get_function(family, name, names=names)
+    if smem > _SMEM_DEFAULT and func.max_dynamic_shared_size_bytes < smem:
+        func.max_dynamic_shared_size_bytes = smem
+    return func
+
+
+# ---- fused Gauss-Jordan inverse -----------------------------------------------------------------
+
+def gje_tile(dtype, n: int):
+    """The smallest inv_gje tile (TI, TJ, RR, CC) holding an n x n matrix, or None if none does."""
+    for nmax, *tile in GJE_TILES[np.dtype(dtype).itemsize]:
+        if n <= nmax:
+            return tuple(tile)
+    return None
+
+
+def _gje_name(dtype, tile) -> str:
+    return "blu::inv_gje<{}, {}, {}, {}, {}>".format(_SCALAR[np.dtype(dtype)], *tile)
+
+
+def launch_inv_gje(a, out, info, tile=None) -> None:
+    """Fused inverse of ``a`` (B, n, n) into ``out`` (B, n, n) and ``info`` (B,) int32."""
+    batch, n = a.shape[0], a.shape[-1]
+    _check("a", a, (batch, n, n), a.dtype)
+    _check("out", out, a.shape, a.dtype)
+    _check("info", info, (batch,), np.int32)
+    tile = tile or gje_tile(a.dtype, n)
+    if tile is None or tile[0] * tile[2] < n or tile[1] * tile[3] < n:
+        raise ValueError(f"Expected an inv_gje tile holding n = {n}. Got {tile} instead.")
+    if batch == 0:
+        return
+    names = tuple(_gje_name(a.dtype, t[1:]) for t in GJE_TILES[a.dtype.itemsize])
+    smem = n * n * a.itemsize
+    func = _kernel("inv_gje", _gje_name(a.dtype, tile), names, smem)
+    func((batch,), (tile[0] * tile[1],), (a, out, info, np.int32(n)), shared_mem=smem)
+
+
+# ---- getri: inverse from the LU factors ---------------------------------------------------------
+
+def _getri_names(dtype) -> tuple[str, ...]:
+    s, nb = _SCALAR[np.dtype(dtype)], _nb(dtype)
+    return tuple(f"blu::{k}" for k in (
+        f"getri_static<{s}, {nb}, 256>", f"getri_static<{s}, {nb}, 1024>",
+        f"getri_product<{s}, {nb}, 256>", f"getri_product<{s}, {nb}, 1024>",
+        f"getri_linv_step<{s}, {nb}, 256>", f"getri_uinv_step<{s}, {nb}, 256>",
+        f"getri_linv_step<{s}, {nb}, 1024>", f"getri_uinv_step<{s}, {nb}, 1024>"))
+
+
+def _ldp(dtype) -> int:
+    return _nb(dtype) + 16 // np.dtype(dtype).itemsize
+
+
+def launch_getri(lu, piv, info, out, mode: str | None = None) -> None:
+    """Inverse from ``getrf``'s ``lu`` (overwritten with L^-1 and U^-1), ``piv``, ``info`` into ``out``.
+
+    ``mode``: "static" (one launch) or "dynamic" (one launch per step, active columns only).
+    Matrices with info != 0 get NaN.
+    """
+    batch, n = lu.shape[0], lu.shape[-1]
+    dtype = lu.dtype
+    _check("lu", lu, (batch, n, n), dtype)
+    _check("piv", piv, (batch, n), np.int32)
+    _check("info", info, (batch,), np.int32)
+    _check("out", out, lu.shape, dtype)
+    _check_n(n)
+    mode = mode or GETRI_MODE
+    if mode not in ("static", "dynamic"):
+        raise ValueError(f"Expected mode 'static' or 'dynamic'. Got {mode!r} instead.")
+    if batch == 0:
+        return
+    nb, ldp, item = _nb(dtype), _ldp(dtype), dtype.itemsize
+    s = _SCALAR[dtype]
+    names = _getri_names(dtype)
+    npad = -(-n // nb) * nb
+    threads = -(-n // 32) * 32
+    maxt = 256 if threads <= 256 else 1024
+    full = npad * ldp * item + 4 * n
+    ni = np.int32(n)
+    if mode == "static":
+        func = _kernel("getri", f"blu::getri_static<{s}, {nb}, {maxt}>", names, full)
+        func((batch,), (threads,), (lu, piv, info, out, ni), shared_mem=full)
+        return
+    linv = _kernel("getri", f"blu::getri_linv_step<{s}, {nb}, {maxt}>", names, npad * ldp * item)
+    uinv = _kernel("getri", f"blu::getri_uinv_step<{s}, {nb}, {maxt}>", names, npad * ldp * item)
+    for i0 in range(0, n, nb):
+        width = min(n, i0 + nb)
+        linv((batch,), (-(-width // 32) * 32,), (lu, info, ni, np.int32(i0)),
+             shared_mem=(i0 + nb) * ldp * item)
+    for i0 in range((n - 1) // nb * nb, -1, -nb):
+        uinv((batch,), (-(-(n - i0) // 32) * 32,), (lu, info, ni, np.int32(i0)),
+             shared_mem=(npad - i0) * ldp * item)
+    prod = _kernel("getri", f"blu::getri_product<{s}, {nb}, {maxt}>", names, full)
+    prod((batch,), (threads,), (lu, piv, info, out, ni), shared_mem=full)
+
+
+# ---- getrs ------------------------------------------------------------------------------------
+
+_GETRS_KC = (1, 2, 4, 8, 16)
+_GETRS_SMEM = 96 * 1024
+
+
+def _getrs_kc(dtype, n: int, k: int) -> int:
+    """Right-hand-side columns per block: the fewest powers of two covering k (at most 16), while the
+    block's copy of them (npad x KC) stays within 96 KB."""
+    nb = _nb(dtype)
+    npad = -(-n // nb) * nb
+    kc = next(c for c in _GETRS_KC if c >= min(k, 16))
+    while kc > 1 and npad * kc * np.dtype(dtype).itemsize > _GETRS_SMEM:
+        kc //= 2
+    return kc
+
+
+def launch_getrs(lu, piv, b, x, info=None) -> None:
+    """Solve into ``x`` (B, n, k) from ``lu``, ``piv`` and ``b`` (B, n, k); ``info`` given: NaN where
+    info != 0 (solve); not given: a zero pivot gives inf/NaN in that matrix's x (lu_solve)."""
+    batch, n = lu.shape[0], lu.shape[-1]
+    k = b.shape[-1]
+    dtype = lu.dtype
+    _check("lu", lu, (batch, n, n), dtype)
+    _check("piv", piv, (batch, n), np.int32)
+    _check("b", b, (batch, n, k), dtype)
+    _check("x", x, (batch, n, k), dtype)
+    if info is not None:
+        _check("info", info, (batch,), np.int32)
+    _check_n(n)
+    if batch == 0 or k == 0:
+        return
+    nb = _nb(dtype)
+    kc = _getrs_kc(dtype, n, k)
+    s = _SCALAR[dtype]
+    names = tuple(f"blu::getrs_kernel<{s}, {nb}, {c}>" for c in _GETRS_KC)
+    npad = -(-n // nb) * nb
+    smem = (npad * kc + 256) * dtype.itemsize
+    func = _kernel("getrs", f"blu::getrs_kernel<{s}, {nb}, {kc}>", names, smem)
+    info_arg = info if info is not None else np.uint64(0)
+    func((batch, -(-k // kc)), (256,), (lu, piv, info_arg, b, x, np.int32(n), np.int32(k)),
+         shared_mem=smem)
+
+
+# ---- slogdet ------------------------------------------------------------------------------------
+
+def launch_slogdet(lu, piv, info, sign, logabsdet) -> None:
+    """Sign (input dtype) and log|det| (real) from ``getrf``'s outputs into preallocated arrays."""
+    batch, n = lu.shape[0], lu.shape[-1]
+    dtype = lu.dtype
+    real = np.empty(0, dtype).real.dtype
+    _check("lu", lu, (batch, n, n), dtype)
+    _check("piv", piv, (batch, n), np.int32)
+    _check("info", info, (batch,), np.int32)
+    _check("sign", sign, (batch,), dtype)
+    _check("logabsdet", logabsdet, (batch,), real)
+    if batch == 0:
+        return
+    names = tuple(f"blu::slogdet_kernel<{s}>" for s in _SCALAR.values())
+    func = _kernel("slogdet", f"blu::slogdet_kernel<{_SCALAR[dtype]}>", names)
+    func((-(-batch // 4),), (128,), (lu, piv, info, sign, logabsdet, np.int32(n), np.int64(batch)))
+
+
+# ---- backend entry points ---------------------------------------------------------------------
+
+def inv_plan(dtype, n: int) -> str:
+    """"fused" (inv_gje) or "getri" (getrf + getri) for this dtype and n."""
+    return "fused" if n <= FUSED_MAX_N[np.dtype(dtype)] and gje_tile(dtype, n) else "getri"
+
+
+def getrs(lu, piv, b):
+    x = cupy.empty(b.shape, lu.dtype)
+    launch_getrs(lu, piv, b.astype(lu.dtype, copy=False), x)
+    return x
+
+
+def inv(a):
+    batch, n = a.shape[0], a.shape[-1]
+    out = cupy.empty_like(a)
+    if inv_plan(a.dtype, n) == "fused":
+        info = cupy.empty((batch,), np.int32)
+        launch_inv_gje(a, out, info)
+        return out, info
+    _check_n(n)
+    lu, piv, info = getrf(a)
+    launch_getri(lu, piv, info, out)
+    return out, info
+
+
+def solve(a, b):
+    _check_n(a.shape[-1])
+    lu, piv, info = getrf(a)
+    x = cupy.empty(b.shape, a.dtype)
+    launch_getrs(lu, piv, b.astype(a.dtype, copy=False), x, info)
+    return x, info
+
+
+def slogdet(a):
+    batch = a.shape[0]
+    lu, piv, info = getrf(a)
+    sign = cupy.empty((batch,), a.dtype)
+    logabsdet = cupy.empty((batch,), np.empty(0, a.dtype).real.dtype)
+    launch_slogdet(lu, piv, info, sign, logabsdet)
+    return sign, logabsdet, info
