@@ -17,7 +17,7 @@ from .errors import ConfigError
 __all__ = ["generate", "generate_rhs"]
 
 
-def _check(count, size, dtype, chunk, k=None) -> tuple[np.dtype, int | None]:
+def _check(count, size, dtype, chunk, k=None) -> np.dtype:
     for name, value, low in (("count", count, 0), ("size", size, 1), ("k", k, 1)):
         if value is not None and (not isinstance(value, (int, np.integer)) or value < low):
             raise ConfigError(f"Expected {name} to be an integer >= {low}. Got {value!r} instead.")
