@@ -1,0 +1,249 @@
+"""End-to-end pipeline throughput on the GPU machine: batchlu vs the hand-written dask + CuPy pipeline
+vs the I/O floor, on the same Zarr input (issue 5).
+
+    python benchmarks/pipeline.py --gpus 1 --gpus 2 --out benchmarks/results/pipeline-h200x2.json
+
+Input: ``--count`` float64 matrices of order ``--size`` (default 40,000 x 128 x 128, 5.2 GB), random
+normal entries drawn afresh per chunk, in a zstd Zarr v3 array on local disk (``--dir``, made once
+and reused). For each GPU count, three pipelines run on a LocalCUDACluster of that many GPUs:
+
+* ``batchlu``   -- ``pipeline.run(op="inv", backend="gpu", client=...)``;
+* ``dask-cupy`` -- ``da.from_zarr(...).map_blocks(cupy.asarray).map_blocks(cupy.linalg.inv)
+                   .map_blocks(cupy.asnumpy).to_zarr(...)``, for each of ``--threads`` threads per
+                   worker (every setting is recorded; the table quotes the best);
+* ``io-floor``  -- the same read and write (same codecs, same chunks), no compute, one task per
+                   range of chunks on the same cluster.
+
+Each pipeline first runs once on a small store (kernel compilation, cuBLAS/cuSOLVER handles, pools),
+then once timed on the full input, from the call to its return. GB/s counts the input bytes.
+Records go to ``--out`` as a JSON list: impl, gpus, threads_per_worker, gbps, seconds, dtype, n,
+count, device, date (plus the settings used).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def device_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.split("\n")
+        names = [line.strip() for line in out if line.strip()]
+        return f"{len(names)}x {names[0]}" if names else "no GPU"
+    except OSError:
+        return "no GPU"
+
+
+def generate(path: Path, count: int, n: int, chunk: int, seed: int) -> None:
+    """Random normal float64 matrices, each chunk from its own generator, zstd-compressed."""
+    import zarr
+
+    if (path / "zarr.json").exists():
+        arr = zarr.open_array(str(path), mode="r")
+        if arr.shape == (count, n, n) and arr.chunks[0] == chunk:
+            return
+    shutil.rmtree(path, ignore_errors=True)
+    arr = zarr.create_array(str(path), shape=(count, n, n), chunks=(chunk, n, n), dtype="float64",
+                            compressors=zarr.codecs.ZstdCodec(level=0))
+
+    def one(start):
+        stop = min(start + chunk, count)
+        rng = np.random.default_rng([seed, start])
+        arr[start:stop] = rng.standard_normal((stop - start, n, n))
+
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        list(pool.map(one, range(0, count, chunk)))
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+DRY_RUN = False  # --dry-run-cpu: the same script on a CPU LocalCluster with NumPy (to test the script)
+
+
+def run_batchlu(client, src, out, budget):
+    import pipeline
+
+    backend = "cpu" if DRY_RUN else "gpu"
+    report = pipeline.run(str(src), str(out), op="inv", backend=backend, client=client, progress=False,
+                          overwrite=True, config={"memory-budget": budget})
+    assert report.status == "complete" and report.backends == (backend,), report
+    return report
+
+
+def run_dask_cupy(src, out):
+    import dask.array as da
+
+    if DRY_RUN:
+        def inv(x):  # like cupy.linalg.inv: no error on a singular matrix (dask's dtype probe)
+            with np.errstate(all="ignore"):
+                try:
+                    return np.linalg.inv(x)
+                except np.linalg.LinAlgError:
+                    return np.full_like(x, np.nan)
+
+        cupy = argparse.Namespace(asarray=np.asarray, asnumpy=np.asarray, linalg=argparse.Namespace(inv=inv))
+    else:
+        import cupy
+
+    x = da.from_zarr(str(src))
+    y = x.map_blocks(cupy.asarray).map_blocks(cupy.linalg.inv).map_blocks(cupy.asnumpy)
+    y.to_zarr(str(out), overwrite=True)
+
+
+def _copy_range(src, out, start, stop):
+    import zarr
+
+    a = zarr.open_array(src, mode="r")
+    b = zarr.open_array(out, mode="r+")
+    b[start:stop] = a[start:stop]
+    return stop - start
+
+
+def run_io_floor(client, src, out, step):
+    import zarr
+
+    a = zarr.open_array(str(src), mode="r")
+    shutil.rmtree(out, ignore_errors=True)
+    zarr.create_array(str(out), shape=a.shape, chunks=a.chunks, dtype=a.dtype)  # zarr's default codecs
+    starts = list(range(0, a.shape[0], step))
+    futures = client.map(_copy_range, [str(src)] * len(starts), [str(out)] * len(starts), starts,
+                         [min(s + step, a.shape[0]) for s in starts], pure=False)
+    assert sum(client.gather(futures)) == a.shape[0]
+
+
+def check_inverse(src, out, sample=64):
+    """Spot check of the timed output: LAPACK's dget03 ratio on a random sample of matrices."""
+    import zarr
+
+    from kernels.ratios import THRESHOLD, get03
+
+    a = zarr.open_array(str(src), mode="r")
+    group_or_array = zarr.open(str(out), mode="r")
+    inv = group_or_array["inv"] if hasattr(group_or_array, "arrays") else group_or_array
+    idx = np.sort(np.random.default_rng().choice(a.shape[0], size=min(sample, a.shape[0]), replace=False))
+    ratio = float(get03(a.oindex[idx], inv.oindex[idx]).max())
+    assert ratio < THRESHOLD, f"dget03 ratio {ratio} on the benchmark output"
+    return ratio
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", type=int, action="append", help="GPU counts to run (repeatable)")
+    parser.add_argument("--count", type=int, default=40_000)
+    parser.add_argument("--size", type=int, default=128)
+    parser.add_argument("--chunk", type=int, default=256, help="input chunk length (matrices)")
+    parser.add_argument("--dir", default="/tmp/batchlu-bench")
+    parser.add_argument("--threads", default="4,8,16", help="dask-cupy threads per worker to try")
+    parser.add_argument("--batchlu-threads", default="4", help="batchlu threads per worker to try")
+    parser.add_argument("--budget", default="1GiB", help="batchlu memory budget (batch size)")
+    parser.add_argument("--skip", default="", help="impls to skip, comma separated")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--dry-run-cpu", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    from distributed import Client
+
+    from pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
+
+    if args.dry_run_cpu:
+        global DRY_RUN
+        from distributed import LocalCluster
+
+        DRY_RUN = True
+
+        def make_gpu_cluster(use, threads_per_worker, dashboard_address):  # noqa: F811
+            return LocalCluster(n_workers=len(use), threads_per_worker=threads_per_worker,
+                                host="127.0.0.1", dashboard_address=dashboard_address)
+
+        def visible_gpus():  # noqa: F811
+            return ("0", "1")
+
+    work = Path(args.dir)
+    work.mkdir(parents=True, exist_ok=True)
+    src, small = work / "in.zarr", work / "warm.zarr"
+    t = timed(lambda: generate(src, args.count, args.size, args.chunk, seed=2024))
+    generate(small, min(args.count, 16 * args.chunk), args.size, args.chunk, seed=7)
+    nbytes = args.count * args.size * args.size * 8
+    print(f"input {src}: {args.count} x {args.size}^2 float64, {nbytes / 1e9:.2f} GB, chunk {args.chunk} "
+          f"(ready in {t:.1f} s); cores {os.cpu_count()}", flush=True)
+
+    devices = visible_gpus()
+    device = device_name()
+    date = datetime.date.today().isoformat()
+    skip = set(filter(None, args.skip.split(",")))
+    records = []
+
+    def record(impl, gpus, threads, seconds, **extra):
+        rec = dict(impl=impl, gpus=gpus, threads_per_worker=threads, gbps=round(nbytes / 1e9 / seconds, 4),
+                   seconds=round(seconds, 3), dtype="float64", n=args.size, count=args.count, device=device,
+                   date=date, chunk=args.chunk, cpu_cores=os.cpu_count(), **extra)
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+
+    for gpus in args.gpus or [1]:
+        if gpus > len(devices):
+            print(f"skipping {gpus} GPUs: only {len(devices)} visible", flush=True)
+            continue
+        use = devices[:gpus]
+        if "batchlu" not in skip or "io-floor" not in skip:
+            for threads in [int(x) for x in args.batchlu_threads.split(",")]:
+                with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
+                        Client(cluster) as client:
+                    if "batchlu" not in skip:
+                        run_batchlu(client, small, work / "warm-out.zarr", args.budget)
+                        out = work / "batchlu-out.zarr"
+                        shutil.rmtree(out, ignore_errors=True)
+                        seconds = timed(lambda: run_batchlu(client, src, out, args.budget))
+                        ratio = check_inverse(src, out)
+                        record("batchlu", gpus, threads, seconds, memory_budget=args.budget,
+                               max_dget03_sample=ratio)
+                        shutil.rmtree(out, ignore_errors=True)
+                    if "io-floor" not in skip and threads == int(args.batchlu_threads.split(",")[0]):
+                        step = 4 * args.chunk
+                        run_io_floor(client, small, work / "warm-out.zarr", step)
+                        out = work / "io-out.zarr"
+                        seconds = timed(lambda: run_io_floor(client, src, out, step))
+                        record("io-floor", gpus, threads, seconds)
+                        shutil.rmtree(out, ignore_errors=True)
+        if "dask-cupy" not in skip:
+            for threads in [int(x) for x in args.threads.split(",")]:
+                with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
+                        Client(cluster):
+                    run_dask_cupy(small, work / "warm-out.zarr")
+                    out = work / "dask-out.zarr"
+                    shutil.rmtree(out, ignore_errors=True)
+                    seconds = timed(lambda: run_dask_cupy(src, out))
+                    ratio = check_inverse(src, out)
+                    record("dask-cupy", gpus, threads, seconds, max_dget03_sample=ratio)
+                    shutil.rmtree(out, ignore_errors=True)
+
+    print("\nimpl       gpus  threads   GB/s   seconds")
+    for r in records:
+        print(f"{r['impl']:<10} {r['gpus']:>4} {r['threads_per_worker']:>8} {r['gbps']:>6.3f} {r['seconds']:>9.2f}")
+    return records
+
+
+if __name__ == "__main__":
+    main()
