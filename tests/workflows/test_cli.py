@@ -98,11 +98,14 @@ def test_run_every_op_then_verify(invoke, stores, scheduler_address, tmp_path, o
     if op == "slogdet":  # the sign of a well-conditioned random matrix is not in doubt
         a = zarr.open_array(stores[0], mode="r")[...]
         np.testing.assert_array_equal(group["sign"][...], np.linalg.slogdet(a)[0])
-        return
     args = ["verify", stores[0], out] + (["--rhs", stores[1]] if op == "solve" else [])
     verified = invoke(*args)
     assert verified.exit_code == 0, verified.output
     assert str(int(THRESHOLD)) in verified.output
+    # a random sample, and (for solve) the right-hand sides recorded in the output
+    sampled = invoke("verify", stores[0], out, "--sample", 10, "--seed", 3)
+    assert sampled.exit_code == 0, sampled.output
+    assert "10" in sampled.output
 
 
 def test_verify_exits_1_when_an_output_is_tampered_with(invoke, stores, scheduler_address, tmp_path):
