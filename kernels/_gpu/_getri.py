@@ -229,6 +229,24 @@ def launch_slogdet(lu, piv, info, sign, logabsdet) -> None:
     func((-(-batch // 4),), (128,), (lu, piv, info, sign, logabsdet, np.int32(n), np.int64(batch)))
 
 
+# ---- compilation ahead of use ------------------------------------------------------------------
+
+def kernel_groups(dtype) -> list[tuple[str, tuple[str, ...]]]:
+    """(family, instantiations) compiled together for ``dtype``: one NVRTC run each."""
+    dtype = np.dtype(dtype)
+    s, nb = _SCALAR[dtype], _nb(dtype)
+    return [("inv_gje", tuple(_gje_name(dtype, t[1:]) for t in GJE_TILES[dtype.itemsize])),
+            ("getri", _getri_names(dtype)),
+            ("getrs", tuple(f"blu::getrs_kernel<{s}, {nb}, {c}>" for c in _GETRS_KC)),
+            ("slogdet", tuple(f"blu::slogdet_kernel<{x}>" for x in _SCALAR.values()))]
+
+
+def warm(dtype) -> None:
+    """Compile (or load from CuPy's cache) every kernel this module may launch for ``dtype``."""
+    for family, names in kernel_groups(dtype):
+        get_function(family, names[0], names=names)
+
+
 # ---- backend entry points ---------------------------------------------------------------------
 
 def inv_plan(dtype, n: int) -> str:

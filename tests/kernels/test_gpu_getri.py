@@ -1,0 +1,201 @@
+"""The GPU inverse, solve and slogdet kernels (``kernels/_gpu/_getri.py``): LAPACK test ratios for
+every dtype, size and path (fused Gauss-Jordan, getri static and dynamic), info and NaN semantics on
+bad matrices, every output element written, and agreement with the CPU backend.
+Run on a machine with a CUDA GPU: ``pytest -m gpu tests/kernels/test_gpu_getri.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kernels
+from kernels import matrices
+from kernels.ratios import THRESHOLD, get02, get03
+
+pytestmark = pytest.mark.gpu
+
+cupy = pytest.importorskip("cupy")
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+SIZES = [1, 2, 3, 7, 16, 31, 32, 33, 64, 100, 128, 190, 255, 256, 512, 1024]
+POISONS = (7.25e30, -3.5e29)
+
+
+def _count(n: int) -> int:
+    """Matrices per case: many where they are cheap, a few at n >= 512 (the reference is slow)."""
+    return 100 if n <= 64 else 24 if n <= 256 else 4 if n <= 512 else 2
+
+
+def _paths(dtype, n: int) -> list[str]:
+    from kernels._gpu import _getri
+
+    paths = ["getri-static", "getri-dynamic"]
+    if _getri.gje_tile(dtype, n) is not None:
+        paths.insert(0, "fused")
+    return paths
+
+
+def _launch_inv(a: np.ndarray, path: str, poison: int):
+    """Inverse of host matrices ``a`` on the GPU by ``path``, outputs poisoned first; host results."""
+    from kernels._gpu import _getrf, _getri
+
+    d = cupy.asarray(a)
+    out = cupy.full(a.shape, POISONS[poison], dtype=a.dtype)
+    info = cupy.full(a.shape[:1], (-99, 777)[poison], dtype=np.int32)
+    if path == "fused":
+        _getri.launch_inv_gje(d, out, info)
+    else:
+        lu, piv, info = _getrf.getrf(d)
+        _getri.launch_getri(lu, piv, info, out, mode=path.split("-")[1])
+    assert d.get().tobytes() == a.tobytes(), "the kernel changed its input"
+    return out.get(), info.get()
+
+
+def _inv(a: np.ndarray, path: str):
+    """Launched twice with different poisons: every element must be written (bitwise equal runs)."""
+    first = _launch_inv(a, path, 0)
+    second = _launch_inv(a, path, 1)
+    for x, y, what in zip(first, second, ("inverse", "info")):
+        assert (x.view(np.uint8) == y.view(np.uint8)).all(), f"{what}: elements left unwritten"
+    return first
+
+
+def _assert_ratios(ratio, what):
+    assert np.isfinite(ratio).all(), f"{what}: non-finite ratios at {np.flatnonzero(~np.isfinite(ratio))}"
+    assert ratio.max() < THRESHOLD, f"{what}: worst ratio {ratio.max():.3g} (>= {THRESHOLD})"
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_inverse_every_path(dtype, n):
+    a = matrices.generate("random", n, dtype, seed=n, start=0, stop=_count(n))
+    for path in _paths(dtype, n):
+        ainv, info = _inv(a, path)
+        assert ainv.dtype == a.dtype and ainv.shape == a.shape
+        assert (info == 0).all(), f"{path}: info {info[info != 0]} on random matrices"
+        _assert_ratios(get03(a, ainv), f"{path} n={n} {np.dtype(dtype)}")
+
+
+@pytest.mark.parametrize("n", [3, 33, 64, 128, 190])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_inverse_bad_matrices(dtype, n):
+    """singular-mix: info equals the CPU backend's; info != 0 gives all NaN, the rest pass get03."""
+    a = matrices.generate("singular-mix", n, dtype, seed=1, start=0, stop=60)
+    _, _, cpu_info = kernels.lu_factor(a)
+    assert (cpu_info != 0).any() and (cpu_info == 0).any()
+    for path in _paths(dtype, n):
+        ainv, info = _inv(a, path)
+        np.testing.assert_array_equal(info, cpu_info, err_msg=f"{path}: info differs from the CPU's")
+        bad = info != 0
+        assert np.isnan(ainv[bad]).all(), f"{path}: a bad matrix's inverse is not all NaN"
+        assert np.isfinite(ainv[~bad]).all()
+        _assert_ratios(get03(a[~bad], ainv[~bad]), f"{path} singular-mix n={n}")
+
+
+@pytest.mark.parametrize("n", [16, 64, 128, 190])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_illconditioned(dtype, n):
+    a = matrices.generate("illcond", n, dtype, seed=3, start=0, stop=12)
+    for path in _paths(dtype, n):
+        ainv, info = _inv(a, path)
+        assert (info == 0).all()
+        _assert_ratios(get03(a, ainv), f"{path} illcond n={n}")
+    b = matrices.rhs(n, 16, dtype, seed=3, start=0, stop=12)
+    x, info = kernels.solve(cupy.asarray(a), cupy.asarray(b))
+    assert (info.get() == 0).all()
+    _assert_ratios(get02(a, x.get(), b), f"solve illcond n={n}")
+
+
+def _solve_launch(a, b, poison):
+    from kernels._gpu import _getrf, _getri
+
+    lu, piv, info = _getrf.getrf(cupy.asarray(a))
+    x = cupy.full(b.shape, POISONS[poison], dtype=a.dtype)
+    _getri.launch_getrs(lu, piv, cupy.asarray(b), x, info)
+    return x.get(), info.get()
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_solve(dtype, n):
+    count = _count(n)
+    a = matrices.generate("random", n, dtype, seed=n + 1, start=0, stop=count)
+    for k in (1, 16, 40):
+        b = matrices.rhs(n, k, dtype, seed=k, start=0, stop=count)
+        first, info = _solve_launch(a, b, 0)
+        second, _ = _solve_launch(a, b, 1)
+        assert (first.view(np.uint8) == second.view(np.uint8)).all(), "x: elements left unwritten"
+        assert (info == 0).all()
+        _assert_ratios(get02(a, first, b), f"getrs k={k} n={n}")
+    # Vector right-hand sides through the public API, and lu_solve on GPU factors.
+    b = matrices.rhs(n, None, dtype, seed=5, start=0, stop=count)
+    x, info = kernels.solve(cupy.asarray(a), cupy.asarray(b))
+    assert x.shape == b.shape and x.dtype == a.dtype
+    _assert_ratios(get02(a, x.get(), b), f"solve vector n={n}")
+    lu, piv, _ = kernels.lu_factor(cupy.asarray(a))
+    x = kernels.lu_solve(lu, piv, cupy.asarray(b))
+    _assert_ratios(get02(a, x.get(), b), f"lu_solve vector n={n}")
+
+
+@pytest.mark.parametrize("n", [3, 33, 128])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_solve_bad_matrices(dtype, n):
+    a = matrices.generate("singular-mix", n, dtype, seed=2, start=0, stop=60)
+    b = matrices.rhs(n, 16, dtype, seed=2, start=0, stop=60)
+    x, info = _solve_launch(a, b, 0)
+    x_cpu, info_cpu = kernels.solve(a, b)
+    np.testing.assert_array_equal(info, info_cpu)
+    bad = info != 0
+    assert np.isnan(x[bad]).all() and np.isnan(x_cpu[bad]).all()
+    _assert_ratios(get02(a[~bad], x[~bad], b[~bad]), "GPU solve singular-mix")
+    _assert_ratios(get02(a[~bad], x_cpu[~bad], b[~bad]), "CPU solve singular-mix")
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_slogdet_against_numpy(dtype, n):
+    a = matrices.generate("random", n, dtype, seed=7, start=0, stop=_count(n))
+    sign, logabsdet, info = (x.get() for x in kernels.slogdet(cupy.asarray(a)))
+    ref_sign, ref_log = np.linalg.slogdet(a)
+    assert sign.dtype == a.dtype and logabsdet.dtype == np.float64 and (info == 0).all()
+    # log|det| = sum of log|u_ii|: each term carries O(n eps) of the factorization's backward error.
+    tol = THRESHOLD * n * np.finfo(dtype).eps
+    assert (np.abs(logabsdet - ref_log) <= tol * np.maximum(1, np.abs(ref_log))).all()
+    assert (np.abs(sign - ref_sign) <= tol).all()
+    if dtype == np.complex128:
+        assert np.allclose(np.abs(sign), 1, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_slogdet_bad_matrices(dtype):
+    a = matrices.generate("singular-mix", 33, dtype, seed=4, start=0, stop=60)
+    sign, logabsdet, info = (x.get() for x in kernels.slogdet(cupy.asarray(a)))
+    c_sign, c_log, c_info = kernels.slogdet(a)
+    np.testing.assert_array_equal(info, c_info)
+    neg, sing, ok = info < 0, info > 0, info == 0
+    assert np.isnan(sign[neg]).all() and np.isnan(logabsdet[neg]).all()
+    assert (sign[sing] == 0).all() and (logabsdet[sing] == -np.inf).all()
+    tol = THRESHOLD * 33 * np.finfo(dtype).eps
+    assert (np.abs(logabsdet[ok] - c_log[ok]) <= tol * np.maximum(1, np.abs(c_log[ok]))).all()
+    assert (np.abs(sign[ok] - c_sign[ok]) <= tol).all()
+
+
+@pytest.mark.parametrize("n", [1, 7, 33, 64, 128, 190, 256])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_and_cpu_backends_agree(dtype, n):
+    a = matrices.generate("random", n, dtype, seed=9, start=0, stop=min(_count(n), 30))
+    a4 = a.reshape((-1, 3) + a.shape[1:]) if len(a) % 3 == 0 else a
+    g, gi = kernels.inv(cupy.asarray(a4))
+    c, ci = kernels.inv(a4)
+    np.testing.assert_array_equal(gi.get(), ci)
+    assert g.shape == a4.shape
+    _assert_ratios(get03(a4, g.get()), "GPU inv")
+    _assert_ratios(get03(a4, c), "CPU inv")
+
+
+def test_too_large_is_refused():
+    from kernels._gpu import _getri
+
+    a = cupy.zeros((1, 1025, 1025), np.float64)
+    with pytest.raises(ValueError, match="Expected n <= 1024"):
+        _getri.solve(a, cupy.zeros((1, 1025, 1), np.float64))
