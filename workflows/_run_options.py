@@ -110,7 +110,7 @@ RUN_OPTIONS = (
 CLUSTER_OPTIONS = (
     click.option("--scheduler", metavar="ADDRESS", default=None,
                  help="Address of a running Dask scheduler, e.g. tcp://10.0.0.1:8786."),
-    click.option("--scheduler-file", type=click.Path(dir_okay=False), default=None,
+    click.option("--scheduler-file", type=click.Path(dir_okay=False, exists=True), default=None,
                  help="Scheduler file written by `dask scheduler --scheduler-file`."),
 )
 

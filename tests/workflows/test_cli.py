@@ -193,7 +193,7 @@ def test_integer_input_is_refused(invoke, tmp_path):
 
 @pytest.mark.parametrize("extra, words", [
     (["--resume", "--overwrite"], ["--resume and --overwrite"]),
-    (["--scheduler", "tcp://127.0.0.1:1", "--scheduler-file", "s.json"], ["--scheduler and --scheduler-file"]),
+    (["--scheduler", "tcp://127.0.0.1:1", "--scheduler-file", __file__], ["--scheduler and --scheduler-file"]),
     (["--rhs", "b.zarr"], ["--rhs", "solve"]),
     (["--array", "x"], ["array name once"]),
     (["--memory-budget", "lots"], ["512MiB"]),

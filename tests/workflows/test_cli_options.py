@@ -25,9 +25,11 @@ def calls(monkeypatch):
     return recorded
 
 
-def test_every_option_reaches_pipeline_run(invoke, calls):
+def test_every_option_reaches_pipeline_run(invoke, calls, tmp_path):
+    sched = tmp_path / "sched.json"
+    sched.write_text("{}")
     result = invoke("run", "in.zarr", "out.zarr", "--op", "lu", "--array", "A", "--resume",
-                    "--scheduler-file", "sched.json", "--backend", "cpu", "--no-progress",
+                    "--scheduler-file", sched, "--backend", "cpu", "--no-progress",
                     "--memory-budget", "64MiB", "--workers", 3, "--threads-per-worker", 2,
                     "--chunk", 500, "--config", "batchlu.max-tasks=100", "--config", "cluster.processes=no")
     assert result.exit_code == 0, result.output
@@ -36,7 +38,7 @@ def test_every_option_reaches_pipeline_run(invoke, calls):
     assert (input, output) == ("in.zarr:A", "out.zarr")
     assert kwargs == dict(
         op="lu", rhs=None, resume=True, overwrite=False, backend="cpu", scheduler=None,
-        scheduler_file="sched.json", progress=False,
+        scheduler_file=str(sched), progress=False,
         config={"batchlu.memory-budget": 64 * 2**20, "batchlu.cluster.n-workers": 3,
                 "batchlu.cluster.threads-per-worker": 2, "batchlu.chunk": 500,
                 "batchlu.max-tasks": 100, "batchlu.cluster.processes": False})
@@ -59,6 +61,13 @@ def test_config_flags_name_keys_the_pipeline_defines():
     """A flag that sets a key no YAML default declares would be silently ignored."""
     for option in CONFIG_OPTIONS:
         dask.config.get(option.key)  # KeyError if the pipeline's YAML lacks it
+
+
+def test_missing_scheduler_file_is_refused_before_anything_runs(invoke, calls, tmp_path):
+    result = invoke("run", "in.zarr", "out.zarr", "--op", "lu", "--scheduler-file", tmp_path / "none.json")
+    assert result.exit_code == 2
+    assert "none.json" in result.stderr and "does not exist" in result.stderr
+    assert not calls
 
 
 def test_unknown_config_key_is_a_usage_error(invoke, calls):
