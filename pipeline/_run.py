@@ -97,9 +97,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="
     try:
         complete = _ledger.read(out_path)
         tasks = plan.tasks(complete)
-        done_chunks = np.flatnonzero(complete)
-        report.skipped = int(sum(min((c + 1) * plan.chunk, plan.count) - c * plan.chunk
-                                 for c in done_chunks))
+        report.skipped = int(_ledger.matrix_mask(complete, plan.chunk, plan.count).sum())
         report.tasks = len(tasks)
         if tasks:
             _submit(job, tasks, report, opts, show, client=client, scheduler=scheduler,

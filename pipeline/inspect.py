@@ -25,10 +25,7 @@ def _describe(name: str, array: zarr.Array) -> str:
 def _info_counts(info: zarr.Array, complete: np.ndarray | None, chunk: int) -> str:
     values = np.asarray(info[...])
     if complete is not None:
-        mask = np.zeros(values.size, bool)
-        for c in np.flatnonzero(complete):
-            mask[c * chunk:(c + 1) * chunk] = True
-        values = values[mask]
+        values = values[_ledger.matrix_mask(complete, chunk, values.size)]
     values = values[values != INFO_NOT_COMPUTED]
     return (f"  info: ok {np.count_nonzero(values == 0):,}   singular {np.count_nonzero(values > 0):,}"
             f"   non-finite {np.count_nonzero(values < 0):,}   (of {values.size:,} computed)")

@@ -168,9 +168,7 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     report = VerifyReport(output=out_path, op=op, total=count, sampled=sample is not None,
                           complete_chunks=int(complete.sum()), total_chunks=int(complete.size),
                           status=record.get("status", "unknown"), threshold=opts.verify_threshold)
-    done = np.zeros(count, bool)
-    for c in np.flatnonzero(complete):
-        done[c * chunk:(c + 1) * chunk] = True
+    done = _ledger.matrix_mask(complete, chunk, count)
     a_arr = info_a.ref.open()
     b_arr = rhs_ref.open() if rhs_ref is not None else None
     outs = {name: zarr.open_array(store=out_path, path=name, mode="r") for name in record["outputs"]}

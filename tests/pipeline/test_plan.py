@@ -69,3 +69,23 @@ def test_explicit_chunk_and_edges():
     assert plan.chunk_range(6, 7) == (48, 53)
     empty = make_plan(0, 100, memory_budget=10**6, max_tasks=5, input_chunk=10)
     assert empty.n_chunks == 0 and empty.tasks() == []
+
+
+def test_ledger_listing_matches_zarr(tmp_path):
+    """The ledger is read by listing objects; it must agree with reading the array through zarr."""
+    import zarr
+
+    from pipeline import _ledger
+
+    group = zarr.open_group(tmp_path / "o.zarr", mode="w")
+    records = _ledger.create(group, 1000)
+    assert not _ledger.read(str(tmp_path / "o.zarr")).any()
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        lo = int(rng.integers(0, 990))
+        _ledger.mark(str(tmp_path / "o.zarr"), lo, lo + int(rng.integers(1, 10)))
+    records[int(rng.integers(0, 1000))] = False
+    (tmp_path / "o.zarr" / "_complete" / "c" / "7.1234.partial").write_bytes(b"\x01")
+    assert np.array_equal(_ledger.read(str(tmp_path / "o.zarr")), np.asarray(records[...]))
+    mask = _ledger.matrix_mask(np.array([True, False, True]), 4, 10)
+    assert mask.tolist() == [True] * 4 + [False] * 4 + [True] * 2
