@@ -29,12 +29,9 @@ DEMO_OP = "inv"
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean "the input or the request is wrong", not "batchlu is broken"."""
-    errors: tuple[type[BaseException], ...] = (ValueError, TypeError, OSError)
-    try:
-        from pipeline.errors import BatchluError
-    except ImportError:
-        return errors
-    return (BatchluError,) + errors
+    from pipeline.errors import BatchluError  # imported late: ``batchlu --help`` stays quick
+
+    return (BatchluError, ValueError, TypeError, OSError)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -84,9 +81,15 @@ def cli(ctx, traceback):
               help="Also write right-hand sides for `batchlu run --op solve --rhs B.zarr`.")
 @click.option("--rhs-columns", "-k", type=click.IntRange(min=1), default=1, show_default=True,
               help="Columns per right-hand side: 1 gives B of shape (N, n), k > 1 gives (N, n, k).")
-def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns):
+@click.option("--overwrite", is_flag=True, help="Replace OUT.zarr (and B.zarr) if they exist.")
+def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns, overwrite):
     """Write N random n x n matrices to OUT.zarr (a Zarr v3 array of shape (N, n, n))."""
     import pipeline
+
+    for path in filter(None, (out, rhs_out)):
+        if os.path.exists(path) and not overwrite:
+            raise click.ClickException(f"Expected {path} not to exist. Got an existing path instead; "
+                                       f"pass --overwrite to replace it.")
 
     where = pipeline.generate(out, count=count, size=size, dtype=dtype, chunk=chunk, kind=kind, seed=seed)
     click.echo(f"Wrote {count} {kind} {dtype} matrices of size {size}x{size} to {where}")

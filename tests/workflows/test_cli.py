@@ -71,6 +71,17 @@ def test_inspect_prints_shape_dtype_and_chunks(invoke, stores):
     assert str(COUNT) in result.output and str(CHUNK) in result.output
 
 
+def test_generate_replaces_a_store_only_with_overwrite(invoke, tmp_path):
+    out = tmp_path / "a.zarr"
+    assert invoke("generate", out, "-N", 4, "-n", 3, "--seed", 1).exit_code == 0
+    assert_user_error(invoke("generate", out, "-N", 6, "-n", 3, "--seed", 2), "--overwrite")
+    assert zarr.open_array(out, mode="r").shape == (4, 3, 3)  # untouched
+    replaced = invoke("generate", out, "-N", 6, "-n", 3, "--seed", 2, "--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    np.testing.assert_array_equal(zarr.open_array(out, mode="r")[...],
+                                  matrices.generate("random", 3, "float64", seed=2, stop=6))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "complex64", "complex128"])
 def test_generate_other_dtypes(invoke, tmp_path, dtype):
     out = tmp_path / "m.zarr"
