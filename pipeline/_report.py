@@ -15,7 +15,8 @@ class Report:
     ok: int = 0                # info == 0, over the whole output
     singular: int = 0          # info > 0
     nonfinite: int = 0         # info == -1
-    elapsed: float = 0.0       # seconds, this run
+    elapsed: float = 0.0       # seconds from submitting the tasks to the last result
+    startup: float = 0.0       # seconds to connect (or start the embedded cluster) and set it up
     bytes_in: int = 0          # bytes read by this run's tasks
     bytes_out: int = 0         # bytes written by this run's tasks
     tasks: int = 0
@@ -54,6 +55,9 @@ class Report:
             f"matrices/s, {self.gb_in_per_s:.3f} GB/s in, {self.gb_out_per_s:.3f} GB/s out), "
             f"{self.tasks:,} tasks",
         ]
+        if self.startup >= 0.05:
+            lines.append(f"  cluster start and setup {self.startup:.2f} s"
+                         + (f", dashboard {self.dashboard}" if self.dashboard else ""))
         if self.skipped:
             lines.append(f"  skipped {self.skipped:,} already complete (resume)")
         lines.append(f"  backend {self.backend} -> {', '.join(self.backends) or '-'}")

@@ -93,7 +93,6 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="
               outputs=tuple(s.name for s in specs), plan=plan, backend=opts.backend,
               task_delay=opts.task_delay)
     report = Report(output=out_path, op=op, count=matrices.count, backend=opts.backend)
-    t0 = time.perf_counter()
     try:
         complete = _ledger.read(out_path)
         tasks = plan.tasks(complete)
@@ -105,7 +104,6 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="
     except BaseException as exc:
         _fail(out_path, provenance, runs, run_started, report, exc)
         raise
-    report.elapsed = time.perf_counter() - t0
 
     if not _ledger.read(out_path).all():  # a task returned without recording its chunks
         exc = RuntimeError("Expected every output chunk recorded complete after the run. "
@@ -139,11 +137,14 @@ def _fail(out_path, provenance, runs, run_started, report, exc) -> None:
 def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None:
     from distributed import as_completed
 
+    t0 = time.perf_counter()
     with _cluster.connect(opts, **connect) as client, _cluster.performance_report(opts.performance_report):
         report.dashboard = _cluster.dashboard_link(client)
         _cluster.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
         if job.backend == "gpu":  # fail before any task when no worker can honour it
             client.run(_backends.probe, job.backend)
+        submitted = time.perf_counter()
+        report.startup = submitted - t0
         c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]
         futures = client.map(process_range, [job] * len(tasks), c0s, c1s, pure=False,
                              key=[f"batchlu-{job.op}-{c0}-{c1}-{os.getpid()}-{time.time_ns()}"
@@ -169,4 +170,5 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
             raise
         finally:
             bar.close()
+        report.elapsed = time.perf_counter() - submitted
         report.backends = tuple(sorted(backends))
