@@ -36,6 +36,9 @@ def test_tasks_cover_every_chunk_once(count, input_chunk, budget):
 def test_batch_from_memory_budget():
     per = bytes_per_matrix(128, 8, 128 * 128 * 8 + 4)  # inv of float64 n=128
     plan = make_plan(10**6, per, memory_budget=256 * 2**20, max_tasks=20000, input_chunk=100)
+    assert plan.chunk == plan.batch == 100 and plan.chunks_per_task == 1  # one chunk per kernels call
+    plan = make_plan(10**6, per, memory_budget=256 * 2**20, max_tasks=20000, input_chunk=100,
+                     per_chunk=False)
     assert plan.chunk == 100
     assert plan.batch % plan.chunk == 0 and plan.batch * per <= 256 * 2**20
     assert (plan.batch + plan.chunk) * per > 256 * 2**20  # as large as fits

@@ -21,8 +21,12 @@ DTYPES = ("float32", "float64", "complex64", "complex128")
 SMALL = {"chunk": 8, "memory-budget": 6000, "max-tasks": 3}
 
 
-def expected(op, a, b=None) -> dict:
-    """What the pipeline must write: kernels.* on the whole input at once, in this process."""
+def expected(op, a, b=None, chunk=None) -> dict:
+    """What the pipeline must write: kernels.* called once per output chunk, in this process."""
+    if chunk is not None:
+        parts = [expected(op, a[lo:lo + chunk], None if b is None else b[lo:lo + chunk])
+                 for lo in range(0, a.shape[0], chunk)]
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
     if op == "lu":
         lu, piv, info = kernels.lu_factor(a)
         return {"lu": lu, "piv": piv, "info": info}
@@ -38,7 +42,9 @@ def expected(op, a, b=None) -> dict:
 
 def check_output(path, op, a, b=None, chunk=None) -> dict:
     got = outputs_of(path)
-    want = expected(op, a, b)
+    if chunk is None:
+        chunk = zarr.open_array(store=path, path="info", mode="r").chunks[0]
+    want = expected(op, a, b, chunk)
     assert set(got) == set(want) | {"_complete"}
     assert got["_complete"].all()
     for name, value in want.items():
@@ -201,3 +207,18 @@ def test_scheduler_address_and_file(client, stores, tmp_path):
     assert np.array_equal(outputs_of(str(tmp_path / "o1.zarr"))["inv"],
                           outputs_of(str(tmp_path / "o2.zarr"))["inv"], equal_nan=True)
     assert client.status == "running"  # a client passed in, or shared, is never closed
+
+
+def test_sharded_input_and_options_object(client, tmp_path):
+    """A sharded input: output chunks follow the shard (the stored object), not the inner chunk."""
+    from kernels import matrices
+
+    a = matrices.generate("random", 3, "complex64", seed=8, start=0, stop=45)
+    arr = zarr.create_array(tmp_path / "s.zarr", shape=a.shape, chunks=(4, 3, 3), shards=(12, 3, 3),
+                            dtype=a.dtype)
+    arr[...] = a
+    opts = pipeline.options({"max-tasks": 100}).replace(progress=False)
+    report = pipeline.run(str(tmp_path / "s.zarr"), tmp_path / "o.zarr", op="inv", client=client,
+                          progress=False, config=opts)
+    check_output(str(tmp_path / "o.zarr"), "inv", a, chunk=12)
+    assert report.tasks == 4 and report.ok == 45
