@@ -70,6 +70,32 @@ def generate(path: Path, count: int, n: int, chunk: int, seed: int) -> None:
         list(pool.map(one, range(0, count, chunk)))
 
 
+def codec_scaling(chunk: np.ndarray, threads=(1, 8)) -> dict:
+    """GB/s of zstd encode + decode of ``chunk``-sized blocks with 1 and 8 threads: numcodecs (zarr's
+    stock codec, holds the GIL) vs zstandard (batchlu's worker codec, releases it)."""
+    import numcodecs
+    import zstandard
+
+    data = chunk.tobytes()
+    frame = numcodecs.Zstd(level=0).encode(data)
+    impls = {
+        "numcodecs": lambda: numcodecs.Zstd(level=0).decode(numcodecs.Zstd(level=0).encode(data)),
+        "zstandard": lambda: zstandard.ZstdDecompressor().decompress(
+            zstandard.ZstdCompressor(level=0).compress(data)),
+    }
+    assert zstandard.ZstdDecompressor().decompress(frame) == data
+    out = {}
+    for name, fn in impls.items():
+        for t in threads:
+            reps = 2 * t
+            with ThreadPoolExecutor(t) as pool:
+                start = time.perf_counter()
+                list(pool.map(lambda _: fn(), range(reps)))
+                seconds = time.perf_counter() - start
+            out[f"{name}-{t}"] = round(reps * len(data) / 1e9 / seconds, 3)
+    return out
+
+
 def timed(fn) -> float:
     t = time.perf_counter()
     fn()
@@ -186,6 +212,9 @@ def main(argv=None):
     print(f"input {src}: {args.count} x {args.size}^2 float64, {nbytes / 1e9:.2f} GB, chunk {args.chunk} "
           f"(ready in {t:.1f} s); cores {os.cpu_count()}", flush=True)
 
+    print("zstd encode+decode GB/s by threads:",
+          codec_scaling(np.random.default_rng(1).standard_normal((args.chunk, args.size, args.size))),
+          flush=True)
     devices = visible_gpus()
     device = device_name()
     date = datetime.date.today().isoformat()
