@@ -12,7 +12,8 @@ and reused). For each GPU count, three pipelines run on a LocalCUDACluster of th
                    .map_blocks(cupy.asnumpy).to_zarr(...)``, for each of ``--threads`` threads per
                    worker (every setting is recorded; the table quotes the best);
 * ``io-floor``  -- the same read and write (same codecs, same chunks), no compute, one task per
-                   range of chunks on the same cluster.
+                   range of chunks on the same cluster; once with zarr's stock zstd codec
+                   (numcodecs, holds the GIL) and once with batchlu's (zstandard, releases it).
 
 Each pipeline first runs once on a small store (kernel compilation, cuBLAS/cuSOLVER handles, pools),
 then once timed on the full input, from the call to its return. GB/s counts the input bytes.
@@ -135,8 +136,13 @@ def run_dask_cupy(src, out):
     y.to_zarr(str(out), overwrite=True)
 
 
-def _copy_range(src, out, start, stop):
+def _copy_range(src, out, start, stop, threaded_zstd):
     import zarr
+
+    if threaded_zstd:
+        from pipeline import _zstd
+
+        _zstd.install()
 
     a = zarr.open_array(src, mode="r")
     b = zarr.open_array(out, mode="r+")
@@ -144,7 +150,7 @@ def _copy_range(src, out, start, stop):
     return stop - start
 
 
-def run_io_floor(client, src, out, step):
+def run_io_floor(client, src, out, step, threaded_zstd=True):
     import zarr
 
     a = zarr.open_array(str(src), mode="r")
@@ -152,7 +158,8 @@ def run_io_floor(client, src, out, step):
     zarr.create_array(str(out), shape=a.shape, chunks=a.chunks, dtype=a.dtype)  # zarr's default codecs
     starts = list(range(0, a.shape[0], step))
     futures = client.map(_copy_range, [str(src)] * len(starts), [str(out)] * len(starts), starts,
-                         [min(s + step, a.shape[0]) for s in starts], pure=False)
+                         [min(s + step, a.shape[0]) for s in starts], [threaded_zstd] * len(starts),
+                         pure=False)
     assert sum(client.gather(futures)) == a.shape[0]
 
 
@@ -251,11 +258,13 @@ def main(argv=None):
                         shutil.rmtree(out, ignore_errors=True)
                     if "io-floor" not in skip and threads == int(args.batchlu_threads.split(",")[0]):
                         step = 4 * args.chunk
-                        run_io_floor(client, small, work / "warm-out.zarr", step)
                         out = work / "io-out.zarr"
-                        seconds = timed(lambda: run_io_floor(client, src, out, step))
-                        record("io-floor", gpus, threads, seconds)
-                        shutil.rmtree(out, ignore_errors=True)
+                        for threaded in (False, True):  # zarr's stock zstd codec, then batchlu's
+                            run_io_floor(client, small, work / "warm-out.zarr", step, threaded)
+                            seconds = timed(lambda: run_io_floor(client, src, out, step, threaded))
+                            record("io-floor", gpus, threads, seconds,
+                                   codec="zstandard (GIL released)" if threaded else "numcodecs (stock)")
+                            shutil.rmtree(out, ignore_errors=True)
         if "dask-cupy" not in skip:
             for threads in [int(x) for x in args.threads.split(",")]:
                 with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
