@@ -236,10 +236,12 @@ def make_gpu_cluster(devices: Sequence[str], *, threads_per_worker: int = 2, sec
 
 
 def default_gpu_threads(n_gpus: int) -> int:
-    """Task threads per GPU worker: each task overlaps its own reads, kernels and writes, and zarr
-    decodes in its own thread pool, so a few tasks per GPU keep it busy; more only add pinned memory."""
+    """Task threads per GPU worker: the machine's cores shared between the GPUs (at most 16).
+
+    The GPU is rarely the limit: decoding and encoding the Zarr chunks is, and it scales with the
+    threads (measured on an H100 host: 4 threads 0.54 GB/s, 8 threads 1.04 GB/s end to end)."""
     cores = os.cpu_count() or 1
-    return max(1, min(4, cores // max(1, n_gpus)))
+    return max(2, min(16, cores // max(1, n_gpus)))
 
 
 def warmup_for(job):

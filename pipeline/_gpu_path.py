@@ -535,11 +535,9 @@ class PathBackend:
         return address if engine.name == "cpu" else f"{address} {engine.describe()}"
 
     def process_range(self, job, c0: int, c1: int):
-        from . import _zstd
         from ._store import read_range
         from ._tasks import TaskIO, TaskResult
 
-        _zstd.install()  # zstd chunks decoded and encoded without the GIL in this worker
         engine = self.engine()
         io = TaskIO(job)
         plan = job.plan

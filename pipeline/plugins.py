@@ -74,9 +74,8 @@ class GPUSetup(WorkerPlugin):
         except Exception as exc:
             logger.info("batchlu: no GPU on worker %s (%s); GPU setup skipped", worker.address, exc)
             return
-        from . import _backends, _gpu_path, _zstd
+        from . import _backends, _gpu_path
 
-        _zstd.install()
         device = int(self.device) if self.device is not None else 0
         cupy.cuda.Device(device).use()
         if self.rmm_pool_size:

@@ -329,32 +329,3 @@ def test_cuda_out_of_memory_splits(tmp_path):
     assert get03(a, inv).max() < THRESHOLD
     assert (outs["info"][...] == 0).all()
 
-
-def test_threaded_zstd_reads_and_writes_standard_zstd(tmp_path):
-    import subprocess
-    import sys
-
-    pytest.importorskip("zstandard")
-    a = generate("random", 12, "float64", seed=14, start=0, stop=40)
-    stock = _store(tmp_path, "stock.zarr", a, 8)  # written by zarr's own (numcodecs) codec
-    code = f"""
-import numpy as np, zarr, numcodecs
-from pipeline import _zstd
-assert _zstd.install() and _zstd.installed()
-src = zarr.open_array({str(tmp_path / 'stock.zarr')!r}, mode="r")
-assert type(src.metadata.codecs[-1]).__name__ == "ThreadedZstdCodec"
-a = src[...]
-out = zarr.create_array({str(tmp_path / 'threaded.zarr')!r}, shape=a.shape, dtype=a.dtype, chunks=(8, 12, 12))
-out = zarr.open_array({str(tmp_path / 'threaded.zarr')!r}, mode="r+")
-assert type(out.metadata.codecs[-1]).__name__ == "ThreadedZstdCodec"
-out[...] = a
-raw = open({str(tmp_path / 'threaded.zarr' / 'c' / '2' / '0' / '0')!r}, "rb").read()
-np.save({str(tmp_path / 'a.npy')!r}, a)
-np.save({str(tmp_path / 'chunk2.npy')!r}, np.frombuffer(numcodecs.Zstd().decode(raw), "<f8"))
-"""
-    subprocess.run([sys.executable, "-c", code], check=True)
-    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), a)
-    np.testing.assert_array_equal(np.load(tmp_path / "chunk2.npy").reshape(8, 12, 12), a[16:24])
-    # and zarr's stock codec reads what the threaded one wrote
-    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "threaded.zarr"), mode="r")[...], a)
-    assert stock.shape == a.shape
