@@ -4,6 +4,7 @@ output chunks, and report."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import numpy as np
@@ -102,7 +103,12 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="
             _submit(job, tasks, report, opts, show, client=client, scheduler=scheduler,
                     scheduler_file=scheduler_file)
     except BaseException as exc:
-        _fail(out_path, provenance, runs, run_started, report, exc)
+        if record is None and not _ledger.read(out_path).any():
+            # nothing was computed (no cluster, no GPU, interrupted at once): leave no output
+            # behind, so that the corrected command needs neither --resume nor --overwrite
+            shutil.rmtree(out_path, ignore_errors=True)
+        else:
+            _fail(out_path, provenance, runs, run_started, report, exc)
         raise
 
     if not _ledger.read(out_path).all():  # a task returned without recording its chunks

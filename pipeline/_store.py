@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import tempfile
 
 import numpy as np
 import zarr
@@ -161,9 +162,11 @@ def check_output_path(output: str | os.PathLike, inputs: list[ArrayRef]) -> str:
         raise OutputError(f"Expected the output's parent {parent} to be a directory. "
                           f"Got a regular file instead.")
     target = path if path.exists() else parent
-    if not os.access(target, os.W_OK | os.X_OK):
+    try:  # os.access says yes to root everywhere: try a real write (read-only mounts, /proc, ...)
+        os.rmdir(tempfile.mkdtemp(prefix=".batchlu-probe-", dir=target))
+    except OSError as err:
         raise OutputError(f"Expected the output location {target} to be writable. "
-                          f"Got a path without write permission instead.")
+                          f"Got {err.strerror or err} instead.") from None
     return str(path)
 
 
