@@ -27,7 +27,8 @@ _SCALAR = {
     np.dtype(np.complex128): "blu::c128",
 }
 _SMALL_NP = (2, 4, 8, 16, 32)
-_BLOCKED_NB = {4: (8, 16, 32), 8: (8, 16, 32), 16: (4, 8, 16)}  # by itemsize; NB*itemsize % 16 == 0
+# NB by itemsize (NB * itemsize % 16 == 0); NB > 32 only as a single panel (n <= NB).
+_BLOCKED_NB = {4: (8, 16, 32), 8: (8, 16, 32), 16: (4, 8, 16)}
 _SMALL_THREADS = 128
 _MAX_THREADS = 512
 _MAX_GRID = 1 << 20
@@ -42,7 +43,8 @@ _NB_TABLE = {
 
 @dataclass(frozen=True)
 class Plan:
-    """One kernel launch configuration: ``kind`` is "small" (tile = NP) or "blocked" (tile = NB)."""
+    """One kernel launch configuration: ``kind`` is "small" (tile = NP), "blocked" (tile = NB, panel
+    rows in registers) or "blocked_smem" (tile = NB, panel factored in shared memory)."""
 
     kind: str
     tile: int
@@ -57,7 +59,8 @@ def _ldp(n: int) -> int:
 
 def blocked_smem(dtype, n: int, nb: int) -> int:
     """Dynamic shared memory of ``getrf_blocked<T, nb>`` for order n (mirrors getrf_blocked_smem)."""
-    return 3 * nb * _ldp(n) * np.dtype(dtype).itemsize + 3 * n * 4 + 16 + 64 * 16
+    panels = 3 if nb <= 32 else 1
+    return panels * nb * _ldp(n) * np.dtype(dtype).itemsize + 3 * n * 4 + 16 + 64 * 16
 
 
 def _smem_limit() -> int:
@@ -73,14 +76,17 @@ def plan(dtype, n: int) -> Plan:
     nb = next(nb for bound, nb in _NB_TABLE[dtype] if n <= bound)
     limit = _smem_limit()
     for candidate in sorted(_BLOCKED_NB[dtype.itemsize], reverse=True):
-        if candidate <= nb and blocked_smem(dtype, n, candidate) <= limit:
+        if candidate <= nb and (candidate <= 32 or n <= candidate) and blocked_smem(dtype, n, candidate) <= limit:
             return Plan("blocked", candidate)
     raise ValueError(f"Expected n small enough for the GPU getrf panel to fit in shared memory "
                      f"({limit} bytes). Got n = {n} for {dtype} instead.")
 
 
 def _kernel(family: str, dtype, tile: int, smem: int = 0):
-    name = f"{family}<{_SCALAR[np.dtype(dtype)]}, {tile}>"
+    extra = ""
+    if family == "getrf_blocked_smem":
+        family, extra = "getrf_blocked", ", false"
+    name = f"{family}<{_SCALAR[np.dtype(dtype)]}, {tile}{extra}>"
     func = get_function(family, name)
     if smem > 48 * 1024 and func.max_dynamic_shared_size_bytes < smem:
         func.max_dynamic_shared_size_bytes = smem
@@ -116,7 +122,7 @@ def launch(a, lu, piv, info, p: Plan | None = None) -> None:
         smem = blocked_smem(dtype, n, p.tile)
         threads = min(-(-n // 32) * 32, _MAX_THREADS)
         grid = min(batch, _MAX_GRID)
-        _kernel("getrf_blocked", dtype, p.tile, smem)((grid,), (threads,), args, shared_mem=smem)
+        _kernel(f"getrf_{p.kind}", dtype, p.tile, smem)((grid,), (threads,), args, shared_mem=smem)
 
 
 def getrf(a):

@@ -26,6 +26,8 @@
 
 namespace {
 
+template <typename T> using real_t_ = blu::real_t<T>;
+
 template <typename T> struct Vec16 {
     static constexpr int N = 16 / sizeof(T);
     union {
@@ -34,36 +36,54 @@ template <typename T> struct Vec16 {
     };
 };
 
-struct Red {
-    double key;
-    int pos;
-    int row;
+// Pivot candidate: key = cabs1 (NaN -> +inf, non-candidates -1), tag = (0xffff - position) << 16 | row,
+// so the larger (key, tag) wins: largest key, then smallest position (LAPACK's i?amax order).
+template <typename R> struct Cand {
+    R key;
+    unsigned tag;
 };
 
-__device__ __forceinline__ bool better(double ka, int pa, double kb, int pb) {
-    return ka > kb || (ka == kb && pa < pb);
+template <typename R> __device__ __forceinline__ bool better(const Cand<R>& a, const Cand<R>& b) {
+    return a.key > b.key || (a.key == b.key && a.tag > b.tag);
+}
+
+template <typename R> __device__ __forceinline__ Cand<R> warp_argmax(Cand<R> c) {
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) {
+        const Cand<R> other{__shfl_xor_sync(0xffffffffu, c.key, o), __shfl_xor_sync(0xffffffffu, c.tag, o)};
+        if (better(other, c)) c = other;
+    }
+    return c;
+}
+
+template <typename T> __device__ __forceinline__ real_t_<T> pivot_key(T x) {
+    real_t_<T> key = blu::cabs1(x);
+    return key >= real_t_<T>(0) ? key : real_t_<T>(__int_as_float(0x7f800000));  // NaN -> +inf
 }
 
 __host__ __device__ constexpr int ldp_for(int n) { return ((n + 3) & ~3) + 4; }
 
 }  // namespace
 
-template <typename T, int NB>
+// REG: factor the panel with each thread's row in registers (n <= 512); otherwise in shared memory.
+template <typename T, int NB, bool REG = true>
 __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv, int* info, int n,
                                                       long long batch) {
     using namespace blu;
     static_assert((NB * sizeof(T)) % 16 == 0, "NB * sizeof(T) must be a multiple of 16 bytes");
-    static_assert(NB <= 32, "one warp solves the NB columns of U_b: NB <= 32");
+    // NB > 32 only as a single panel (n <= NB): the whole matrix in shared memory and registers.
+    static_assert(NB <= 64, "NB <= 64");
     constexpr int V = Vec16<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
     const int ldp = ldp_for(n);
     T* P = reinterpret_cast<T*>(smem);
     T* const L0 = P + NB * ldp;
     T* const L1 = P + 2 * NB * ldp;
-    int* perm = reinterpret_cast<int*>(P + 3 * NB * ldp);  // position -> original row
+    int* perm = reinterpret_cast<int*>(P + (NB <= 32 ? 3 : 1) * NB * ldp);  // position -> original row
     int* slot = perm + n;                                  // panel row -> original row at load
     int* posof = slot + n;                                 // panel row -> current position
-    Red* red = reinterpret_cast<Red*>(((reinterpret_cast<size_t>(posof + n)) + 15) & ~size_t(15));
+    using R = real_t<T>;
+    Cand<R>* red = reinterpret_cast<Cand<R>*>(((reinterpret_cast<size_t>(posof + n)) + 15) & ~size_t(15));
     __shared__ int s_bad;
 
     const int tid = threadIdx.x, bd = blockDim.x, nw = bd >> 5;
@@ -97,7 +117,7 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
             }
             if (bad) s_bad = 1;
             for (int i = tid; i < n; i += bd) slot[i] = perm[i];
-            if (nblk > 0) {
+            if (NB <= 32 && nblk > 0) {
                 for (int idx = tid; idx < n * NB; idx += bd) {
                     const int i = idx / NB, q = idx - i * NB;
                     L0[q * ldp + i] = LU[(size_t)perm[i] * n + q];
@@ -106,7 +126,7 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
             __syncthreads();
 
             // 2. left-looking correction, one earlier block column at a time.
-            for (int b = 0; b < nblk; ++b) {
+            if constexpr (NB <= 32) for (int b = 0; b < nblk; ++b) {
                 const int j0 = b * NB;
                 const T* Lc = (b & 1) ? L1 : L0;
                 if (warp == 0) {
@@ -152,52 +172,104 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
                 __syncthreads();
             }
 
-            // 3. factor the panel: rows k0..n-1, lazy swaps.
-            for (int i = k0 + tid; i < n; i += bd) posof[i] = i;
-            for (int c = 0; c < w; ++c) {
-                const int kk = k0 + c;
-                double bk = -1.0;
-                int bp = 0x7fffffff, br = 0;
-                for (int i = k0 + tid; i < n; i += bd) {
-                    const int p = posof[i];
-                    if (p >= kk) {
-                        double key = (double)cabs1(P[c * ldp + i]);
-                        if (!(key >= 0.0)) key = __longlong_as_double(0x7ff0000000000000LL);
-                        if (better(key, p, bk, bp)) { bk = key; bp = p; br = i; }
+            // 3. factor the panel: rows k0..n-1, lazy swaps, one barrier per column.
+            if (REG && n - k0 <= bd) {
+                // One row per thread, held in registers (columns unrolled: static indexing). Each
+                // thread stores its updated row back to P every step, so whichever row wins the next
+                // arg-max can be read by all right after that step's barrier.
+                const int i = k0 + tid;
+                const bool mine = i < n;
+                T row[NB];
+#pragma unroll
+                for (int c = 0; c < NB; ++c) row[c] = mine ? P[c * ldp + i] : zero<T>();
+                int pos = i;
+#pragma unroll
+                for (int c = 0; c < NB; ++c) {
+                    if (c < w) {
+                        const int kk = k0 + c;
+                        Cand<R> cand{R(-1), 0u};
+                        if (mine && pos >= kk) cand = Cand<R>{pivot_key(row[c]), ((0xffffu - pos) << 16) | unsigned(i)};
+                        cand = warp_argmax(cand);
+                        Cand<R>* rb = red + (c & 1) * 32;
+                        if (lane == 0) rb[warp] = cand;
+                        __syncthreads();
+                        cand = rb[0];
+                        for (int wi = 1; wi < nw; ++wi) {
+                            const Cand<R> o = rb[wi];
+                            if (better(o, cand)) cand = o;
+                        }
+                        const int bp = 0xffff - int(cand.tag >> 16), br = int(cand.tag & 0xffffu);
+                        const T v = P[c * ldp + br];
+                        const bool zero_pivot = is_zero(v);
+                        if (tid == 0) {
+                            PV[kk] = bp;
+                            if (zero_pivot && first_zero == 0) first_zero = kk + 1;
+                        }
+                        if (i == br) pos = kk;
+                        else if (pos == kk) pos = bp;
+                        if (mine && pos > kk && !zero_pivot) {
+                            T prow[NB];
+#pragma unroll
+                            for (int c2 = c + 1; c2 < NB; ++c2)
+                                if (c2 < w) prow[c2] = P[c2 * ldp + br];
+                            const pivot_scale<T> scale(v);
+                            const T l = scale(row[c]);
+                            row[c] = l;
+#pragma unroll
+                            for (int c2 = c + 1; c2 < NB; ++c2)
+                                if (c2 < w) row[c2] = fms(row[c2], l, prow[c2]);
+#pragma unroll
+                            for (int c2 = c + 1; c2 < NB; ++c2)
+                                if (c2 < w) P[c2 * ldp + i] = row[c2];
+                        }
                     }
                 }
+                if (mine) {
 #pragma unroll
-                for (int o = 16; o >= 1; o >>= 1) {
-                    const double ok = __shfl_xor_sync(0xffffffffu, bk, o);
-                    const int op = __shfl_xor_sync(0xffffffffu, bp, o);
-                    const int orow = __shfl_xor_sync(0xffffffffu, br, o);
-                    if (better(ok, op, bk, bp)) { bk = ok; bp = op; br = orow; }
+                    for (int c = 0; c < NB; ++c) P[c * ldp + i] = row[c];
+                    posof[i] = pos;
                 }
-                Red* rb = red + (c & 1) * 32;
-                if (lane == 0) rb[warp] = Red{bk, bp, br};
-                __syncthreads();
-                bk = rb[0].key; bp = rb[0].pos; br = rb[0].row;
-                for (int wi = 1; wi < nw; ++wi) {
-                    const Red o = rb[wi];
-                    if (better(o.key, o.pos, bk, bp)) { bk = o.key; bp = o.pos; br = o.row; }
-                }
-                const T v = P[c * ldp + br];
-                const bool zero_pivot = is_zero(v);
-                if (tid == 0) {
-                    PV[kk] = bp;
-                    if (zero_pivot && first_zero == 0) first_zero = kk + 1;
-                }
-                const pivot_scale<T> scale(zero_pivot ? one<T>() : v);
-                for (int i = k0 + tid; i < n; i += bd) {
-                    int p = posof[i];
-                    if (p < kk) continue;
-                    if (i == br) { posof[i] = kk; continue; }
-                    if (p == kk) { p = bp; posof[i] = p; }
-                    if (zero_pivot) continue;
-                    const T l = scale(P[c * ldp + i]);
-                    P[c * ldp + i] = l;
-                    for (int c2 = c + 1; c2 < w; ++c2)
-                        P[c2 * ldp + i] = fms(P[c2 * ldp + i], l, P[c2 * ldp + br]);
+            } else {
+                // More rows than threads (n > 512): the same algorithm on shared memory.
+                for (int i = k0 + tid; i < n; i += bd) posof[i] = i;
+                for (int c = 0; c < w; ++c) {
+                    const int kk = k0 + c;
+                    Cand<R> cand{R(-1), 0u};
+                    for (int i = k0 + tid; i < n; i += bd) {
+                        const int p = posof[i];
+                        if (p >= kk) {
+                            const Cand<R> mine{pivot_key(P[c * ldp + i]), ((0xffffu - p) << 16) | unsigned(i)};
+                            if (better(mine, cand)) cand = mine;
+                        }
+                    }
+                    cand = warp_argmax(cand);
+                    Cand<R>* rb = red + (c & 1) * 32;
+                    if (lane == 0) rb[warp] = cand;
+                    __syncthreads();
+                    cand = rb[0];
+                    for (int wi = 1; wi < nw; ++wi) {
+                        const Cand<R> o = rb[wi];
+                        if (better(o, cand)) cand = o;
+                    }
+                    const int bp = 0xffff - int(cand.tag >> 16), br = int(cand.tag & 0xffffu);
+                    const T v = P[c * ldp + br];
+                    const bool zero_pivot = is_zero(v);
+                    if (tid == 0) {
+                        PV[kk] = bp;
+                        if (zero_pivot && first_zero == 0) first_zero = kk + 1;
+                    }
+                    const pivot_scale<T> scale(zero_pivot ? one<T>() : v);
+                    for (int i = k0 + tid; i < n; i += bd) {
+                        int p = posof[i];
+                        if (p < kk) continue;
+                        if (i == br) { posof[i] = kk; continue; }
+                        if (p == kk) { p = bp; posof[i] = p; }
+                        if (zero_pivot) continue;
+                        const T l = scale(P[c * ldp + i]);
+                        P[c * ldp + i] = l;
+                        for (int c2 = c + 1; c2 < w; ++c2)
+                            P[c2 * ldp + i] = fms(P[c2 * ldp + i], l, P[c2 * ldp + br]);
+                    }
                 }
             }
             __syncthreads();
@@ -242,5 +314,6 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
 
 // Bytes of dynamic shared memory getrf_blocked<T, NB> needs for order n (mirrored in _getrf.py).
 template <typename T, int NB> __host__ __device__ constexpr size_t getrf_blocked_smem(int n) {
-    return 3 * (size_t)NB * ldp_for(n) * sizeof(T) + 3 * (size_t)n * sizeof(int) + 16 + 64 * sizeof(Red);
+    return (NB <= 32 ? 3 : 1) * (size_t)NB * ldp_for(n) * sizeof(T) + 3 * (size_t)n * sizeof(int) + 16 +
+           64 * sizeof(Cand<blu::real_t<T>>);
 }
