@@ -43,6 +43,7 @@ class Options:
 
     backend: str = "auto"
     memory_budget: int = 256 * 2**20
+    output_compressor: str = "zstd"
     chunk: int | None = None
     max_tasks: int = 20000
     progress: bool = True
@@ -96,6 +97,15 @@ def _bytes(value, what: str) -> int:
         raise ConfigError(f"Expected batchlu.{what} to be a positive size such as '256MiB'. "
                           f"Got {value!r} instead.")
     return number
+
+
+def _compressor(value) -> str:
+    text = "none" if value is None or value is False else str(value).strip().lower()
+    name, _, level = text.partition(":")
+    if name in ("zstd", "none") and (not level or (name == "zstd" and level.lstrip("-").isdigit())):
+        return text
+    raise ConfigError(f"Expected batchlu.output-compressor to be zstd, zstd:LEVEL or none. "
+                      f"Got {value!r} instead.")
 
 
 def _path(value, what: str) -> str | None:
@@ -153,6 +163,7 @@ def _from_mapping(cfg: Mapping) -> Options:
     return Options(
         backend=_get(cfg, "backend", "auto"),
         memory_budget=_bytes(_get(cfg, "memory-budget", "256MiB"), "memory-budget"),
+        output_compressor=_compressor(_get(cfg, "output-compressor", "zstd")),
         chunk=_int(_get(cfg, "chunk"), "chunk", minimum=1, allow_none=True),
         max_tasks=_int(_get(cfg, "max-tasks", 20000), "max-tasks", minimum=1),
         progress=_bool(_get(cfg, "progress", True), "progress"),

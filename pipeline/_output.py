@@ -125,10 +125,22 @@ def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan) -> Non
                                   f"{array.shape}, chunks {array.chunks} instead.")
             continue
         group.create_array(spec.name, shape=(count,) + spec.tail, chunks=(chunk,) + spec.tail,
-                           dtype=spec.dtype, fill_value=spec.fill,
+                           dtype=spec.dtype, fill_value=spec.fill, compressors=compressors(group),
                            config={"write_empty_chunks": True})
     if not _ledger.exists(group):
         _ledger.create(group, plan.n_chunks)
+
+
+def compressors(group: zarr.Group):
+    """The output arrays' codecs, from ``output_compressor`` in the settings recorded in ``group``:
+    ``zstd`` (zarr's default), ``zstd:LEVEL`` or ``none``."""
+    setting = str(group.attrs.get(ATTR, {}).get("settings", {}).get("output_compressor", "zstd"))
+    name, _, level = setting.partition(":")
+    if name == "none":
+        return None
+    if level:
+        return zarr.codecs.ZstdCodec(level=int(level))
+    return "auto"
 
 
 def update(path: str, **changes) -> dict:
