@@ -78,9 +78,11 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
     def prepare(k):
         a[...] = src[k % len(src)]
 
-    if path == "fused":
+    if path.startswith("fused"):
+        tile = tuple(int(t) for t in path.split("-")[1].split("x")) if "-" in path else None
+
         def run():
-            _getri.launch_inv_gje(a, out, info)
+            _getri.launch_inv_gje(a, out, info, tile)
     else:
         mode = path.split("-")[1]
 
@@ -195,7 +197,8 @@ def cupy_inv(dtype, n, batch) -> Case:
 
 # ---- solve (16 right-hand sides) ------------------------------------------------------------------
 
-def ours_solve(dtype, n, batch) -> Case:
+def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
+    """Our dispatch (or a fixed ``path``: "fused", "getrs")."""
     import cupy
 
     from kernels._gpu import _getrf, _getri
@@ -207,13 +210,18 @@ def ours_solve(dtype, n, batch) -> Case:
     x = cupy.empty_like(b)
     piv = cupy.empty((batch, n), np.int32)
     info = cupy.empty((batch,), np.int32)
+    path = path or _getri.solve_plan(dtype, n, SOLVE_RHS)
 
     def prepare(k):
         a[...] = src[k % len(src)]
 
-    def run():
-        _getrf.launch(a, lu, piv, info)
-        _getri.launch_getrs(lu, piv, b, x, info)
+    if path == "fused":
+        def run():
+            _getri.launch_gesv_gje(a, b, x, info)
+    else:
+        def run():
+            _getrf.launch(a, lu, piv, info)
+            _getri.launch_getrs(lu, piv, b, x, info)
 
     return Case(prepare, run)
 
@@ -295,11 +303,14 @@ BYTES = {"inv": inv_bytes, "solve": solve_bytes}
 
 
 def variant(op: str, name: str):
-    """Factories outside IMPLS: ``ours:fused``, ``ours:getri-static``, ``ours:getri-dynamic``."""
-    if op != "inv" or not name.startswith("ours:"):
+    """Factories outside IMPLS: for inv ``ours:fused``, ``ours:fused-16x16x4x4x2`` (a fixed tile
+    TIxTJxRRxCCxMINB), ``ours:getri-static``, ``ours:getri-dynamic``; for solve ``ours:fused``,
+    ``ours:getrs``. None for names of other ops."""
+    if not name.startswith("ours:"):
         return None
     path = name[5:]
-
-    def factory(dtype, n, batch):
-        return ours_inv(dtype, n, batch, path)
-    return factory
+    if op == "inv" and (path.startswith("fused") or path.startswith("getri-")):
+        return lambda dtype, n, batch: ours_inv(dtype, n, batch, path)
+    if op == "solve" and path in ("fused", "getrs"):
+        return lambda dtype, n, batch: ours_solve(dtype, n, batch, path)
+    return None

@@ -23,8 +23,8 @@ import numpy as np
 from ._getrf import getrf
 from ._module import get_function
 
-__all__ = ["getrs", "inv", "solve", "slogdet", "inv_plan", "launch_inv_gje", "launch_getri",
-           "launch_getrs", "launch_slogdet", "GJE_TILES", "MAX_N"]
+__all__ = ["getrs", "inv", "solve", "slogdet", "inv_plan", "solve_plan", "launch_inv_gje",
+           "launch_gesv_gje", "launch_getri", "launch_getrs", "launch_slogdet", "GJE_TILES", "MAX_N"]
 
 _SCALAR = {
     np.dtype(np.float32): "float",
@@ -34,20 +34,24 @@ _SCALAR = {
 }
 MAX_N = 1024  # getri/getrs run one thread per column or a panel of every row in shared memory
 
-# inv_gje tiles (nmax, TI, TJ, RR, CC): TI x TJ threads, each holding RR x CC elements in registers.
-# The largest per itemsize keeps the whole matrix under ~64K 32-bit registers with no spills.
+# Fused tiles (nmax, TI, TJ, RR, CC, MINB): TI x TJ threads, each holding RR x CC elements in
+# registers; MINB = blocks per SM asked of the compiler (caps registers). The largest per itemsize keeps
+# the whole matrix under ~64K 32-bit registers with no spills (ptxas -v, docs/getri-notes.md).
 GJE_TILES = {
-    4: ((8, 4, 8, 2, 1), (16, 4, 8, 4, 2), (32, 8, 8, 4, 4), (40, 8, 8, 5, 5), (64, 16, 16, 4, 4),
-        (96, 16, 16, 6, 6), (128, 16, 16, 8, 8), (192, 16, 32, 12, 6)),
-    8: ((8, 4, 8, 2, 1), (16, 4, 8, 4, 2), (32, 8, 8, 4, 4), (40, 8, 8, 5, 5), (64, 16, 16, 4, 4),
-        (96, 16, 16, 6, 6), (128, 16, 16, 8, 8)),
-    16: ((8, 4, 8, 2, 1), (16, 4, 8, 4, 2), (32, 8, 8, 4, 4), (40, 8, 8, 5, 5), (64, 16, 16, 4, 4),
-         (96, 16, 16, 6, 6)),
+    4: ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1),
+        (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1), (128, 16, 16, 8, 8, 1), (192, 16, 32, 12, 6, 1)),
+    8: ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1),
+        (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1), (128, 16, 16, 8, 8, 1)),
+    16: ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1),
+         (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1)),
 }
-# Largest n sent to the fused kernel, per dtype (measured: docs/getri-notes.md). At most the largest
-# tile above; beyond it, getrf + getri.
+# Largest n sent to the fused kernels, per dtype (measured: docs/getri-notes.md). At most the largest
+# tile above; beyond it, getrf + getri (inverse) or getrf + getrs (solve).
 FUSED_MAX_N = {np.dtype(np.float32): 192, np.dtype(np.float64): 128,
                np.dtype(np.complex64): 128, np.dtype(np.complex128): 96}
+FUSED_SOLVE_MAX_N = {np.dtype(np.float32): 128, np.dtype(np.float64): 128,
+                     np.dtype(np.complex64): 128, np.dtype(np.complex128): 96}
+FUSED_SOLVE_MAX_RHS = 16
 GETRI_MODE = "static"  # "static" or "dynamic": measured, docs/getri-notes.md
 _SMEM_DEFAULT = 48 * 1024
 
@@ -80,7 +84,7 @@ def _kernel(family: str, name: str, names: tuple[str, ...], smem: int = 0):
 # ---- fused Gauss-Jordan inverse -----------------------------------------------------------------
 
 def gje_tile(dtype, n: int):
-    """The smallest inv_gje tile (TI, TJ, RR, CC) holding an n x n matrix, or None if none does."""
+    """The smallest fused tile (TI, TJ, RR, CC, MINB) holding an n x n matrix, or None."""
     for nmax, *tile in GJE_TILES[np.dtype(dtype).itemsize]:
         if n <= nmax:
             return tuple(tile)
@@ -88,7 +92,32 @@ def gje_tile(dtype, n: int):
 
 
 def _gje_name(dtype, tile) -> str:
-    return "blu::inv_gje<{}, {}, {}, {}, {}>".format(_SCALAR[np.dtype(dtype)], *tile)
+    return "blu::inv_gje<{}, {}, {}, {}, {}, {}>".format(_SCALAR[np.dtype(dtype)], *tile)
+
+
+def _gesv_cb(tile) -> int:
+    """Right-hand-side registers per thread: TJ * CB >= FUSED_SOLVE_MAX_RHS."""
+    return max(1, -(-FUSED_SOLVE_MAX_RHS // tile[1]))
+
+
+def _gesv_name(dtype, tile) -> str:
+    ti, tj, rr, cc, minb = tile
+    return (f"blu::gesv_gje<{_SCALAR[np.dtype(dtype)]}, {ti}, {tj}, {rr}, {cc}, "
+            f"{_gesv_cb(tile)}, {minb}>")
+
+
+def _gje_names(dtype, extra=None) -> tuple[str, ...]:
+    """The fused instantiations compiled together: the table's tiles, or one tile outside it alone."""
+    tiles = [t[1:] for t in GJE_TILES[np.dtype(dtype).itemsize]]
+    if extra is not None and tuple(extra) not in tiles:
+        tiles = [tuple(extra)]
+    return tuple(_gje_name(dtype, t) for t in tiles) + tuple(_gesv_name(dtype, t) for t in tiles)
+
+
+def _check_tile(tile, n):
+    if tile is None or len(tile) != 5 or tile[0] * tile[2] < n or tile[1] * tile[3] < n:
+        raise ValueError(f"Expected a fused tile (TI, TJ, RR, CC, MINB) holding n = {n}. "
+                         f"Got {tile} instead.")
 
 
 def launch_inv_gje(a, out, info, tile=None) -> None:
@@ -97,15 +126,32 @@ def launch_inv_gje(a, out, info, tile=None) -> None:
     _check("a", a, (batch, n, n), a.dtype)
     _check("out", out, a.shape, a.dtype)
     _check("info", info, (batch,), np.int32)
-    tile = tile or gje_tile(a.dtype, n)
-    if tile is None or tile[0] * tile[2] < n or tile[1] * tile[3] < n:
-        raise ValueError(f"Expected an inv_gje tile holding n = {n}. Got {tile} instead.")
+    tile = tuple(tile) if tile is not None else gje_tile(a.dtype, n)
+    _check_tile(tile, n)
     if batch == 0:
         return
-    names = tuple(_gje_name(a.dtype, t[1:]) for t in GJE_TILES[a.dtype.itemsize])
     smem = n * n * a.itemsize
-    func = _kernel("inv_gje", _gje_name(a.dtype, tile), names, smem)
+    func = _kernel("inv_gje", _gje_name(a.dtype, tile), _gje_names(a.dtype, tile), smem)
     func((batch,), (tile[0] * tile[1],), (a, out, info, np.int32(n)), shared_mem=smem)
+
+
+def launch_gesv_gje(a, b, x, info, tile=None) -> None:
+    """Fused solve of ``a`` (B, n, n) against ``b`` (B, n, k), k <= 16, into ``x`` and ``info``."""
+    batch, n = a.shape[0], a.shape[-1]
+    k = b.shape[-1]
+    _check("a", a, (batch, n, n), a.dtype)
+    _check("b", b, (batch, n, k), a.dtype)
+    _check("x", x, (batch, n, k), a.dtype)
+    _check("info", info, (batch,), np.int32)
+    tile = tuple(tile) if tile is not None else gje_tile(a.dtype, n)
+    _check_tile(tile, n)
+    if k > tile[1] * _gesv_cb(tile):
+        raise ValueError(f"Expected at most {tile[1] * _gesv_cb(tile)} right-hand sides for the fused "
+                         f"solve. Got {k} instead.")
+    if batch == 0 or k == 0:
+        return
+    func = _kernel("inv_gje", _gesv_name(a.dtype, tile), _gje_names(a.dtype, tile))
+    func((batch,), (tile[0] * tile[1],), (a, b, x, info, np.int32(n), np.int32(k)))
 
 
 # ---- getri: inverse from the LU factors ---------------------------------------------------------
@@ -235,7 +281,7 @@ def kernel_groups(dtype) -> list[tuple[str, tuple[str, ...]]]:
     """(family, instantiations) compiled together for ``dtype``: one NVRTC run each."""
     dtype = np.dtype(dtype)
     s, nb = _SCALAR[dtype], _nb(dtype)
-    return [("inv_gje", tuple(_gje_name(dtype, t[1:]) for t in GJE_TILES[dtype.itemsize])),
+    return [("inv_gje", _gje_names(dtype)),
             ("getri", _getri_names(dtype)),
             ("getrs", tuple(f"blu::getrs_kernel<{s}, {nb}, {c}>" for c in _GETRS_KC)),
             ("slogdet", tuple(f"blu::slogdet_kernel<{x}>" for x in _SCALAR.values()))]
@@ -252,6 +298,12 @@ def warm(dtype) -> None:
 def inv_plan(dtype, n: int) -> str:
     """"fused" (inv_gje) or "getri" (getrf + getri) for this dtype and n."""
     return "fused" if n <= FUSED_MAX_N[np.dtype(dtype)] and gje_tile(dtype, n) else "getri"
+
+
+def solve_plan(dtype, n: int, k: int) -> str:
+    """"fused" (gesv_gje) or "getrs" (getrf + getrs) for this dtype, n and k right-hand sides."""
+    fits = n <= FUSED_SOLVE_MAX_N[np.dtype(dtype)] and gje_tile(dtype, n)
+    return "fused" if fits and k <= FUSED_SOLVE_MAX_RHS else "getrs"
 
 
 def getrs(lu, piv, b):
@@ -274,10 +326,16 @@ def inv(a):
 
 
 def solve(a, b):
-    _check_n(a.shape[-1])
-    lu, piv, info = getrf(a)
+    batch, n, k = a.shape[0], a.shape[-1], b.shape[-1]
+    b = b.astype(a.dtype, copy=False)
     x = cupy.empty(b.shape, a.dtype)
-    launch_getrs(lu, piv, b.astype(a.dtype, copy=False), x, info)
+    if solve_plan(a.dtype, n, k) == "fused":
+        info = cupy.empty((batch,), np.int32)
+        launch_gesv_gje(a, b, x, info)
+        return x, info
+    _check_n(n)
+    lu, piv, info = getrf(a)
+    launch_getrs(lu, piv, b, x, info)
     return x, info
 
 

@@ -1,44 +1,32 @@
-// Fused batched inverse: Gauss-Jordan elimination with partial pivoting, whole matrix in registers.
+// Fused batched inverse and solve with the whole matrix in registers: Gauss-Jordan (inverse) and
+// LU + substitution (solve), partial pivoting as LAPACK's xGETRF.
 //
 // One thread block per matrix. Thread (ti, tj) of a TI x TJ block owns the RR x CC elements
-// (ti + TI*r, tj + TJ*c) and keeps them in registers for the whole run, so the n^3 multiply-adds read
+// (ti + TI*r, tj + TJ*c) and keeps them in registers for the whole run, so the multiply-adds read
 // only registers and two broadcast vectors in shared memory (the pivot column and the pivot row).
 // Pivoting is implicit: rows never move. `order` holds LAPACK's current row order (logical position ->
 // physical row) and `pos` its inverse, so the pivot at step k is the FIRST row of largest cabs1 in that
 // order, exactly the row xGETRF picks (the eliminated column equals the Schur complement column).
-// After step k the pivot row p holds row k of the in-place inverse, and column k holds the multipliers
-// -a_ik / a_pk; the result is unscrambled on the write:  inv(A)[k][order[m]] = X[order[k]][m].
+// The owners of column k reduce their own rows to one candidate each, so the pivot search after the
+// barrier reads TI candidates instead of n entries.
+//
+// inv_gje: after step k the pivot row p holds row k of the in-place inverse and column k holds
+// -a_ik / a_pk; the result is unscrambled on the write, inv(A)[k][order[m]] = X[order[k]][m], through
+// shared memory (one read of A, one write of inv(A)).
+// gesv_gje: B (n x nrhs, nrhs <= TJ*CB) rides along in registers; the forward sweep eliminates below
+// the pivots only (LU, backward stable), skipping the column tiles already eliminated; a backward sweep
+// substitutes; x[k] = B[order[k]].
 //
 // info as xGETRF: -1 for NaN/Inf input (checked first), k+1 for the first exactly zero pivot; any
-// info != 0 writes NaN over the whole inverse. Elements of the padded tile (index >= n) never reach a
+// info != 0 writes NaN over the whole output. Elements of the padded tile (index >= n) never reach a
 // pivot search or the output.
 #include "common.cuh"
 
 namespace blu {
 
+// Load the tile, flag non-finite values; returns the block-wide verdict (uniform).
 template <typename T, int TI, int TJ, int RR, int CC>
-__global__ void __launch_bounds__(TI * TJ, 1)
-inv_gje(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out, int n) {
-    using R = real_t<T>;
-    constexpr int NT = TI * TJ;
-    constexpr int NI = TI * RR;  // padded rows
-    constexpr int NJ = TJ * CC;  // padded columns
-    static_assert(NT % 32 == 0, "block must be whole warps");
-
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    T* stage = reinterpret_cast<T*>(smem_raw);  // n*n, used for the unscrambling write only
-    __shared__ T colbuf[2][NI];
-    __shared__ T rowbuf[2][NJ];
-    __shared__ int order[NI], pos[NI];
-
-    const long long mat = blockIdx.x;
-    const int tid = threadIdx.x;
-    const int tj = tid % TJ, ti = tid / TJ;
-    const int lane = tid & 31;
-    const T* A = a + mat * (long long)n * n;
-    T* O = out + mat * (long long)n * n;
-
-    T x[RR][CC];
+__device__ __forceinline__ bool gje_load(const T* __restrict__ A, T (&x)[RR][CC], int n, int ti, int tj) {
     bool bad = false;
 #pragma unroll
     for (int r = 0; r < RR; ++r) {
@@ -49,11 +37,64 @@ inv_gje(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out
             bad |= !is_finite(x[r][c]);
         }
     }
+    return __syncthreads_or(bad) != 0;
+}
+
+// Column-k owner: best (cabs1, logical position) among its rows not yet pivoted.
+template <typename R>
+__device__ __forceinline__ void better(R v, int p, R& best, int& bpos) {
+    if (v > best || (v == best && p < bpos)) {
+        best = v;
+        bpos = p;
+    }
+}
+
+// After the barrier: every warp reduces the TI candidates (same answer in every warp).
+template <typename R, int TI>
+__device__ __forceinline__ void gje_pivot(const R* candv, const int* candp, int lane, R& best, int& bpos) {
+    best = lane < TI ? candv[lane] : R(-1);
+    bpos = lane < TI ? candp[lane] : 0x7fffffff;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const R ov = __shfl_xor_sync(0xffffffffu, best, off);
+        const int op = __shfl_xor_sync(0xffffffffu, bpos, off);
+        better(ov, op, best, bpos);
+    }
+}
+
+template <typename T, int TI, int TJ, int RR, int CC, int MINB>
+__global__ void __launch_bounds__(TI * TJ, MINB)
+inv_gje(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out, int n) {
+    using R = real_t<T>;
+    constexpr int NT = TI * TJ;
+    constexpr int NI = TI * RR;  // padded rows
+    constexpr int NJ = TJ * CC;  // padded columns
+    static_assert(NT % 32 == 0 && TI <= 32, "block must be whole warps; TI candidates per warp");
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* stage = reinterpret_cast<T*>(smem_raw);  // n*n, used for the unscrambling write only
+    __shared__ T colbuf[2][NI];
+    __shared__ T rowbuf[2][NJ];
+    __shared__ R candv[2][TI];
+    __shared__ int candp[2][TI];
+    __shared__ int order[NI], pos[NI];
+
+    const long long mat = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int tj = tid % TJ, ti = tid / TJ;
+    const int lane = tid & 31;
+    const T* A = a + mat * (long long)n * n;
+    T* O = out + mat * (long long)n * n;
+
+    T x[RR][CC];
+    int mypos[RR];  // LAPACK's current position of each own row (pos[] in registers: no race)
+#pragma unroll
+    for (int r = 0; r < RR; ++r) mypos[r] = ti + TI * r;
     for (int i = tid; i < NI; i += NT) {
         order[i] = i;
         pos[i] = i;
     }
-    int info = __syncthreads_or(bad) ? -1 : 0;
+    int info = gje_load<T, TI, TJ, RR, CC>(A, x, n, ti, tj) ? -1 : 0;
 
     if (info == 0) {
 #pragma unroll
@@ -64,36 +105,22 @@ inv_gje(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out
                 const int buf = k & 1;
                 // Column k to shared memory, then zero it: the update writes -a_ik / a_pk there.
                 if (tj == kt) {
+                    R cb = R(-1);
+                    int cp = 0x7fffffff;
 #pragma unroll
                     for (int r = 0; r < RR; ++r) {
-                        colbuf[buf][ti + TI * r] = x[r][kc];
+                        const int i = ti + TI * r;
+                        colbuf[buf][i] = x[r][kc];
+                        if (i < n && mypos[r] >= k) better(cabs1(x[r][kc]), mypos[r], cb, cp);
                         x[r][kc] = zero<T>();
                     }
+                    candv[buf][ti] = cb;
+                    candp[buf][ti] = cp;
                 }
                 __syncthreads();
-                // Pivot search, redundantly in every warp (no extra barrier): largest cabs1 among rows
-                // not yet pivoted, ties to the first in LAPACK's current order.
-                R best = R(-1);
-                int bpos = 0x7fffffff;
-                for (int r = lane; r < n; r += 32) {
-                    const int pr = pos[r];
-                    if (pr >= k) {
-                        const R v = cabs1(colbuf[buf][r]);
-                        if (v > best || (v == best && pr < bpos)) {
-                            best = v;
-                            bpos = pr;
-                        }
-                    }
-                }
-#pragma unroll
-                for (int off = 16; off > 0; off >>= 1) {
-                    const R ov = __shfl_xor_sync(0xffffffffu, best, off);
-                    const int op = __shfl_xor_sync(0xffffffffu, bpos, off);
-                    if (ov > best || (ov == best && op < bpos)) {
-                        best = ov;
-                        bpos = op;
-                    }
-                }
+                R best;
+                int bpos;
+                gje_pivot<R, TI>(candv[buf], candp[buf], lane, best, bpos);
                 if (best == R(0)) {  // exact zero pivot: the inverse does not exist
                     info = k + 1;
                     goto done;
@@ -101,6 +128,14 @@ inv_gje(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out
                 if (bpos == 0x7fffffff) bpos = k;  // only NaN left (overflow): carry on, result NaN
                 const int p = order[bpos];
                 const int pti = p % TI, prr = p / TI;
+                {
+                    const int q = order[k];
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) {
+                        const int i = ti + TI * r;
+                        mypos[r] = i == p ? k : (i == q ? bpos : mypos[r]);
+                    }
+                }
                 // Pivot row to shared memory; its column-k entry becomes 1 so that it scales to 1/a_pk.
                 if (ti == pti) {
 #pragma unroll
@@ -112,8 +147,8 @@ inv_gje(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out
                         }
                     }
                 }
-                __syncthreads();
                 const T ip = div_(one<T>(), colbuf[buf][p]);
+                __syncthreads();
                 T rs[CC];
 #pragma unroll
                 for (int c = 0; c < CC; ++c) rs[c] = rowbuf[buf][tj + TJ * c] * ip;
@@ -164,6 +199,188 @@ done:
             const int k = idx / n, q = idx - k * n;
             O[idx] = stage[order[k] * n + pos[q]];
         }
+    }
+    if (tid == 0) info_out[mat] = info;
+}
+
+// Fused solve A X = B for nrhs <= TJ*CB right-hand sides, b and x (B, n, nrhs).
+template <typename T, int TI, int TJ, int RR, int CC, int CB, int MINB>
+__global__ void __launch_bounds__(TI * TJ, MINB)
+gesv_gje(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ xout, int* __restrict__ info_out,
+         int n, int nrhs) {
+    using R = real_t<T>;
+    constexpr int NT = TI * TJ;
+    constexpr int NI = TI * RR;
+    constexpr int NJ = TJ * CC;
+    static_assert(NT % 32 == 0 && TI <= 32, "block must be whole warps; TI candidates per warp");
+
+    __shared__ T colbuf[2][NI];
+    __shared__ T rowbuf[2][NJ];
+    __shared__ T brow[2][TJ * CB];
+    __shared__ R candv[2][TI];
+    __shared__ int candp[2][TI];
+    __shared__ int order[NI], pos[NI];
+
+    const long long mat = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int tj = tid % TJ, ti = tid / TJ;
+    const int lane = tid & 31;
+    const T* A = a + mat * (long long)n * n;
+    const T* Bm = b + mat * (long long)n * nrhs;
+    T* X = xout + mat * (long long)n * nrhs;
+
+    T x[RR][CC];
+    T bx[RR][CB];
+    int mypos[RR];
+#pragma unroll
+    for (int r = 0; r < RR; ++r) mypos[r] = ti + TI * r;
+    for (int i = tid; i < NI; i += NT) {
+        order[i] = i;
+        pos[i] = i;
+    }
+#pragma unroll
+    for (int r = 0; r < RR; ++r) {
+#pragma unroll
+        for (int c = 0; c < CB; ++c) {
+            const int i = ti + TI * r, j = tj + TJ * c;
+            bx[r][c] = (i < n && j < nrhs) ? Bm[(long long)i * nrhs + j] : zero<T>();
+        }
+    }
+    int info = gje_load<T, TI, TJ, RR, CC>(A, x, n, ti, tj) ? -1 : 0;
+
+    if (info == 0) {
+        // Forward: LU with implicit pivoting, the same elimination applied to B.
+#pragma unroll
+        for (int kc = 0; kc < CC; ++kc) {
+            for (int kt = 0; kt < TJ; ++kt) {
+                const int k = kc * TJ + kt;
+                if (k >= n) goto forward_done;
+                const int buf = k & 1;
+                if (tj == kt) {
+                    R cb = R(-1);
+                    int cp = 0x7fffffff;
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) {
+                        const int i = ti + TI * r;
+                        colbuf[buf][i] = x[r][kc];
+                        if (i < n && mypos[r] >= k) better(cabs1(x[r][kc]), mypos[r], cb, cp);
+                    }
+                    candv[buf][ti] = cb;
+                    candp[buf][ti] = cp;
+                }
+                __syncthreads();
+                R best;
+                int bpos;
+                gje_pivot<R, TI>(candv[buf], candp[buf], lane, best, bpos);
+                if (best == R(0)) {
+                    info = k + 1;
+                    goto forward_done;
+                }
+                if (bpos == 0x7fffffff) bpos = k;
+                const int p = order[bpos];
+                const int pti = p % TI, prr = p / TI;
+                {
+                    const int q = order[k];
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) {
+                        const int i = ti + TI * r;
+                        mypos[r] = i == p ? k : (i == q ? bpos : mypos[r]);
+                    }
+                }
+                if (ti == pti) {
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) {
+                        if (r == prr) {
+#pragma unroll
+                            for (int c = kc; c < CC; ++c) rowbuf[buf][tj + TJ * c] = x[r][c];
+#pragma unroll
+                            for (int c = 0; c < CB; ++c) brow[buf][tj + TJ * c] = bx[r][c];
+                        }
+                    }
+                }
+                const T ip = div_(one<T>(), colbuf[buf][p]);
+                __syncthreads();
+                T rs[CC], rb[CB];
+#pragma unroll
+                for (int c = kc; c < CC; ++c) rs[c] = rowbuf[buf][tj + TJ * c];
+#pragma unroll
+                for (int c = 0; c < CB; ++c) rb[c] = brow[buf][tj + TJ * c];
+#pragma unroll
+                for (int r = 0; r < RR; ++r) {
+                    const T m = mypos[r] <= k ? zero<T>() : colbuf[buf][ti + TI * r] * ip;
+#pragma unroll
+                    for (int c = kc; c < CC; ++c) x[r][c] = fms(x[r][c], m, rs[c]);
+#pragma unroll
+                    for (int c = 0; c < CB; ++c) bx[r][c] = fms(bx[r][c], m, rb[c]);
+                }
+                if (tid == 0) {
+                    const int q = order[k];
+                    order[k] = p;
+                    order[bpos] = q;
+                    pos[p] = k;
+                    pos[q] = bpos;
+                }
+            }
+        }
+    }
+forward_done:
+    __syncthreads();
+    if (info == 0) {
+        // Backward: x_k = b[p_k] / u_kk, then b[i] -= a[i][k] x_k for rows pivoted before step k.
+#pragma unroll
+        for (int kc = CC - 1; kc >= 0; --kc) {
+            for (int kt = TJ - 1; kt >= 0; --kt) {
+                const int k = kc * TJ + kt;
+                if (k >= n) continue;
+                const int buf = k & 1;
+                const int p = order[k];
+                const int pti = p % TI, prr = p / TI;
+                if (tj == kt) {
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) colbuf[buf][ti + TI * r] = x[r][kc];
+                }
+                if (ti == pti) {
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) {
+                        if (r == prr) {
+#pragma unroll
+                            for (int c = 0; c < CB; ++c) brow[buf][tj + TJ * c] = bx[r][c];
+                        }
+                    }
+                }
+                __syncthreads();
+                const T u = colbuf[buf][p];
+                T xk[CB];
+#pragma unroll
+                for (int c = 0; c < CB; ++c) xk[c] = div_(brow[buf][tj + TJ * c], u);
+#pragma unroll
+                for (int r = 0; r < RR; ++r) {
+                    if (mypos[r] == k) {
+#pragma unroll
+                        for (int c = 0; c < CB; ++c) bx[r][c] = xk[c];
+                    } else if (mypos[r] < k) {
+                        const T cv = colbuf[buf][ti + TI * r];
+#pragma unroll
+                        for (int c = 0; c < CB; ++c) bx[r][c] = fms(bx[r][c], cv, xk[c]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < RR; ++r) {
+            const int i = ti + TI * r;
+            if (i < n) {
+                const long long row = mypos[r];
+#pragma unroll
+                for (int c = 0; c < CB; ++c) {
+                    const int j = tj + TJ * c;
+                    if (j < nrhs) X[row * nrhs + j] = bx[r][c];
+                }
+            }
+        }
+    } else {
+        for (long long idx = tid; idx < (long long)n * nrhs; idx += NT) X[idx] = nan_value<T>();
     }
     if (tid == 0) info_out[mat] = info;
 }

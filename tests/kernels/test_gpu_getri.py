@@ -101,17 +101,29 @@ def test_illconditioned(dtype, n):
         assert (info == 0).all()
         _assert_ratios(get03(a, ainv), f"{path} illcond n={n}")
     b = matrices.rhs(n, 16, dtype, seed=3, start=0, stop=12)
-    x, info = kernels.solve(cupy.asarray(a), cupy.asarray(b))
-    assert (info.get() == 0).all()
-    _assert_ratios(get02(a, x.get(), b), f"solve illcond n={n}")
+    for path in _solve_paths(dtype, n, 16):
+        x, info = _solve_launch(a, b, 0, path)
+        assert (info == 0).all()
+        _assert_ratios(get02(a, x, b), f"{path} solve illcond n={n}")
 
 
-def _solve_launch(a, b, poison):
+def _solve_paths(dtype, n: int, k: int) -> list[str]:
+    from kernels._gpu import _getri
+
+    fused = _getri.gje_tile(dtype, n) is not None and k <= _getri.FUSED_SOLVE_MAX_RHS
+    return (["fused"] if fused else []) + ["getrs"]
+
+
+def _solve_launch(a, b, poison, path="getrs"):
     from kernels._gpu import _getrf, _getri
 
-    lu, piv, info = _getrf.getrf(cupy.asarray(a))
     x = cupy.full(b.shape, POISONS[poison], dtype=a.dtype)
-    _getri.launch_getrs(lu, piv, cupy.asarray(b), x, info)
+    if path == "fused":
+        info = cupy.full(a.shape[:1], (-99, 777)[poison], dtype=np.int32)
+        _getri.launch_gesv_gje(cupy.asarray(a), cupy.asarray(b), x, info)
+    else:
+        lu, piv, info = _getrf.getrf(cupy.asarray(a))
+        _getri.launch_getrs(lu, piv, cupy.asarray(b), x, info)
     return x.get(), info.get()
 
 
@@ -122,11 +134,12 @@ def test_solve(dtype, n):
     a = matrices.generate("random", n, dtype, seed=n + 1, start=0, stop=count)
     for k in (1, 16, 40):
         b = matrices.rhs(n, k, dtype, seed=k, start=0, stop=count)
-        first, info = _solve_launch(a, b, 0)
-        second, _ = _solve_launch(a, b, 1)
-        assert (first.view(np.uint8) == second.view(np.uint8)).all(), "x: elements left unwritten"
-        assert (info == 0).all()
-        _assert_ratios(get02(a, first, b), f"getrs k={k} n={n}")
+        for path in _solve_paths(dtype, n, k):
+            first, info = _solve_launch(a, b, 0, path)
+            second, _ = _solve_launch(a, b, 1, path)
+            assert (first.view(np.uint8) == second.view(np.uint8)).all(), f"{path}: x left unwritten"
+            assert (info == 0).all()
+            _assert_ratios(get02(a, first, b), f"{path} k={k} n={n}")
     # Vector right-hand sides through the public API, and lu_solve on GPU factors.
     b = matrices.rhs(n, None, dtype, seed=5, start=0, stop=count)
     x, info = kernels.solve(cupy.asarray(a), cupy.asarray(b))
@@ -142,13 +155,15 @@ def test_solve(dtype, n):
 def test_solve_bad_matrices(dtype, n):
     a = matrices.generate("singular-mix", n, dtype, seed=2, start=0, stop=60)
     b = matrices.rhs(n, 16, dtype, seed=2, start=0, stop=60)
-    x, info = _solve_launch(a, b, 0)
     x_cpu, info_cpu = kernels.solve(a, b)
-    np.testing.assert_array_equal(info, info_cpu)
-    bad = info != 0
-    assert np.isnan(x[bad]).all() and np.isnan(x_cpu[bad]).all()
-    _assert_ratios(get02(a[~bad], x[~bad], b[~bad]), "GPU solve singular-mix")
+    bad = info_cpu != 0
+    assert np.isnan(x_cpu[bad]).all()
     _assert_ratios(get02(a[~bad], x_cpu[~bad], b[~bad]), "CPU solve singular-mix")
+    for path in _solve_paths(dtype, n, 16):
+        x, info = _solve_launch(a, b, 0, path)
+        np.testing.assert_array_equal(info, info_cpu, err_msg=f"{path}: info differs from the CPU's")
+        assert np.isnan(x[bad]).all()
+        _assert_ratios(get02(a[~bad], x[~bad], b[~bad]), f"GPU {path} solve singular-mix")
 
 
 @pytest.mark.parametrize("n", SIZES)
