@@ -1,5 +1,6 @@
 """The NumPy backend: per-matrix info on singular and non-finite matrices mixed into a batch, every
-output element written, ill-conditioned inputs, and batches larger than one internal pass."""
+output element written, ill-conditioned inputs, and batches larger than one internal pass, on both
+sides of the crossover between the vectorised NumPy LU (small n) and LAPACK through SciPy."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import pytest
 import scipy.linalg
 
 import kernels
-from kernels import _cpu, matrices
+from kernels import _cpu, _cpu_lapack, _cpu_vectorised, matrices
 from kernels.ratios import THRESHOLD, get01, get02, get03
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 
 
 class _PoisonedNumpy:
-    """Stands in for ``numpy`` inside ``kernels._cpu``: fresh buffers start full of garbage (NaN for
+    """Stands in for ``numpy`` inside the CPU backend's modules: fresh buffers start full of garbage (NaN for
     inexact types, -7 for integers), so a result element the backend forgets to write shows."""
 
     def __getattr__(self, name):
@@ -34,14 +35,22 @@ class _PoisonedNumpy:
         return np.full(np.shape(x), self._poison(dtype or x.dtype), dtype or x.dtype)
 
 
+@pytest.fixture(params=["lapack", "vectorised"])
+def engine(request, monkeypatch):
+    """Put every n on one side of the crossover: all through LAPACK, or all vectorised."""
+    monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 if request.param == "lapack" else 1 << 30)
+    return request.param
+
+
 @pytest.fixture
 def poisoned(monkeypatch):
-    monkeypatch.setattr(_cpu, "np", _PoisonedNumpy())
+    for module in (_cpu, _cpu_lapack, _cpu_vectorised):
+        monkeypatch.setattr(module, "np", _PoisonedNumpy())
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 33, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_singular_mix_info_and_neighbours(dtype, n, poisoned):
+def test_singular_mix_info_and_neighbours(dtype, n, engine, poisoned):
     """Singular, zero, NaN and Inf matrices mixed into a batch: right info, NaN results for them
     only, and their neighbours solved to LAPACK accuracy."""
     count = 40
@@ -86,7 +95,7 @@ def test_singular_mix_info_and_neighbours(dtype, n, poisoned):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_hand_made_bad_matrices(dtype):
+def test_hand_made_bad_matrices(dtype, engine):
     """A rank-one 2 x 2 matrix, the zero matrix, NaN and +-Inf between two good matrices."""
     good = np.array([[4.0, 1.0], [2.0, 3.0]])
     a = np.array([good, [[1.0, 2.0], [2.0, 4.0]], np.zeros((2, 2)),
@@ -111,7 +120,7 @@ def test_hand_made_bad_matrices(dtype):
     assert abs(logabsdet[0] - np.log(10.0)) <= 4 * np.finfo(dtype).eps * np.log(10.0)
 
 
-def test_lu_solve_with_a_zero_pivot_spoils_only_its_own_x():
+def test_lu_solve_with_a_zero_pivot_spoils_only_its_own_x(engine):
     a = matrices.generate("random", 5, np.float64, seed=11, stop=3)
     a[1, :, 3] = 0
     lu, piv, info = kernels.lu_factor(a)
@@ -124,20 +133,20 @@ def test_lu_solve_with_a_zero_pivot_spoils_only_its_own_x():
 
 @pytest.mark.parametrize("n", [8, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_illcond(dtype, n):
+def test_illcond(dtype, n, engine):
     """Backward stability holds at the condition number the generator targets."""
     a = matrices.generate("illcond", n, dtype, seed=3, start=5, stop=13)
     lu, piv, info = kernels.lu_factor(a)
     assert np.all(info == 0)
     assert get01(a, lu, piv).max() < THRESHOLD
-    ainv, _ = kernels.inv(a)
-    assert get03(a, ainv).max() < THRESHOLD
+    ainv, _ = kernels.inv(a)                                # the others' inverses overflow
+    assert get03(a[[0, 1, 5]], ainv[[0, 1, 5]]).max() < THRESHOLD
     b = matrices.rhs(n, 3, dtype, seed=3, start=5, stop=13)
     x, _ = kernels.solve(a, b)
     assert get02(a, x, b).max() < THRESHOLD
 
 
-def test_huge_and_tiny_entries_scale_like_lapack():
+def test_huge_and_tiny_entries_scale_like_lapack(engine):
     """Entries near the underflow threshold: the pivot is tiny, columns are divided, not scaled by
     an overflowing reciprocal; the result still passes get01."""
     rng = np.random.default_rng(17)
@@ -147,7 +156,7 @@ def test_huge_and_tiny_entries_scale_like_lapack():
     assert get01(a, lu, piv).max() < THRESHOLD
 
 
-def test_batch_larger_than_one_pass(poisoned, monkeypatch):
+def test_batch_larger_than_one_pass(engine, poisoned, monkeypatch):
     """The backend works through a large batch in passes; results do not depend on the pass size."""
     a = matrices.generate("singular-mix", 6, np.complex128, seed=5, stop=301)
     b = matrices.rhs(6, 2, np.complex128, seed=5, stop=301)
@@ -160,7 +169,7 @@ def test_batch_larger_than_one_pass(poisoned, monkeypatch):
             np.testing.assert_array_equal(x, y)
 
 
-def test_inputs_are_not_modified_by_the_backend():
+def test_inputs_are_not_modified_by_the_backend(engine):
     a = matrices.generate("singular-mix", 7, np.float32, seed=2, stop=30)
     before = a.copy()
     _cpu.getrf(a)
@@ -171,3 +180,100 @@ def test_inputs_are_not_modified_by_the_backend():
     _cpu.solve(a, b)
     np.testing.assert_array_equal(a, before)
     np.testing.assert_array_equal(b, b_before)
+
+
+@pytest.mark.parametrize("n", [1, 5, 33])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lapack_engine_matches_scipy_bit_for_bit(dtype, n, monkeypatch, poisoned):
+    """Through LAPACK, ``lu``/``piv`` are ``scipy.linalg.lu_factor``'s and ``lu_solve`` is SciPy's,
+    to the last bit, with a singular and a NaN matrix in the batch."""
+    monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1)
+    count = 12
+    a = matrices.generate("random", n, dtype, seed=21, stop=count)
+    a[3, :, n // 2] = 0      # info = n // 2 + 1 (or earlier, if elimination zeroes a pivot first)
+    a[7, 0, 0] = np.nan
+    b = matrices.rhs(n, 3, dtype, seed=21, stop=count)
+    lu, piv, info = kernels.lu_factor(a)
+    assert lu.dtype == dtype and info[3] > 0 and info[7] == -1
+    finite = np.flatnonzero(info >= 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
+        for k in finite:
+            ref_lu, ref_piv = scipy.linalg.lu_factor(a[k])
+            np.testing.assert_array_equal(lu[k], ref_lu, err_msg=f"lu of matrix {k}")
+            np.testing.assert_array_equal(piv[k], ref_piv, err_msg=f"piv of matrix {k}")
+    good = np.flatnonzero(info == 0)
+    x = kernels.lu_solve(lu[good], piv[good], b[good])
+    ref_x = scipy.linalg.lu_solve((lu[good], piv[good]), b[good], check_finite=False)
+    assert x.dtype == dtype
+    np.testing.assert_array_equal(x, ref_x)
+    ainv, _ = kernels.inv(a)
+    assert ainv.dtype == dtype and get03(a[good], ainv[good]).max() < THRESHOLD
+    assert np.isnan(ainv[[3, 7]]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+def test_default_crossover_picks_lapack_from_lapack_min_n(dtype, monkeypatch):
+    """Below ``LAPACK_MIN_N`` the vectorised LU runs, from it on LAPACK; both give right answers."""
+    calls = []
+    real = _cpu_lapack.factor
+
+    def spy(a, piv):
+        calls.append(a.shape[-1])
+        real(a, piv)
+
+    monkeypatch.setattr(_cpu_lapack, "factor", spy)
+    for n in (_cpu.LAPACK_MIN_N - 1, _cpu.LAPACK_MIN_N):
+        a = matrices.generate("random", n, dtype, seed=n, stop=50)
+        lu, piv, info = kernels.lu_factor(a)
+        assert np.all(info == 0) and get01(a, lu, piv).max() < THRESHOLD
+        ainv, _ = kernels.inv(a)
+        assert get03(a, ainv).max() < THRESHOLD
+    assert calls == [_cpu.LAPACK_MIN_N, _cpu.LAPACK_MIN_N]
+
+
+def test_small_inverse_falls_back_to_our_lu_when_numpy_refuses(monkeypatch, poisoned):
+    """Below the crossover ``inv`` asks ``numpy.linalg.inv`` for the matrices with info == 0; if
+    NumPy's own factorization called one singular, the inverses come from our LU instead."""
+    monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 << 30)
+    a = matrices.generate("singular-mix", 6, np.float64, seed=4, stop=40)
+    expected, info = kernels.inv(a)
+    good = info == 0
+    assert good.sum() >= 20 and (~good).any()
+
+    def refuse(x):
+        raise np.linalg.LinAlgError("Singular matrix")
+
+    monkeypatch.setattr(np.linalg, "inv", refuse)
+    ainv, info_fallback = kernels.inv(a)
+    np.testing.assert_array_equal(info_fallback, info)
+    assert get03(a[good], ainv[good]).max() < THRESHOLD
+    assert np.isnan(ainv[~good]).all()
+
+
+def test_near_underflow_matrices_stay_accurate_through_the_lapack_engine(monkeypatch):
+    """OpenBLAS's getrf loses subnormal intermediates; matrices that reach that range are factored
+    by the vectorised LU instead, matrix by matrix, while their neighbours keep SciPy's bits."""
+    monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1)
+    n = 12
+    rng = np.random.default_rng(29)
+    a = rng.standard_normal((6, n, n))
+    a[1] *= np.finfo(np.float64).tiny                       # every entry near the underflow threshold
+    a[2, :, 1] = a[2, :, 0] * (1 + 1e-16 * rng.standard_normal())
+    a[2] *= 1e-295                                          # nearly dependent columns at 1e-295
+    a[3, :, 4] *= 1e-310                                    # a subnormal column
+    # Entries all >= tiny / eps or zero, yet the second pivot is subnormal (0 - 2e-20 * 3e-292):
+    # OpenBLAS scales by its reciprocal; reference LAPACK divides, giving the multiplier 0.5.
+    a[4] = np.eye(n)
+    a[4, :3, :3] = [[1, 3e-292, 1], [1e-20, 0, 2], [2e-20, 0, 3]]
+    lu, piv, info = kernels.lu_factor(a)
+    np.testing.assert_array_equal(info, 0)
+    assert get01(a, lu, piv).max() < THRESHOLD
+    assert lu[4, 1, 1] == 0 - 2e-20 * 3e-292 and lu[4, 2, 1] == 0.5
+    np.testing.assert_array_equal(piv[4, :3], [0, 2, 2])
+    for k in (0, 5):
+        ref_lu, ref_piv = scipy.linalg.lu_factor(a[k])
+        np.testing.assert_array_equal(lu[k], ref_lu)
+        np.testing.assert_array_equal(piv[k], ref_piv)
+    ainv, _ = kernels.inv(a)                                # the others' inverses overflow
+    assert get03(a[[0, 1, 5]], ainv[[0, 1, 5]]).max() < THRESHOLD
