@@ -101,6 +101,11 @@ def performance_report(path: str | None):
     if not path:
         yield
         return
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is None:
+        raise ConfigError(f"Expected the bokeh package for the performance report {path}. "
+                          f"Got no bokeh installed instead: pip install 'bokeh>=3.1'.")
     from distributed import performance_report as report
 
     with report(filename=str(path)):

@@ -70,6 +70,22 @@ CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
                  "Number of worker processes of the embedded local cluster."),
     ConfigOption("--threads-per-worker", "batchlu.cluster.threads-per-worker", click.IntRange(min=1),
                  "Threads per worker of the embedded local cluster."),
+    # issue 5: GPUs, TLS, performance report, output codec
+    ConfigOption("--gpus", "batchlu.cluster.gpus", click.STRING,
+                 "GPUs of the embedded GPU cluster, one worker each, e.g. 0,1 (default: "
+                 "CUDA_VISIBLE_DEVICES, else all)."),
+    ConfigOption("--rmm-pool-size", "batchlu.cluster.rmm-pool-size", ByteSize(),
+                 "Give each GPU worker an RMM memory pool of this size (needs rmm), e.g. 30GiB."),
+    ConfigOption("--tls-ca-file", "batchlu.tls.ca-file", click.Path(dir_okay=False, exists=True),
+                 "CA certificate (PEM): talk TLS to the scheduler and workers (distributed's Security)."),
+    ConfigOption("--tls-cert", "batchlu.tls.cert", click.Path(dir_okay=False, exists=True),
+                 "Certificate (PEM) of this client (and of the embedded cluster)."),
+    ConfigOption("--tls-key", "batchlu.tls.key", click.Path(dir_okay=False, exists=True),
+                 "Private key (PEM) of --tls-cert, unless the certificate file holds it."),
+    ConfigOption("--report", "batchlu.performance-report", click.Path(dir_okay=False),
+                 "Save Dask's performance report of the run to this HTML file."),
+    ConfigOption("--output-compressor", "batchlu.output-compressor", click.STRING,
+                 "Codec of the output arrays: zstd (default), zstd:LEVEL or none (fastest)."),
 )
 
 

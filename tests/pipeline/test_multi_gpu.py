@@ -263,3 +263,24 @@ def test_gpu_worker_killed_mid_run(matrices, tmp_path):
     assert 0 < done_at_kill < n_chunks
     assert report.status == "complete" and report.backends == ("gpu",)
     _assert_identical(tmp_path / "killed.zarr", reference)
+
+
+def test_cli_report_html_output_codec_and_gpu_error(matrices, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from workflows.cli import cli
+
+    pytest.importorskip("bokeh")
+    out, html = tmp_path / "o.zarr", tmp_path / "report.html"
+    result = CliRunner().invoke(cli, ["run", str(matrices), str(out), "--op", "inv", "--backend", "cpu",
+                                      "--report", str(html), "--output-compressor", "none", "--workers", "1",
+                                      "--config", "cluster.dashboard-address=127.0.0.1:0"])
+    assert result.exit_code == 0, result.output
+    assert "dashboard http://127.0.0.1:" in result.output
+    assert html.stat().st_size > 10_000 and "<html" in html.read_text()[:2000].lower()
+    assert zarr.open_array(str(out), path="inv").metadata.to_dict()["codecs"][-1]["name"] == "bytes"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    result = CliRunner().invoke(cli, ["run", str(matrices), str(tmp_path / "g.zarr"), "--op", "inv",
+                                      "--backend", "gpu", "--config", "cluster.dashboard-address=127.0.0.1:0"])
+    assert result.exit_code == 1
+    assert "Error: Expected a CUDA GPU for --backend gpu. Got none instead" in result.output
