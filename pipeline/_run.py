@@ -10,11 +10,10 @@ import time
 import numpy as np
 import zarr
 
-from . import _backends, _cluster, _ledger, _output
+from . import _backends, _cluster, _live, _ledger, _output
 from ._config import options as make_options
 from ._ops import check_op, output_specs
 from ._plan import bytes_per_matrix, make_plan
-from ._progress import ProgressBar
 from ._report import Report
 from ._store import check_matrices, check_output_path, check_rhs, open_array_info, parse_ref
 from ._tasks import Job, process_range
@@ -157,7 +156,8 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
                                   for c0, c1 in tasks])
         total = sum(job.plan.chunk_range(c0, c1)[1] - job.plan.chunk_range(c0, c1)[0]
                     for c0, c1 in tasks)
-        bar = ProgressBar(total, enabled=show, label=f"batchlu {job.op}")
+        bar = _live.progress(futures, total, enabled=show, label=f"batchlu {job.op}",
+                             dashboard=report.dashboard)  # widget in Jupyter, text bar in a terminal
         backends = set(report.backends)
         try:
             for future in as_completed(futures):
