@@ -74,6 +74,12 @@ def _check_n(n: int) -> None:
                          f"Got n = {n} instead.")
 
 
+def _smem_optin() -> int:
+    """Largest dynamic shared memory a block may ask for on this device."""
+    attr = getattr(cupy.cuda.runtime, "cudaDevAttrMaxSharedMemoryPerBlockOptin", 97)
+    return int(cupy.cuda.runtime.deviceGetAttribute(attr, cupy.cuda.runtime.getDevice()))
+
+
 def _kernel(family: str, name: str, names: tuple[str, ...], smem: int = 0):
     func = get_function(family, name, names=names)
     if smem > _SMEM_DEFAULT and func.max_dynamic_shared_size_bytes < smem:
@@ -160,6 +166,7 @@ def _getri_names(dtype) -> tuple[str, ...]:
     s, nb = _SCALAR[np.dtype(dtype)], _nb(dtype)
     return tuple(f"blu::{k}" for k in (
         f"getri_static<{s}, {nb}, 256>", f"getri_static<{s}, {nb}, 1024>",
+        f"getri_merged<{s}, {nb}, 256>", f"getri_merged<{s}, {nb}, 1024>",
         f"getri_product<{s}, {nb}, 256>", f"getri_product<{s}, {nb}, 1024>",
         f"getri_linv_step<{s}, {nb}, 256>", f"getri_uinv_step<{s}, {nb}, 256>",
         f"getri_linv_step<{s}, {nb}, 1024>", f"getri_uinv_step<{s}, {nb}, 1024>"))
@@ -172,7 +179,9 @@ def _ldp(dtype) -> int:
 def launch_getri(lu, piv, info, out, mode: str | None = None) -> None:
     """Inverse from ``getrf``'s ``lu`` (overwritten with L^-1 and U^-1), ``piv``, ``info`` into ``out``.
 
-    ``mode``: "static" (one launch) or "dynamic" (one launch per step, active columns only).
+    ``mode``: "static" (one launch), "merged" (one launch, L and U steps interleaved; falls back to
+    "static" where two panels do not fit in shared memory) or "dynamic" (one launch per step, active
+    columns only).
     Matrices with info != 0 get NaN.
     """
     batch, n = lu.shape[0], lu.shape[-1]
@@ -183,8 +192,8 @@ def launch_getri(lu, piv, info, out, mode: str | None = None) -> None:
     _check("out", out, lu.shape, dtype)
     _check_n(n)
     mode = mode or GETRI_MODE
-    if mode not in ("static", "dynamic"):
-        raise ValueError(f"Expected mode 'static' or 'dynamic'. Got {mode!r} instead.")
+    if mode not in ("static", "merged", "dynamic"):
+        raise ValueError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
     if batch == 0:
         return
     nb, ldp, item = _nb(dtype), _ldp(dtype), dtype.itemsize
@@ -195,7 +204,12 @@ def launch_getri(lu, piv, info, out, mode: str | None = None) -> None:
     maxt = 256 if threads <= 256 else 1024
     full = npad * ldp * item + 4 * n
     ni = np.int32(n)
-    if mode == "static":
+    merged = 2 * npad * ldp * item + 4 * n
+    if mode == "merged" and merged <= _smem_optin():
+        func = _kernel("getri", f"blu::getri_merged<{s}, {nb}, {maxt}>", names, merged)
+        func((batch,), (threads,), (lu, piv, info, out, ni), shared_mem=merged)
+        return
+    if mode in ("static", "merged"):
         func = _kernel("getri", f"blu::getri_static<{s}, {nb}, {maxt}>", names, full)
         func((batch,), (threads,), (lu, piv, info, out, ni), shared_mem=full)
         return

@@ -244,6 +244,42 @@ getri_static(T* __restrict__ lu, const int* __restrict__ piv, const int* __restr
     product_all<T, NB>(lu, panel, rp, out, n, tid, nt);
 }
 
+// Phases 1 and 2 interleaved: step b inverts L block row b (top-down) and U block row nb-1-b
+// (bottom-up) between the same two barriers; their active columns are complementary (j < (b+1)NB for
+// L, j >= (nb-1-b)NB for U), so the threads stay busier and the barrier count halves. The two panels
+// are separate (2 x npad x LDP of T); L and U steps touch disjoint triangles of lu.
+template <typename T, int NB, int MAXT>
+__global__ void __launch_bounds__(MAXT)
+getri_merged(T* __restrict__ lu, const int* __restrict__ piv, const int* __restrict__ info,
+             T* __restrict__ out, int n) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    constexpr int LDP = getri_panel<T, NB>::LDP;
+    const int npad = (n + NB - 1) / NB * NB;
+    T* panel = reinterpret_cast<T*>(smem_raw);
+    T* panel_u = panel + (long long)npad * LDP;
+    int* rp = reinterpret_cast<int*>(panel_u + (long long)npad * LDP);
+    const long long mat = blockIdx.x;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    lu += mat * n * n;
+    out += mat * n * n;
+    if (info[mat] != 0) {
+        fill_nan(out, (long long)n * n, tid, nt);
+        return;
+    }
+    row_order(piv + mat * n, rp, n, tid, nt);
+    const int nblocks = npad / NB;
+    for (int b = 0; b < nblocks; ++b) {
+        const int IL = b * NB, IU = (nblocks - 1 - b) * NB;
+        __syncthreads();
+        load_panel<T, NB, false>(lu, panel, n, IL, 0, IL + NB, tid, nt);
+        load_panel<T, NB, false>(lu, panel_u, n, IU, IU, npad, tid, nt);
+        __syncthreads();
+        if (tid < n && tid < IL + NB) linv_step<T, NB>(lu, panel, n, IL, tid);
+        if (tid < n && tid >= IU) uinv_step<T, NB>(lu, panel_u, n, IU, tid);
+    }
+    product_all<T, NB>(lu, panel, rp, out, n, tid, nt);
+}
+
 // Dynamic allocation: one launch per phase-1 step with round32(min(n, I0+NB)) threads, column j = tid.
 template <typename T, int NB, int MAXT>
 __global__ void __launch_bounds__(MAXT)

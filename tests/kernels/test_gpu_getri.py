@@ -29,7 +29,7 @@ def _count(n: int) -> int:
 def _paths(dtype, n: int) -> list[str]:
     from kernels._gpu import _getri
 
-    paths = ["getri-static", "getri-dynamic"]
+    paths = ["getri-static", "getri-merged", "getri-dynamic"]
     if _getri.gje_tile(dtype, n) is not None:
         paths.insert(0, "fused")
     return paths
