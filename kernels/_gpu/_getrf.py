@@ -27,17 +27,22 @@ _SCALAR = {
     np.dtype(np.complex128): "blu::c128",
 }
 _SMALL_NP = (2, 4, 8, 16, 32)
-# NB by itemsize (NB * itemsize % 16 == 0); NB > 32 only as a single panel (n <= NB).
+# NB by itemsize (NB * itemsize % 16 == 0, NB <= 32: one warp solves the NB columns of U_b).
 _BLOCKED_NB = {4: (8, 16, 32), 8: (8, 16, 32), 16: (4, 8, 16)}
 _SMALL_THREADS = 128
 _MAX_THREADS = 512
 _MAX_GRID = 1 << 20
-# Preferred NB of the blocked kernel by (dtype, n upper bound), from the H100 measurements.
-_NB_TABLE = {
-    np.dtype(np.float32): ((64, 32), (1 << 30, 16)),
-    np.dtype(np.float64): ((64, 16), (1 << 30, 16)),
-    np.dtype(np.complex64): ((64, 16), (1 << 30, 8)),
-    np.dtype(np.complex128): ((64, 8), (1 << 30, 8)),
+# Dispatch from the H100 measurements (docs/kernels-notes.md): per dtype, (largest n, kind, tile) rows,
+# first match wins. "small" = registers, one lane per row; "blocked" = left-looking, panel factored
+# with rows in registers; "blocked_smem" = the same with the panel factored in shared memory.
+_DISPATCH = {
+    np.dtype(np.float32): ((20, "small", 0), (32, "blocked", 8), (48, "blocked_smem", 8),
+                           (1 << 30, "blocked_smem", 16)),
+    np.dtype(np.float64): ((20, "small", 0), (32, "blocked", 8), (48, "blocked_smem", 8),
+                           (160, "blocked", 16), (1 << 30, "blocked_smem", 8)),
+    np.dtype(np.complex64): ((16, "small", 0), (32, "blocked", 8), (1 << 30, "blocked_smem", 8)),
+    np.dtype(np.complex128): ((16, "small", 0), (32, "blocked", 8), (96, "blocked_smem", 8),
+                              (1 << 30, "blocked", 8)),
 }
 
 
@@ -59,8 +64,7 @@ def _ldp(n: int) -> int:
 
 def blocked_smem(dtype, n: int, nb: int) -> int:
     """Dynamic shared memory of ``getrf_blocked<T, nb>`` for order n (mirrors getrf_blocked_smem)."""
-    panels = 3 if nb <= 32 else 1
-    return panels * nb * _ldp(n) * np.dtype(dtype).itemsize + 3 * n * 4 + 16 + 64 * 16
+    return 3 * nb * _ldp(n) * np.dtype(dtype).itemsize + 3 * n * 4 + 16 + 64 * 16
 
 
 def _smem_limit() -> int:
@@ -69,15 +73,15 @@ def _smem_limit() -> int:
 
 
 def plan(dtype, n: int) -> Plan:
-    """The measured-best kernel for (dtype, n) that fits this device."""
+    """The measured-best kernel for (dtype, n) that fits this device's shared memory."""
     dtype = np.dtype(dtype)
-    if n <= 32:
+    kind, nb = next((kind, tile) for bound, kind, tile in _DISPATCH[dtype] if n <= bound)
+    if kind == "small":
         return Plan("small", next(p for p in _SMALL_NP if p >= n))
-    nb = next(nb for bound, nb in _NB_TABLE[dtype] if n <= bound)
     limit = _smem_limit()
     for candidate in sorted(_BLOCKED_NB[dtype.itemsize], reverse=True):
-        if candidate <= nb and (candidate <= 32 or n <= candidate) and blocked_smem(dtype, n, candidate) <= limit:
-            return Plan("blocked", candidate)
+        if candidate <= nb and blocked_smem(dtype, n, candidate) <= limit:
+            return Plan(kind, candidate)
     raise ValueError(f"Expected n small enough for the GPU getrf panel to fit in shared memory "
                      f"({limit} bytes). Got n = {n} for {dtype} instead.")
 
