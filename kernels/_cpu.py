@@ -3,17 +3,23 @@
 Two engines compute the same LAPACK factorization (``lu`` and ``piv`` mean what ``xGETRF`` returns,
 ``piv`` 0-based), picked by the matrix size:
 
-- n >= ``LAPACK_MIN_N``: LAPACK through SciPy (``kernels._cpu_lapack``), one call per matrix; ``lu``
-  and ``piv`` are bit-identical to ``scipy.linalg.lu_factor``'s.
+- n >= ``LAPACK_MIN_N``: LAPACK through SciPy (``kernels._cpu_lapack``), one call per matrix, as
+  ``scipy.linalg.lu_factor`` does for a batch; ``lu`` and ``piv`` are bit-identical to its own.
+  ``inv`` is ``xGETRI`` and ``solve`` / ``getrs`` are ``xGETRS`` on that LU.
 - smaller n: LAPACK's algorithm re-written in NumPy and vectorised over the batch
   (``kernels._cpu_vectorised``), where one Python-level LAPACK call per matrix would cost more than
-  the arithmetic; ``lu`` agrees with SciPy's to rounding.
+  the arithmetic; ``lu`` agrees with SciPy's to rounding. ``inv`` there is ``numpy.linalg.inv`` on
+  the matrices with info == 0 (its LAPACK loop is compiled), ``solve`` the vectorised ``xGETRS``.
 
-Measured (2 cores, ``OPENBLAS_NUM_THREADS=1``, batches of 2000): the two break even at n = 8-10 for
-``getrf`` in all four dtypes; at n = 33 LAPACK is 3x faster, at n = 128 5x. ``inv`` above the
-crossover is ``xGETRI`` on the LU (1.7x faster than ``numpy.linalg.inv`` at n = 33-128); below it,
-``numpy.linalg.inv`` on the matrices with info == 0 (compiled over the batch, 1.5x faster than
-solving against the identity at n = 8). ``solve`` always reuses the LU.
+Measured (best of 5 wall times; 2 busy cores, ``OPENBLAS_NUM_THREADS=1``, batches of 2000): the
+engines break even at n = 9-10 for ``getrf`` in all four dtypes; at n = 33 LAPACK is ~3x faster
+and at n = 128 ~4x. ``xGETRI`` on our LU beats ``numpy.linalg.inv`` (which factors again) from
+n ~ 10 on (1.7x at n = 33-128); below, ``numpy.linalg.inv`` beats solving against the identity
+by ~1.4x at n = 8.
+
+One exception to the size rule: OpenBLAS's ``xGETRF`` loses subnormal intermediates, so a matrix
+with a nonzero entry below ``tiny / eps`` (~2e-292 in float64), or whose LAPACK ``U`` has a subnormal
+pivot, is factored by the vectorised engine, which follows reference LAPACK there.
 
 Functions take arrays normalised by ``kernels._api``: C-contiguous (B, n, n), a supported dtype,
 B >= 1, n >= 1. Matrices holding NaN or Inf are set aside up front (``info == -1``, NaN results,
@@ -49,8 +55,9 @@ def _finite(a: np.ndarray) -> np.ndarray:
     return np.isfinite(a).all(axis=(-2, -1))
 
 
-def _fit_for_lapack(a: np.ndarray) -> np.ndarray:
-    """Per matrix: no nonzero entry (real or imaginary part) below ``tiny / eps``.
+def _screen(a: np.ndarray):
+    """Per matrix: finite (no NaN or Inf), and fit for LAPACK: no nonzero entry (real or imaginary
+    part) below ``tiny / eps``. One pass over ``|a|`` answers both.
 
     OpenBLAS's ``xGETRF`` loses subnormal intermediates (measured: get01 ratios ~1e14 and spurious
     zero pivots on float64 matrices scaled to ~1e-295, where the vectorised LU, which follows
@@ -58,13 +65,14 @@ def _fit_for_lapack(a: np.ndarray) -> np.ndarray:
     """
     real = a.dtype.type(0).real.dtype
     m = np.abs(a.view(real).reshape(a.shape[0], -1))
+    finite = m.max(axis=1) <= np.finfo(real).max     # NaN compares False
     small = np.finfo(real).tiny / np.finfo(real).eps
     fit = m.min(axis=1) >= small
-    closer = np.flatnonzero(~fit)                   # zeros are fine: look again at these only
+    closer = np.flatnonzero(~fit & finite)           # zeros are fine: look again at these only
     if closer.size:
         rows = m[closer]
         fit[closer] = ~np.any((rows < small) & (rows != 0), axis=1)
-    return fit
+    return finite, fit
 
 
 def _factor_rows(engine, work: np.ndarray, piv: np.ndarray, rows: np.ndarray) -> None:
@@ -86,14 +94,15 @@ def getrf(a: np.ndarray):
     info = np.empty(count, np.int32)
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * n):
-            finite = _finite(a[part])
-            work = a[part].copy()
-            work[~finite] = np.eye(n, dtype=a.dtype)
-            p = np.empty((work.shape[0], n), np.int32)
+            work, p = lu[part], piv[part]           # views: factored in place
+            work[...] = a[part]
             if n >= LAPACK_MIN_N:
-                lapack = finite & _fit_for_lapack(a[part])
+                finite, fit = _screen(work)
+                lapack = finite & fit
             else:
+                finite = _finite(work)
                 lapack = np.zeros_like(finite)
+            work[~finite] = np.eye(n, dtype=a.dtype)
             _factor_rows(_cpu_lapack, work, p, lapack)
             d = np.abs(np.diagonal(work, axis1=-2, axis2=-1))
             # A subnormal pivot: OpenBLAS scaled by its reciprocal. Redo that matrix with NumPy.
@@ -104,7 +113,6 @@ def getrf(a: np.ndarray):
             p[~finite] = np.arange(n)
             zero = np.diagonal(work, axis1=-2, axis2=-1) == 0
             info[part] = np.where(finite, np.where(zero.any(axis=1), zero.argmax(axis=1) + 1, 0), -1)
-            lu[part], piv[part] = work, p
     return lu, piv, info
 
 
