@@ -73,7 +73,8 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
     lu = cupy.empty_like(a)
     piv = cupy.empty((batch, n), np.int32)
     info = cupy.empty((batch,), np.int32)
-    path = path or ("fused" if _getri.inv_plan(dtype, n) == "fused" else "getri-" + _getri.GETRI_MODE)
+    path = path or ("fused" if _getri.inv_plan(dtype, n) == "fused"
+                    else "getri-" + _getri.GETRI_MODE[np.dtype(dtype)])
 
     def prepare(k):
         a[...] = src[k % len(src)]

@@ -39,9 +39,9 @@ MAX_N = 1024  # getri/getrs run one thread per column or a panel of every row in
 # the whole matrix under ~64K 32-bit registers with no spills (ptxas -v, docs/getri-notes.md).
 GJE_TILES = {
     4: ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1),
-        (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1), (128, 16, 16, 8, 8, 1), (192, 16, 32, 12, 6, 1)),
+        (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1), (128, 16, 16, 8, 8, 1), (192, 32, 16, 6, 12, 1)),
     8: ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1),
-        (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1), (128, 16, 16, 8, 8, 1)),
+        (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1), (128, 32, 16, 4, 8, 1)),
     16: ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1),
          (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1)),
 }
@@ -49,10 +49,12 @@ GJE_TILES = {
 # tile above; beyond it, getrf + getri (inverse) or getrf + getrs (solve).
 FUSED_MAX_N = {np.dtype(np.float32): 192, np.dtype(np.float64): 128,
                np.dtype(np.complex64): 128, np.dtype(np.complex128): 96}
-FUSED_SOLVE_MAX_N = {np.dtype(np.float32): 128, np.dtype(np.float64): 128,
-                     np.dtype(np.complex64): 128, np.dtype(np.complex128): 96}
+FUSED_SOLVE_MAX_N = {np.dtype(np.float32): 64, np.dtype(np.float64): 64,
+                     np.dtype(np.complex64): 64, np.dtype(np.complex128): 64}
 FUSED_SOLVE_MAX_RHS = 16
-GETRI_MODE = "static"  # "static" or "dynamic": measured, docs/getri-notes.md
+# getri launch shape per dtype ("static", "merged" or "dynamic"): measured, docs/getri-notes.md.
+GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
+              np.dtype(np.complex64): "dynamic", np.dtype(np.complex128): "static"}
 _SMEM_DEFAULT = 48 * 1024
 
 
@@ -191,7 +193,7 @@ def launch_getri(lu, piv, info, out, mode: str | None = None) -> None:
     _check("info", info, (batch,), np.int32)
     _check("out", out, lu.shape, dtype)
     _check_n(n)
-    mode = mode or GETRI_MODE
+    mode = mode or GETRI_MODE[dtype]
     if mode not in ("static", "merged", "dynamic"):
         raise ValueError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
     if batch == 0:
@@ -202,16 +204,17 @@ def launch_getri(lu, piv, info, out, mode: str | None = None) -> None:
     npad = -(-n // nb) * nb
     threads = -(-n // 32) * 32
     maxt = 256 if threads <= 256 else 1024
-    full = npad * ldp * item + 4 * n
+    full = npad * ldp * item
     ni = np.int32(n)
-    merged = 2 * npad * ldp * item + 4 * n
+    merged = 2 * npad * ldp * item
+    rp = launch_perm(piv)
     if mode == "merged" and merged <= _smem_optin():
         func = _kernel("getri", f"blu::getri_merged<{s}, {nb}, {maxt}>", names, merged)
-        func((batch,), (threads,), (lu, piv, info, out, ni), shared_mem=merged)
+        func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=merged)
         return
     if mode in ("static", "merged"):
         func = _kernel("getri", f"blu::getri_static<{s}, {nb}, {maxt}>", names, full)
-        func((batch,), (threads,), (lu, piv, info, out, ni), shared_mem=full)
+        func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full)
         return
     linv = _kernel("getri", f"blu::getri_linv_step<{s}, {nb}, {maxt}>", names, npad * ldp * item)
     uinv = _kernel("getri", f"blu::getri_uinv_step<{s}, {nb}, {maxt}>", names, npad * ldp * item)
@@ -223,10 +226,27 @@ def launch_getri(lu, piv, info, out, mode: str | None = None) -> None:
         uinv((batch,), (-(-(n - i0) // 32) * 32,), (lu, info, ni, np.int32(i0)),
              shared_mem=(npad - i0) * ldp * item)
     prod = _kernel("getri", f"blu::getri_product<{s}, {nb}, {maxt}>", names, full)
-    prod((batch,), (threads,), (lu, piv, info, out, ni), shared_mem=full)
+    prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full)
 
 
 # ---- getrs ------------------------------------------------------------------------------------
+
+def launch_perm(piv, rp=None):
+    """Row order ``rp`` (B, n) int32 of P^T A from LAPACK's interchanges ``piv`` (one thread per
+    matrix); shared by getri (column interchange) and getrs (gathered right-hand sides)."""
+    batch, n = piv.shape
+    rp = cupy.empty((batch, n), np.int32) if rp is None else rp
+    _check("rp", rp, (batch, n), np.int32)
+    if batch:
+        func = _kernel("getrs", "blu::perm_from_piv", ("blu::perm_from_piv",))
+        func((-(-batch // 128),), (128,), (piv, rp, np.int32(n), np.int64(batch)))
+    return rp
+
+
+def _getrs_names(dtype) -> tuple[str, ...]:
+    s, nb = _SCALAR[np.dtype(dtype)], _nb(dtype)
+    return tuple(f"blu::getrs_kernel<{s}, {nb}, {c}>" for c in _GETRS_KC)
+
 
 _GETRS_KC = (1, 2, 4, 8, 16)
 _GETRS_SMEM = 96 * 1024
@@ -261,12 +281,12 @@ def launch_getrs(lu, piv, b, x, info=None) -> None:
     nb = _nb(dtype)
     kc = _getrs_kc(dtype, n, k)
     s = _SCALAR[dtype]
-    names = tuple(f"blu::getrs_kernel<{s}, {nb}, {c}>" for c in _GETRS_KC)
     npad = -(-n // nb) * nb
     smem = (npad * kc + 256) * dtype.itemsize
-    func = _kernel("getrs", f"blu::getrs_kernel<{s}, {nb}, {kc}>", names, smem)
+    func = _kernel("getrs", f"blu::getrs_kernel<{s}, {nb}, {kc}>", _getrs_names(dtype), smem)
+    rp = launch_perm(piv)
     info_arg = info if info is not None else np.uint64(0)
-    func((batch, -(-k // kc)), (256,), (lu, piv, info_arg, b, x, np.int32(n), np.int32(k)),
+    func((batch, -(-k // kc)), (256,), (lu, rp, info_arg, b, x, np.int32(n), np.int32(k)),
          shared_mem=smem)
 
 
@@ -297,7 +317,8 @@ def kernel_groups(dtype) -> list[tuple[str, tuple[str, ...]]]:
     s, nb = _SCALAR[dtype], _nb(dtype)
     return [("inv_gje", _gje_names(dtype)),
             ("getri", _getri_names(dtype)),
-            ("getrs", tuple(f"blu::getrs_kernel<{s}, {nb}, {c}>" for c in _GETRS_KC)),
+            ("getrs", _getrs_names(dtype)),
+            ("getrs", ("blu::perm_from_piv",)),
             ("slogdet", tuple(f"blu::slogdet_kernel<{x}>" for x in _SCALAR.values()))]
 
 

@@ -82,8 +82,40 @@ __device__ __forceinline__ void load_panel(const T* __restrict__ lu, T* panel, i
     }
 }
 
+// w[r] += sum_{l0 <= l < l1} panel[(l - base) * LDP + r] * col[l * n]: column j of L^-1 / U^-1 from
+// global memory, U loads issued one group ahead of the multiply-adds that use them.
+// Loads in flight per thread: fewer where 1024-thread blocks cap registers at 64.
+template <typename T, int MAXT> struct prefetch {
+    static constexpr int depth = MAXT > 256 ? 2 : (sizeof(T) == 16 ? 4 : 8);
+};
+
+template <typename T, int NB, int U>
+__device__ __forceinline__ void panel_dot(T (&w)[NB], const T* panel, const T* __restrict__ col, int n,
+                                          int l0, int l1, int base) {
+    constexpr int LDP = getri_panel<T, NB>::LDP;
+    int l = l0;
+    if (l + U <= l1) {
+        T nxt[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) nxt[u] = col[(long long)(l + u) * n];
+        for (; l + 2 * U <= l1; l += U) {
+            T cur[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) cur[u] = nxt[u];
+#pragma unroll
+            for (int u = 0; u < U; ++u) nxt[u] = col[(long long)(l + U + u) * n];
+#pragma unroll
+            for (int u = 0; u < U; ++u) panel_axpy<NB>(w, panel + (l + u - base) * LDP, cur[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) panel_axpy<NB>(w, panel + (l + u - base) * LDP, nxt[u]);
+        l += U;
+    }
+    for (; l < l1; ++l) panel_axpy<NB>(w, panel + (l - base) * LDP, col[(long long)l * n]);
+}
+
 // Phase 1 step for column j (j < min(n, I0 + NB)); panel = L[I0:I0+NB, 0:I0+NB] transposed.
-template <typename T, int NB>
+template <typename T, int NB, int U>
 __device__ __forceinline__ void linv_step(T* __restrict__ lu, const T* panel, int n, int I0, int j) {
     constexpr int LDP = getri_panel<T, NB>::LDP;
     T w[NB];
@@ -91,16 +123,7 @@ __device__ __forceinline__ void linv_step(T* __restrict__ lu, const T* panel, in
     for (int r = 0; r < NB; ++r) w[r] = (I0 + r == j) ? -one<T>() : zero<T>();  // negated: w = -X
     if (j < I0) {
         panel_axpy<NB>(w, panel + j * LDP, one<T>());  // X[j, j] = 1
-        int l = j + 1;
-        for (; l + 4 <= I0; l += 4) {
-            const T x0 = lu[(long long)l * n + j], x1 = lu[(long long)(l + 1) * n + j];
-            const T x2 = lu[(long long)(l + 2) * n + j], x3 = lu[(long long)(l + 3) * n + j];
-            panel_axpy<NB>(w, panel + l * LDP, x0);
-            panel_axpy<NB>(w, panel + (l + 1) * LDP, x1);
-            panel_axpy<NB>(w, panel + (l + 2) * LDP, x2);
-            panel_axpy<NB>(w, panel + (l + 3) * LDP, x3);
-        }
-        for (; l < I0; ++l) panel_axpy<NB>(w, panel + l * LDP, lu[(long long)l * n + j]);
+        panel_dot<T, NB, U>(w, panel, lu + j, n, j + 1, I0, 0);
     }
     // Unit lower diagonal block, forward (w holds -X, so the update adds).
 #pragma unroll
@@ -116,22 +139,13 @@ __device__ __forceinline__ void linv_step(T* __restrict__ lu, const T* panel, in
 }
 
 // Phase 2 step for column j (I0 <= j < n); panel = U[I0:I0+NB, I0:npad] transposed (column l at l-I0).
-template <typename T, int NB>
+template <typename T, int NB, int U>
 __device__ __forceinline__ void uinv_step(T* __restrict__ lu, const T* panel, int n, int I0, int j) {
     constexpr int LDP = getri_panel<T, NB>::LDP;
     T w[NB];
 #pragma unroll
     for (int r = 0; r < NB; ++r) w[r] = (I0 + r == j) ? -one<T>() : zero<T>();  // w = -X
-    int l = I0 + NB;
-    for (; l + 4 <= j + 1; l += 4) {
-        const T x0 = lu[(long long)l * n + j], x1 = lu[(long long)(l + 1) * n + j];
-        const T x2 = lu[(long long)(l + 2) * n + j], x3 = lu[(long long)(l + 3) * n + j];
-        panel_axpy<NB>(w, panel + (l - I0) * LDP, x0);
-        panel_axpy<NB>(w, panel + (l + 1 - I0) * LDP, x1);
-        panel_axpy<NB>(w, panel + (l + 2 - I0) * LDP, x2);
-        panel_axpy<NB>(w, panel + (l + 3 - I0) * LDP, x3);
-    }
-    for (; l <= j; ++l) panel_axpy<NB>(w, panel + (l - I0) * LDP, lu[(long long)l * n + j]);
+    panel_dot<T, NB, U>(w, panel, lu + j, n, I0 + NB, j + 1, I0);
     // Upper diagonal block, backward; rows >= n stay zero and are never divided.
 #pragma unroll
     for (int r = NB - 1; r >= 0; --r) {
@@ -150,7 +164,7 @@ __device__ __forceinline__ void uinv_step(T* __restrict__ lu, const T* panel, in
 
 // Phase 3 block row for column j (< n): out[I0+r][rp[j]] = sum_{l >= max(I0, j)} Uinv[I0+r][l] Linv[l][j];
 // panel = upper part of U^-1[I0:I0+NB, I0:npad] transposed.
-template <typename T, int NB>
+template <typename T, int NB, int U>
 __device__ __forceinline__ void product_step(const T* __restrict__ lu, const T* panel, T* __restrict__ out,
                                              int n, int I0, int j, int col) {
     constexpr int LDP = getri_panel<T, NB>::LDP;
@@ -162,15 +176,7 @@ __device__ __forceinline__ void product_step(const T* __restrict__ lu, const T* 
         panel_axpy<NB>(acc, panel + (j - I0) * LDP, one<T>());  // L^-1[j, j] = 1
         l = j + 1;
     }
-    for (; l + 4 <= n; l += 4) {
-        const T x0 = lu[(long long)l * n + j], x1 = lu[(long long)(l + 1) * n + j];
-        const T x2 = lu[(long long)(l + 2) * n + j], x3 = lu[(long long)(l + 3) * n + j];
-        panel_axpy<NB>(acc, panel + (l - I0) * LDP, x0);
-        panel_axpy<NB>(acc, panel + (l + 1 - I0) * LDP, x1);
-        panel_axpy<NB>(acc, panel + (l + 2 - I0) * LDP, x2);
-        panel_axpy<NB>(acc, panel + (l + 3 - I0) * LDP, x3);
-    }
-    for (; l < n; ++l) panel_axpy<NB>(acc, panel + (l - I0) * LDP, lu[(long long)l * n + j]);
+    panel_dot<T, NB, U>(acc, panel, lu + j, n, l, n, I0);
 #pragma unroll
     for (int r = 0; r < NB; ++r) {
         const int row = I0 + r;
@@ -183,43 +189,28 @@ __device__ __forceinline__ void fill_nan(T* out, long long count, int tid, int n
     for (long long i = tid; i < count; i += nt) out[i] = nan_value<T>();
 }
 
-// Row order of P^T A from LAPACK's interchanges: rp[i] = original row at position i.
-__device__ __forceinline__ void row_order(const int* __restrict__ piv, int* rp, int n, int tid, int nt) {
-    for (int i = tid; i < n; i += nt) rp[i] = i;
-    __syncthreads();
-    if (tid == 0) {
-        for (int k = 0; k < n; ++k) {
-            const int p = piv[k];
-            const int t = rp[k];
-            rp[k] = rp[p];
-            rp[p] = t;
-        }
-    }
-}
-
-// Phase 3 over all block rows; rp must be ready (barrier inside the loop publishes it).
-template <typename T, int NB>
-__device__ __forceinline__ void product_all(const T* __restrict__ lu, T* panel, const int* rp,
+// Phase 3 over all block rows; rp = this matrix's row order (perm_from_piv in getrs.cu).
+template <typename T, int NB, int U>
+__device__ __forceinline__ void product_all(const T* __restrict__ lu, T* panel, const int* __restrict__ rp,
                                             T* __restrict__ out, int n, int tid, int nt) {
     const int npad = (n + NB - 1) / NB * NB;
+    const int col = tid < n ? rp[tid] : 0;
     for (int I0 = 0; I0 < n; I0 += NB) {
         __syncthreads();
         load_panel<T, NB, true>(lu, panel, n, I0, I0, npad, tid, nt);
         __syncthreads();
-        if (tid < n) product_step<T, NB>(lu, panel, out, n, I0, tid, rp[tid]);
+        if (tid < n) product_step<T, NB, U>(lu, panel, out, n, I0, tid, col);
     }
 }
 
-// Shared memory: panel npad x LDP of T, then rp (n ints).
+// Shared memory: panel npad x LDP of T. rp (B, n): row order of P^T A (out[:, rp[j]] = (U^-1 L^-1)[:, j]).
 template <typename T, int NB, int MAXT>
 __global__ void __launch_bounds__(MAXT)
-getri_static(T* __restrict__ lu, const int* __restrict__ piv, const int* __restrict__ info,
+getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
              T* __restrict__ out, int n) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    constexpr int LDP = getri_panel<T, NB>::LDP;
     const int npad = (n + NB - 1) / NB * NB;
     T* panel = reinterpret_cast<T*>(smem_raw);
-    int* rp = reinterpret_cast<int*>(panel + (long long)npad * LDP);
     const long long mat = blockIdx.x;
     const int tid = threadIdx.x, nt = blockDim.x;
     lu += mat * n * n;
@@ -228,20 +219,19 @@ getri_static(T* __restrict__ lu, const int* __restrict__ piv, const int* __restr
         fill_nan(out, (long long)n * n, tid, nt);
         return;
     }
-    row_order(piv + mat * n, rp, n, tid, nt);
     for (int I0 = 0; I0 < n; I0 += NB) {
         __syncthreads();
         load_panel<T, NB, false>(lu, panel, n, I0, 0, I0 + NB, tid, nt);
         __syncthreads();
-        if (tid < n && tid < I0 + NB) linv_step<T, NB>(lu, panel, n, I0, tid);
+        if (tid < n && tid < I0 + NB) linv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, I0, tid);
     }
     for (int I0 = (n - 1) / NB * NB; I0 >= 0; I0 -= NB) {
         __syncthreads();
         load_panel<T, NB, false>(lu, panel, n, I0, I0, npad, tid, nt);
         __syncthreads();
-        if (tid < n && tid >= I0) uinv_step<T, NB>(lu, panel, n, I0, tid);
+        if (tid < n && tid >= I0) uinv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, I0, tid);
     }
-    product_all<T, NB>(lu, panel, rp, out, n, tid, nt);
+    product_all<T, NB, prefetch<T, MAXT>::depth>(lu, panel, rp + mat * n, out, n, tid, nt);
 }
 
 // Phases 1 and 2 interleaved: step b inverts L block row b (top-down) and U block row nb-1-b
@@ -250,14 +240,13 @@ getri_static(T* __restrict__ lu, const int* __restrict__ piv, const int* __restr
 // are separate (2 x npad x LDP of T); L and U steps touch disjoint triangles of lu.
 template <typename T, int NB, int MAXT>
 __global__ void __launch_bounds__(MAXT)
-getri_merged(T* __restrict__ lu, const int* __restrict__ piv, const int* __restrict__ info,
+getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
              T* __restrict__ out, int n) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr int LDP = getri_panel<T, NB>::LDP;
     const int npad = (n + NB - 1) / NB * NB;
     T* panel = reinterpret_cast<T*>(smem_raw);
     T* panel_u = panel + (long long)npad * LDP;
-    int* rp = reinterpret_cast<int*>(panel_u + (long long)npad * LDP);
     const long long mat = blockIdx.x;
     const int tid = threadIdx.x, nt = blockDim.x;
     lu += mat * n * n;
@@ -266,7 +255,6 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ piv, const int* __restr
         fill_nan(out, (long long)n * n, tid, nt);
         return;
     }
-    row_order(piv + mat * n, rp, n, tid, nt);
     const int nblocks = npad / NB;
     for (int b = 0; b < nblocks; ++b) {
         const int IL = b * NB, IU = (nblocks - 1 - b) * NB;
@@ -274,10 +262,10 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ piv, const int* __restr
         load_panel<T, NB, false>(lu, panel, n, IL, 0, IL + NB, tid, nt);
         load_panel<T, NB, false>(lu, panel_u, n, IU, IU, npad, tid, nt);
         __syncthreads();
-        if (tid < n && tid < IL + NB) linv_step<T, NB>(lu, panel, n, IL, tid);
-        if (tid < n && tid >= IU) uinv_step<T, NB>(lu, panel_u, n, IU, tid);
+        if (tid < n && tid < IL + NB) linv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, IL, tid);
+        if (tid < n && tid >= IU) uinv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel_u, n, IU, tid);
     }
-    product_all<T, NB>(lu, panel, rp, out, n, tid, nt);
+    product_all<T, NB, prefetch<T, MAXT>::depth>(lu, panel, rp + mat * n, out, n, tid, nt);
 }
 
 // Dynamic allocation: one launch per phase-1 step with round32(min(n, I0+NB)) threads, column j = tid.
@@ -292,7 +280,7 @@ getri_linv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0)
     lu += mat * n * n;
     load_panel<T, NB, false>(lu, panel, n, I0, 0, I0 + NB, tid, nt);
     __syncthreads();
-    if (tid < n && tid < I0 + NB) linv_step<T, NB>(lu, panel, n, I0, tid);
+    if (tid < n && tid < I0 + NB) linv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, I0, tid);
 }
 
 // One launch per phase-2 step with round32(n - I0) threads, column j = I0 + tid.
@@ -308,18 +296,15 @@ getri_uinv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0)
     lu += mat * n * n;
     load_panel<T, NB, false>(lu, panel, n, I0, I0, npad, tid, nt);
     __syncthreads();
-    if (I0 + tid < n) uinv_step<T, NB>(lu, panel, n, I0, I0 + tid);
+    if (I0 + tid < n) uinv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, I0, I0 + tid);
 }
 
 template <typename T, int NB, int MAXT>
 __global__ void __launch_bounds__(MAXT)
-getri_product(const T* __restrict__ lu, const int* __restrict__ piv, const int* __restrict__ info,
+getri_product(const T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
               T* __restrict__ out, int n) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    constexpr int LDP = getri_panel<T, NB>::LDP;
-    const int npad = (n + NB - 1) / NB * NB;
     T* panel = reinterpret_cast<T*>(smem_raw);
-    int* rp = reinterpret_cast<int*>(panel + (long long)npad * LDP);
     const long long mat = blockIdx.x;
     const int tid = threadIdx.x, nt = blockDim.x;
     lu += mat * n * n;
@@ -328,8 +313,7 @@ getri_product(const T* __restrict__ lu, const int* __restrict__ piv, const int* 
         fill_nan(out, (long long)n * n, tid, nt);
         return;
     }
-    row_order(piv + mat * n, rp, n, tid, nt);
-    product_all<T, NB>(lu, panel, rp, out, n, tid, nt);
+    product_all<T, NB, prefetch<T, MAXT>::depth>(lu, panel, rp + mat * n, out, n, tid, nt);
 }
 
 }  // namespace blu
