@@ -16,6 +16,7 @@ class Report:
     singular: int = 0          # info > 0
     nonfinite: int = 0         # info == -1
     elapsed: float = 0.0       # seconds from submitting the tasks to the last result
+    submitted: bool = False    # tasks were handed to the cluster (internal: decides cleanup on failure)
     startup: float = 0.0       # seconds to connect (or start the embedded cluster) and set it up
     bytes_in: int = 0          # bytes read by this run's tasks
     bytes_out: int = 0         # bytes written by this run's tasks

@@ -102,8 +102,8 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="
             _submit(job, tasks, report, opts, show, client=client, scheduler=scheduler,
                     scheduler_file=scheduler_file)
     except BaseException as exc:
-        if record is None and not _ledger.read(out_path).any():
-            # nothing was computed (no cluster, no GPU, interrupted at once): leave no output
+        if record is None and not report.submitted:
+            # no task was submitted (no cluster, no GPU, interrupted at once): leave no output
             # behind, so that the corrected command needs neither --resume nor --overwrite
             shutil.rmtree(out_path, ignore_errors=True)
         else:
@@ -151,6 +151,7 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
         submitted = time.perf_counter()
         report.startup = submitted - t0
         c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]
+        report.submitted = True  # from here on tasks may write: a failure keeps the output
         futures = client.map(process_range, [job] * len(tasks), c0s, c1s, pure=False,
                              key=[f"batchlu-{job.op}-{c0}-{c1}-{os.getpid()}-{time.time_ns()}"
                                   for c0, c1 in tasks])
