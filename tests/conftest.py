@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import functools
+import os
 
-import pytest
+# One BLAS thread per process, as Dask's nanny gives each worker: the kernels tests call LAPACK per
+# matrix, and oversubscribed OpenBLAS threads on a small CI machine slow them several times over.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import pytest  # noqa: E402
 
 
 @functools.lru_cache(maxsize=None)
