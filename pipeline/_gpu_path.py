@@ -7,8 +7,13 @@ A task's batches go through three stages that run at the same time (double-buffe
     writer thread   write batch i-1 from slot (i-1) % 2 to Zarr, then record its chunks complete
 
 Each slot holds the input (and right-hand side) buffers and one buffer per output array, sized for
-the largest batch; on the GPU they are pinned (page-locked) so that copies run asynchronously, and
-they are kept per worker thread between tasks, so they never grow past two slots per thread.
+the largest batch; on the GPU they are pinned (page-locked) so that copies run asynchronously. A
+task borrows a pair of slots from the worker's :class:`SlotPool` and gives it back, so the pinned
+memory is allocated once per worker thread and reused by every later task (and run).
+
+A task that covers one output chunk is one batch; then reading, computing and writing overlap across
+the worker's tasks in flight (its threads), each on its own CUDA stream. A task of several chunks
+also overlaps them inside itself.
 
 On the GPU, the batch is cut into pieces that fit the free device memory; a CUDA out-of-memory
 error on a piece frees CuPy's cached blocks, halves the piece and retries, down to one matrix.
