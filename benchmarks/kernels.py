@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -31,8 +32,12 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# JAX's default allocator keeps what it once took: the next points then run out of memory.
+os.environ.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+# This file's folder must not shadow the `kernels` package: registries are loaded by path instead.
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
+sys.path.insert(0, str(BENCH_DIR.parent))
 
 import numpy as np  # noqa: E402
 
@@ -45,10 +50,15 @@ PEAK = {"float32": 66.9e12, "complex64": 66.9e12, "float64": 33.5e12, "complex12
 def load_registries():
     impls, flops, nbytes, variants = {}, {}, {}, []
     for name in REGISTRIES:
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
+        path = BENCH_DIR / f"{name}.py"
+        if not path.exists():
             continue
+        mod = sys.modules.get(name)
+        if mod is None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
         for op, table in mod.IMPLS.items():
             impls.setdefault(op, {}).update(table)
         flops.update(mod.FLOPS)
@@ -254,7 +264,7 @@ def main(argv=None) -> None:
     ap.add_argument("--extra", type=lambda s: s.split(","), default=[],
                     help="extra implementation names, e.g. ours:blocked-16,ours:small-32")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--max-bytes", type=float, default=6e9, help="cap on one input batch's bytes")
+    ap.add_argument("--max-bytes", type=float, default=3e9, help="cap on one input batch's bytes")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--merge", default=None, help="existing JSON to merge into (default: the output's)")
     args = ap.parse_args(argv)
