@@ -81,6 +81,9 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
 
     if path.startswith("fused"):
         tile = tuple(int(t) for t in path.split("-")[1].split("x")) if "-" in path else None
+        if tile and (tile[0] * tile[2] < n or tile[1] * tile[3] < n
+                     or tile[2] * tile[3] * np.dtype(dtype).itemsize // 4 > 160):
+            raise ValueError(f"Expected a tile that holds n = {n} in registers. Got {tile} instead.")
 
         def run():
             _getri.launch_inv_gje(a, out, info, tile)
