@@ -152,7 +152,9 @@ FLOPS = {"lu": getrf_flops}
 
 
 def variant(op: str, name: str):
-    """Factories for names outside IMPLS: ``ours:small-8``, ``ours:blocked-16`` (a fixed plan)."""
+    """Factories for names outside IMPLS: ``ours:small-8``, ``ours:blocked-16``,
+    ``ours:blocked_smem-8`` (a fixed plan) and ``ours:rows-RRxTJ`` (the register-resident kernel with
+    RR rows per thread and TJ threads per row, its tile sized for each n by ``_getrf.rows_plan``)."""
     if op != "lu" or not name.startswith("ours:"):
         return None
     kind, tile = name[5:].split("-")
@@ -160,5 +162,8 @@ def variant(op: str, name: str):
     def factory(dtype, n, batch):
         from kernels._gpu import _getrf
 
+        if kind == "rows":
+            rr, tj = (int(x) for x in tile.split("x"))
+            return ours(dtype, n, batch, _getrf.rows_plan(n, rr, tj))
         return ours(dtype, n, batch, _getrf.Plan(kind, int(tile)))
     return factory

@@ -1,8 +1,10 @@
 """GPU getrf: batched LU with partial pivoting through batchlu's own CUDA kernels.
 
-Two kernel families (``kernels/cuda``):
+Three kernel families (``kernels/cuda``):
 
 * ``getrf_small`` (n <= 32): NP lanes per matrix, one row per lane in registers, lazy swaps;
+* ``getrf_rows`` (about 20 < n <= 192, by type): one block per matrix, the whole matrix in registers
+  (RR rows of CC elements per thread, TJ threads per row), right-looking, one barrier per column;
 * ``getrf_blocked`` (any n): one block per matrix, blocked left-looking LU with the current panel of
   NB columns in shared memory (paper 000's design, in C-order).
 
@@ -35,27 +37,62 @@ _MAX_GRID = 1 << 20
 # Dispatch from the H100 measurements (docs/kernels-notes.md): per dtype, (largest n, kind, tile) rows,
 # first match wins. "small" = registers, one lane per row; "blocked" = left-looking, panel factored
 # with rows in registers; "blocked_smem" = the same with the panel factored in shared memory.
+# "rows" = the whole matrix in registers, tile (RR, TJ): RR rows per thread, TJ threads per row.
 _DISPATCH = {
-    np.dtype(np.float32): ((20, "small", 0), (32, "blocked", 8), (48, "blocked_smem", 8),
-                           (1 << 30, "blocked_smem", 16)),
-    np.dtype(np.float64): ((20, "small", 0), (32, "blocked", 8), (48, "blocked_smem", 8),
-                           (160, "blocked", 16), (1 << 30, "blocked_smem", 8)),
-    np.dtype(np.complex64): ((16, "small", 0), (32, "blocked", 8), (1 << 30, "blocked_smem", 8)),
-    np.dtype(np.complex128): ((16, "small", 0), (32, "blocked", 8), (96, "blocked_smem", 8),
-                              (1 << 30, "blocked", 8)),
+    np.dtype(np.float32): ((20, "small", 0), (32, "rows", (1, 1)), (48, "rows", (2, 1)),
+                           (64, "rows", (1, 1)), (96, "rows", (2, 2)), (128, "rows", (1, 2)),
+                           (192, "rows", (2, 4)), (1 << 30, "blocked_smem", 16)),
+    np.dtype(np.float64): ((20, "small", 0), (32, "rows", (1, 1)), (64, "rows", (1, 1)),
+                           (96, "rows", (1, 2)), (128, "rows", (1, 2)), (160, "blocked", 16),
+                           (1 << 30, "blocked_smem", 8)),
+    np.dtype(np.complex64): ((16, "small", 0), (32, "rows", (1, 1)), (64, "rows", (1, 1)),
+                             (96, "rows", (1, 2)), (128, "rows", (1, 2)), (1 << 30, "blocked_smem", 8)),
+    np.dtype(np.complex128): ((16, "small", 0), (48, "rows", (1, 2)), (64, "rows", (1, 2)),
+                              (96, "rows", (1, 4)), (1 << 30, "blocked", 8)),
 }
 
 
 @dataclass(frozen=True)
 class Plan:
     """One kernel launch configuration: ``kind`` is "small" (tile = NP), "blocked" (tile = NB, panel
-    rows in registers) or "blocked_smem" (tile = NB, panel factored in shared memory)."""
+    rows in registers), "blocked_smem" (tile = NB, panel factored in shared memory) or "rows" (tile =
+    (TI, TJ, RR, CC): TI x TJ threads, each holding RR x CC elements; see :func:`rows_plan`)."""
 
     kind: str
-    tile: int
+    tile: int | tuple[int, int, int, int]
 
     def describe(self) -> str:
+        if self.kind == "rows":
+            return "rows-" + "x".join(map(str, self.tile))
         return f"{self.kind}-{'NP' if self.kind == 'small' else 'NB'}{self.tile}"
+
+
+def _rows_np(n: int) -> int:
+    """Padded order of the register tile: n rounded up to 8 (16 above 64, 32 above 128), so that
+    nearby n share one compiled kernel while the padding stays small."""
+    step = 8 if n <= 64 else 16 if n <= 128 else 64
+    return -(-n // step) * step
+
+
+def rows_min_blocks(dtype, tile) -> int:
+    """Blocks per SM that ``getrf_rows`` is compiled for (__launch_bounds__' second argument): as
+    many as 64K registers hold at the tile's data registers + 48 per thread (64 for complex types),
+    checked with ptxas -v for every dispatched tile: no spills."""
+    ti, tj, rr, cc = tile
+    data = rr * cc * np.dtype(dtype).itemsize // 4
+    per_thread = -(-(data + (64 if np.dtype(dtype).kind == "c" else 48)) // 8) * 8
+    return max(1, min(32, 65536 // (ti * tj * per_thread)))
+
+
+def rows_plan(n: int, rr: int, tj: int) -> Plan:
+    """The ``getrf_rows`` tile for order n with RR rows per thread and TJ threads per row (TJ divides 8):
+    TI threads down (TI * TJ whole warps), CC = padded n / TJ elements of a row per thread."""
+    if tj not in (1, 2, 4, 8) or rr < 1:
+        raise ValueError(f"Expected TJ in (1, 2, 4, 8) and RR >= 1. Got TJ = {tj}, RR = {rr} instead.")
+    npad = _rows_np(n)
+    ti = -(-npad // rr)
+    ti = -(-ti // (32 // tj)) * (32 // tj)
+    return Plan("rows", (ti, tj, rr, npad // tj))
 
 
 def _ldp(n: int) -> int:
@@ -76,6 +113,8 @@ def plan(dtype, n: int) -> Plan:
     """The measured-best kernel for (dtype, n) that fits this device's shared memory."""
     dtype = np.dtype(dtype)
     kind, nb = next((kind, tile) for bound, kind, tile in _DISPATCH[dtype] if n <= bound)
+    if kind == "rows":
+        return rows_plan(n, *nb)
     if kind == "small":
         return Plan("small", next(p for p in _SMALL_NP if p >= n))
     limit = _smem_limit()
@@ -86,11 +125,15 @@ def plan(dtype, n: int) -> Plan:
                      f"({limit} bytes). Got n = {n} for {dtype} instead.")
 
 
-def _kernel(family: str, dtype, tile: int, smem: int = 0):
+def _kernel(family: str, dtype, tile, smem: int = 0):
     extra = ""
     if family == "getrf_blocked_smem":
         family, extra = "getrf_blocked", ", false"
-    name = f"{family}<{_SCALAR[np.dtype(dtype)]}, {tile}{extra}>"
+    if family == "getrf_rows":
+        name = (f"blu::getrf_rows<{_SCALAR[np.dtype(dtype)]}, {', '.join(map(str, tile))}, "
+                f"{rows_min_blocks(dtype, tile)}>")
+    else:
+        name = f"{family}<{_SCALAR[np.dtype(dtype)]}, {tile}{extra}>"
     func = get_function(family, name)
     if smem > 48 * 1024 and func.max_dynamic_shared_size_bytes < smem:
         func.max_dynamic_shared_size_bytes = smem
@@ -116,7 +159,14 @@ def launch(a, lu, piv, info, p: Plan | None = None) -> None:
         return
     p = p or plan(dtype, n)
     args = (a, lu, piv, info, np.int32(n), np.int64(batch))
-    if p.kind == "small":
+    if p.kind == "rows":
+        ti, tj, rr, cc = p.tile
+        if ti * rr < n or tj * cc < n or (ti * tj) % 32 or ti * tj > 1024:
+            raise ValueError(f"Expected a rows tile (TI, TJ, RR, CC) of whole warps holding n = {n}. "
+                             f"Got {p.tile} instead.")
+        # One block per matrix (grid.x allows 2^31 - 1 blocks, more than memory holds).
+        _kernel("getrf_rows", dtype, p.tile)((batch,), (ti * tj,), (a, lu, piv, info, np.int32(n)))
+    elif p.kind == "small":
         if p.tile < n:
             raise ValueError(f"Expected NP >= n for the small kernel. Got NP = {p.tile}, n = {n} instead.")
         per_block = _SMALL_THREADS // p.tile

@@ -122,6 +122,54 @@ def test_every_path(dtype, n):
         _check_pivots(a, piv, dtype)
 
 
+# (dtype, n, RR, TJ): the register-resident kernel's tiles that the dispatch or the benchmark uses,
+# at sizes that exercise padding (n below the tile) and exact fits.
+ROWS_CASES = [
+    (np.float32, 21, 1, 1), (np.float32, 33, 2, 1), (np.float32, 33, 1, 1), (np.float32, 64, 1, 1),
+    (np.float32, 64, 2, 1), (np.float32, 100, 1, 2), (np.float32, 128, 2, 2), (np.float32, 190, 2, 4),
+    (np.float64, 21, 1, 1), (np.float64, 33, 1, 1), (np.float64, 33, 2, 1), (np.float64, 64, 1, 2),
+    (np.float64, 96, 1, 2), (np.float64, 128, 1, 4),
+    (np.complex64, 31, 1, 1), (np.complex64, 64, 1, 2), (np.complex64, 128, 1, 4),
+    (np.complex128, 33, 1, 4), (np.complex128, 64, 1, 4), (np.complex128, 96, 1, 4),
+]
+
+
+@pytest.mark.parametrize("dtype, n, rr, tj", ROWS_CASES)
+def test_rows_tiles(dtype, n, rr, tj):
+    """getrf_rows with each tile: LAPACK accuracy and pivots on random and ill-conditioned input, a
+    zero column (info, no swap there, the factorization completed) and one NaN (info = -1)."""
+    from kernels._gpu import _getrf
+
+    plan = _getrf.rows_plan(n, rr, tj)
+    a = matrices.generate("random", n, dtype, seed=n + rr, start=0, stop=64)
+    a[32:48] = matrices.generate("illcond", n, dtype, seed=n, start=0, stop=16)
+    a[48:56, :, n // 3] = 0
+    a[56, n - 1, n // 2] = np.nan
+    lu, piv, info = _factor(a, plan)
+    cpu_lu, cpu_piv, cpu_info = kernels.lu_factor(a)
+    np.testing.assert_array_equal(info, cpu_info)
+    assert (info[:48] == 0).all() and (info[48:56] == n // 3 + 1).all() and info[56] == -1
+    assert np.isnan(lu[56]).all() and (piv[56] == np.arange(n)).all()
+    good = np.ones(len(a), bool)
+    good[56] = False
+    assert get01(a[good], lu[good], piv[good]).max() < THRESHOLD
+    _check_pivots(a[good], piv[good], dtype)
+
+
+def test_rows_in_place():
+    """lu may be the input array itself."""
+    from kernels._gpu import _getrf
+
+    a = matrices.generate("random", 64, np.float64, seed=4, start=0, stop=50)
+    d = cupy.asarray(a)
+    piv = cupy.empty((50, 64), np.int32)
+    info = cupy.empty((50,), np.int32)
+    _getrf.launch(d, d, piv, info, _getrf.rows_plan(64, 1, 1))
+    ref_lu, ref_piv, _ = _getrf.getrf(cupy.asarray(a))
+    np.testing.assert_array_equal(d.get(), ref_lu.get())
+    np.testing.assert_array_equal(piv.get(), ref_piv.get())
+
+
 @pytest.mark.parametrize("batch", [1, 5, 33, 1000])
 @pytest.mark.parametrize("n", [3, 31, 40])
 def test_batch_sizes(batch, n):
