@@ -75,13 +75,19 @@ def _rows_np(n: int) -> int:
 
 
 def rows_min_blocks(dtype, tile) -> int:
-    """Blocks per SM that ``getrf_rows`` is compiled for (__launch_bounds__' second argument): as
-    many as 64K registers hold at the tile's data registers + 48 per thread (64 for complex types),
-    checked with ptxas -v for every dispatched tile: no spills."""
+    """Blocks per SM that ``getrf_rows`` is compiled for (__launch_bounds__' second argument): the
+    most whose warps, spread over the 4 sub-partitions (16K registers each), leave every thread the
+    tile's data registers + 32 (float32), 40 (float64) or 56 (complex) (ptxas -v on every dispatched
+    tile: no spills)."""
     ti, tj, rr, cc = tile
-    data = rr * cc * np.dtype(dtype).itemsize // 4
-    per_thread = -(-(data + (64 if np.dtype(dtype).kind == "c" else 48)) // 8) * 8
-    return max(1, min(32, 65536 // (ti * tj * per_thread)))
+    dtype = np.dtype(dtype)
+    need = rr * cc * dtype.itemsize // 4 + (56 if dtype.kind == "c" else 32 if dtype.itemsize == 4 else 40)
+    warps = ti * tj // 32
+    for blocks in range(min(32, 64 // warps), 0, -1):
+        per_partition = -(-blocks * warps // 4)
+        if min(255, 512 // per_partition // 8 * 8) >= need:
+            return blocks
+    return 1
 
 
 def rows_plan(n: int, rr: int, tj: int) -> Plan:
