@@ -48,6 +48,8 @@ class Options:
     max_tasks: int = 20000
     progress: bool = True
     task_delay: float = 0.0
+    io_processes: int | None = None    # I/O processes per worker; None: auto (see pipeline._gpu_path.io_settings)
+    io_threads: int | None = None      # threads per I/O process; None: auto
     generate_chunk_bytes: int = 32 * 2**20
     verify_threshold: float = 30.0
     verify_block_bytes: int = 64 * 2**20
@@ -106,6 +108,23 @@ def _compressor(value) -> str:
         return text
     raise ConfigError(f"Expected batchlu.output-compressor to be zstd, zstd:LEVEL or none. "
                       f"Got {value!r} instead.")
+
+
+def _auto_int(value, what: str, *, minimum: int) -> int | None:
+    """``auto`` (or null) -> None, else an integer >= ``minimum``."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        number = int(value)
+        if isinstance(value, bool) or (number != value and not isinstance(value, str)):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"Expected batchlu.{what} to be auto or an integer >= {minimum}. "
+                          f"Got {value!r} instead.") from None
+    if number < minimum:
+        raise ConfigError(f"Expected batchlu.{what} to be auto or an integer >= {minimum}. "
+                          f"Got {number} instead.")
+    return number
 
 
 def _path(value, what: str) -> str | None:
@@ -168,6 +187,8 @@ def _from_mapping(cfg: Mapping) -> Options:
         max_tasks=_int(_get(cfg, "max-tasks", 20000), "max-tasks", minimum=1),
         progress=_bool(_get(cfg, "progress", True), "progress"),
         task_delay=float(_get(cfg, "task-delay", 0) or 0),
+        io_processes=_auto_int(_get(cfg, "io-processes", "auto"), "io-processes", minimum=0),
+        io_threads=_auto_int(_get(cfg, "io-threads", "auto"), "io-threads", minimum=1),
         generate_chunk_bytes=_bytes(_get(generate, "chunk-bytes", "32MiB"), "generate.chunk-bytes"),
         verify_threshold=float(_get(verify, "threshold", 30)),
         verify_block_bytes=_bytes(_get(verify, "block-bytes", "64MiB"), "verify.block-bytes"),

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
+import os
 import threading
 import time
 from collections import deque
@@ -33,7 +35,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import _ops
+from . import _io_pool, _ops
+
+logger = logging.getLogger("batchlu.path")
 
 __all__ = ["BatchIO", "CudaEngine", "HostEngine", "PathStats", "SlotPool", "run_batches"]
 
@@ -140,13 +144,19 @@ class SlotPool:
         return self._make(layout, batch), self._make(layout, batch)
 
     def _make(self, layout: Layout, batch: int) -> Slot:
-        def buffer(tail, dtype):
-            dtype = np.dtype(dtype)
-            count = batch * int(np.prod(tail, dtype=np.int64))
-            raw = self._allocate(max(1, count * dtype.itemsize))
-            return raw[: count * dtype.itemsize].view(dtype).reshape((batch,) + tuple(tail))
-        return Slot(buffer(*layout.a), buffer(*layout.b) if layout.b else None,
-                    {name: buffer(tail, dtype) for name, tail, dtype in layout.outs})
+        """One allocation per slot, cut into its buffers (each aligned to 256 bytes)."""
+        shapes = [((batch,) + tuple(layout.a[0]), np.dtype(layout.a[1]))]
+        if layout.b:
+            shapes.append(((batch,) + tuple(layout.b[0]), np.dtype(layout.b[1])))
+        shapes += [((batch,) + tuple(tail), np.dtype(dtype)) for _, tail, dtype in layout.outs]
+        sizes = [int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for shape, dtype in shapes]
+        offsets = np.concatenate(([0], np.cumsum([-(-size // 256) * 256 for size in sizes])))
+        raw = self._allocate(max(1, int(offsets[-1])))
+        views = [raw[o:o + size].view(dtype).reshape(shape)
+                 for o, size, (shape, dtype) in zip(offsets, sizes, shapes)]
+        a = views.pop(0)
+        b = views.pop(0) if layout.b else None
+        return Slot(a, b, {name: view for (name, _, _), view in zip(layout.outs, views)})
 
 
 def _pair_bytes(pair) -> int:
@@ -154,14 +164,41 @@ def _pair_bytes(pair) -> int:
 
 
 def _host_allocate(nbytes: int) -> np.ndarray:
+    """Host memory the I/O processes can map (:mod:`pipeline._io_pool`), or plain memory elsewhere."""
+    if _io_pool.supported():
+        return _io_pool.shared_buffer(nbytes)
     return np.empty(nbytes, np.uint8)
 
 
 def _pinned_allocate(nbytes: int) -> np.ndarray:
+    """Page-locked host memory: shared memory registered with CUDA (so that the I/O processes read
+    into and write from the very buffers the copies use), else CuPy's pinned memory."""
     import cupy
 
+    if _io_pool.supported():
+        raw = _io_pool.shared_buffer(nbytes, on_free=_unregister)
+        try:
+            cupy.cuda.runtime.hostRegister(raw.ctypes.data, raw.nbytes, 0)
+            return raw
+        except Exception as exc:  # not registrable here: CuPy's pinned memory, I/O in the worker
+            _REGISTER_FAILED.append(repr(exc))
+            logger.warning("batchlu: cudaHostRegister of shared memory failed (%s); I/O stays in "
+                           "the worker process", exc)
+            del raw
     memory = cupy.cuda.alloc_pinned_memory(nbytes)
     return np.frombuffer(memory, np.uint8, nbytes)
+
+
+_REGISTER_FAILED: list[str] = []
+
+
+def _unregister(address: int, nbytes: int) -> None:
+    import cupy
+
+    try:
+        cupy.cuda.runtime.hostUnregister(address)
+    except Exception:  # not registered (registration failed) or the context is gone at exit
+        pass
 
 
 # --------------------------------------------------------------------------------------------- engines
@@ -278,6 +315,11 @@ class BatchIO:
     ``mark(start, stop)`` is called (in the writer thread, in order) once every output of matrices
     ``[start, stop)`` is written; ``read_error(array, start, stop, exc)`` turns a failed read into a
     clear error (e.g. naming the corrupt chunk file).
+
+    With ``pool`` (a :class:`pipeline._io_pool.IOPool`), the reads and writes run in its I/O
+    processes, straight between the Zarr stores and the slot buffers; ``where`` then gives the
+    ``(store, array path)`` of ``"a"``, ``"b"`` and of every output. The arrays above still give the
+    shapes and dtypes, and the in-process fallback when a slot is not in shared memory.
     """
 
     source: object
@@ -285,6 +327,8 @@ class BatchIO:
     outputs: dict[str, object]
     mark: object = None
     read_error: object = None
+    pool: object = None
+    where: dict | None = None
 
 
 @dataclasses.dataclass
@@ -318,19 +362,51 @@ def layout_for(op: str, source, rhs, outputs: dict) -> Layout:
 def _read_into(array, start: int, stop: int, out: np.ndarray, read_error) -> None:
     """``out[:] = array[start:stop]``, decoded by zarr straight into ``out`` where zarr allows it."""
     try:
-        try:
-            from zarr.core.buffer import default_buffer_prototype
-            buf = default_buffer_prototype().nd_buffer.from_numpy_array(out)
-        except Exception:  # another zarr: read, then copy
-            buf = None
-        if buf is not None:
-            array.get_basic_selection((slice(start, stop),), out=buf)
-        else:
-            out[...] = array[start:stop]
+        _io_pool.read_into(array, start, stop, out)
     except Exception as exc:
         if read_error is not None:
             read_error(array, start, stop, exc)
         raise
+
+
+def _shared(slot: Slot) -> bool:
+    """Whether every buffer of ``slot`` lies in memory the I/O processes can map."""
+    buffers = [slot.a] + ([] if slot.b is None else [slot.b]) + list(slot.outs.values())
+    return all(_io_pool.locate(buffer) is not None for buffer in buffers)
+
+
+def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
+    """Both inputs of a batch read by the I/O processes at once; a failed read of the matrices
+    goes through ``read_error`` (re-read here to name the corrupt chunk file)."""
+    jobs = [(io.source, "a", slot.a)] + ([] if slot.b is None else [(io.rhs, "b", slot.b)])
+    futures = [(array, io.pool.read(*io.where[key], start, stop, out)) for array, key, out in jobs]
+    for array, future in futures:
+        try:
+            future.result()
+        except Exception as exc:
+            for _, other in futures:
+                _wait_quietly(other)
+            if io.read_error is not None and not isinstance(exc, _io_pool.IOProcessError):
+                io.read_error(array, start, stop, exc)
+            raise
+
+
+def _pool_write(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
+    futures = [io.pool.write(*io.where[name], start, stop, out) for name, out in slot.outs.items()]
+    try:
+        for future in futures:
+            future.result()
+    finally:
+        for future in futures:
+            _wait_quietly(future)
+
+
+def _wait_quietly(future) -> None:
+    """Wait for a request in flight (its buffer is about to be reused), ignoring its outcome."""
+    try:
+        future.result()
+    except Exception:
+        pass
 
 
 def _compute(engine, op: str, slot: Slot, piece: int, stats: PathStats) -> int:
@@ -389,14 +465,18 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
     fit = engine.device_fit(layout.bytes_per_matrix() * 2)
     piece = largest if fit is None else max(1, min(largest, fit))
     lock = threading.Lock()
+    pooled = io.pool is not None and all(_shared(slot) for slot in slots)
 
     def read(index: int) -> None:
         start, stop = batches[index]
         slot = slots[index % 2].view(stop - start)
         t = time.perf_counter()
-        _read_into(io.source, start, stop, slot.a, io.read_error)
-        if io.rhs is not None:
-            _read_into(io.rhs, start, stop, slot.b, io.read_error)
+        if pooled:
+            _pool_read(io, start, stop, slot)
+        else:
+            _read_into(io.source, start, stop, slot.a, io.read_error)
+            if io.rhs is not None:
+                _read_into(io.rhs, start, stop, slot.b, io.read_error)
         with lock:
             stats.read_s += time.perf_counter() - t
             stats.bytes_in += slot.a.nbytes + (0 if slot.b is None else slot.b.nbytes)
@@ -405,8 +485,11 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
         start, stop = batches[index]
         slot = slots[index % 2].view(stop - start)
         t = time.perf_counter()
-        for name, out in slot.outs.items():
-            io.outputs[name][start:stop] = out
+        if pooled:
+            _pool_write(io, start, stop, slot)
+        else:
+            for name, out in slot.outs.items():
+                io.outputs[name][start:stop] = out
         if io.mark is not None:
             io.mark(start, stop)
         with lock:
@@ -519,6 +602,42 @@ def sub_batches(plan, c0: int, c1: int) -> list[tuple[int, int]]:
     return [(b, min(b + per, c1)) for b in range(c0, c1, per)]
 
 
+def _worker_threads() -> int:
+    try:
+        from distributed import get_worker
+
+        return int(get_worker().state.nthreads)
+    except Exception:
+        return os.cpu_count() or 1
+
+
+def io_settings(processes: int | None, threads: int | None, engine: str,
+                worker_threads: int) -> tuple[int, int]:
+    """``(processes, threads)`` of the worker's I/O pool from ``batchlu.io-processes`` and
+    ``batchlu.io-threads`` (None: auto).
+
+    auto: on a GPU worker, one I/O process per 4 worker threads (the worker's threads wait on the
+    I/O and the GPU; the cores do the decoding and encoding), each with as many threads as it takes
+    to give the worker's thread count in all; on a CPU worker none (its cores also compute, and
+    CPU clusters already run a process per few cores). 0 processes: I/O in the worker process.
+    """
+    worker_threads = max(1, int(worker_threads))
+    if processes is None:
+        processes = max(1, worker_threads // 4) if engine == "gpu" else 0
+    if threads is None:
+        threads = max(1, -(-worker_threads // max(1, processes)))
+    return int(processes), int(threads)
+
+
+def io_pool_for(job, engine):
+    """The worker's :class:`pipeline._io_pool.IOPool` for ``job``, or None for I/O in this process."""
+    processes, threads = io_settings(getattr(job, "io_processes", None), getattr(job, "io_threads", None),
+                                     engine.name, _worker_threads())
+    if processes == 0 or not _io_pool.supported():
+        return None
+    return _io_pool.get_pool(processes, threads)
+
+
 class PathBackend:
     """A :mod:`pipeline._backends` backend that runs whole tasks through :func:`run_batches`."""
 
@@ -558,7 +677,11 @@ class PathBackend:
         def read_error(array, start, stop, exc):
             read_range(refs[id(array)], array, start, stop)  # raises CorruptInputError naming the file
 
-        batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error)
+        where = {"a": (job.input.path, job.input.array), **{name: (job.output, name) for name in io.out}}
+        if job.rhs is not None:
+            where["b"] = (job.rhs.path, job.rhs.array)
+        batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error,
+                           pool=io_pool_for(job, engine), where=where)
         stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
         return TaskResult(c0, c1, matrices=stats.matrices, ok=stats.ok, singular=stats.singular,
                           nonfinite=stats.nonfinite, bytes_in=stats.bytes_in,

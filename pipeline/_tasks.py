@@ -10,6 +10,7 @@ import numpy as np
 import zarr
 
 from . import _backends, _ledger
+from ._io_pool import open_array
 from ._plan import Plan
 from ._store import ArrayRef, read_range
 
@@ -26,6 +27,8 @@ class Job:
     plan: Plan
     backend: str = "auto"
     task_delay: float = 0.0
+    io_processes: int | None = None   # I/O processes per worker (batchlu.io-processes); None: auto
+    io_threads: int | None = None     # threads per I/O process (batchlu.io-threads); None: auto
 
 
 @dataclasses.dataclass
@@ -53,14 +56,14 @@ class TaskResult:
 
 
 class TaskIO:
-    """The task's Zarr arrays, opened once per task: read a batch, write a batch, record chunks."""
+    """The task's Zarr arrays (opened once per worker process, see
+    :func:`pipeline._io_pool.open_array`): read a batch, write a batch, record chunks."""
 
     def __init__(self, job: Job):
         self.job = job
-        self.input = job.input.open("r")
-        self.rhs = job.rhs.open("r") if job.rhs is not None else None
-        self.out = {name: zarr.open_array(store=job.output, path=name, mode="r+")
-                    for name in job.outputs}
+        self.input = open_array(job.input.path, job.input.array, "r")
+        self.rhs = open_array(job.rhs.path, job.rhs.array, "r") if job.rhs is not None else None
+        self.out = {name: open_array(job.output, name, "r+") for name in job.outputs}
 
     def read(self, start: int, stop: int):
         a = read_range(self.job.input, self.input, start, stop)
@@ -76,7 +79,8 @@ class TaskIO:
         return written
 
     def mark(self, c0: int, c1: int) -> None:
-        _ledger.mark(self.job.output, c0, c1)
+        """Record chunks ``[c0, c1)`` complete (as :func:`pipeline._ledger.mark`, on the cached array)."""
+        open_array(self.job.output, _ledger.NAME, "r+")[c0:c1] = True
 
 
 def _worker_address() -> str:

@@ -1,0 +1,411 @@
+"""I/O processes: Zarr decoding and encoding outside the worker process, straight into shared buffers.
+
+One worker process reads and writes Zarr through zarr-python; the codecs run in threads, but the
+rest (zarr's single asyncio loop per process, its copies, the GIL around them) caps one process well
+below what the cores can decode and encode: on the GPU hosts one worker reached ~1.3 GB/s of zstd
+read + write however many threads it had, two processes exactly twice that (docs/performance.md).
+So a worker hands its Zarr I/O to a few child processes of its own, and keeps one process per GPU.
+
+* **Shared buffers.** The slot buffers of :mod:`pipeline._gpu_path` are allocated here, in anonymous
+  shared memory (``memfd_create``): :func:`shared_buffer`. A child maps the same pages (through
+  ``/proc/<worker pid>/fd/<fd>``), so it reads (decodes) input chunks directly into the buffer the
+  GPU copies from, and writes (encodes) outputs directly from the buffer the GPU copied into. The GPU
+  engine page-locks those pages with ``cudaHostRegister``, so its copies stay asynchronous. The
+  memory has no name: it goes away with the last process that maps it, even after a SIGKILL.
+* **Control messages only.** A request is ``(id, kind, store, array, start, stop, buffer)``: a few
+  hundred bytes over a pipe; the data never goes through it.
+* **Children.** ``processes`` children started with :mod:`subprocess` (not :mod:`multiprocessing`:
+  Dask's worker processes are daemonic and may not have multiprocessing children), each running
+  ``threads`` requests at once, with its own cache of opened arrays. A child exits when its pipe
+  closes: when the pool is closed or the worker dies (SIGKILL included), after finishing the writes
+  it has started (zarr's local store writes each object to a temporary file and renames it).
+* **Faults.** A child that dies fails its requests with :class:`IOProcessError` and is replaced on
+  the next request. Errors raised in a child (a corrupt chunk, a full disk) come back as the same
+  exception. Only the worker records chunks complete, after every write of the batch succeeded.
+
+Linux only (``memfd_create`` and ``/proc``): :func:`supported` says so; elsewhere the data path does
+its I/O in the worker process as before.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import logging
+import mmap
+import os
+import subprocess
+import sys
+import threading
+import weakref
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+__all__ = ["IOPool", "IOProcessError", "get_pool", "locate", "open_array", "read_into", "shared_buffer",
+           "supported"]
+
+logger = logging.getLogger("batchlu.io")
+
+
+class IOProcessError(RuntimeError):
+    """An I/O process exited (killed, out of memory) before answering a request."""
+
+
+def supported() -> bool:
+    return hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd")
+
+
+# ------------------------------------------------------------------------------------ shared buffers
+_SEGMENTS: dict[str, tuple[int, int, int]] = {}   # name -> (fd, address, size), in this process
+_SEGMENTS_LOCK = threading.Lock()
+_FORGOTTEN: list[str] = []                         # freed segments the children may still map
+_COUNTER = itertools.count()
+
+
+def shared_buffer(nbytes: int, on_free=None) -> np.ndarray:
+    """A flat uint8 array of ``nbytes`` in anonymous shared memory that the I/O processes can map.
+
+    ``on_free(address, size)`` runs when the array (and every view of it) is garbage, before the
+    pages are unmapped (the GPU engine unregisters them there).
+    """
+    nbytes = max(1, int(nbytes))
+    name = f"batchlu-{os.getpid()}-{next(_COUNTER)}"
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, nbytes)
+        mapping = mmap.mmap(fd, nbytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    raw = np.frombuffer(mapping, np.uint8, nbytes)
+    address = raw.ctypes.data
+    with _SEGMENTS_LOCK:
+        _SEGMENTS[name] = (fd, address, nbytes)
+    # every view of ``raw`` keeps ``mapping`` alive (NumPy bases end at its buffer), so the pages
+    # are released when the last view is gone: then the mapping's weak reference calls _free
+    weakref.finalize(mapping, _free, name, fd, address, nbytes, on_free)
+    return raw
+
+
+def _free(name, fd, address, nbytes, on_free) -> None:
+    """Runs just before the mapping is unmapped (its last view is gone)."""
+    with _SEGMENTS_LOCK:
+        _SEGMENTS.pop(name, None)
+        _FORGOTTEN.append(name)
+    try:
+        if on_free is not None:
+            on_free(address, nbytes)
+    finally:
+        os.close(fd)
+
+
+def locate(array: np.ndarray) -> tuple | None:
+    """``(name, fd, size, offset, shape, dtype)`` of a C-contiguous array inside a shared buffer of
+    this process, or None when it is ordinary memory."""
+    if not array.flags.c_contiguous:
+        return None
+    pointer = array.ctypes.data
+    with _SEGMENTS_LOCK:
+        for name, (fd, address, size) in _SEGMENTS.items():
+            if address <= pointer and pointer + array.nbytes <= address + size:
+                return (name, fd, size, pointer - address, tuple(array.shape), array.dtype.str)
+    return None
+
+
+# -------------------------------------------------------------------------------------- the pool
+class _Child:
+    def __init__(self, threads: int):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        # zarr allocates a fresh buffer per chunk decoded or encoded (tens of MiB): with glibc's
+        # defaults (and Dask's MALLOC_TRIM_THRESHOLD_=65536, inherited from the worker) each one is
+        # mapped, page-faulted in and unmapped again, and the page faults and unmaps of one process
+        # serialise on its memory map. 64 MiB of top padding keeps the heap's pages for reuse: 10x
+        # fewer page faults and half the kernel time per GB (docs/performance.md).
+        env.setdefault("MALLOC_TOP_PAD_", str(64 << 20))
+        read_fd, write_fd = os.pipe()  # requests: worker -> child
+        back_read, back_write = os.pipe()  # replies: child -> worker
+        code = "from pipeline._io_pool import _child_main; _child_main()"
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", code, str(os.getpid()), str(read_fd), str(back_write), str(threads)],
+                pass_fds=(read_fd, back_write), env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        finally:
+            os.close(read_fd)
+            os.close(back_write)
+        self.requests = Connection(write_fd, readable=False)
+        self.replies = Connection(back_read, writable=False)
+        self.send_lock = threading.Lock()
+        self.pending: dict[int, concurrent.futures.Future] = {}
+        self.alive = True
+        self.receiver = threading.Thread(target=self._receive, name=f"batchlu-io-{self.process.pid}",
+                                         daemon=True)
+        self.receiver.start()
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                rid, error = self.replies.recv()
+            except (EOFError, OSError):
+                break
+            future = self.pending.pop(rid, None)
+            if future is None:
+                continue
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+        self.alive = False
+        code = self.process.wait()
+        for rid in list(self.pending):
+            future = self.pending.pop(rid, None)
+            if future is not None and not future.done():
+                future.set_exception(IOProcessError(
+                    f"Expected I/O process {self.process.pid} to answer request {rid}. "
+                    f"Got its exit (code {code}) instead."))
+
+    def send(self, rid: int, message: tuple, future) -> None:
+        with self.send_lock:
+            self.pending[rid] = future
+            if not self.alive:
+                raise IOProcessError(f"Expected I/O process {self.process.pid} to be running. Got it "
+                                     f"exited (code {self.process.poll()}) instead.")
+            self.requests.send((rid,) + message)
+
+    def close(self) -> None:
+        with self.send_lock:
+            try:
+                self.requests.close()
+            except OSError:
+                pass
+
+
+class IOPool:
+    """``processes`` I/O processes of ``threads`` threads each; requests go to the least busy one.
+
+    :meth:`read` and :meth:`write` return a :class:`concurrent.futures.Future` that resolves when
+    the child has decoded ``array[start:stop]`` into ``out`` / encoded and stored ``value`` there.
+    ``out`` and ``value`` must lie in :func:`shared_buffer` memory (:func:`locate`).
+    """
+
+    def __init__(self, processes: int, threads: int):
+        if not supported():
+            raise RuntimeError("Expected Linux (memfd_create and /proc) for I/O processes. "
+                               "Got another platform instead; set batchlu.io-processes to 0.")
+        self.processes, self.threads = max(1, int(processes)), max(1, int(threads))
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._closed = False
+        self._children = [_Child(self.threads) for _ in range(self.processes)]
+        self.restarts = 0
+
+    @property
+    def pids(self) -> list[int]:
+        return [child.process.pid for child in self._children]
+
+    def _pick(self) -> _Child:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("Expected an open I/O pool. Got a closed one instead.")
+            for i, child in enumerate(self._children):
+                if not child.alive:
+                    logger.warning("batchlu: I/O process %s exited (code %s); starting another",
+                                   child.process.pid, child.process.poll())
+                    child.close()
+                    self._children[i] = _Child(self.threads)
+                    self.restarts += 1
+            return min(self._children, key=lambda c: len(c.pending))
+
+    def _submit(self, kind: str, store: str, array: str, start: int, stop: int, buffer: np.ndarray):
+        where = locate(buffer)
+        if where is None:
+            raise ValueError("Expected a buffer from pipeline._io_pool.shared_buffer for the I/O "
+                             "processes. Got ordinary memory instead.")
+        with _SEGMENTS_LOCK:
+            forget, _FORGOTTEN[:] = list(_FORGOTTEN), []
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        child = self._pick()
+        message = (kind, str(store), str(array), int(start), int(stop), where, tuple(forget))
+        try:
+            child.send(next(self._ids), message, future)
+        except (OSError, IOProcessError) as exc:
+            if not future.done():
+                future.set_exception(exc if isinstance(exc, IOProcessError) else IOProcessError(
+                    f"Expected to reach I/O process {child.process.pid}. Got {exc!r} instead."))
+        return future
+
+    def read(self, store: str, array: str, start: int, stop: int, out: np.ndarray):
+        """Decode ``array[start:stop]`` of the Zarr store at ``store`` into ``out``."""
+        return self._submit("read", store, array, start, stop, out)
+
+    def write(self, store: str, array: str, start: int, stop: int, value: np.ndarray):
+        """Encode ``value`` into ``array[start:stop]`` of the Zarr store at ``store``."""
+        return self._submit("write", store, array, start, stop, value)
+
+    def close(self, wait: float = 30.0) -> None:
+        """Close the pipes: each child finishes what it started, then exits."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            children = list(self._children)
+        for child in children:
+            child.close()
+        for child in children:
+            try:
+                child.process.wait(wait)
+            except subprocess.TimeoutExpired:
+                child.process.kill()
+                child.process.wait()
+
+
+_POOL: IOPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def get_pool(processes: int, threads: int) -> IOPool:
+    """This process's pool, started on first use; a pool of other sizes is closed and replaced (its
+    children finish their requests first)."""
+    global _POOL
+    with _POOL_LOCK:
+        old = _POOL
+        if old is not None and (old.processes, old.threads) == (max(1, processes), max(1, threads)):
+            return old
+        _POOL = IOPool(processes, threads)
+    if old is not None:
+        old.close()
+    return _POOL
+
+
+def close_pool() -> None:
+    global _POOL
+    with _POOL_LOCK:
+        pool, _POOL = _POOL, None
+    if pool is not None:
+        pool.close()
+
+
+# ---------------------------------------------------------------------------------------- the child
+class _ChildState:
+    def __init__(self, parent: int):
+        self.parent = parent
+        self.maps: dict[str, mmap.mmap] = {}
+        self.lock = threading.Lock()
+
+    def view(self, where) -> np.ndarray:
+        name, fd, size, offset, shape, dtype = where
+        with self.lock:
+            mapping = self.maps.get(name)
+            if mapping is None:
+                handle = os.open(f"/proc/{self.parent}/fd/{fd}", os.O_RDWR)
+                try:
+                    mapping = self.maps[name] = mmap.mmap(handle, size)
+                finally:
+                    os.close(handle)
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        return np.frombuffer(mapping, dtype, count, offset).reshape(shape)
+
+    def forget(self, names) -> None:
+        with self.lock:
+            for name in names:
+                self.maps.pop(name, None)  # unmapped once the last view of it is gone
+
+
+
+# --------------------------------------------------------------------------------- opened arrays
+_OPENED: dict[tuple, tuple] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def _signature(store: str, path: str) -> tuple:
+    for name in ("zarr.json", ".zarray"):
+        try:
+            st = os.stat(os.path.join(store, path, name))
+        except OSError:
+            continue
+        return (name, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+    return ()
+
+
+def open_array(store: str, path: str, mode: str):
+    """``zarr.open_array``, cached in this process (worker or I/O process) while the array's metadata
+    file is the same file with the same modification time: an output deleted and made again, or an
+    input replaced, is opened afresh; a missing one raises as zarr does."""
+    import zarr
+
+    key = (str(store), str(path), mode)
+    signature = _signature(store, path)
+    with _OPENED_LOCK:
+        cached = _OPENED.get(key)
+    if cached is not None and signature and cached[0] == signature:
+        return cached[1]
+    array = zarr.open_array(store=store, path=path, mode=mode)
+    with _OPENED_LOCK:
+        if len(_OPENED) >= 256:
+            _OPENED.clear()
+        _OPENED[key] = (signature, array)
+    return array
+
+
+def read_into(array, start: int, stop: int, out: np.ndarray) -> None:
+    """``out[...] = array[start:stop]``, decoded by zarr straight into ``out`` where zarr allows it."""
+    try:
+        from zarr.core.buffer import default_buffer_prototype
+        buffer = default_buffer_prototype().nd_buffer.from_numpy_array(out)
+    except Exception:  # another zarr: read, then copy
+        buffer = None
+    if buffer is not None:
+        array.get_basic_selection((slice(start, stop),), out=buffer)
+    else:
+        out[...] = array[start:stop]
+
+
+def _serve(state: _ChildState, kind, store, path, start, stop, where) -> None:
+    view = state.view(where)
+    if kind == "read":
+        read_into(open_array(store, path, "r"), start, stop, view)
+    elif kind == "write":
+        open_array(store, path, "r+")[start:stop] = view
+    else:
+        raise ValueError(f"Expected an I/O request read or write. Got {kind!r} instead.")
+
+
+def _portable(exc: BaseException) -> BaseException:
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def _child_main() -> None:
+    """Entry point of an I/O process: ``python -c ... PARENT_PID REQUEST_FD REPLY_FD THREADS``."""
+    parent, request_fd, reply_fd, threads = (int(x) for x in sys.argv[1:5])
+    requests = Connection(request_fd, writable=False)
+    replies = Connection(reply_fd, readable=False)
+    reply_lock = threading.Lock()
+    state = _ChildState(parent)
+
+    def answer(rid, future):
+        error = future.exception()
+        with reply_lock:
+            try:
+                replies.send((rid, None if error is None else _portable(error)))
+            except OSError:  # the worker is gone: nobody waits for the answer
+                pass
+
+    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="batchlu-io") as pool:
+        while True:
+            try:
+                rid, kind, store, path, start, stop, where, forget = requests.recv()
+            except (EOFError, OSError):
+                break  # pool closed or worker dead: finish what was started, then exit
+            if forget:
+                state.forget(forget)
+            future = pool.submit(_serve, state, kind, store, path, start, stop, where)
+            future.add_done_callback(lambda f, rid=rid: answer(rid, f))
