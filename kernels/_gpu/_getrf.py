@@ -3,8 +3,9 @@
 Three kernel families (``kernels/cuda``):
 
 * ``getrf_small`` (n <= 32): NP lanes per matrix, one row per lane in registers, lazy swaps;
-* ``getrf_rows`` (about 20 < n <= 192, by type): one block per matrix, the whole matrix in registers
-  (RR rows of CC elements per thread, TJ threads per row), right-looking, one barrier per column;
+* ``getrf_rows`` (n <= 64, where it measured fastest; any tile up to ~190 works): one block per
+  matrix, the whole matrix in registers (RR rows of CC elements per thread, TJ threads per row),
+  right-looking, one barrier per column;
 * ``getrf_blocked`` (any n): one block per matrix, blocked left-looking LU with the current panel of
   NB columns in shared memory (paper 000's design, in C-order).
 
@@ -34,21 +35,23 @@ _BLOCKED_NB = {4: (8, 16, 32), 8: (8, 16, 32), 16: (4, 8, 16)}
 _SMALL_THREADS = 128
 _MAX_THREADS = 512
 _MAX_GRID = 1 << 20
-# Dispatch from the H100 measurements (docs/kernels-notes.md): per dtype, (largest n, kind, tile) rows,
-# first match wins. "small" = registers, one lane per row; "blocked" = left-looking, panel factored
-# with rows in registers; "blocked_smem" = the same with the panel factored in shared memory.
-# "rows" = the whole matrix in registers, tile (RR, TJ): RR rows per thread, TJ threads per row.
+# Dispatch from the H100 measurements (docs/kernels-notes.md, run 5: every candidate timed at n = 16,
+# 24, 33, 48, 64, 96, 128 (190 for float32) and the fastest kept for (previous n, n]; above the swept
+# sizes run 3's table): per dtype, (largest n, kind, tile) rows, first match wins. "small" = registers,
+# one lane per row; "rows" = getrf_rows, tile (RR, TJ): RR rows per thread, TJ threads per row;
+# "blocked" = left-looking, panel factored with rows in registers; "blocked_smem" = the same with the
+# panel factored in shared memory.
 _DISPATCH = {
-    np.dtype(np.float32): ((20, "small", 0), (32, "rows", (1, 1)), (48, "rows", (2, 1)),
-                           (64, "rows", (1, 1)), (96, "rows", (2, 2)), (128, "rows", (1, 2)),
-                           (192, "rows", (2, 4)), (1 << 30, "blocked_smem", 16)),
-    np.dtype(np.float64): ((20, "small", 0), (32, "rows", (1, 1)), (64, "rows", (1, 1)),
-                           (96, "rows", (1, 2)), (128, "rows", (1, 2)), (160, "blocked", 16),
+    np.dtype(np.float32): ((16, "small", 0), (24, "rows", (1, 1)), (64, "rows", (2, 4)),
+                           (1 << 30, "blocked_smem", 16)),
+    np.dtype(np.float64): ((8, "small", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
+                           (48, "rows", (2, 4)), (64, "rows", (4, 8)), (160, "blocked", 16),
                            (1 << 30, "blocked_smem", 8)),
-    np.dtype(np.complex64): ((16, "small", 0), (32, "rows", (1, 1)), (64, "rows", (1, 1)),
-                             (96, "rows", (1, 2)), (128, "rows", (1, 2)), (1 << 30, "blocked_smem", 8)),
-    np.dtype(np.complex128): ((16, "small", 0), (48, "rows", (1, 2)), (64, "rows", (1, 2)),
-                              (96, "rows", (1, 4)), (1 << 30, "blocked", 8)),
+    np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (48, "rows", (2, 4)),
+                             (64, "rows", (4, 8)), (1 << 30, "blocked_smem", 8)),
+    np.dtype(np.complex128): ((8, "small", 0), (16, "rows", (1, 2)), (24, "blocked", 8),
+                              (33, "rows", (2, 4)), (48, "rows", (4, 8)), (96, "blocked_smem", 8),
+                              (1 << 30, "blocked", 8)),
 }
 
 
