@@ -1,6 +1,6 @@
 // Batched LU with partial pivoting, the whole matrix in registers: right-looking, unblocked, one
-// barrier per column. For the sizes where the matrix fits one block's registers (n <= 36 .. 192 by
-// type, see kernels/_gpu/_getrf.py).
+// barrier per column. Any n whose tile fits one block's registers works (up to ~190 in float32);
+// kernels/_gpu/_getrf.py dispatches it where it measured fastest on the H100 (n <= 64).
 //
 // One thread block per matrix. Thread (ti, tj) of a TI x TJ block (tid = ti * TJ + tj) owns the
 // RR x CC elements (ti + TI r, tj + TJ c) of the (padded) matrix in a statically indexed register

@@ -131,6 +131,10 @@ ROWS_CASES = [
     (np.float64, 96, 1, 2), (np.float64, 128, 1, 4),
     (np.complex64, 31, 1, 1), (np.complex64, 64, 1, 2), (np.complex64, 128, 1, 4),
     (np.complex128, 33, 1, 4), (np.complex128, 64, 1, 4), (np.complex128, 96, 1, 4),
+    # the tiles of the measured dispatch (2-D: TJ = 4 or 8 threads per row, 2-4 rows per thread)
+    (np.float32, 64, 2, 4), (np.float64, 16, 1, 2), (np.float64, 48, 2, 4), (np.float64, 64, 4, 8),
+    (np.complex64, 24, 1, 2), (np.complex64, 64, 4, 8), (np.complex128, 33, 2, 4),
+    (np.complex128, 48, 4, 8),
 ]
 
 
