@@ -37,6 +37,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from multiprocessing.connection import Connection
 
@@ -113,6 +114,54 @@ def locate(array: np.ndarray) -> tuple | None:
     return None
 
 
+# --------------------------------------------------------------------------------- opened arrays
+_OPENED: dict[tuple, tuple] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def _signature(store: str, path: str) -> tuple:
+    for name in ("zarr.json", ".zarray"):
+        try:
+            st = os.stat(os.path.join(store, path, name))
+        except OSError:
+            continue
+        return (name, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+    return ()
+
+
+def open_array(store: str, path: str, mode: str):
+    """``zarr.open_array``, cached in this process (worker or I/O process) while the array's metadata
+    file is the same file with the same modification time: an output deleted and made again, or an
+    input replaced, is opened afresh; a missing one raises as zarr does."""
+    import zarr
+
+    key = (str(store), str(path), mode)
+    signature = _signature(store, path)
+    with _OPENED_LOCK:
+        cached = _OPENED.get(key)
+    if cached is not None and signature and cached[0] == signature:
+        return cached[1]
+    array = zarr.open_array(store=store, path=path, mode=mode)
+    with _OPENED_LOCK:
+        if len(_OPENED) >= 256:
+            _OPENED.clear()
+        _OPENED[key] = (signature, array)
+    return array
+
+
+def read_into(array, start: int, stop: int, out: np.ndarray) -> None:
+    """``out[...] = array[start:stop]``, decoded by zarr straight into ``out`` where zarr allows it."""
+    try:
+        from zarr.core.buffer import default_buffer_prototype
+        buffer = default_buffer_prototype().nd_buffer.from_numpy_array(out)
+    except Exception:  # another zarr: read, then copy
+        buffer = None
+    if buffer is not None:
+        array.get_basic_selection((slice(start, stop),), out=buffer)
+    else:
+        out[...] = array[start:stop]
+
+
 # -------------------------------------------------------------------------------------- the pool
 class _Child:
     def __init__(self, threads: int):
@@ -122,8 +171,8 @@ class _Child:
         # zarr allocates a fresh buffer per chunk decoded or encoded (tens of MiB): with glibc's
         # defaults (and Dask's MALLOC_TRIM_THRESHOLD_=65536, inherited from the worker) each one is
         # mapped, page-faulted in and unmapped again, and the page faults and unmaps of one process
-        # serialise on its memory map. 64 MiB of top padding keeps the heap's pages for reuse: 10x
-        # fewer page faults and half the kernel time per GB (docs/performance.md).
+        # serialise on its memory map. 64 MiB of top padding keeps the heap's pages for reuse:
+        # measured on a zstd copy, 10x fewer page faults, a third of the kernel time per GB.
         env.setdefault("MALLOC_TOP_PAD_", str(64 << 20))
         read_fd, write_fd = os.pipe()  # requests: worker -> child
         back_read, back_write = os.pipe()  # replies: child -> worker
@@ -157,22 +206,27 @@ class _Child:
                 future.set_result(None)
             else:
                 future.set_exception(error)
-        self.alive = False
+        with self.send_lock:  # from here on, send() refuses: no request is left unanswered
+            self.alive = False
+            orphans, self.pending = self.pending, {}
         code = self.process.wait()
-        for rid in list(self.pending):
-            future = self.pending.pop(rid, None)
-            if future is not None and not future.done():
+        for rid, future in orphans.items():
+            if not future.done():
                 future.set_exception(IOProcessError(
                     f"Expected I/O process {self.process.pid} to answer request {rid}. "
                     f"Got its exit (code {code}) instead."))
 
     def send(self, rid: int, message: tuple, future) -> None:
         with self.send_lock:
-            self.pending[rid] = future
             if not self.alive:
                 raise IOProcessError(f"Expected I/O process {self.process.pid} to be running. Got it "
                                      f"exited (code {self.process.poll()}) instead.")
-            self.requests.send((rid,) + message)
+            self.pending[rid] = future
+            try:
+                self.requests.send((rid,) + message)
+            except BaseException:
+                self.pending.pop(rid, None)
+                raise
 
     def close(self) -> None:
         with self.send_lock:
@@ -314,55 +368,6 @@ class _ChildState:
                 self.maps.pop(name, None)  # unmapped once the last view of it is gone
 
 
-
-# --------------------------------------------------------------------------------- opened arrays
-_OPENED: dict[tuple, tuple] = {}
-_OPENED_LOCK = threading.Lock()
-
-
-def _signature(store: str, path: str) -> tuple:
-    for name in ("zarr.json", ".zarray"):
-        try:
-            st = os.stat(os.path.join(store, path, name))
-        except OSError:
-            continue
-        return (name, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
-    return ()
-
-
-def open_array(store: str, path: str, mode: str):
-    """``zarr.open_array``, cached in this process (worker or I/O process) while the array's metadata
-    file is the same file with the same modification time: an output deleted and made again, or an
-    input replaced, is opened afresh; a missing one raises as zarr does."""
-    import zarr
-
-    key = (str(store), str(path), mode)
-    signature = _signature(store, path)
-    with _OPENED_LOCK:
-        cached = _OPENED.get(key)
-    if cached is not None and signature and cached[0] == signature:
-        return cached[1]
-    array = zarr.open_array(store=store, path=path, mode=mode)
-    with _OPENED_LOCK:
-        if len(_OPENED) >= 256:
-            _OPENED.clear()
-        _OPENED[key] = (signature, array)
-    return array
-
-
-def read_into(array, start: int, stop: int, out: np.ndarray) -> None:
-    """``out[...] = array[start:stop]``, decoded by zarr straight into ``out`` where zarr allows it."""
-    try:
-        from zarr.core.buffer import default_buffer_prototype
-        buffer = default_buffer_prototype().nd_buffer.from_numpy_array(out)
-    except Exception:  # another zarr: read, then copy
-        buffer = None
-    if buffer is not None:
-        array.get_basic_selection((slice(start, stop),), out=buffer)
-    else:
-        out[...] = array[start:stop]
-
-
 def _serve(state: _ChildState, kind, store, path, start, stop, where) -> None:
     view = state.view(where)
     if kind == "read":
@@ -399,6 +404,12 @@ def _child_main() -> None:
             except OSError:  # the worker is gone: nobody waits for the answer
                 pass
 
+    def watch_parent():  # a process forked from the worker may hold the pipe open: look, too
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)  # a write cut short leaves only a ``*.partial`` temporary file (zarr's local store)
+
+    threading.Thread(target=watch_parent, daemon=True).start()
     with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="batchlu-io") as pool:
         while True:
             try:
