@@ -7,12 +7,20 @@ Input: ``--count`` float64 matrices of order ``--size`` (default 40,000 x 128 x 
 normal entries drawn afresh per chunk, in a zstd Zarr v3 array on local disk (``--dir``, made once
 and reused). For each GPU count, three pipelines run on a LocalCUDACluster of that many GPUs:
 
-* ``batchlu``   -- ``pipeline.run(op="inv", backend="gpu", client=...)``;
+* ``batchlu``   -- ``pipeline.run(op="inv", backend="gpu", client=...)``, writing zstd (the default)
+                   and uncompressed (``output-compressor: none``) outputs, for each ``--io-processes``
+                   setting (``0``: Zarr I/O in the worker process; ``auto``: the default, I/O processes
+                   per GPU worker, see ``batchlu.io-processes``; or a number);
 * ``dask-cupy`` -- ``da.from_zarr(...).map_blocks(cupy.asarray).map_blocks(cupy.linalg.inv)
                    .map_blocks(cupy.asnumpy).to_zarr(...)``, for each of ``--threads`` threads per
-                   worker (every setting is recorded; the table quotes the best);
+                   worker (every setting is recorded; the table quotes the best), then at its
+                   best threads writing uncompressed (``to_zarr(..., compressors=None)``);
 * ``io-floor``  -- the same read and write (same codecs, same chunks), no compute, one task per
                    range of chunks on the same cluster.
+
+``--host-noop`` measures the same on a machine without a GPU: a CPU LocalCluster with one worker
+process per ``--gpus``, batchlu with a no-op compute (copies the input to ``inv``: the Zarr I/O and
+the bookkeeping only) as ``batchlu-noop``, and ``io-floor``.
 
 Each pipeline first runs once on a small store (kernel compilation, cuBLAS/cuSOLVER handles, pools),
 then once timed on the full input, from the call to its return. GB/s counts the input bytes.
@@ -96,20 +104,54 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
-DRY_RUN = False  # --dry-run-cpu: the same script on a CPU LocalCluster with NumPy (to test the script)
+DRY_RUN = False  # --dry-run-cpu / --host-noop: a CPU LocalCluster instead of GPUs
 
 
-def run_batchlu(client, src, out, budget):
+def run_batchlu(client, src, out, budget, codec="zstd", io=("auto", "auto")):
     import pipeline
 
     backend = "cpu" if DRY_RUN else "gpu"
     report = pipeline.run(str(src), str(out), op="inv", backend=backend, client=client, progress=False,
-                          overwrite=True, config={"memory-budget": budget})
+                          overwrite=True, config={"memory-budget": budget, "output-compressor": codec,
+                                                  "io-processes": io[0], "io-threads": io[1]})
     assert report.status == "complete" and report.backends == (backend,), report
     return report
 
 
-def run_dask_cupy(src, out):
+def install_noop_engine():
+    """On each worker (``client.run``): the ``cpu`` backend's compute becomes a copy of the input, so
+    that batchlu's run is its Zarr I/O and bookkeeping alone (``--host-noop``)."""
+    from pipeline import _backends, _gpu_path
+
+    class NoopEngine(_gpu_path.HostEngine):
+        def run(self, op, slot):
+            np.copyto(slot.outs["inv"], slot.a)
+            slot.outs["info"][...] = 0
+
+    engine = NoopEngine()
+
+    class NoopBackend(_gpu_path.HostPathBackend):
+        def engine(self):
+            return engine
+
+    _backends.register("cpu", NoopBackend)
+    return True
+
+
+def io_label(value: str, threads: int, io_threads: str) -> tuple:
+    """``(setting, processes, threads)`` of the I/O pool a GPU worker of ``threads`` threads gets."""
+    from pipeline._gpu_path import io_settings
+
+    procs = None if value == "auto" else int(value)
+    per = None if io_threads == "auto" else int(io_threads)
+    resolved = io_settings(procs, per, "cpu" if DRY_RUN else "gpu", threads)
+    return value, resolved[0], resolved[1] if resolved[0] else 0
+
+
+HOST_NOOP = False
+
+
+def run_dask_cupy(src, out, codec="zstd"):
     import dask.array as da
 
     if DRY_RUN:
@@ -126,7 +168,10 @@ def run_dask_cupy(src, out):
 
     x = da.from_zarr(str(src))
     y = x.map_blocks(cupy.asarray).map_blocks(cupy.linalg.inv).map_blocks(cupy.asnumpy)
-    y.to_zarr(str(out), overwrite=True)
+    if codec == "zstd":
+        y.to_zarr(str(out), overwrite=True)  # zarr's default codecs: zstd
+    else:
+        y.to_zarr(str(out), overwrite=True, compressors=None)
 
 
 def _copy_range(src, out, start, stop):
@@ -138,12 +183,13 @@ def _copy_range(src, out, start, stop):
     return stop - start
 
 
-def run_io_floor(client, src, out, step):
+def run_io_floor(client, src, out, step, codec="zstd"):
     import zarr
 
     a = zarr.open_array(str(src), mode="r")
     shutil.rmtree(out, ignore_errors=True)
-    zarr.create_array(str(out), shape=a.shape, chunks=a.chunks, dtype=a.dtype)  # zarr's default codecs
+    zarr.create_array(str(out), shape=a.shape, chunks=a.chunks, dtype=a.dtype,
+                      compressors="auto" if codec == "zstd" else None)
     starts = list(range(0, a.shape[0], step))
     futures = client.map(_copy_range, [str(src)] * len(starts), [str(out)] * len(starts), starts,
                          [min(s + step, a.shape[0]) for s in starts], pure=False)
@@ -174,9 +220,16 @@ def main(argv=None):
     parser.add_argument("--dir", default="/tmp/batchlu-bench")
     parser.add_argument("--threads", default="4,8,16", help="dask-cupy threads per worker to try")
     parser.add_argument("--batchlu-threads", default="4", help="batchlu threads per worker to try")
-    parser.add_argument("--budget", default="1GiB", help="batchlu memory budget (batch size)")
+    parser.add_argument("--budget", default="256MiB", help="batchlu memory budget (batch size)")
+    parser.add_argument("--codecs", default="zstd,none",
+                        help="output codecs to run: zstd (zarr's default, what to_zarr writes) and/or none")
+    parser.add_argument("--io-processes", default="0,auto",
+                        help="batchlu.io-processes settings to run (0: I/O in the worker; auto; or N)")
+    parser.add_argument("--io-threads", default="auto", help="batchlu.io-threads for those runs")
     parser.add_argument("--skip", default="", help="impls to skip, comma separated")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--host-noop", action="store_true",
+                        help="no GPU: CPU workers, batchlu with a no-op compute, and the I/O floor")
     parser.add_argument("--dry-run-cpu", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -184,11 +237,13 @@ def main(argv=None):
 
     from pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
 
-    if args.dry_run_cpu:
-        global DRY_RUN
+    if args.dry_run_cpu or args.host_noop:
+        global DRY_RUN, HOST_NOOP
         from distributed import LocalCluster
 
-        DRY_RUN = True
+        DRY_RUN, HOST_NOOP = True, bool(args.host_noop)
+        if HOST_NOOP:
+            args.skip += ",dask-cupy"
 
         def make_gpu_cluster(use, threads_per_worker, dashboard_address):  # noqa: F811
             return LocalCluster(n_workers=len(use), threads_per_worker=threads_per_worker,
@@ -207,8 +262,8 @@ def main(argv=None):
           f"(ready in {t:.1f} s); cores {os.cpu_count()}", flush=True)
 
     print("zstd encode+decode GB/s by threads:",
-          codec_scaling(np.random.default_rng(1).standard_normal((args.chunk, args.size, args.size))),
-          flush=True)
+          codec_scaling(np.random.default_rng(1).standard_normal((args.chunk, args.size, args.size)),
+                        (1, 2) if HOST_NOOP else (1, 8, 16)), flush=True)
     devices = visible_gpus()
     device = device_name()
     date = datetime.date.today().isoformat()
@@ -225,32 +280,41 @@ def main(argv=None):
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
 
+    codecs = [c for c in args.codecs.split(",") if c]
     for gpus in args.gpus or [1]:
         if gpus > len(devices):
             print(f"skipping {gpus} GPUs: only {len(devices)} visible", flush=True)
             continue
         use = devices[:gpus]
-        if "batchlu" not in skip or "io-floor" not in skip:
-            for threads in [int(x) for x in args.batchlu_threads.split(",")]:
-                with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
-                        Client(cluster) as client:
-                    if "batchlu" not in skip:
-                        run_batchlu(client, small, work / "warm-out.zarr", args.budget)
+        for threads in [int(x) for x in args.batchlu_threads.split(",")]:
+            with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
+                    Client(cluster) as client:
+                impl = "batchlu-noop" if HOST_NOOP else "batchlu"
+                if HOST_NOOP:
+                    client.run(install_noop_engine)
+                for io in [x for x in args.io_processes.split(",") if x] if "batchlu" not in skip else []:
+                    setting = (io, args.io_threads)
+                    label = io_label(io, threads, args.io_threads)
+                    run_batchlu(client, small, work / "warm-out.zarr", args.budget, io=setting)  # starts the pool
+                    for codec in codecs:
                         out = work / "batchlu-out.zarr"
                         shutil.rmtree(out, ignore_errors=True)
-                        seconds = timed(lambda: run_batchlu(client, src, out, args.budget))
-                        ratio = check_inverse(src, out)
-                        record("batchlu", gpus, threads, seconds, memory_budget=args.budget,
+                        seconds = timed(lambda: run_batchlu(client, src, out, args.budget, codec, setting))
+                        ratio = None if HOST_NOOP else check_inverse(src, out)
+                        record(impl, gpus, threads, seconds, output_codec=codec, memory_budget=args.budget,
+                               io_processes_setting=label[0], io_processes=label[1], io_threads=label[2],
                                max_dget03_sample=ratio)
                         shutil.rmtree(out, ignore_errors=True)
-                    if "io-floor" not in skip and threads == int(args.batchlu_threads.split(",")[0]):
-                        step = 4 * args.chunk
-                        out = work / "io-out.zarr"
-                        run_io_floor(client, small, work / "warm-out.zarr", step)
-                        seconds = timed(lambda: run_io_floor(client, src, out, step))
-                        record("io-floor", gpus, threads, seconds)
+                if "io-floor" not in skip and threads == int(args.batchlu_threads.split(",")[0]):
+                    step = 4 * args.chunk
+                    out = work / "io-out.zarr"
+                    run_io_floor(client, small, work / "warm-out.zarr", step)
+                    for codec in codecs:
+                        seconds = timed(lambda: run_io_floor(client, src, out, step, codec))
+                        record("io-floor", gpus, threads, seconds, output_codec=codec)
                         shutil.rmtree(out, ignore_errors=True)
         if "dask-cupy" not in skip:
+            best = {}
             for threads in [int(x) for x in args.threads.split(",")]:
                 with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
                         Client(cluster):
@@ -259,12 +323,25 @@ def main(argv=None):
                     shutil.rmtree(out, ignore_errors=True)
                     seconds = timed(lambda: run_dask_cupy(src, out))
                     ratio = check_inverse(src, out)
-                    record("dask-cupy", gpus, threads, seconds, max_dget03_sample=ratio)
+                    record("dask-cupy", gpus, threads, seconds, output_codec="zstd", max_dget03_sample=ratio)
+                    shutil.rmtree(out, ignore_errors=True)
+                    best[threads] = seconds
+            if "none" in codecs and best:  # the same pipeline writing uncompressed, at its best threads
+                threads = min(best, key=best.get)
+                with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
+                        Client(cluster):
+                    run_dask_cupy(small, work / "warm-out.zarr", "none")
+                    out = work / "dask-out.zarr"
+                    seconds = timed(lambda: run_dask_cupy(src, out, "none"))
+                    record("dask-cupy", gpus, threads, seconds, output_codec="none")
                     shutil.rmtree(out, ignore_errors=True)
 
-    print("\nimpl       gpus  threads   GB/s   seconds")
+    print("\nimpl          gpus  threads  io-procs  codec   GB/s   seconds")
     for r in records:
-        print(f"{r['impl']:<10} {r['gpus']:>4} {r['threads_per_worker']:>8} {r['gbps']:>6.3f} {r['seconds']:>9.2f}")
+        io = f"{r['io_processes']}x{r['io_threads']}" if r.get("io_processes") else \
+            ("0" if "io_processes" in r else "")
+        print(f"{r['impl']:<13} {r['gpus']:>4} {r['threads_per_worker']:>8}  {io:>8}  "
+              f"{r.get('output_codec', ''):<5} {r['gbps']:>6.3f} {r['seconds']:>9.2f}")
     return records
 
 
