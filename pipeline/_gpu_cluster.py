@@ -264,4 +264,5 @@ def warmup_for(job):
                 default=1)
     return WarmUp(op=job.op, dtype=str(source.dtype), n=int(source.shape[1]), outputs=tuple(outputs),
                   batch=max(1, batch),
-                  rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]), str(rhs.dtype)))
+                  rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]), str(rhs.dtype)),
+                  io_processes=job.io_processes, io_threads=job.io_threads)

@@ -178,7 +178,7 @@ def _pinned_allocate(nbytes: int) -> np.ndarray:
     if _io_pool.supported():
         raw = _io_pool.shared_buffer(nbytes, on_free=_unregister)
         try:
-            cupy.cuda.runtime.hostRegister(raw.ctypes.data, raw.nbytes, 0)
+            cupy.cuda.runtime.hostRegister(raw.ctypes.data, raw.nbytes, 1)  # cudaHostRegisterPortable
             return raw
         except Exception as exc:  # not registrable here: CuPy's pinned memory, I/O in the worker
             _REGISTER_FAILED.append(repr(exc))
@@ -568,7 +568,8 @@ def current_engine() -> CudaEngine:
 
 
 def warm_up(engine, spec, reserve: int = 1) -> None:
-    """Compile ``spec.op``'s kernels on a few random matrices and reserve pinned slots for ``spec``.
+    """Compile ``spec.op``'s kernels on a few random matrices, reserve pinned slots for ``spec`` and
+    start the I/O processes (``reserve`` is the worker's thread count).
 
     ``spec`` is a :class:`pipeline.plugins.WarmUp`.
     """
@@ -589,6 +590,10 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
                 {name: np.empty((m,) + tail, dtype) for name, tail, dtype in layout.outs})
     engine.run(spec.op, slot)
     engine.pool.reserve(layout, int(spec.batch), max(1, int(reserve)))
+    processes, threads = io_settings(getattr(spec, "io_processes", None), getattr(spec, "io_threads", None),
+                                     engine.name, max(1, int(reserve)))
+    if processes and _io_pool.supported():
+        _io_pool.get_pool(processes, threads)
 
 
 # ------------------------------------------------------------------------------- pipeline backends

@@ -65,12 +65,13 @@ _COUNTER = itertools.count()
 
 
 def shared_buffer(nbytes: int, on_free=None) -> np.ndarray:
-    """A flat uint8 array of ``nbytes`` in anonymous shared memory that the I/O processes can map.
+    """A flat uint8 array of at least ``nbytes`` (whole pages) in anonymous shared memory that the I/O
+    processes can map.
 
     ``on_free(address, size)`` runs when the array (and every view of it) is garbage, before the
     pages are unmapped (the GPU engine unregisters them there).
     """
-    nbytes = max(1, int(nbytes))
+    nbytes = -(-max(1, int(nbytes)) // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages (cudaHostRegister)
     name = f"batchlu-{os.getpid()}-{next(_COUNTER)}"
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:

@@ -24,7 +24,9 @@ class WarmUp:
     """What the coming run computes: compile those kernels and reserve the pinned buffers for it.
 
     ``outputs`` lists ``(name, tail shape, dtype)`` per output array; ``batch`` is the largest batch
-    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``.
+    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``. ``io_processes`` and
+    ``io_threads`` are the run's ``batchlu.io-processes`` / ``io-threads`` (None: auto): the I/O
+    processes are started here too, so that their start-up is not a task's.
     """
 
     op: str
@@ -33,6 +35,8 @@ class WarmUp:
     outputs: tuple[tuple[str, tuple[int, ...], str], ...]
     batch: int
     rhs: tuple[tuple[int, ...], str] | None = None
+    io_processes: int | None = None
+    io_threads: int | None = None
 
 
 class GPUSetup(WorkerPlugin):
@@ -45,7 +49,9 @@ class GPUSetup(WorkerPlugin):
     * warm-up: runs the ``warmup`` op once on a few random matrices, so NVRTC compiles before the
       first task and compile time never counts as a task's;
     * pinned buffers: reserves one pair of page-locked slots per worker thread for that batch size
-      (see :class:`pipeline._gpu_path.SlotPool`); tasks borrow them and give them back.
+      (see :class:`pipeline._gpu_path.SlotPool`); tasks borrow them and give them back;
+    * I/O processes: starts the worker's pool of :mod:`pipeline._io_pool` (``batchlu.io-processes``),
+      which reads into and writes from those pinned buffers.
 
     On a worker without a GPU (a CPU worker of a mixed cluster, ``backend="auto"``) it does nothing
     and says so in the worker's log; ``backend="gpu"`` then fails in the task with a clear error.

@@ -329,3 +329,47 @@ def test_cuda_out_of_memory_splits(tmp_path):
     assert get03(a, inv).max() < THRESHOLD
     assert (outs["info"][...] == 0).all()
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["lu", "solve"])
+def test_cuda_engine_through_io_processes_registered_and_identical(tmp_path, op):
+    """The I/O processes decode into and encode from the very page-locked buffers the copies use."""
+    import cupy
+
+    from pipeline import _io_pool
+
+    count, n, chunk, dtype = 400, 32, 50, "float64"
+    a = generate("singular-mix", n, dtype, seed=14, start=0, stop=count)
+    src = _store(tmp_path, "a.zarr", a, chunk)
+    b = rhs = None
+    where = {"a": (str(tmp_path / "a.zarr"), "")}
+    if op == "solve":
+        b = make_rhs(n, 2, dtype, seed=15, start=0, stop=count)
+        rhs = _store(tmp_path, "b.zarr", b, chunk)
+        where["b"] = (str(tmp_path / "b.zarr"), "")
+    engine = _gpu_path.CudaEngine(0, threads=2)
+    pool = _io_pool.get_pool(2, 2)
+    got = {}
+    for mode in ("worker", "pool"):
+        (tmp_path / mode).mkdir()
+        outs = _outputs(tmp_path / mode, op, n, dtype, count, chunk, dtype if b is not None else None,
+                        2 if b is not None else None)
+        paths = {name: (str(tmp_path / mode / f"out-{op}.zarr"), name) for name in outs}
+        io = BatchIO(src, rhs, outs, pool=pool if mode == "pool" else None, where={**where, **paths})
+        stats = run_batches(engine, op, io, _ranges(count, chunk, 2))
+        assert stats.matrices == count
+        got[mode] = {name: np.asarray(arr[...]) for name, arr in outs.items()}
+    assert _gpu_path._REGISTER_FAILED == []
+    slot = engine.pool._free[0][2][0]
+    assert _io_pool.locate(slot.a) is not None and all(_io_pool.locate(v) for v in slot.outs.values())
+    attrs = cupy.cuda.runtime.pointerGetAttributes(slot.a.ctypes.data)
+    assert attrs.type == cupy.cuda.runtime.memoryTypeHost
+    for name in got["worker"]:
+        assert got["pool"][name].tobytes() == got["worker"][name].tobytes(), name
+    good = got["pool"]["info"] == 0
+    assert good.sum() > count // 2
+    if op == "lu":
+        assert get01(a[good], got["pool"]["lu"][good], got["pool"]["piv"][good]).max() < THRESHOLD
+    else:
+        assert get02(a[good], got["pool"]["x"][good], b[good]).max() < THRESHOLD
