@@ -667,6 +667,7 @@ class PathBackend:
         from ._store import read_range
         from ._tasks import TaskIO, TaskResult
 
+        _io_pool.tune_malloc()  # once per worker process: Zarr's chunk buffers reuse heap pages
         engine = self.engine()
         io = TaskIO(job)
         plan = job.plan

@@ -57,6 +57,33 @@ def supported() -> bool:
     return hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd")
 
 
+TOP_PAD = 64 << 20
+_TUNED: list[bool] = []
+
+
+def tune_malloc() -> bool:
+    """Keep 64 MiB of glibc heap padding in this process (``mallopt(M_TOP_PAD)``), once, unless
+    ``MALLOC_TOP_PAD_`` is set already. Returns whether the setting is in force.
+
+    zarr allocates a fresh buffer per chunk decoded or encoded (tens of MiB). With glibc's defaults,
+    and Dask's ``MALLOC_TRIM_THRESHOLD_=65536`` in its worker processes, each one is mapped,
+    page-faulted in and given back again, and the page faults and unmaps of one process serialise on
+    its memory map. With the padding the heap keeps those pages for the next buffer: on a zstd Zarr
+    copy, 10x fewer page faults, a third of the kernel time per GB, and ~40 % more GB/s.
+    """
+    if not _TUNED:
+        done = "MALLOC_TOP_PAD_" in os.environ
+        if not done:
+            try:
+                import ctypes
+
+                done = bool(ctypes.CDLL(None).mallopt(-2, TOP_PAD))  # M_TOP_PAD
+            except (OSError, AttributeError):
+                done = False
+        _TUNED.append(done)
+    return _TUNED[0]
+
+
 # ------------------------------------------------------------------------------------ shared buffers
 _SEGMENTS: dict[str, tuple[int, int, int]] = {}   # name -> (fd, address, size), in this process
 _SEGMENTS_LOCK = threading.Lock()
@@ -169,12 +196,7 @@ class _Child:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env.setdefault("OMP_NUM_THREADS", "1")
-        # zarr allocates a fresh buffer per chunk decoded or encoded (tens of MiB): with glibc's
-        # defaults (and Dask's MALLOC_TRIM_THRESHOLD_=65536, inherited from the worker) each one is
-        # mapped, page-faulted in and unmapped again, and the page faults and unmaps of one process
-        # serialise on its memory map. 64 MiB of top padding keeps the heap's pages for reuse:
-        # measured on a zstd copy, 10x fewer page faults, a third of the kernel time per GB.
-        env.setdefault("MALLOC_TOP_PAD_", str(64 << 20))
+        env.setdefault("MALLOC_TOP_PAD_", str(TOP_PAD))  # see tune_malloc
         read_fd, write_fd = os.pipe()  # requests: worker -> child
         back_read, back_write = os.pipe()  # replies: child -> worker
         code = "from pipeline._io_pool import _child_main; _child_main()"

@@ -42,8 +42,10 @@ def _store(path, data, chunk, **kwargs):
 
 def _shared(shape, dtype, fill):
     dtype = np.dtype(dtype)
-    raw = _io_pool.shared_buffer(int(np.prod(shape)) * dtype.itemsize)
-    out = raw.view(dtype).reshape(shape)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = _io_pool.shared_buffer(nbytes)
+    assert raw.nbytes >= nbytes and raw.nbytes % 4096 == 0  # whole pages
+    out = raw[:nbytes].view(dtype).reshape(shape)
     out[...] = fill
     return out
 
