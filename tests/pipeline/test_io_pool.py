@@ -263,14 +263,13 @@ def test_run_with_io_processes_bit_identical_and_resumes(client, stores, tmp_pat
     assert _arrays(tmp_path / "pooled.zarr") == _arrays(tmp_path / "plain.zarr")
 
 
-def test_worker_with_io_processes_killed_mid_run(tmp_path):
+def test_worker_with_io_processes_killed_mid_run(client, tmp_path):
     from distributed import Client, LocalCluster
 
-    matrices = pipeline.generate(tmp_path / "a.zarr", count=240, size=12, chunk=6, kind="singular-mix", seed=27)
+    matrices = pipeline.generate(tmp_path / "a.zarr", count=132, size=12, chunk=6, kind="singular-mix", seed=27)
     reference = tmp_path / "reference.zarr"
-    pipeline.run(matrices, str(reference), op="lu", backend="cpu", progress=False,
-                 config={"cluster.n-workers": 1, "cluster.threads-per-worker": 1, "io-processes": 0,
-                         "cluster.dashboard-address": "127.0.0.1:0"})
+    pipeline.run(matrices, str(reference), op="lu", backend="cpu", client=client, progress=False,
+                 config={"io-processes": 0, "memory-budget": "16KiB"})
     config = {"task-delay": 0.1, "memory-budget": "16KiB", "io-processes": 1, "io-threads": 1}
     out = tmp_path / "killed.zarr"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
