@@ -375,38 +375,42 @@ def _shared(slot: Slot) -> bool:
     return all(_io_pool.locate(buffer) is not None for buffer in buffers)
 
 
-def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
-    """Both inputs of a batch read by the I/O processes at once; a failed read of the matrices
-    goes through ``read_error`` (re-read here to name the corrupt chunk file)."""
-    jobs = [(io.source, "a", slot.a)] + ([] if slot.b is None else [(io.rhs, "b", slot.b)])
-    futures = [(array, io.pool.read(*io.where[key], start, stop, out)) for array, key, out in jobs]
-    for array, future in futures:
+def _pool_requests(calls) -> list[tuple[int, BaseException]]:
+    """Send the I/O requests ``calls`` (each returns a future) at once and wait for all of them (their
+    buffers are about to be reused). A request whose I/O process died is sent once more, to its
+    replacement: reads and writes of whole chunks can be repeated. Returns the failures."""
+    futures = [call() for call in calls]
+    failures = []
+    for i, future in enumerate(futures):
         try:
             future.result()
-        except Exception as exc:
-            for _, other in futures:
-                _wait_quietly(other)
-            if io.read_error is not None and not isinstance(exc, _io_pool.IOProcessError):
-                io.read_error(array, start, stop, exc)
-            raise
+        except _io_pool.IOProcessError:
+            try:
+                calls[i]().result()
+            except BaseException as exc:
+                failures.append((i, exc))
+        except BaseException as exc:
+            failures.append((i, exc))
+    return failures
+
+
+def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
+    """Both inputs of a batch read by the I/O processes at once; a failed read goes through
+    ``read_error`` (which re-reads here to name the corrupt chunk file)."""
+    jobs = [(io.source, io.where["a"], slot.a)] + ([] if slot.b is None else [(io.rhs, io.where["b"], slot.b)])
+    failures = _pool_requests([lambda w=where, o=out: io.pool.read(*w, start, stop, o) for _, where, out in jobs])
+    if failures:
+        index, exc = failures[0]
+        if io.read_error is not None and not isinstance(exc, _io_pool.IOProcessError):
+            io.read_error(jobs[index][0], start, stop, exc)
+        raise exc
 
 
 def _pool_write(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
-    futures = [io.pool.write(*io.where[name], start, stop, out) for name, out in slot.outs.items()]
-    try:
-        for future in futures:
-            future.result()
-    finally:
-        for future in futures:
-            _wait_quietly(future)
-
-
-def _wait_quietly(future) -> None:
-    """Wait for a request in flight (its buffer is about to be reused), ignoring its outcome."""
-    try:
-        future.result()
-    except Exception:
-        pass
+    failures = _pool_requests([lambda w=io.where[name], o=out: io.pool.write(*w, start, stop, o)
+                               for name, out in slot.outs.items()])
+    if failures:
+        raise failures[0][1]
 
 
 def _compute(engine, op: str, slot: Slot, piece: int, stats: PathStats) -> int:

@@ -126,6 +126,41 @@ def test_a_killed_io_process_fails_its_requests_and_is_replaced(tmp_path):
     assert all(c.process.poll() is not None for c in io._children)
 
 
+def test_data_path_resends_the_requests_of_a_killed_io_process(tmp_path):
+    import threading
+
+    count, n, chunk = 40, 16, 8
+    a = generate("random", n, "float64", seed=28, start=0, stop=count)
+    src = _store(tmp_path / "a.zarr", a, chunk)
+    group = zarr.open_group(str(tmp_path / "o.zarr"), mode="w")
+    outs = {"inv": group.create_array("inv", shape=a.shape, dtype="float64", chunks=(chunk, n, n),
+                                      fill_value=np.nan),
+            "info": group.create_array("info", shape=(count,), dtype="int32", chunks=(chunk,), fill_value=-7)}
+    where = {"a": (str(tmp_path / "a.zarr"), ""), "inv": (str(tmp_path / "o.zarr"), "inv"),
+             "info": (str(tmp_path / "o.zarr"), "info")}
+    io = _io_pool.IOPool(1, 1)
+    try:
+        victim = io.pids[0]
+        os.kill(victim, signal.SIGSTOP)
+        box = {}
+        thread = threading.Thread(target=lambda: box.setdefault("stats", run_batches(
+            HostEngine(), "inv", BatchIO(src, None, outs, pool=io, where=where),
+            [(s, s + chunk) for s in range(0, count, chunk)])))
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not io._children[0].pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert io._children[0].pending  # a read waits on the stopped process
+        os.kill(victim, signal.SIGKILL)
+        thread.join(60)
+        assert box["stats"].matrices == count and io.restarts == 1
+    finally:
+        io.close()
+    inv, info = kernels.inv(a)
+    assert np.asarray(outs["inv"][...]).tobytes() == inv.tobytes()
+    assert np.asarray(outs["info"][...]).tobytes() == info.tobytes()
+
+
 def test_io_processes_exit_when_their_worker_is_killed(tmp_path):
     code = textwrap.dedent("""
         import sys, time
