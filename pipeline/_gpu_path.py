@@ -11,6 +11,12 @@ the largest batch; on the GPU they are pinned (page-locked) so that copies run a
 task borrows a pair of slots from the worker's :class:`SlotPool` and gives it back, so the pinned
 memory is allocated once per worker thread and reused by every later task (and run).
 
+With I/O processes (``batchlu.io-processes``, on by default on GPU workers), the reader and writer
+threads only send requests: the worker's :class:`pipeline._io_pool.IOPool` children decode the input
+chunks straight into the slot (shared memory, page-locked on the GPU) and encode the outputs straight
+from it, so that Zarr's CPU work is spread over several processes while this process keeps one GPU,
+its streams and the bookkeeping (the chunks are recorded complete here, after every write returned).
+
 A task that covers one output chunk is one batch; then reading, computing and writing overlap across
 the worker's tasks in flight (its threads), each on its own CUDA stream. A task of several chunks
 also overlaps them inside itself.
