@@ -445,9 +445,10 @@ def _compute(engine, op: str, slot: Slot, piece: int, stats: PathStats) -> int:
 
 
 def _count_info(info: np.ndarray, stats: PathStats) -> None:
-    stats.ok += int(np.count_nonzero(info == 0))
-    stats.singular += int(np.count_nonzero(info > 0))
-    stats.nonfinite += int(np.count_nonzero(info < 0))
+    ok, singular, nonfinite = _ops.info_counts(info)
+    stats.ok += ok
+    stats.singular += singular
+    stats.nonfinite += nonfinite
 
 
 def run_batches(engine, op: str, io: BatchIO, batches: list[tuple[int, int]], *,

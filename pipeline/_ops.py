@@ -48,6 +48,13 @@ def output_specs(op: str, n: int, dtype, rhs_dtype=None, k: int | None = None) -
     return [OutputSpec("sign", (), dtype, nan), OutputSpec("logabsdet", (), real, nan), info]
 
 
+def info_counts(info) -> tuple[int, int, int]:
+    """(ok, singular, non-finite) counts of an ``info`` array: 0, > 0 and < 0."""
+    info = np.asarray(info)
+    return (int(np.count_nonzero(info == 0)), int(np.count_nonzero(info > 0)),
+            int(np.count_nonzero(info < 0)))
+
+
 def compute(op: str, a, b=None) -> dict:
     """One batch of ``op`` through :mod:`kernels`; arrays stay on the device they came in on."""
     import kernels

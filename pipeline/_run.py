@@ -12,7 +12,7 @@ import zarr
 
 from . import _backends, _cluster, _live, _ledger, _output
 from ._config import options as make_options
-from ._ops import check_op, output_specs
+from ._ops import INFO_NOT_COMPUTED, check_op, info_counts, output_specs
 from ._plan import bytes_per_matrix, make_plan
 from ._report import Report
 from ._store import check_matrices, check_output_path, check_rhs, open_array_info, parse_ref
@@ -22,8 +22,7 @@ from .errors import InputError
 
 def _count_info(path: str) -> tuple[int, int, int]:
     info = np.asarray(zarr.open_array(store=path, path="info", mode="r")[...])
-    return (int(np.count_nonzero(info == 0)), int(np.count_nonzero(info > 0)),
-            int(np.count_nonzero((info < 0) & (info != np.iinfo(np.int32).min))))
+    return info_counts(info[info != INFO_NOT_COMPUTED])
 
 
 def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="auto", client=None,

@@ -11,6 +11,7 @@ import zarr
 
 from . import _backends, _ledger
 from ._io_pool import open_array
+from ._ops import info_counts
 from ._plan import Plan
 from ._store import ArrayRef, read_range
 
@@ -48,11 +49,11 @@ class TaskResult:
     backend: str = ""
 
     def count_info(self, info: np.ndarray) -> None:
-        info = np.asarray(info)
-        self.matrices += int(info.size)
-        self.ok += int(np.count_nonzero(info == 0))
-        self.singular += int(np.count_nonzero(info > 0))
-        self.nonfinite += int(np.count_nonzero(info < 0))
+        ok, singular, nonfinite = info_counts(info)
+        self.matrices += int(np.size(info))
+        self.ok += ok
+        self.singular += singular
+        self.nonfinite += nonfinite
 
 
 class TaskIO:

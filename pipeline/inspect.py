@@ -8,7 +8,7 @@ import numpy as np
 import zarr
 
 from . import _ledger
-from ._ops import INFO_NOT_COMPUTED
+from ._ops import INFO_NOT_COMPUTED, info_counts
 from ._output import ATTR
 from ._store import is_zarr_store, parse_ref
 from .errors import InputError, InputNotFoundError
@@ -27,8 +27,9 @@ def _info_counts(info: zarr.Array, complete: np.ndarray | None, chunk: int) -> s
     if complete is not None:
         values = values[_ledger.matrix_mask(complete, chunk, values.size)]
     values = values[values != INFO_NOT_COMPUTED]
-    return (f"  info: ok {np.count_nonzero(values == 0):,}   singular {np.count_nonzero(values > 0):,}"
-            f"   non-finite {np.count_nonzero(values < 0):,}   (of {values.size:,} computed)")
+    ok, singular, nonfinite = info_counts(values)
+    return (f"  info: ok {ok:,}   singular {singular:,}   non-finite {nonfinite:,}"
+            f"   (of {values.size:,} computed)")
 
 
 def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:

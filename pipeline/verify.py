@@ -18,6 +18,7 @@ import zarr
 
 from . import _ledger
 from ._config import options as make_options
+from ._ops import info_counts
 from ._output import read_provenance
 from ._store import ArrayRef, open_array_info, parse_ref
 from .errors import InputError
@@ -191,8 +192,9 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
         info = out["info"]
         index = np.arange(count)[sel]
         report.checked += info.size
-        report.singular += int(np.count_nonzero(info > 0))
-        report.nonfinite += int(np.count_nonzero(info < 0))
+        _, singular, nonfinite = info_counts(info)
+        report.singular += singular
+        report.nonfinite += nonfinite
         nonfinite_in = ~np.isfinite(a).all(axis=(1, 2))
         wrong = _semantics(op, info, out, nonfinite_in)
         report.semantic_errors += int(wrong.sum())
