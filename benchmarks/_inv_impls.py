@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 try:
-    from ._lu_impls import Case, _sources, getrf_flops
+    from ._lu_impls import Case, _sources, _torch, getrf_flops
 except ImportError:  # loaded by path from benchmarks/kernels.py, which registers _lu_impls first
-    from _lu_impls import Case, _sources, getrf_flops
+    from _lu_impls import Case, _sources, _torch, getrf_flops
 
 SOLVE_RHS = 16
 
@@ -134,28 +134,12 @@ def cublas_inv(dtype, n, batch) -> Case:
     return Case(prepare, run)
 
 
-def _torch_inv(dtype, n, batch, library: str) -> Case:
-    import torch
-
-    src = [torch.from_dlpack(x) for x in _sources(dtype, n, batch)]
-    a = torch.empty_like(src[0])
-
-    def prepare(k):
-        a.copy_(src[k % len(src)])
-
-    def run():
-        torch.backends.cuda.preferred_linalg_library(library)
-        torch.linalg.inv_ex(a)
-
-    return Case(prepare, run)
-
-
 def torch_magma_inv(dtype, n, batch) -> Case:
-    return _torch_inv(dtype, n, batch, "magma")
+    return _torch(dtype, n, batch, "magma", "inv_ex")
 
 
 def torch_default_inv(dtype, n, batch) -> Case:
-    return _torch_inv(dtype, n, batch, "default")
+    return _torch(dtype, n, batch, "default", "inv_ex")
 
 
 def _jax_case(fn, host_inputs) -> Case:

@@ -97,21 +97,21 @@ def cublas(dtype, n, batch) -> Case:
     return Case(prepare, run)
 
 
-def _torch(dtype, n, batch, library: str) -> Case:
-    import cupy
+def _torch(dtype, n, batch, library: str, function: str = "lu_factor_ex") -> Case:
+    """``torch.linalg.<function>`` on the batch with the given linalg backend (MAGMA or default)."""
     import torch
 
     src = [torch.from_dlpack(x) for x in _sources(dtype, n, batch)]
     a = torch.empty_like(src[0])
+    call = getattr(torch.linalg, function)
 
     def prepare(k):
         a.copy_(src[k % len(src)])
 
     def run():
         torch.backends.cuda.preferred_linalg_library(library)
-        torch.linalg.lu_factor_ex(a)
+        call(a)
 
-    del cupy
     return Case(prepare, run)
 
 
