@@ -226,6 +226,8 @@ def main(argv=None):
     parser.add_argument("--io-processes", default="0,auto",
                         help="batchlu.io-processes settings to run (0: I/O in the worker; auto; or N)")
     parser.add_argument("--io-threads", default="auto", help="batchlu.io-threads for those runs")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="timed runs of each setting (each is recorded; the summary gives the median)")
     parser.add_argument("--skip", default="", help="impls to skip, comma separated")
     parser.add_argument("--out", default=None)
     parser.add_argument("--host-noop", action="store_true",
@@ -295,9 +297,10 @@ def main(argv=None):
                     out = work / "io-out.zarr"
                     run_io_floor(client, small, work / "warm-out.zarr", step)
                     for codec in codecs:
-                        seconds = timed(lambda: run_io_floor(client, src, out, step, codec))
-                        record("io-floor", gpus, threads, seconds, output_codec=codec)
-                        shutil.rmtree(out, ignore_errors=True)
+                        for rep in range(args.repeat):
+                            seconds = timed(lambda: run_io_floor(client, src, out, step, codec))
+                            record("io-floor", gpus, threads, seconds, output_codec=codec, repeat=rep)
+                            shutil.rmtree(out, ignore_errors=True)
                 impl = "batchlu-noop" if HOST_NOOP else "batchlu"
                 if HOST_NOOP:
                     client.run(install_noop_engine)
@@ -306,14 +309,15 @@ def main(argv=None):
                     label = io_label(io, threads, args.io_threads)
                     run_batchlu(client, small, work / "warm-out.zarr", args.budget, io=setting)  # starts the pool
                     for codec in codecs:
-                        out = work / "batchlu-out.zarr"
-                        shutil.rmtree(out, ignore_errors=True)
-                        seconds = timed(lambda: run_batchlu(client, src, out, args.budget, codec, setting))
-                        ratio = None if HOST_NOOP else check_inverse(src, out)
-                        record(impl, gpus, threads, seconds, output_codec=codec, memory_budget=args.budget,
-                               io_processes_setting=label[0], io_processes=label[1], io_threads=label[2],
-                               max_dget03_sample=ratio)
-                        shutil.rmtree(out, ignore_errors=True)
+                        for rep in range(args.repeat):
+                            out = work / "batchlu-out.zarr"
+                            shutil.rmtree(out, ignore_errors=True)
+                            seconds = timed(lambda: run_batchlu(client, src, out, args.budget, codec, setting))
+                            ratio = None if HOST_NOOP else check_inverse(src, out)
+                            record(impl, gpus, threads, seconds, output_codec=codec, memory_budget=args.budget,
+                                   io_processes_setting=label[0], io_processes=label[1], io_threads=label[2],
+                                   max_dget03_sample=ratio, repeat=rep)
+                            shutil.rmtree(out, ignore_errors=True)
         if "dask-cupy" not in skip:
             best = {}
             for threads in [int(x) for x in args.threads.split(",")]:
@@ -321,29 +325,45 @@ def main(argv=None):
                         Client(cluster):
                     run_dask_cupy(small, work / "warm-out.zarr")
                     out = work / "dask-out.zarr"
-                    shutil.rmtree(out, ignore_errors=True)
-                    seconds = timed(lambda: run_dask_cupy(src, out))
-                    ratio = check_inverse(src, out)
-                    record("dask-cupy", gpus, threads, seconds, output_codec="zstd", max_dget03_sample=ratio)
-                    shutil.rmtree(out, ignore_errors=True)
-                    best[threads] = seconds
+                    times = []
+                    for rep in range(args.repeat):
+                        shutil.rmtree(out, ignore_errors=True)
+                        seconds = timed(lambda: run_dask_cupy(src, out))
+                        ratio = check_inverse(src, out)
+                        record("dask-cupy", gpus, threads, seconds, output_codec="zstd", max_dget03_sample=ratio,
+                               repeat=rep)
+                        shutil.rmtree(out, ignore_errors=True)
+                        times.append(seconds)
+                    best[threads] = float(np.median(times))
             if "none" in codecs and best:  # the same pipeline writing uncompressed, at its best threads
                 threads = min(best, key=best.get)
                 with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
                         Client(cluster):
                     run_dask_cupy(small, work / "warm-out.zarr", "none")
                     out = work / "dask-out.zarr"
-                    seconds = timed(lambda: run_dask_cupy(src, out, "none"))
-                    record("dask-cupy", gpus, threads, seconds, output_codec="none")
-                    shutil.rmtree(out, ignore_errors=True)
+                    for rep in range(args.repeat):
+                        seconds = timed(lambda: run_dask_cupy(src, out, "none"))
+                        record("dask-cupy", gpus, threads, seconds, output_codec="none", repeat=rep)
+                        shutil.rmtree(out, ignore_errors=True)
 
-    print("\nimpl          gpus  threads  io-procs  codec   GB/s   seconds")
+    print(summary(records))
+    return records
+
+
+def summary(records: list[dict]) -> str:
+    """One line per setting: the median GB/s over its repeats, and every run's GB/s."""
+    groups: dict[tuple, list[dict]] = {}
     for r in records:
         io = f"{r['io_processes']}x{r['io_threads']}" if r.get("io_processes") else \
             ("0" if "io_processes" in r else "")
-        print(f"{r['impl']:<13} {r['gpus']:>4} {r['threads_per_worker']:>8}  {io:>8}  "
-              f"{r.get('output_codec', ''):<5} {r['gbps']:>6.3f} {r['seconds']:>9.2f}")
-    return records
+        key = (r["impl"], r["gpus"], r["threads_per_worker"], io, r.get("output_codec", ""))
+        groups.setdefault(key, []).append(r)
+    lines = ["", "impl          gpus  threads  io-procs  codec  median GB/s  runs"]
+    for (impl, gpus, threads, io, codec), rs in groups.items():
+        runs = [r["gbps"] for r in rs]
+        lines.append(f"{impl:<13} {gpus:>4} {threads:>8}  {io:>8}  {codec:<5} {np.median(runs):>11.3f}  "
+                     + " ".join(f"{g:.2f}" for g in runs))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

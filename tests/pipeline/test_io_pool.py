@@ -254,8 +254,9 @@ def test_corrupt_chunk_through_io_processes_names_the_file_and_marks_nothing(poo
 
 
 def test_io_settings_defaults_and_overrides():
-    assert io_settings(None, None, "gpu", 16) == (4, 4)
+    assert io_settings(None, None, "gpu", 16) == (8, 2)
     assert io_settings(None, None, "gpu", 2) == (1, 2)
+    assert io_settings(None, None, "gpu", 1) == (1, 1)
     assert io_settings(None, None, "cpu", 16) == (0, 16)
     assert io_settings(3, None, "cpu", 16) == (3, 6)
     assert io_settings(2, 5, "gpu", 16) == (2, 5)
