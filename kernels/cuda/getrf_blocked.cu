@@ -7,9 +7,10 @@
 //     memory, column-major P[c * ldp + i]. Row swaps to the right of the panel are DELAYED: the panel
 //     is gathered through `perm` (position -> original row), so no swap ever touches global memory;
 //  2. left-looking correction with each earlier block column b of L, read from global memory once per
-//     panel, coalesced, into a shared staging buffer (double-buffered: the next block is staged while
-//     one warp solves U_b = L_bb^-1 P_b); every row below the block then takes
-//     P_i -= L_i,b * U_b, with L_i,b in registers and U_b broadcast from shared memory;
+//     panel, coalesced, into a shared staging buffer (double-buffered: the copy of block b + 1 is
+//     issued with cp.async at the start of step b and waited for at its end, so it flies while one
+//     warp solves U_b = L_bb^-1 P_b and every row below the block takes P_i -= L_i,b * U_b, with
+//     L_i,b in registers and U_b broadcast from shared memory);
 //  3. factor the panel with partial pivoting: per column one block-wide arg-max (warp shuffles, then
 //     one __syncthreads across warps; LAPACK's i?amax tie-break by current position), lazy swaps
 //     (each thread tracks the position of its own rows), scaling and the rank-1 update of the panel;
@@ -62,6 +63,18 @@ template <typename T> __device__ __forceinline__ real_t_<T> pivot_key(T x) {
 }
 
 __host__ __device__ constexpr int ldp_for(int n) { return ((n + 3) & ~3) + 4; }
+
+// Asynchronous copy of one element global -> shared (sm_80+ cp.async): the thread does not wait for
+// it; cp_async_wait() before the barrier that publishes the data.
+template <typename T> __device__ __forceinline__ void cp_async(T* dst, const T* src) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    if constexpr (sizeof(T) == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(src), "n"(sizeof(T)));
+    }
+}
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 }  // namespace
 
@@ -129,6 +142,14 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
             if constexpr (NB <= 32) for (int b = 0; b < nblk; ++b) {
                 const int j0 = b * NB;
                 const T* Lc = (b & 1) ? L1 : L0;
+                if (b + 1 < nblk) {  // issue the copy of the next block of L; waited for below
+                    const int jn = j0 + NB;
+                    T* Ln = (b & 1) ? L0 : L1;
+                    for (int idx = tid; idx < (n - jn) * NB; idx += bd) {
+                        const int i = jn + idx / NB, q = idx % NB;
+                        cp_async(&Ln[q * ldp + i], &LU[(size_t)perm[i] * n + jn + q]);
+                    }
+                }
                 if (warp == 0) {
                     if (lane < NB) {  // U_b = L_bb^-1 P_b, column `lane` of the panel
                         T x[NB];
@@ -140,14 +161,6 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
                             for (int q = 0; q < r; ++q) x[r] = fms(x[r], Lc[q * ldp + j0 + r], x[q]);
 #pragma unroll
                         for (int r = 1; r < NB; ++r) P[lane * ldp + j0 + r] = x[r];
-                    }
-                }
-                if (b + 1 < nblk && (warp > 0 || nw == 1)) {  // stage the next block of L
-                    const int jn = j0 + NB, t0 = nw == 1 ? tid : tid - 32, nt = nw == 1 ? bd : bd - 32;
-                    T* Ln = (b & 1) ? L0 : L1;
-                    for (int idx = t0; idx < (n - jn) * NB; idx += nt) {
-                        const int i = jn + idx / NB, q = idx % NB;
-                        Ln[q * ldp + i] = LU[(size_t)perm[i] * n + jn + q];
                     }
                 }
                 __syncthreads();
@@ -169,7 +182,8 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
                         P[c * ldp + i] = acc;
                     }
                 }
-                __syncthreads();
+                cp_async_wait();  // the next block of L has landed (this thread's copies) ...
+                __syncthreads();  // ... and everyone's, and nobody reads this block any more
             }
 
             // 3. factor the panel: rows k0..n-1, lazy swaps, one barrier per column.
