@@ -4,7 +4,7 @@
 //
 // For each column panel [k0, k0 + NB):
 //  1. load the panel (all n rows, NB columns; NB contiguous elements per row in C-order) into shared
-//     memory, column-major P[c * ldp + i]. Row swaps to the right of the panel are DELAYED: the panel
+//     memory, column-major P[c * ldp + i], with cp.async (every element in flight at once). Row swaps to the right of the panel are DELAYED: the panel
 //     is gathered through `perm` (position -> original row), so no swap ever touches global memory;
 //  2. left-looking correction with each earlier block column b of L, read from global memory once per
 //     panel, coalesced, into a shared staging buffer (double-buffered: the copy of block b + 1 is
@@ -118,24 +118,27 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
             const int nblk = k0 / NB;
 
             // 1. gather the panel through perm (delayed swaps); stage the first block of L.
-            bool bad = false;
+            // Every copy is issued before any is waited for (cp.async); each thread then checks the
+            // panel elements it copied itself, which wait_all makes visible to it.
             for (int idx = tid; idx < n * NB; idx += bd) {
                 const int i = idx / NB, c = idx - i * NB;
-                T v = zero<T>();
-                if (c < w) {
-                    v = A[(size_t)perm[i] * n + k0 + c];
-                    bad |= !is_finite(v);
-                }
-                P[c * ldp + i] = v;
+                if (c < w) cp_async(&P[c * ldp + i], &A[(size_t)perm[i] * n + k0 + c]);
+                else P[c * ldp + i] = zero<T>();
             }
-            if (bad) s_bad = 1;
             for (int i = tid; i < n; i += bd) slot[i] = perm[i];
             if (NB <= 32 && nblk > 0) {
                 for (int idx = tid; idx < n * NB; idx += bd) {
                     const int i = idx / NB, q = idx - i * NB;
-                    L0[q * ldp + i] = LU[(size_t)perm[i] * n + q];
+                    cp_async(&L0[q * ldp + i], &LU[(size_t)perm[i] * n + q]);
                 }
             }
+            cp_async_wait();
+            bool bad = false;
+            for (int idx = tid; idx < n * NB; idx += bd) {
+                const int i = idx / NB, c = idx - i * NB;
+                if (c < w) bad |= !is_finite(P[c * ldp + i]);
+            }
+            if (bad) s_bad = 1;
             __syncthreads();
 
             // 2. left-looking correction, one earlier block column at a time.
@@ -307,8 +310,9 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
                 for (int idx = tid; idx < n * NB; idx += bd) {
                     const int i = idx / NB, c = idx - i * NB;
                     const int src = perm[i];
-                    if (src != i) P[c * ldp + i] = LU[(size_t)src * n + c0 + c];
+                    if (src != i) cp_async(&P[c * ldp + i], &LU[(size_t)src * n + c0 + c]);
                 }
+                cp_async_wait();
                 __syncthreads();
                 for (int idx = tid; idx < n * NB; idx += bd) {
                     const int i = idx / NB, c = idx - i * NB;
