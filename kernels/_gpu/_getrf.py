@@ -3,9 +3,9 @@
 Three kernel families (``kernels/cuda``):
 
 * ``getrf_small`` (n <= 32): NP lanes per matrix, one row per lane in registers, lazy swaps;
-* ``getrf_rows`` (n <= 64, where it measured fastest; any tile up to ~190 works): one block per
-  matrix, the whole matrix in registers (RR rows of CC elements per thread, TJ threads per row),
-  right-looking, one barrier per column;
+* ``getrf_rows`` (n <= 64, float32 n <= 96, where it measured fastest; any tile up to ~190 works):
+  one block per matrix, the whole matrix in registers (RR rows of CC elements per thread, TJ threads
+  per row), right-looking, one barrier per column (none for one-warp tiles);
 * ``getrf_blocked`` (any n): one block per matrix, blocked left-looking LU with the current panel of
   NB columns in shared memory (paper 000's design, in C-order).
 
@@ -35,23 +35,23 @@ _BLOCKED_NB = {4: (8, 16, 32), 8: (8, 16, 32), 16: (4, 8, 16)}
 _SMALL_THREADS = 128
 _MAX_THREADS = 512
 _MAX_GRID = 1 << 20
-# Dispatch from the H100 measurements (docs/kernels-notes.md, run 5: every candidate timed at n = 16,
-# 24, 33, 48, 64, 96, 128 (190 for float32) and the fastest kept for (previous n, n]; above the swept
-# sizes run 3's table): per dtype, (largest n, kind, tile) rows, first match wins. "small" = registers,
-# one lane per row; "rows" = getrf_rows, tile (RR, TJ): RR rows per thread, TJ threads per row;
-# "blocked" = left-looking, panel factored with rows in registers; "blocked_smem" = the same with the
-# panel factored in shared memory.
+# Dispatch from the H100 measurements (docs/kernels-notes.md; run 6: the new getrf_rows on each candidate
+# tile at n = 16, 24, 33, 48, 64, 96 (128 for float32/float64) and the fastest kept for (previous n, n];
+# above the swept sizes run 5's table): per dtype, (largest n, kind, tile) rows, first match wins.
+# "small" = registers, one lane per row; "rows" = getrf_rows, tile (RR, TJ): RR rows per thread, TJ
+# threads per row; "blocked" = left-looking, panel factored with rows in registers; "blocked_smem" = the
+# same with the panel factored in shared memory.
 _DISPATCH = {
-    np.dtype(np.float32): ((16, "small", 0), (24, "rows", (1, 1)), (64, "rows", (2, 4)),
-                           (1 << 30, "blocked_smem", 16)),
-    np.dtype(np.float64): ((8, "small", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
-                           (48, "rows", (2, 4)), (64, "rows", (4, 8)), (160, "blocked", 16),
+    np.dtype(np.float32): ((8, "small", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
+                           (33, "rows", (5, 4)), (48, "rows", (3, 4)), (64, "rows", (4, 4)),
+                           (96, "rows", (8, 8)), (1 << 30, "blocked_smem", 16)),
+    np.dtype(np.float64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
+                           (48, "rows", (3, 4)), (64, "rows", (2, 4)), (160, "blocked", 16),
                            (1 << 30, "blocked_smem", 8)),
-    np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (48, "rows", (2, 4)),
-                             (64, "rows", (4, 8)), (1 << 30, "blocked_smem", 8)),
-    np.dtype(np.complex128): ((8, "small", 0), (16, "rows", (1, 2)), (24, "blocked", 8),
-                              (33, "rows", (2, 4)), (48, "rows", (4, 8)), (96, "blocked_smem", 8),
-                              (1 << 30, "blocked", 8)),
+    np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
+                             (48, "rows", (3, 4)), (64, "rows", (4, 8)), (1 << 30, "blocked_smem", 8)),
+    np.dtype(np.complex128): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (3, 4)),
+                              (48, "rows", (4, 8)), (96, "blocked_smem", 8), (1 << 30, "blocked", 8)),
 }
 
 
@@ -80,11 +80,12 @@ def _rows_np(n: int) -> int:
 def rows_min_blocks(dtype, tile) -> int:
     """Blocks per SM that ``getrf_rows`` is compiled for (__launch_bounds__' second argument): the
     most whose warps, spread over the 4 sub-partitions (16K registers each), leave every thread the
-    tile's data registers + 32 (float32), 40 (float64) or 56 (complex) (ptxas -v on every dispatched
-    tile: no spills)."""
+    tile's data registers + 56 (float64), 64 (complex64), 72 (complex128) or 64 + CC (float32) (ptxas
+    -v on the tiles swept in run 6: no spills)."""
     ti, tj, rr, cc = tile
     dtype = np.dtype(dtype)
-    need = rr * cc * dtype.itemsize // 4 + (56 if dtype.kind == "c" else 32 if dtype.itemsize == 4 else 40)
+    extra = {"f4": 64 + cc, "f8": 56, "c8": 64, "c16": 72}[f"{dtype.kind}{dtype.itemsize}"]
+    need = rr * cc * dtype.itemsize // 4 + extra
     warps = ti * tj // 32
     for blocks in range(min(32, 64 // warps), 0, -1):
         per_partition = -(-blocks * warps // 4)

@@ -8,80 +8,157 @@
 // column k) is unrolled, kt runs; so every register index is a compile-time constant, and slots
 // c < kc (columns already final) are skipped at compile time.
 //
-// Swaps are lazy: rows never move. Each thread keeps LAPACK's current position of its RR rows
-// (`pos`); the pivot at step k is the row of largest cabs1 among positions >= k, ties to the
-// smallest position (LAPACK's i?amax on the swapped order); the interchange (k, p) swaps the two
-// positions. Rows are written to their final positions at the end; piv[k] = p.
+// Swaps are lazy: rows never move. LAPACK's pivot at step k is the row of largest cabs1 among the
+// rows not yet pivoted, ties to the smallest CURRENT position (i?amax on the swapped order). A warp
+// holds G = 32 / TJ row groups, WR = G * RR rows; "row slot" s = (ti % G) * RR + r numbers them, and
+// the column-k buffer `colv` is indexed by ti * RR + r = warp * WR + s. Search lane s (SR = WR / 32
+// rounded up slots per lane) keeps the current position of its rows (-1: padding), so a swap costs
+// one compare per lane, not one per register row. Each thread keeps a bit mask of its unpivoted rows
+// (`act`), which predicates the update: no zeroing selects.
 //
 // Step k (one __syncthreads, shared buffers double-buffered by k & 1):
-//  1. the owners of column k (tj == kt) reduce their rows to one candidate, write column k to
-//     `colv`; xor-shuffles over the warp's row groups give the warp's best candidate;
-//  2. the TJ threads holding that row write its columns >= kc's slot to the warp's `rowv` slot; the
-//     owner of its column-k element writes (key, position, pivot, 1/pivot) to `cand`;
-//  3. barrier; every thread picks the best of the W warp candidates (same answer everywhere),
-//     updates its positions, forms l = a_ik / pivot for its unpivoted rows (x * (1/p) when
-//     |p| >= sfmin, else x / p: LAPACK's ?getrf2) and does the rank-1 update of its columns > k with
-//     fma; l and the pivot-row value are zeroed where no update is due, so the fma's are not
-//     predicated.
-// Exact zero pivot: no swap (the first largest of all-zero candidates is position k), no scaling,
-// info = k + 1 the first time, the factorization goes on. NaN/Inf anywhere in the input: info = -1,
-// lu all NaN, piv 0..n-1.
+//  1. the owners of column k (tj == kt) write it to `colv`; after __syncwarp each search lane reads
+//     its rows' values and forms the key (cabs1 bits, NaN -> +inf, -1 when pivoted or padding);
+//  2. the warp's best: redux.max over the key's high word; only when several lanes share it (ties,
+//     all-zero columns) the low word and then the smallest position decide (`rows_argmax`);
+//  3. the TJ threads holding that row write its columns >= kc's slot to the warp's `rowv` slot
+//     (predicated stores), the search lane writes (key, position, colv index) to `cand`;
+//  4. barrier; lane w reads warp w's candidate, `rows_argmax` again gives the block's pivot; every
+//     thread clears the pivot row's `act` bit, search lanes swap the two positions, l = a_ik * (1/p)
+//     (a_ik / p when |p| < sfmin, as LAPACK's ?getrf2; no scaling for an exact zero pivot), and the
+//     rank-1 update of the unpivoted rows' columns > k runs as predicated fma's.
+// Exact zero pivot: no swap (the first of the all-zero candidates is position k), no scaling, info =
+// k + 1 the first time, the factorization goes on. NaN/Inf anywhere in the input: info = -1, lu all
+// NaN, piv 0..n-1.
 //
 // Loads and stores: a warp touches TJ consecutive elements of 32 / TJ rows per instruction (whole
-// 32-byte sectors for TJ * sizeof(T) >= 32).
+// 32-byte sectors for TJ * sizeof(T) >= 32). `rowv` rows are padded to an odd number of 16-byte
+// words so the TJ readers' vector loads hit distinct banks.
 #include "common.cuh"
 
 namespace blu {
 
-template <typename R> struct __align__(16) RowsCand {
-    R key;      // cabs1 of the pivot candidate (NaN -> +inf); -1: no candidate in this warp
-    int pos;    // its current position
-    int recip;  // |pivot| >= sfmin: scale by the reciprocal
+constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr int kNoPos = 0x7fffffff;
+
+__device__ __forceinline__ int redux_max(int v) {
+    int r;
+    asm volatile("redux.sync.max.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+__device__ __forceinline__ unsigned redux_max(unsigned v) {
+    unsigned r;
+    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+__device__ __forceinline__ int redux_min(int v) {
+    int r;
+    asm volatile("redux.sync.min.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+
+// Pivot-search key: the bits of cabs1(v) (nonnegative reals order like their bits), NaN clamped to
+// +inf (a NaN ties with +inf: the smaller position wins), as a high word and, for double, a low word.
+struct RowsKey {
+    int hi;       // -1: no candidate
+    unsigned lo;  // 0 for float
 };
 
-template <typename R> __device__ __forceinline__ bool rows_better(R k1, int p1, R k0, int p0) {
-    return k1 > k0 || (k1 == k0 && p1 < p0);
+__device__ __forceinline__ RowsKey rows_key_bits(float a) {
+    const unsigned b = __float_as_uint(a) & 0x7fffffffu;
+    return {int(min(b, 0x7f800000u)), 0u};
+}
+__device__ __forceinline__ RowsKey rows_key_bits(double a) {
+    const long long b = __double_as_longlong(a);
+    const int hi = int((unsigned long long)b >> 32) & 0x7fffffff;
+    return hi >= 0x7ff00000 ? RowsKey{0x7ff00000, 0u} : RowsKey{hi, unsigned(b)};
+}
+template <typename T> __device__ __forceinline__ RowsKey rows_key(T v) { return rows_key_bits(cabs1(v)); }
+
+__device__ __forceinline__ bool rows_better(RowsKey a, int pa, RowsKey b, int pb) {
+    return a.hi > b.hi || (a.hi == b.hi && (a.lo > b.lo || (a.lo == b.lo && pa < pb)));
+}
+
+// The lane holding the warp's best candidate: largest key, ties to the smallest position (distinct
+// among candidates). Every lane gets the answer. Lanes with key.hi < 0 hold no candidate; when no lane
+// holds one the answer is a lane with key.hi = -1. The low word and the positions are only reduced
+// when several lanes share the top word (warp-uniform branches).
+template <bool WIDE> __device__ __forceinline__ int rows_argmax(RowsKey key, int pos) {
+    const int mh = redux_max(key.hi);
+    bool tie = key.hi == mh;
+    unsigned eq = __ballot_sync(kFullWarp, tie);
+    if (mh >= 0 && (eq & (eq - 1))) {
+        if (WIDE) {
+            const unsigned ml = redux_max(tie ? key.lo : 0u);
+            tie = tie && key.lo == ml;
+            eq = __ballot_sync(kFullWarp, tie);
+        }
+        if (eq & (eq - 1)) {
+            const int mp = redux_min(tie ? pos : kNoPos);
+            eq = __ballot_sync(kFullWarp, tie && pos == mp);
+        }
+    }
+    return __ffs(eq) - 1;
+}
+
+// Row stride of a warp's candidate row in `rowv`: CC elements rounded up to whole 16-byte words, made
+// an odd number of words (the TJ threads' vector loads then fall in distinct banks).
+template <typename T, int CC> __host__ __device__ constexpr int rows_stride() {
+    constexpr int v = sizeof(T) >= 16 ? 1 : 16 / int(sizeof(T));
+    constexpr int words = (CC + v - 1) / v;
+    return (words % 2 ? words : words + 1) * v;
 }
 
 template <typename T, int TI, int TJ, int RR, int CC, int MINB>
 __global__ void __launch_bounds__(TI * TJ, MINB)
 getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out, int n) {
     using R = real_t<T>;
+    constexpr bool WIDE = sizeof(R) == 8;
     constexpr int NT = TI * TJ;
     constexpr int W = NT / 32;
+    constexpr int G = 32 / TJ;          // row groups (ti) per warp
+    constexpr int WR = G * RR;          // rows per warp
+    constexpr int SR = (WR + 31) / 32;  // row slots per search lane
     constexpr int NI = TI * RR;
-    constexpr int NJ = TJ * CC;
-    constexpr int NOPOS = 0x7fffffff;
+    constexpr int RS = rows_stride<T, CC>();
     static_assert(NT % 32 == 0 && NT <= 1024, "the block must be whole warps");
     static_assert(TJ <= 32 && 32 % TJ == 0, "TJ must divide 32");
+    static_assert(RR <= 32, "the pivoted-row mask is one 32-bit word");
 
-    __shared__ __align__(16) T colv[2][NI];
-    __shared__ __align__(16) T rowv[2][W][NJ];
-    __shared__ RowsCand<R> cand[2][W];
-    __shared__ T candp[2][W];
-    __shared__ T candrp[2][W];
+    __shared__ __align__(16) T colv[2][NI + 32];  // + 32: search lanes past the last row read padding
+    __shared__ __align__(16) T rowv[2][W][TJ * RS];
+    __shared__ __align__(16) int4 cand[2][W];      // (key.hi, key.lo, position, colv index)
     __shared__ int pivs[NI];
+    __shared__ int fpos[NI];
 
     const long long mat = blockIdx.x;
     const int tid = threadIdx.x;
     const int tj = tid % TJ, ti = tid / TJ;
     const int lane = tid & 31, warp = tid >> 5;
+    const int tl = lane / TJ;  // ti within the warp
     const long long nn = (long long)n * n;
     const T* A = a + mat * nn;
 
     T x[RR][CC];
-    int pos[RR];
+    unsigned act = 0;  // bit r: row ti + TI r is a real row not pivoted yet
     bool bad = false;
 #pragma unroll
     for (int r = 0; r < RR; ++r) {
         const int i = ti + TI * r;
-        pos[r] = i;
+        if (i < n) act |= 1u << r;
 #pragma unroll
         for (int c = 0; c < CC; ++c) {
             const int j = tj + TJ * c;
             x[r][c] = (i < n && j < n) ? A[(long long)i * n + j] : zero<T>();
             bad |= !is_finite(x[r][c]);
         }
+    }
+    int spos[SR];  // current position of this search lane's row slots; -1: padding or none
+#pragma unroll
+    for (int q = 0; q < SR; ++q) {
+        const int s = lane + 32 * q;
+        const int ci = warp * WR + s, i = ci / RR + TI * (ci % RR);
+        spos[q] = (s < WR && i < n) ? i : -1;
     }
     const bool nonfinite = __syncthreads_or(bad) != 0;
     int info = 0;
@@ -96,111 +173,115 @@ getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
                 const int buf = k & 1;
                 const bool owner = tj == kt;
 
-                // 1. candidates of column k.
-                R bkey = R(-1);
-                int bpos = NOPOS;
+                // 1. column k to shared memory; the search lanes' keys.
                 if (owner) {
 #pragma unroll
-                    for (int r = 0; r < RR; ++r) {
-                        R v = cabs1(x[r][kc]);
-                        if (!(v >= R(0))) v = R(__int_as_float(0x7f800000));
-                        if (pos[r] >= k && pos[r] < n && rows_better(v, pos[r], bkey, bpos)) {
-                            bkey = v;
-                            bpos = pos[r];
-                        }
-                        colv[buf][ti * RR + r] = x[r][kc];
-                    }
+                    for (int r = 0; r < RR; ++r) colv[buf][ti * RR + r] = x[r][kc];
                 }
+                __syncwarp();
+                RowsKey key{-1, 0u};
+                int kpos = kNoPos, kslot = lane;
 #pragma unroll
-                for (int off = TJ; off < 32; off <<= 1) {
-                    const R ok = __shfl_xor_sync(0xffffffffu, bkey, off);
-                    const int op = __shfl_xor_sync(0xffffffffu, bpos, off);
-                    if (rows_better(ok, op, bkey, bpos)) {
-                        bkey = ok;
-                        bpos = op;
+                for (int q = 0; q < SR; ++q) {
+                    const int s = lane + 32 * q;
+                    RowsKey v = rows_key(colv[buf][warp * WR + s]);
+                    if (spos[q] < k) v.hi = -1;
+                    if (q == 0) {
+                        key = v;
+                        kpos = spos[q];
+                    } else if (rows_better(v, spos[q], key, kpos)) {
+                        key = v;
+                        kpos = spos[q];
+                        kslot = s;
                     }
-                }
-                if (TJ > 1) {  // only the lanes of column k's class hold the warp's best
-                    bkey = __shfl_sync(0xffffffffu, bkey, kt);
-                    bpos = __shfl_sync(0xffffffffu, bpos, kt);
                 }
 
-                // 2. the warp's candidate row and its pivot.
+                // 2-3. the warp's candidate row and its record.
+                const int wl = rows_argmax<WIDE>(key, kpos);
+                const int ws = SR == 1 ? wl : __shfl_sync(kFullWarp, kslot, wl);
+                const int wti = ws / RR, wr = ws % RR;
 #pragma unroll
                 for (int r = 0; r < RR; ++r) {
-                    if (pos[r] == bpos) {
+                    if (tl == wti && r == wr) {
 #pragma unroll
-                        for (int c = kc; c < CC; ++c) rowv[buf][warp][tj * CC + c] = x[r][c];
-                        if (owner) {
-                            const T p = x[r][kc];
-                            cand[buf][warp] = RowsCand<R>{bkey, bpos, abs_(p) >= traits<T>::sfmin()};
-                            candp[buf][warp] = p;
-                            candrp[buf][warp] = div_(one<T>(), p);
-                        }
+                        for (int c = kc; c < CC; ++c) rowv[buf][warp][tj * RS + c] = x[r][c];
                     }
                 }
-                if (lane == 0 && bpos == NOPOS) cand[buf][warp] = RowsCand<R>{R(-1), NOPOS, 0};
-                __syncthreads();
-
-                // 3. the block's pivot, then the update.
-                RowsCand<R> best = cand[buf][0];
-                int wbest = 0;
-#pragma unroll
-                for (int w = 1; w < W; ++w) {
-                    const RowsCand<R> o = cand[buf][w];
-                    if (rows_better(o.key, o.pos, best.key, best.pos)) {
-                        best = o;
-                        wbest = w;
-                    }
-                }
-                const int p = best.pos;
-                if (tid == 0) pivs[k] = p;
-                const bool zero_pivot = best.key == R(0);
-                if (zero_pivot && info == 0) info = k + 1;
-#pragma unroll
-                for (int r = 0; r < RR; ++r) pos[r] = pos[r] == p ? k : (pos[r] == k ? p : pos[r]);
-
-                T l[RR];
-                if (zero_pivot) {
-#pragma unroll
-                    for (int r = 0; r < RR; ++r) l[r] = colv[buf][ti * RR + r];
-                } else if (best.recip) {
-                    const T rp = candrp[buf][wbest];
-#pragma unroll
-                    for (int r = 0; r < RR; ++r) l[r] = colv[buf][ti * RR + r] * rp;
+                int p, ci;  // the pivot's position and colv index
+                if (W == 1) {
+                    __syncwarp();
+                    p = __shfl_sync(kFullWarp, kpos, wl);
+                    ci = ws;
                 } else {
-                    const T pv = candp[buf][wbest];
-#pragma unroll
-                    for (int r = 0; r < RR; ++r) l[r] = div_(colv[buf][ti * RR + r], pv);
+                    if (lane == wl) cand[buf][warp] = make_int4(key.hi, int(key.lo), kpos, warp * WR + ws);
+                    __syncthreads();
+                    // 4. the block's pivot: the best of the W warp candidates.
+                    int4 o = make_int4(-1, 0, kNoPos, 0);
+                    if (lane < W) o = cand[buf][lane];
+                    const int bl = rows_argmax<WIDE>(RowsKey{o.x, unsigned(o.y)}, o.z);
+                    p = __shfl_sync(kFullWarp, o.z, bl);
+                    ci = __shfl_sync(kFullWarp, o.w, bl);
                 }
+                const T pv = colv[buf][ci];
+                const int pti = ci / RR, pr = ci - pti * RR, wb = pti / G;
+                if (tid == 0) pivs[k] = p;
+                if (ti == pti) act &= ~(1u << pr);
 #pragma unroll
-                for (int r = 0; r < RR; ++r) {
-                    if (!(pos[r] > k)) l[r] = zero<T>();
+                for (int q = 0; q < SR; ++q) spos[q] = spos[q] == p ? k : (spos[q] == k ? p : spos[q]);
+
+                // l = a_ik / p for this thread's rows (the update skips pivoted rows).
+                T l[RR];
+#pragma unroll
+                for (int r = 0; r < RR; ++r) l[r] = colv[buf][ti * RR + r];
+                const R sfmin = traits<T>::sfmin();
+                // complex: cabs1 >= 2 sfmin implies |p| >= sfmin; below that the modulus decides
+                if (traits<T>::is_complex ? cabs1(pv) >= R(2) * sfmin : abs_(pv) >= sfmin) {
+                    const T rp = div_(one<T>(), pv);
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) l[r] = l[r] * rp;
+                } else if (is_zero(pv)) {
+                    if (info == 0) info = k + 1;
+                } else if (abs_(pv) >= sfmin) {
+                    const T rp = div_(one<T>(), pv);
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) l[r] = l[r] * rp;
+                } else {
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) l[r] = div_(l[r], pv);
                 }
+
+                // rank-1 update of the unpivoted rows, columns > k; the owners store l in column k.
 #pragma unroll
                 for (int c = kc; c < CC; ++c) {
-                    T pc = rowv[buf][wbest][tj * CC + c];
-                    if (c == kc && tj <= kt) pc = zero<T>();
+                    const T pc = rowv[buf][wb][tj * RS + c];
 #pragma unroll
-                    for (int r = 0; r < RR; ++r) x[r][c] = fms(x[r][c], l[r], pc);
+                    for (int r = 0; r < RR; ++r) {
+                        if (((act >> r) & 1) && (c > kc || tj > kt)) x[r][c] = fms(x[r][c], l[r], pc);
+                    }
                 }
                 if (owner) {
 #pragma unroll
                     for (int r = 0; r < RR; ++r) {
-                        if (pos[r] > k) x[r][kc] = l[r];
+                        if ((act >> r) & 1) x[r][kc] = l[r];
                     }
                 }
             }
         }
     }
 
+    // Every row to its final position (the search lanes know them).
+#pragma unroll
+    for (int q = 0; q < SR; ++q) {
+        const int s = lane + 32 * q;
+        if (s < WR) fpos[warp * WR + s] = spos[q];
+    }
     __syncthreads();
     T* L = lu + mat * nn;
 #pragma unroll
     for (int r = 0; r < RR; ++r) {
         const int i = ti + TI * r;
         if (i < n) {
-            T* row = L + (long long)(nonfinite ? i : pos[r]) * n;
+            T* row = L + (long long)fpos[ti * RR + r] * n;
 #pragma unroll
             for (int c = 0; c < CC; ++c) {
                 const int j = tj + TJ * c;

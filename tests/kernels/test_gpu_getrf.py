@@ -135,6 +135,13 @@ ROWS_CASES = [
     (np.float32, 64, 2, 4), (np.float64, 16, 1, 2), (np.float64, 48, 2, 4), (np.float64, 64, 4, 8),
     (np.complex64, 24, 1, 2), (np.complex64, 64, 4, 8), (np.complex128, 33, 2, 4),
     (np.complex128, 48, 4, 8),
+    # run 6's dispatch: one-warp tiles (5 rows per thread, no block barrier), two-warp tiles, 8x8 at
+    # float32 n = 96; sizes below the tile too (n = 27 pads to 32, 41 to 48, 57 to 64, 90 to 96)
+    (np.float32, 16, 1, 2), (np.float32, 33, 5, 4), (np.float32, 27, 5, 4), (np.float32, 48, 3, 4),
+    (np.float32, 64, 4, 4), (np.float32, 57, 4, 4), (np.float32, 96, 8, 8), (np.float32, 90, 8, 8),
+    (np.float64, 33, 5, 4), (np.float64, 27, 5, 4), (np.float64, 41, 3, 4), (np.float64, 64, 2, 4),
+    (np.complex64, 33, 5, 4), (np.complex64, 48, 3, 4), (np.complex128, 24, 1, 2),
+    (np.complex128, 33, 3, 4), (np.complex128, 41, 3, 4),
 ]
 
 
@@ -158,6 +165,36 @@ def test_rows_tiles(dtype, n, rr, tj):
     good[56] = False
     assert get01(a[good], lu[good], piv[good]).max() < THRESHOLD
     _check_pivots(a[good], piv[good], dtype)
+
+
+@pytest.mark.parametrize("n", [13, 24, 33, 47, 64, 96])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_exact_ties(dtype, n):
+    """Ties in the pivot search go to the smallest CURRENT position, as in LAPACK. Column 0 is +-1
+    except +-2 at row r (the first pivot: swapped with position 0, so row 0 now sits at position r);
+    row r is 0 in column 1, which step 0 then leaves unchanged, and every other row's column-1 entry
+    has cabs1 = 1 (complex: +-1, +-i, +-0.5 +- 0.5i). Step 1 must pick position 1, not the smallest
+    row index. Both steps are exact arithmetic, so pivots 0 and 1 equal LAPACK's in every dtype."""
+    count = 64
+    rng = np.random.default_rng(n)
+    a = matrices.generate("random", n, dtype, seed=n, start=0, stop=count)
+    first = rng.integers(1, n, size=count)
+    sign = lambda size: rng.choice([-1.0, 1.0], size=size)
+    a[:, :, 0] = sign((count, n))
+    a[np.arange(count), first, 0] = 2 * sign(count)
+    if np.dtype(dtype).kind == "c":
+        ties = np.array([1, -1, 1j, -1j, 0.5 + 0.5j, 0.5 - 0.5j, -0.5 + 0.5j, -0.5 - 0.5j])
+        a[:, :, 1] = rng.choice(ties, size=(count, n))
+    else:
+        a[:, :, 1] = sign((count, n))
+    a[np.arange(count), first, 1] = 0
+    lu, piv, info = _factor(a)
+    _, ref = _scipy(a)
+    assert (info == 0).all()
+    np.testing.assert_array_equal(piv[:, :2], ref[:, :2])
+    assert (piv[:, 0] == first).all() and (piv[:, 1] == 1).all()
+    assert get01(a, lu, piv).max() < THRESHOLD
+    _check_pivots(a, piv, dtype)
 
 
 def test_rows_in_place():
