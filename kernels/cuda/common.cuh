@@ -181,6 +181,20 @@ __device__ __forceinline__ c128 shfl(c128 v, int src, int width = 32) {
     return {shfl(v.re, src, width), shfl(v.im, src, width)};
 }
 
+// ---- asynchronous copies global -> shared (sm_80+) -----------------------------------------------
+// cp_async(dst, src) issues the copy of one element and does not wait for it; cp_async_wait() waits
+// for all of this thread's copies (which are then visible to it; a barrier publishes them to the
+// block). A loop of copies so keeps every load in flight instead of one per thread at a time.
+template <typename T> __device__ __forceinline__ void cp_async(T* dst, const T* src) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    if constexpr (sizeof(T) == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(src), "n"(sizeof(T)));
+    }
+}
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 }  // namespace blu
 
 #endif  // BATCHLU_COMMON_CUH

@@ -64,18 +64,6 @@ template <typename T> __device__ __forceinline__ real_t_<T> pivot_key(T x) {
 
 __host__ __device__ constexpr int ldp_for(int n) { return ((n + 3) & ~3) + 4; }
 
-// Asynchronous copy of one element global -> shared (sm_80+ cp.async): the thread does not wait for
-// it; cp_async_wait() before the barrier that publishes the data.
-template <typename T> __device__ __forceinline__ void cp_async(T* dst, const T* src) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    if constexpr (sizeof(T) == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
-    } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(src), "n"(sizeof(T)));
-    }
-}
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
 }  // namespace
 
 // REG: factor the panel with each thread's row in registers (n <= 512); otherwise in shared memory.

@@ -68,6 +68,7 @@ __device__ __forceinline__ void panel_axpy(c128 (&w)[NB], const c128* p, c128 x)
 
 // Stage rows [I0, I0+NB) x columns [l0, l1) of `lu` as panel[(l - l0) * LDP + r]; zero for rows or
 // columns >= n and, with UPPER, for l < row (keeps only the upper triangle, diagonal included).
+// Every copy is in flight at once (cp.async); the caller's barrier publishes the panel.
 template <typename T, int NB, bool UPPER>
 __device__ __forceinline__ void load_panel(const T* __restrict__ lu, T* panel, int n, int I0, int l0,
                                            int l1, int tid, int nt) {
@@ -76,10 +77,10 @@ __device__ __forceinline__ void load_panel(const T* __restrict__ lu, T* panel, i
     for (int idx = tid; idx < NB * w; idx += nt) {
         const int r = idx / w, l = l0 + (idx - r * w);
         const int row = I0 + r;
-        T v = zero<T>();
-        if (row < n && l < n && (!UPPER || l >= row)) v = lu[(long long)row * n + l];
-        panel[(l - l0) * LDP + r] = v;
+        if (row < n && l < n && (!UPPER || l >= row)) cp_async(&panel[(l - l0) * LDP + r], &lu[(long long)row * n + l]);
+        else panel[(l - l0) * LDP + r] = zero<T>();
     }
+    cp_async_wait();
 }
 
 // w[r] += sum_{l0 <= l < l1} panel[(l - base) * LDP + r] * col[l * n]: column j of L^-1 / U^-1 from
