@@ -43,10 +43,10 @@ _MAX_GRID = 1 << 20
 # same with the panel factored in shared memory.
 _DISPATCH = {
     np.dtype(np.float32): ((8, "small", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
-                           (33, "rows", (5, 4)), (48, "rows", (3, 4)), (64, "rows", (4, 4)),
+                           (33, "rows", (5, 4)), (48, "rows", (6, 4)), (64, "rows", (4, 4)),
                            (96, "rows", (8, 8)), (1 << 30, "blocked_smem", 16)),
     np.dtype(np.float64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
-                           (48, "rows", (3, 4)), (64, "rows", (2, 4)), (160, "blocked", 16),
+                           (48, "rows", (6, 4)), (64, "rows", (2, 4)), (160, "blocked", 16),
                            (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
                              (48, "rows", (3, 4)), (64, "rows", (4, 8)), (1 << 30, "blocked_smem", 8)),

@@ -73,10 +73,14 @@ __device__ __forceinline__ RowsKey rows_key_bits(double a) {
     const int hi = int((unsigned long long)b >> 32) & 0x7fffffff;
     return hi >= 0x7ff00000 ? RowsKey{0x7ff00000, 0u} : RowsKey{hi, unsigned(b)};
 }
-template <typename T> __device__ __forceinline__ RowsKey rows_key(T v) { return rows_key_bits(cabs1(v)); }
+// (real types: the bits of v itself, whose sign bit rows_key_bits clears)
+__device__ __forceinline__ RowsKey rows_key(float v) { return rows_key_bits(v); }
+__device__ __forceinline__ RowsKey rows_key(double v) { return rows_key_bits(v); }
+__device__ __forceinline__ RowsKey rows_key(c64 v) { return rows_key_bits(cabs1(v)); }
+__device__ __forceinline__ RowsKey rows_key(c128 v) { return rows_key_bits(cabs1(v)); }
 
-__device__ __forceinline__ bool rows_better(RowsKey a, int pa, RowsKey b, int pb) {
-    return a.hi > b.hi || (a.hi == b.hi && (a.lo > b.lo || (a.lo == b.lo && pa < pb)));
+__device__ __forceinline__ bool rows_better(RowsKey a, int pa, RowsKey b, int pb) {  // no branches
+    return (a.hi > b.hi) | ((a.hi == b.hi) & ((a.lo > b.lo) | ((a.lo == b.lo) & (pa < pb))));
 }
 
 // The lane holding the warp's best candidate: largest key, ties to the smallest position (distinct
