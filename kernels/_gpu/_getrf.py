@@ -37,7 +37,9 @@ _MAX_THREADS = 512
 _MAX_GRID = 1 << 20
 # Dispatch from the H100 measurements (docs/kernels-notes.md; run 6: the new getrf_rows on each candidate
 # tile at n = 16, 24, 33, 48, 64, 96 (128 for float32/float64) and the fastest kept for (previous n, n];
-# above the swept sizes run 5's table): per dtype, (largest n, kind, tile) rows, first match wins.
+# above the swept sizes run 5's table, re-swept in session 3 for n = 96 .. 256 with the cp.async blocked
+# kernels: float64 n = 190, 256 and complex64 n = 190 changed): per dtype, (largest n, kind, tile)
+# rows, first match wins.
 # "small" = registers, one lane per row; "rows" = getrf_rows, tile (RR, TJ): RR rows per thread, TJ
 # threads per row; "blocked" = left-looking, panel factored with rows in registers; "blocked_smem" = the
 # same with the panel factored in shared memory.
@@ -46,10 +48,11 @@ _DISPATCH = {
                            (33, "rows", (5, 4)), (48, "rows", (6, 4)), (64, "rows", (4, 4)),
                            (96, "rows", (8, 8)), (1 << 30, "blocked_smem", 16)),
     np.dtype(np.float64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
-                           (48, "rows", (6, 4)), (64, "rows", (2, 4)), (160, "blocked", 16),
+                           (48, "rows", (6, 4)), (64, "rows", (2, 4)), (256, "blocked", 16),
                            (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
-                             (48, "rows", (3, 4)), (64, "rows", (4, 8)), (1 << 30, "blocked_smem", 8)),
+                             (48, "rows", (3, 4)), (64, "rows", (4, 8)), (160, "blocked_smem", 8),
+                             (190, "blocked", 8), (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex128): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (3, 4)),
                               (48, "rows", (4, 8)), (96, "blocked_smem", 8), (1 << 30, "blocked", 8)),
 }
