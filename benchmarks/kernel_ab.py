@@ -15,9 +15,9 @@ The old source is compiled through the same loader (``kernels._gpu._module``) an
 working tree's ``common.cuh``; a revision whose family needs an older ``common.cuh`` will not compile.
 ``--once`` launches each version once per point and times nothing (for ``ncu``).
 
-Status: this file gathers the two dev scripts behind the A/B tables of session 2 (getrf_blocked and
-getri, ``docs/kernels-notes.md`` / ``docs/getri-notes.md``) into one tool; the device time ran out
-before this file itself ran on a GPU (its CPU side -- arguments, ``git show`` -- is exercised).
+Status: gathered from the two dev scripts behind the A/B tables of session 2 (getrf_blocked and getri,
+``docs/kernels-notes.md`` / ``docs/getri-notes.md``); first run on a GPU in session 3 (op ``lu``, the
+one-barrier-per-step experiment of kernels-notes.md "Session 3"); ops ``getri`` / ``getrs`` not yet.
 """
 
 from __future__ import annotations
