@@ -99,13 +99,13 @@ def rows_min_blocks(dtype, tile) -> int:
 
 def rows_plan(n: int, rr: int, tj: int) -> Plan:
     """The ``getrf_rows`` tile for order n with RR rows per thread and TJ threads per row (TJ divides 16):
-    TI threads down (TI * TJ whole warps), CC = padded n / TJ elements of a row per thread."""
+    TI threads down (TI * TJ whole warps), CC = padded n / TJ (rounded up) elements of a row per thread."""
     if tj not in (1, 2, 4, 8, 16) or rr < 1:
         raise ValueError(f"Expected TJ in (1, 2, 4, 8, 16) and RR >= 1. Got TJ = {tj}, RR = {rr} instead.")
     npad = _rows_np(n)
     ti = -(-npad // rr)
     ti = -(-ti // (32 // tj)) * (32 // tj)
-    return Plan("rows", (ti, tj, rr, npad // tj))
+    return Plan("rows", (ti, tj, rr, -(-npad // tj)))
 
 
 def _ldp(n: int) -> int:

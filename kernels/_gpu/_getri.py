@@ -3,7 +3,10 @@
 Four kernel families (``kernels/cuda``):
 
 * ``inv_gje`` — fused inverse while the matrix fits in one block's registers: Gauss-Jordan with
-  LAPACK's partial pivoting (implicit row order), unscrambled on the write;
+  LAPACK's partial pivoting (implicit row order), unscrambled on the write; also ``gesv_gje``, a
+  fused solve on the same tiles;
+* ``getrf_rows``'s ``gesv_rows`` — fused solve: getrf_rows' register LU with the right-hand sides as
+  more register columns, then a backward substitution sweep;
 * ``getri`` — inverse from ``getrf``'s factors: L^-1 and U^-1 by blocked delayed correction, then
   U^-1 L^-1 with the column interchange fused into the write; one static launch, or per-step
   launches sized to the active columns ("dynamic", the paper's allocation);
@@ -20,11 +23,11 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from ._getrf import getrf
+from ._getrf import getrf, rows_min_blocks, rows_plan
 from ._module import get_function
 
 __all__ = ["getrs", "inv", "solve", "slogdet", "inv_plan", "solve_plan", "launch_inv_gje",
-           "launch_gesv_gje", "launch_getri", "launch_getrs", "launch_slogdet", "GJE_TILES", "MAX_N"]
+           "launch_gesv_gje", "launch_gesv_rows", "gesv_rows_tile", "launch_getri", "launch_getrs", "launch_slogdet", "GJE_TILES", "MAX_N"]
 
 _SCALAR = {
     np.dtype(np.float32): "float",
@@ -52,6 +55,16 @@ FUSED_MAX_N = {np.dtype(np.float32): 192, np.dtype(np.float64): 128,
 FUSED_SOLVE_MAX_N = {np.dtype(np.float32): 64, np.dtype(np.float64): 64,
                      np.dtype(np.complex64): 64, np.dtype(np.complex128): 64}
 FUSED_SOLVE_MAX_RHS = 16
+# gesv_rows (the fused solve on getrf_rows' elimination): per dtype, (largest n, RR, TJ) rows, first
+# match wins; the tile is getrf_rows' (rows_plan) plus ceil(k / TJ) right-hand-side columns per thread.
+# Chosen from the H100 sweep in docs/getri-notes.md ("gesv_rows"). Above the last n: gesv_gje or getrs.
+GESV_ROWS = {
+    np.dtype(np.float32): ((16, 1, 2), (33, 5, 4), (48, 6, 4), (64, 4, 4)),
+    np.dtype(np.float64): ((16, 1, 2), (33, 5, 4), (48, 6, 4), (64, 2, 4)),
+    np.dtype(np.complex64): ((16, 1, 2), (33, 5, 4), (48, 3, 4), (64, 4, 8)),
+    np.dtype(np.complex128): ((16, 1, 2), (33, 3, 4), (64, 4, 8)),
+}
+GESV_ROWS_MAX_RHS = 16
 # getri launch shape per dtype ("static", "merged" or "dynamic"): measured, docs/getri-notes.md.
 GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
               np.dtype(np.complex64): "dynamic", np.dtype(np.complex128): "static"}
@@ -159,6 +172,50 @@ def launch_gesv_gje(a, b, x, info, tile=None) -> None:
     if batch == 0 or k == 0:
         return
     func = _kernel("inv_gje", _gesv_name(a.dtype, tile), _gje_names(a.dtype, tile))
+    func((batch,), (tile[0] * tile[1],), (a, b, x, info, np.int32(n), np.int32(k)))
+
+
+# ---- fused solve on getrf_rows' elimination -------------------------------------------------------
+
+def gesv_rows_tile(dtype, n: int, k: int, rr_tj=None):
+    """The gesv_rows tile (TI, TJ, RR, CC, CB) for order n and k right-hand sides: (RR, TJ) from
+    ``rr_tj`` or GESV_ROWS; None where neither applies (n beyond the table, k > GESV_ROWS_MAX_RHS)."""
+    if rr_tj is None:
+        if k > GESV_ROWS_MAX_RHS:
+            return None
+        rr_tj = next(((rr, tj) for nmax, rr, tj in GESV_ROWS[np.dtype(dtype)] if n <= nmax), None)
+        if rr_tj is None:
+            return None
+    ti, tj, rr, cc = rows_plan(max(n, 1), *rr_tj).tile
+    return (ti, tj, rr, cc, max(1, -(-k // tj)))
+
+
+def _gesv_rows_name(dtype, tile) -> str:
+    ti, tj, rr, cc, cb = tile
+    # registers as getrf_rows' tile with the CB right-hand-side columns on top (ptxas -v on the swept
+    # tiles: at most a few words spilled on three of them)
+    minb = rows_min_blocks(dtype, (ti, tj, rr, cc + cb))
+    return f"blu::gesv_rows<{_SCALAR[np.dtype(dtype)]}, {ti}, {tj}, {rr}, {cc}, {cb}, {minb}>"
+
+
+def launch_gesv_rows(a, b, x, info, tile=None) -> None:
+    """Fused solve of ``a`` (B, n, n) against ``b`` (B, n, k) into ``x`` (B, n, k) and ``info`` (B,)
+    int32 by ``gesv_rows``; ``tile`` (TI, TJ, RR, CC, CB) defaults to :func:`gesv_rows_tile`'s."""
+    batch, n = a.shape[0], a.shape[-1]
+    k = b.shape[-1]
+    _check("a", a, (batch, n, n), a.dtype)
+    _check("b", b, (batch, n, k), a.dtype)
+    _check("x", x, (batch, n, k), a.dtype)
+    _check("info", info, (batch,), np.int32)
+    tile = tuple(tile) if tile is not None else gesv_rows_tile(a.dtype, n, k)
+    if (tile is None or len(tile) != 5 or tile[0] * tile[2] < n or tile[1] * tile[3] < n
+            or tile[1] * tile[4] < k or (tile[0] * tile[1]) % 32 or tile[0] * tile[1] > 1024):
+        raise ValueError(f"Expected a gesv_rows tile (TI, TJ, RR, CC, CB) of whole warps holding n = {n} "
+                         f"and k = {k} right-hand sides. Got {tile} instead.")
+    if batch == 0 or n == 0 or k == 0:
+        return
+    name = _gesv_rows_name(a.dtype, tile)
+    func = get_function("getrf_rows", name)
     func((batch,), (tile[0] * tile[1],), (a, b, x, info, np.int32(n), np.int32(k)))
 
 
@@ -336,7 +393,10 @@ def inv_plan(dtype, n: int) -> str:
 
 
 def solve_plan(dtype, n: int, k: int) -> str:
-    """"fused" (gesv_gje) or "getrs" (getrf + getrs) for this dtype, n and k right-hand sides."""
+    """"rows" (gesv_rows), "fused" (gesv_gje) or "getrs" (getrf + getrs) for this dtype, n and k
+    right-hand sides."""
+    if gesv_rows_tile(dtype, n, k) is not None:
+        return "rows"
     fits = n <= FUSED_SOLVE_MAX_N[np.dtype(dtype)] and gje_tile(dtype, n)
     return "fused" if fits and k <= FUSED_SOLVE_MAX_RHS else "getrs"
 
@@ -364,9 +424,10 @@ def solve(a, b):
     batch, n, k = a.shape[0], a.shape[-1], b.shape[-1]
     b = b.astype(a.dtype, copy=False)
     x = cupy.empty(b.shape, a.dtype)
-    if solve_plan(a.dtype, n, k) == "fused":
+    plan = solve_plan(a.dtype, n, k)
+    if plan in ("rows", "fused"):
         info = cupy.empty((batch,), np.int32)
-        launch_gesv_gje(a, b, x, info)
+        (launch_gesv_rows if plan == "rows" else launch_gesv_gje)(a, b, x, info)
         return x, info
     _check_n(n)
     lu, piv, info = getrf(a)

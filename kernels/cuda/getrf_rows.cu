@@ -1,6 +1,8 @@
 // Batched LU with partial pivoting, the whole matrix in registers: right-looking, unblocked, one
 // barrier per column. Any n whose tile fits one block's registers works (up to ~190 in float32);
 // kernels/_gpu/_getrf.py dispatches it where it measured fastest on the H100 (n <= 64).
+// gesv_rows is the same elimination with the right-hand sides B riding along in more register
+// columns, followed by a backward substitution sweep (kernels/_gpu/_getri.py: the fused solve).
 //
 // One thread block per matrix. Thread (ti, tj) of a TI x TJ block (tid = ti * TJ + tj) owns the
 // RR x CC elements (ti + TI r, tj + TJ c) of the (padded) matrix in a statically indexed register
@@ -113,9 +115,13 @@ template <typename T, int CC> __host__ __device__ constexpr int rows_stride() {
     return (words % 2 ? words : words + 1) * v;
 }
 
-template <typename T, int TI, int TJ, int RR, int CC, int MINB>
-__global__ void __launch_bounds__(TI * TJ, MINB)
-getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out, int n) {
+// The kernel body. CB = 0: LU of A into L (original rows at their final positions), piv, info.
+// CB > 0 (gesv_rows): B (n x nrhs, nrhs <= TJ * CB) rides along as CB more register columns per
+// thread (column tj + TJ cb of B in slot CC + cb), so the elimination applies L^-1 P to it; then a
+// backward sweep, one barrier per column, substitutes with U; X goes to its final rows; L, piv unused.
+template <typename T, int TI, int TJ, int RR, int CC, int CB>
+__device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrhs, T* L, int* piv,
+                                         T* X, int* info_out) {
     using R = real_t<T>;
     constexpr bool WIDE = sizeof(R) == 8;
     constexpr int NT = TI * TJ;
@@ -124,7 +130,8 @@ getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
     constexpr int WR = G * RR;          // rows per warp
     constexpr int SR = (WR + 31) / 32;  // row slots per search lane
     constexpr int NI = TI * RR;
-    constexpr int RS = rows_stride<T, CC>();
+    constexpr int CX = CC + CB;         // register columns per thread: A's, then B's
+    constexpr int RS = rows_stride<T, CX>();
     static_assert(NT % 32 == 0 && NT <= 1024, "the block must be whole warps");
     static_assert(TJ <= 32 && 32 % TJ == 0, "TJ must divide 32");
     static_assert(RR <= 32, "the pivoted-row mask is one 32-bit word");
@@ -134,16 +141,18 @@ getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
     __shared__ __align__(16) int4 cand[2][W];      // (key.hi, key.lo, position, colv index)
     __shared__ int pivs[NI];
     __shared__ int fpos[NI];
+    // solve only (CB > 0): u_kk and 1 / u_kk (0 where the reciprocal is unsafe: divide) by position,
+    // and the colv index of the row at each position.
+    constexpr int NS = CB > 0 ? NI : 1;
+    __shared__ T diag[NS], dinv[NS];
+    __shared__ int rowat[NS];
 
-    const long long mat = blockIdx.x;
     const int tid = threadIdx.x;
     const int tj = tid % TJ, ti = tid / TJ;
     const int lane = tid & 31, warp = tid >> 5;
     const int tl = lane / TJ;  // ti within the warp
-    const long long nn = (long long)n * n;
-    const T* A = a + mat * nn;
 
-    T x[RR][CC];
+    T x[RR][CX];
     unsigned act = 0;  // bit r: row ti + TI r is a real row not pivoted yet
     bool bad = false;
 #pragma unroll
@@ -155,6 +164,11 @@ getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
             const int j = tj + TJ * c;
             x[r][c] = (i < n && j < n) ? A[(long long)i * n + j] : zero<T>();
             bad |= !is_finite(x[r][c]);
+        }
+#pragma unroll
+        for (int c = 0; c < CB; ++c) {
+            const int j = tj + TJ * c;
+            x[r][CC + c] = (i < n && j < nrhs) ? Bm[(long long)i * nrhs + j] : zero<T>();
         }
     }
     int spos[SR];  // current position of this search lane's row slots; -1: padding or none
@@ -208,7 +222,7 @@ getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
                 for (int r = 0; r < RR; ++r) {
                     if (tl == wti && r == wr) {
 #pragma unroll
-                        for (int c = kc; c < CC; ++c) rowv[buf][warp][tj * RS + c] = x[r][c];
+                        for (int c = kc; c < CX; ++c) rowv[buf][warp][tj * RS + c] = x[r][c];
                     }
                 }
                 int p, ci;  // the pivot's position and colv index
@@ -228,7 +242,13 @@ getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
                 }
                 const T pv = colv[buf][ci];
                 const int pti = ci / RR, pr = ci - pti * RR, wb = pti / G;
-                if (tid == 0) pivs[k] = p;
+                if (tid == 0) {
+                    pivs[k] = p;
+                    if (CB > 0) {
+                        diag[k] = pv;
+                        dinv[k] = zero<T>();  // replaced below where the reciprocal is safe
+                    }
+                }
                 if (ti == pti) act &= ~(1u << pr);
 #pragma unroll
                 for (int q = 0; q < SR; ++q) spos[q] = spos[q] == p ? k : (spos[q] == k ? p : spos[q]);
@@ -241,12 +261,14 @@ getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
                 // complex: cabs1 >= 2 sfmin implies |p| >= sfmin; below that the modulus decides
                 if (traits<T>::is_complex ? cabs1(pv) >= R(2) * sfmin : abs_(pv) >= sfmin) {
                     const T rp = div_(one<T>(), pv);
+                    if (CB > 0 && tid == 0) dinv[k] = rp;
 #pragma unroll
                     for (int r = 0; r < RR; ++r) l[r] = l[r] * rp;
                 } else if (is_zero(pv)) {
                     if (info == 0) info = k + 1;
                 } else if (abs_(pv) >= sfmin) {
                     const T rp = div_(one<T>(), pv);
+                    if (CB > 0 && tid == 0) dinv[k] = rp;
 #pragma unroll
                     for (int r = 0; r < RR; ++r) l[r] = l[r] * rp;
                 } else {
@@ -256,7 +278,7 @@ getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
 
                 // rank-1 update of the unpivoted rows, columns > k; the owners store l in column k.
 #pragma unroll
-                for (int c = kc; c < CC; ++c) {
+                for (int c = kc; c < CX; ++c) {
                     const T pc = rowv[buf][wb][tj * RS + c];
 #pragma unroll
                     for (int r = 0; r < RR; ++r) {
@@ -278,23 +300,117 @@ getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
     for (int q = 0; q < SR; ++q) {
         const int s = lane + 32 * q;
         if (s < WR) fpos[warp * WR + s] = spos[q];
+        if (CB > 0 && s < WR && spos[q] >= 0) rowat[spos[q]] = warp * WR + s;
     }
     __syncthreads();
-    T* L = lu + mat * nn;
+    if constexpr (CB == 0) {
 #pragma unroll
-    for (int r = 0; r < RR; ++r) {
-        const int i = ti + TI * r;
-        if (i < n) {
-            T* row = L + (long long)fpos[ti * RR + r] * n;
+        for (int r = 0; r < RR; ++r) {
+            const int i = ti + TI * r;
+            if (i < n) {
+                T* row = L + (long long)fpos[ti * RR + r] * n;
 #pragma unroll
-            for (int c = 0; c < CC; ++c) {
-                const int j = tj + TJ * c;
-                if (j < n) row[j] = nonfinite ? nan_value<T>() : x[r][c];
+                for (int c = 0; c < CC; ++c) {
+                    const int j = tj + TJ * c;
+                    if (j < n) row[j] = nonfinite ? nan_value<T>() : x[r][c];
+                }
             }
         }
+        for (int i = tid; i < n; i += NT) piv[i] = nonfinite ? i : pivs[i];
+        if (tid == 0) *info_out = nonfinite ? -1 : info;
+    } else {
+        if (nonfinite || info != 0) {  // as xGESV: no solution; NaN over this matrix's X
+            for (long long idx = tid; idx < (long long)n * nrhs; idx += NT) X[idx] = nan_value<T>();
+            if (tid == 0) *info_out = nonfinite ? -1 : info;
+            return;
+        }
+        int mypos[RR];  // final position of each of this thread's rows; kNoPos for padding
+#pragma unroll
+        for (int r = 0; r < RR; ++r) {
+            const int f = fpos[ti * RR + r];
+            mypos[r] = f < 0 ? kNoPos : f;
+        }
+        // Backward, one barrier per column: the threads of the row at position k form x_k = y_k / u_kk
+        // (times the reciprocal kept by the forward sweep where that is safe) and put it in rowv, the
+        // owners of column k put u_ik in colv; then y_i -= u_ik x_k for the rows at positions i < k.
+        // (A variant with one barrier per TJ columns, each thread solving the TJ x TJ diagonal block
+        // for its columns, measured 1.1-1.5x slower on the H100: docs/getri-notes.md.)
+#pragma unroll
+        for (int kc = CC - 1; kc >= 0; --kc) {
+#pragma unroll 1
+            for (int kt = TJ - 1; kt >= 0; --kt) {
+                const int k = kc * TJ + kt;
+                if (k >= n) continue;
+                const int buf = k & 1;
+                const int ci = rowat[k];
+                const int pti = ci / RR, pr = ci - pti * RR;
+                if (tj == kt) {
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) colv[buf][ti * RR + r] = x[r][kc];
+                }
+                if (ti == pti) {
+                    const T d = dinv[k];
+                    const bool recip = !is_zero(d);
+#pragma unroll
+                    for (int r = 0; r < RR; ++r) {
+                        if (r == pr) {
+#pragma unroll
+                            for (int c = 0; c < CB; ++c) {
+                                x[r][CC + c] = recip ? x[r][CC + c] * d : div_(x[r][CC + c], diag[k]);
+                                rowv[buf][0][tj * RS + c] = x[r][CC + c];
+                            }
+                        }
+                    }
+                }
+                if (W == 1) {
+                    __syncwarp();
+                } else {
+                    __syncthreads();
+                }
+                T xk[CB];
+#pragma unroll
+                for (int c = 0; c < CB; ++c) xk[c] = rowv[buf][0][tj * RS + c];
+#pragma unroll
+                for (int r = 0; r < RR; ++r) {
+                    if (mypos[r] < k) {
+                        const T cv = colv[buf][ti * RR + r];
+#pragma unroll
+                        for (int c = 0; c < CB; ++c) x[r][CC + c] = fms(x[r][CC + c], cv, xk[c]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < RR; ++r) {
+            if (mypos[r] != kNoPos) {
+                T* row = X + (long long)mypos[r] * nrhs;
+#pragma unroll
+                for (int c = 0; c < CB; ++c) {
+                    const int j = tj + TJ * c;
+                    if (j < nrhs) row[j] = x[r][CC + c];
+                }
+            }
+        }
+        if (tid == 0) *info_out = 0;
     }
-    for (int i = tid; i < n; i += NT) piv[mat * n + i] = nonfinite ? i : pivs[i];
-    if (tid == 0) info_out[mat] = nonfinite ? -1 : info;
+}
+
+template <typename T, int TI, int TJ, int RR, int CC, int MINB>
+__global__ void __launch_bounds__(TI * TJ, MINB)
+getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out, int n) {
+    const long long mat = blockIdx.x, nn = (long long)n * n;
+    rows_run<T, TI, TJ, RR, CC, 0>(a + mat * nn, nullptr, n, 0, lu + mat * nn, piv + mat * n, nullptr,
+                                   info_out + mat);
+}
+
+// Fused solve A X = B, b and x (B, n, nrhs) with nrhs <= TJ * CB: LU with B in registers, then the
+// backward sweep; info as getrf_rows (-1 non-finite A, k + 1 exact zero pivot: X all NaN).
+template <typename T, int TI, int TJ, int RR, int CC, int CB, int MINB>
+__global__ void __launch_bounds__(TI * TJ, MINB)
+gesv_rows(const T* a, const T* b, T* x, int* __restrict__ info_out, int n, int nrhs) {
+    const long long mat = blockIdx.x, nn = (long long)n * n, nb = (long long)n * nrhs;
+    rows_run<T, TI, TJ, RR, CC, CB>(a + mat * nn, b + mat * nb, n, nrhs, nullptr, nullptr, x + mat * nb,
+                                    info_out + mat);
 }
 
 }  // namespace blu

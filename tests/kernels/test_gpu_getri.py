@@ -111,16 +111,18 @@ def _solve_paths(dtype, n: int, k: int) -> list[str]:
     from kernels._gpu import _getri
 
     fused = _getri.gje_tile(dtype, n) is not None and k <= _getri.FUSED_SOLVE_MAX_RHS
-    return (["fused"] if fused else []) + ["getrs"]
+    rows = _getri.gesv_rows_tile(dtype, n, k) is not None
+    return (["rows"] if rows else []) + (["fused"] if fused else []) + ["getrs"]
 
 
-def _solve_launch(a, b, poison, path="getrs"):
+def _solve_launch(a, b, poison, path="getrs", tile=None):
     from kernels._gpu import _getrf, _getri
 
     x = cupy.full(b.shape, POISONS[poison], dtype=a.dtype)
-    if path == "fused":
+    if path in ("fused", "rows"):
         info = cupy.full(a.shape[:1], (-99, 777)[poison], dtype=np.int32)
-        _getri.launch_gesv_gje(cupy.asarray(a), cupy.asarray(b), x, info)
+        launch = _getri.launch_gesv_gje if path == "fused" else _getri.launch_gesv_rows
+        launch(cupy.asarray(a), cupy.asarray(b), x, info, tile)
     else:
         lu, piv, info = _getrf.getrf(cupy.asarray(a))
         _getri.launch_getrs(lu, piv, cupy.asarray(b), x, info)
@@ -150,7 +152,29 @@ def test_solve(dtype, n):
     _assert_ratios(get02(a, x.get(), b), f"lu_solve vector n={n}")
 
 
-@pytest.mark.parametrize("n", [3, 33, 128])
+# gesv_rows on tiles outside its dispatch table too: (RR, TJ) shapes of every kind (one-warp and
+# multi-warp blocks, TJ = 2 .. 16), padded n and k (n = 1, 5 share one compiled tile), and k beyond
+# the table's 16.
+@pytest.mark.parametrize("rr_tj", [(1, 2), (2, 4), (5, 4), (4, 8), (2, 16)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gesv_rows_tiles(dtype, rr_tj):
+    from kernels._gpu import _getri
+
+    for n in (1, 5, 40):
+        a = matrices.generate("random", n, dtype, seed=n + 3, start=0, stop=40)
+        for k in (3, 40):
+            tile = _getri.gesv_rows_tile(dtype, n, k, rr_tj)
+            if tile[2] * (tile[3] + tile[4]) * np.dtype(dtype).itemsize // 4 > 160:
+                continue  # the data would not fit the registers
+            b = matrices.rhs(n, k, dtype, seed=k, start=0, stop=40)
+            first, info = _solve_launch(a, b, 0, "rows", tile)
+            second, _ = _solve_launch(a, b, 1, "rows", tile)
+            assert (first.view(np.uint8) == second.view(np.uint8)).all(), f"{tile}: x left unwritten"
+            assert (info == 0).all()
+            _assert_ratios(get02(a, first, b), f"rows {tile} k={k} n={n}")
+
+
+@pytest.mark.parametrize("n", [3, 33, 64, 128])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_solve_bad_matrices(dtype, n):
     a = matrices.generate("singular-mix", n, dtype, seed=2, start=0, stop=60)
