@@ -187,7 +187,7 @@ def cupy_inv(dtype, n, batch) -> Case:
 
 def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
     """Our dispatch (or a fixed ``path``: "rows", "rows-RRxTJ" (gesv_rows on a fixed tile shape),
-    "fused" (gesv_gje), "getrs")."""
+    "getrs")."""
     import cupy
 
     from kernels._gpu import _getrf, _getri
@@ -204,10 +204,7 @@ def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
     def prepare(k):
         a[...] = src[k % len(src)]
 
-    if path == "fused":
-        def run():
-            _getri.launch_gesv_gje(a, b, x, info)
-    elif path.startswith("rows"):
+    if path.startswith("rows"):
         rr_tj = tuple(int(t) for t in path.split("-")[1].split("x")) if "-" in path else None
         tile = _getri.gesv_rows_tile(dtype, n, SOLVE_RHS, rr_tj)
         if tile is None or tile[2] * (tile[3] + tile[4]) * np.dtype(dtype).itemsize // 4 > 192:
@@ -302,13 +299,12 @@ BYTES = {"inv": inv_bytes, "solve": solve_bytes}
 def variant(op: str, name: str):
     """Factories outside IMPLS: for inv ``ours:fused``, ``ours:fused-16x16x4x4x2`` (a fixed tile
     TIxTJxRRxCCxMINB), ``ours:getri-static``, ``ours:getri-dynamic``; for solve ``ours:rows``,
-    ``ours:rows-4x8`` (gesv_rows, RR x TJ), ``ours:fused`` (gesv_gje), ``ours:getrs``. None for names of
-    other ops."""
+    ``ours:rows-4x8`` (gesv_rows, RR x TJ), ``ours:getrs``. None for names of other ops."""
     if not name.startswith("ours:"):
         return None
     path = name[5:]
     if op == "inv" and (path.startswith("fused") or path.startswith("getri-")):
         return lambda dtype, n, batch: ours_inv(dtype, n, batch, path)
-    if op == "solve" and (path in ("fused", "getrs") or path.split("-")[0] == "rows"):
+    if op == "solve" and (path == "getrs" or path.split("-")[0] == "rows"):
         return lambda dtype, n, batch: ours_solve(dtype, n, batch, path)
     return None

@@ -3,8 +3,7 @@
 Four kernel families (``kernels/cuda``):
 
 * ``inv_gje`` — fused inverse while the matrix fits in one block's registers: Gauss-Jordan with
-  LAPACK's partial pivoting (implicit row order), unscrambled on the write; also ``gesv_gje``, a
-  fused solve on the same tiles;
+  LAPACK's partial pivoting (implicit row order), unscrambled on the write;
 * ``getrf_rows``'s ``gesv_rows`` — fused solve: getrf_rows' register LU with the right-hand sides as
   more register columns, then a backward substitution sweep;
 * ``getri`` — inverse from ``getrf``'s factors: L^-1 and U^-1 by blocked delayed correction, then
@@ -27,7 +26,7 @@ from ._getrf import getrf, rows_min_blocks, rows_plan
 from ._module import get_function
 
 __all__ = ["getrs", "inv", "solve", "slogdet", "inv_plan", "solve_plan", "launch_inv_gje",
-           "launch_gesv_gje", "launch_gesv_rows", "gesv_rows_tile", "launch_getri", "launch_getrs", "launch_slogdet", "GJE_TILES", "MAX_N"]
+           "launch_gesv_rows", "gesv_rows_tile", "launch_getri", "launch_getrs", "launch_slogdet", "GJE_TILES", "MAX_N"]
 
 _SCALAR = {
     np.dtype(np.float32): "float",
@@ -37,32 +36,32 @@ _SCALAR = {
 }
 MAX_N = 1024  # getri/getrs run one thread per column or a panel of every row in shared memory
 
-# Fused tiles (nmax, TI, TJ, RR, CC, MINB): TI x TJ threads, each holding RR x CC elements in
-# registers; MINB = blocks per SM asked of the compiler (caps registers). The largest per itemsize keeps
-# the whole matrix under ~64K 32-bit registers with no spills (ptxas -v, docs/getri-notes.md).
+# Fused tiles (nmax, TI, TJ, RR, CC, MINB) per dtype: TI x TJ threads, each holding RR x CC elements
+# in registers; MINB = blocks per SM asked of the compiler (caps registers). The largest per dtype keeps
+# the whole matrix under ~64K 32-bit registers with no spills (ptxas -v, docs/getri-notes.md). For
+# 40 < n <= 64 float32 and float64 take the 64-thread tile 8x8x8x8x1 (15-18% faster than 16x16x4x4x2
+# at n = 64 on the H100; complex64 slower there, so it keeps 16x16x4x4x2).
+_GJE_SMALL = ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1))
 GJE_TILES = {
-    4: ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1),
-        (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1), (128, 16, 16, 8, 8, 1), (192, 32, 16, 6, 12, 1)),
-    8: ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1),
-        (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1), (128, 32, 16, 4, 8, 1)),
-    16: ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1),
-         (64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1)),
+    np.dtype(np.float32): _GJE_SMALL + ((64, 8, 8, 8, 8, 1), (96, 16, 16, 6, 6, 1), (128, 16, 16, 8, 8, 1),
+                                        (192, 32, 16, 6, 12, 1)),
+    np.dtype(np.float64): _GJE_SMALL + ((64, 8, 8, 8, 8, 1), (96, 16, 16, 6, 6, 1), (128, 32, 16, 4, 8, 1)),
+    np.dtype(np.complex64): _GJE_SMALL + ((64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1),
+                                          (128, 32, 16, 4, 8, 1)),
+    np.dtype(np.complex128): _GJE_SMALL + ((64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1)),
 }
 # Largest n sent to the fused kernels, per dtype (measured: docs/getri-notes.md). At most the largest
-# tile above; beyond it, getrf + getri (inverse) or getrf + getrs (solve).
+# tile above; beyond it, getrf + getri.
 FUSED_MAX_N = {np.dtype(np.float32): 192, np.dtype(np.float64): 128,
                np.dtype(np.complex64): 128, np.dtype(np.complex128): 96}
-FUSED_SOLVE_MAX_N = {np.dtype(np.float32): 64, np.dtype(np.float64): 64,
-                     np.dtype(np.complex64): 64, np.dtype(np.complex128): 64}
-FUSED_SOLVE_MAX_RHS = 16
 # gesv_rows (the fused solve on getrf_rows' elimination): per dtype, (largest n, RR, TJ) rows, first
 # match wins; the tile is getrf_rows' (rows_plan) plus ceil(k / TJ) right-hand-side columns per thread.
-# Chosen from the H100 sweep in docs/getri-notes.md ("gesv_rows"). Above the last n: gesv_gje or getrs.
+# Chosen from the H100 sweep in docs/getri-notes.md ("gesv_rows"). Above the last n: getrf + getrs.
 GESV_ROWS = {
-    np.dtype(np.float32): ((16, 1, 2), (33, 5, 4), (48, 6, 4), (64, 4, 4)),
-    np.dtype(np.float64): ((16, 1, 2), (33, 5, 4), (48, 6, 4), (64, 2, 4)),
-    np.dtype(np.complex64): ((16, 1, 2), (33, 5, 4), (48, 3, 4), (64, 4, 8)),
-    np.dtype(np.complex128): ((16, 1, 2), (33, 3, 4), (64, 4, 8)),
+    np.dtype(np.float32): ((16, 2, 4), (33, 5, 4), (48, 3, 4), (64, 8, 8), (96, 6, 8), (128, 8, 8)),
+    np.dtype(np.float64): ((16, 2, 4), (33, 5, 8), (48, 6, 8), (96, 4, 8)),
+    np.dtype(np.complex64): ((16, 2, 4), (33, 5, 8), (48, 3, 4), (64, 4, 8)),
+    np.dtype(np.complex128): ((16, 2, 4), (33, 5, 8), (48, 3, 8), (64, 4, 8)),
 }
 GESV_ROWS_MAX_RHS = 16
 # getri launch shape per dtype ("static", "merged" or "dynamic"): measured, docs/getri-notes.md.
@@ -106,7 +105,7 @@ def _kernel(family: str, name: str, names: tuple[str, ...], smem: int = 0):
 
 def gje_tile(dtype, n: int):
     """The smallest fused tile (TI, TJ, RR, CC, MINB) holding an n x n matrix, or None."""
-    for nmax, *tile in GJE_TILES[np.dtype(dtype).itemsize]:
+    for nmax, *tile in GJE_TILES[np.dtype(dtype)]:
         if n <= nmax:
             return tuple(tile)
     return None
@@ -116,23 +115,12 @@ def _gje_name(dtype, tile) -> str:
     return "blu::inv_gje<{}, {}, {}, {}, {}, {}>".format(_SCALAR[np.dtype(dtype)], *tile)
 
 
-def _gesv_cb(tile) -> int:
-    """Right-hand-side registers per thread: TJ * CB >= FUSED_SOLVE_MAX_RHS."""
-    return max(1, -(-FUSED_SOLVE_MAX_RHS // tile[1]))
-
-
-def _gesv_name(dtype, tile) -> str:
-    ti, tj, rr, cc, minb = tile
-    return (f"blu::gesv_gje<{_SCALAR[np.dtype(dtype)]}, {ti}, {tj}, {rr}, {cc}, "
-            f"{_gesv_cb(tile)}, {minb}>")
-
-
 def _gje_names(dtype, extra=None) -> tuple[str, ...]:
     """The fused instantiations compiled together: the table's tiles, or one tile outside it alone."""
-    tiles = [t[1:] for t in GJE_TILES[np.dtype(dtype).itemsize]]
+    tiles = [t[1:] for t in GJE_TILES[np.dtype(dtype)]]
     if extra is not None and tuple(extra) not in tiles:
         tiles = [tuple(extra)]
-    return tuple(_gje_name(dtype, t) for t in tiles) + tuple(_gesv_name(dtype, t) for t in tiles)
+    return tuple(_gje_name(dtype, t) for t in tiles)
 
 
 def _check_tile(tile, n):
@@ -154,25 +142,6 @@ def launch_inv_gje(a, out, info, tile=None) -> None:
     smem = n * n * a.itemsize
     func = _kernel("inv_gje", _gje_name(a.dtype, tile), _gje_names(a.dtype, tile), smem)
     func((batch,), (tile[0] * tile[1],), (a, out, info, np.int32(n)), shared_mem=smem)
-
-
-def launch_gesv_gje(a, b, x, info, tile=None) -> None:
-    """Fused solve of ``a`` (B, n, n) against ``b`` (B, n, k), k <= 16, into ``x`` and ``info``."""
-    batch, n = a.shape[0], a.shape[-1]
-    k = b.shape[-1]
-    _check("a", a, (batch, n, n), a.dtype)
-    _check("b", b, (batch, n, k), a.dtype)
-    _check("x", x, (batch, n, k), a.dtype)
-    _check("info", info, (batch,), np.int32)
-    tile = tuple(tile) if tile is not None else gje_tile(a.dtype, n)
-    _check_tile(tile, n)
-    if k > tile[1] * _gesv_cb(tile):
-        raise ValueError(f"Expected at most {tile[1] * _gesv_cb(tile)} right-hand sides for the fused "
-                         f"solve. Got {k} instead.")
-    if batch == 0 or k == 0:
-        return
-    func = _kernel("inv_gje", _gesv_name(a.dtype, tile), _gje_names(a.dtype, tile))
-    func((batch,), (tile[0] * tile[1],), (a, b, x, info, np.int32(n), np.int32(k)))
 
 
 # ---- fused solve on getrf_rows' elimination -------------------------------------------------------
@@ -393,12 +362,8 @@ def inv_plan(dtype, n: int) -> str:
 
 
 def solve_plan(dtype, n: int, k: int) -> str:
-    """"rows" (gesv_rows), "fused" (gesv_gje) or "getrs" (getrf + getrs) for this dtype, n and k
-    right-hand sides."""
-    if gesv_rows_tile(dtype, n, k) is not None:
-        return "rows"
-    fits = n <= FUSED_SOLVE_MAX_N[np.dtype(dtype)] and gje_tile(dtype, n)
-    return "fused" if fits and k <= FUSED_SOLVE_MAX_RHS else "getrs"
+    """"rows" (gesv_rows) or "getrs" (getrf + getrs) for this dtype, n and k right-hand sides."""
+    return "rows" if gesv_rows_tile(dtype, n, k) is not None else "getrs"
 
 
 def getrs(lu, piv, b):
@@ -424,10 +389,9 @@ def solve(a, b):
     batch, n, k = a.shape[0], a.shape[-1], b.shape[-1]
     b = b.astype(a.dtype, copy=False)
     x = cupy.empty(b.shape, a.dtype)
-    plan = solve_plan(a.dtype, n, k)
-    if plan in ("rows", "fused"):
+    if solve_plan(a.dtype, n, k) == "rows":
         info = cupy.empty((batch,), np.int32)
-        (launch_gesv_rows if plan == "rows" else launch_gesv_gje)(a, b, x, info)
+        launch_gesv_rows(a, b, x, info)
         return x, info
     _check_n(n)
     lu, piv, info = getrf(a)

@@ -1,5 +1,6 @@
 """The GPU inverse, solve and slogdet kernels (``kernels/_gpu/_getri.py``): LAPACK test ratios for
-every dtype, size and path (fused Gauss-Jordan, getri static and dynamic), info and NaN semantics on
+every dtype, size and path (inverse: fused Gauss-Jordan, getri static, merged and dynamic; solve: the
+fused gesv_rows and getrf + getrs), info and NaN semantics on
 bad matrices, every output element written, and agreement with the CPU backend.
 Run on a machine with a CUDA GPU: ``pytest -m gpu tests/kernels/test_gpu_getri.py``."""
 
@@ -110,19 +111,17 @@ def test_illconditioned(dtype, n):
 def _solve_paths(dtype, n: int, k: int) -> list[str]:
     from kernels._gpu import _getri
 
-    fused = _getri.gje_tile(dtype, n) is not None and k <= _getri.FUSED_SOLVE_MAX_RHS
     rows = _getri.gesv_rows_tile(dtype, n, k) is not None
-    return (["rows"] if rows else []) + (["fused"] if fused else []) + ["getrs"]
+    return (["rows"] if rows else []) + ["getrs"]
 
 
 def _solve_launch(a, b, poison, path="getrs", tile=None):
     from kernels._gpu import _getrf, _getri
 
     x = cupy.full(b.shape, POISONS[poison], dtype=a.dtype)
-    if path in ("fused", "rows"):
+    if path == "rows":
         info = cupy.full(a.shape[:1], (-99, 777)[poison], dtype=np.int32)
-        launch = _getri.launch_gesv_gje if path == "fused" else _getri.launch_gesv_rows
-        launch(cupy.asarray(a), cupy.asarray(b), x, info, tile)
+        _getri.launch_gesv_rows(cupy.asarray(a), cupy.asarray(b), x, info, tile)
     else:
         lu, piv, info = _getrf.getrf(cupy.asarray(a))
         _getri.launch_getrs(lu, piv, cupy.asarray(b), x, info)
