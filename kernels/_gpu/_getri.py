@@ -308,7 +308,10 @@ def launch_getrs(lu, piv, b, x, info=None) -> None:
     kc = _getrs_kc(dtype, n, k)
     s = _SCALAR[dtype]
     npad = -(-n // nb) * nb
-    smem = (npad * kc + 256) * dtype.itemsize
+    # Y (npad x KC), the partial sums (256), a staged chunk of NB rows (getrs_tw / getrs_ldt in
+    # getrs.cu: 16 KB, rows padded by 16 bytes) and the NB x NB diagonal block
+    ldt = 16384 // (nb * dtype.itemsize) + max(1, 16 // dtype.itemsize)
+    smem = (npad * kc + 256 + nb * ldt + nb * nb) * dtype.itemsize
     func = _kernel("getrs", f"blu::getrs_kernel<{s}, {nb}, {kc}>", _getrs_names(dtype), smem)
     rp = launch_perm(piv)
     info_arg = info if info is not None else np.uint64(0)

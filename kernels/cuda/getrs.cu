@@ -1,12 +1,17 @@
 // Batched solve from the LU factors (xGETRS, no transpose): x = U^-1 L^-1 P^T b, b of shape (B, n, k).
 //
 // Block (mat, chunk) solves KC right-hand-side columns of one matrix; its columns of b live in shared
-// memory (Y, npad x KC) for the whole run, loaded through the row order rp (Y = P^T B). Block rows of NB rows are solved with delayed correction:
+// memory (Y, npad x KC) for the whole run, loaded through the row order rp (Y = P^T B). Block rows of
+// NB rows are solved with delayed correction:
 //   forward   Y[I] -= L[I, <I] Y[<I]   then the unit lower NB x NB diagonal block
 //   backward  Y[I] -= U[I, >I] Y[>I]   then the upper diagonal block (divides by U[i][i])
-// The correction is spread over all 256 threads as (row r, column c, part) with the dot product split
-// into P = 256 / (NB*KC) strided parts; L and U rows are read from global memory, each element once
-// per chunk, contiguously per thread, with four partial sums in flight. The interchanges become the row
+// The block row's L (U) part is staged in shared memory in chunks of 16 KB with cp.async (coalesced
+// row segments, every copy in flight at once), and the diagonal block beside it; each LU element is
+// read from global memory once per right-hand-side chunk. The correction is spread over all 256
+// threads as (row r, column c, part) with the dot product split into P = 256 / (NB*KC) strided parts,
+// four partial sums in flight; the diagonal block is solved by one thread per column from shared
+// memory. (Session 4: the previous version read L and U from global memory inside the dot products
+// and the diagonal solves, latency-bound at 6-10x the memory floor: docs/getri-notes.md.) The interchanges become the row
 // order rp once per matrix (`perm_from_piv`, one thread per matrix), so no block runs a serial chain of
 // swaps; getri uses the same rp for its column interchange.
 // With `info` given (solve), matrices with info != 0 get NaN; without it (lu_solve), a zero pivot
@@ -34,19 +39,57 @@ perm_from_piv(const int* __restrict__ piv, int* __restrict__ rp, int n, long lon
     }
 }
 
-// Partial dot product sum_{l = l0, l0+P, ... < l1} Lr[l] * Y[l][c] with four independent sums.
+// Columns of one staged chunk of L or U rows (NB x GETRS_TW elements, 16 KB), and its row stride
+// (padded by 16 bytes: the rows a warp reads fall in different banks). Mirrored in _getri.py.
+template <typename T, int NB> __host__ __device__ constexpr int getrs_tw() { return 16384 / (NB * int(sizeof(T))); }
+template <typename T, int NB> __host__ __device__ constexpr int getrs_ldt() {
+    return getrs_tw<T, NB>() + (sizeof(T) >= 16 ? 1 : 16 / int(sizeof(T)));
+}
+
+// acc + sum_{l = part, part + P, ... < w} Lr[l] * Y[l][c] (Y with KC columns), four sums in flight.
 template <typename T, int KC, int P>
-__device__ __forceinline__ T strided_dot(const T* __restrict__ Lr, const T* Y, int c, int l0, int l1) {
+__device__ __forceinline__ T chunk_dot(T acc, const T* Lr, const T* Y, int c, int part, int w) {
     T s0 = zero<T>(), s1 = zero<T>(), s2 = zero<T>(), s3 = zero<T>();
-    int l = l0;
-    for (; l + 3 * P < l1; l += 4 * P) {
+    int l = part;
+    for (; l + 3 * P < w; l += 4 * P) {
         s0 = fma_(s0, Lr[l], Y[l * KC + c]);
         s1 = fma_(s1, Lr[l + P], Y[(l + P) * KC + c]);
         s2 = fma_(s2, Lr[l + 2 * P], Y[(l + 2 * P) * KC + c]);
         s3 = fma_(s3, Lr[l + 3 * P], Y[(l + 3 * P) * KC + c]);
     }
-    for (; l < l1; l += P) s0 = fma_(s0, Lr[l], Y[l * KC + c]);
-    return (s0 + s1) + (s2 + s3);
+    for (; l < w; l += P) s0 = fma_(s0, Lr[l], Y[l * KC + c]);
+    return acc + ((s0 + s1) + (s2 + s3));
+}
+
+// Stage rows I0 .. I0 + NB - 1 (those < n), columns l0 .. l0 + w - 1 of lu into Lt (cp.async, all in
+// flight; the caller waits and synchronizes).
+template <typename T, int NB, int NT>
+__device__ __forceinline__ void stage_rows(T* Lt, const T* L, int n, int I0, int l0, int w, int tid) {
+    constexpr int LDT = getrs_ldt<T, NB>();
+    for (int idx = tid; idx < NB * w; idx += NT) {
+        const int rr = idx / w, l = idx - rr * w;
+        if (I0 + rr < n) cp_async(&Lt[rr * LDT + l], &L[(long long)(I0 + rr) * n + l0 + l]);
+    }
+}
+
+// Y[I0 + r][c] -= the (r, c) dot products of this block row (partial sums over `part` reduced
+// through `red`); ends with a barrier.
+template <typename T, int NB, int KC, int P>
+__device__ __forceinline__ void apply_correction(T* Y, T* red, T acc, int row, int n, int r, int c,
+                                                 int part, int tid) {
+    if (P == 1) {
+        if (row < n) Y[row * KC + c] = Y[row * KC + c] - acc;
+    } else {
+        red[tid] = acc;
+        __syncthreads();
+        if (part == 0 && row < n) {
+            T t = Y[row * KC + c];
+#pragma unroll
+            for (int q = 0; q < P; ++q) t = t - red[q * NB * KC + r * KC + c];
+            Y[row * KC + c] = t;
+        }
+    }
+    __syncthreads();
 }
 
 template <typename T, int NB, int KC>
@@ -56,10 +99,13 @@ getrs_kernel(const T* __restrict__ lu, const int* __restrict__ rp, const int* __
     constexpr int NT = 256;
     static_assert(NB * KC <= NT && NT % (NB * KC) == 0, "one (row, column) pair per thread at least");
     constexpr int P = NT / (NB * KC);
+    constexpr int TW = getrs_tw<T, NB>(), LDT = getrs_ldt<T, NB>();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int npad = (n + NB - 1) / NB * NB;
     T* Y = reinterpret_cast<T*>(smem_raw);  // npad x KC
     T* red = Y + (long long)npad * KC;      // P x NB x KC partial sums (P > 1)
+    T* Lt = red + NT;                       // NB x LDT: a chunk of the block row's L or U
+    T* Dg = Lt + NB * LDT;                  // NB x NB: the diagonal block
 
     const long long mat = blockIdx.x;
     const int c0 = blockIdx.y * KC;
@@ -82,27 +128,25 @@ getrs_kernel(const T* __restrict__ lu, const int* __restrict__ rp, const int* __
         Y[idx] = (i < n && c0 + cc < k) ? b[(long long)rpm[i] * k + c0 + cc] : zero<T>();
     }
 
-    // Forward: L y = P^T b.
+    // Forward: L y = P^T b, block row I = [I0, I0 + NB): Y[I] -= L[I, <I] Y[<I] from chunks of L's
+    // rows staged in shared memory, then the unit lower diagonal block (one thread per column).
     for (int I0 = 0; I0 < n; I0 += NB) {
-        __syncthreads();
-        const int row = I0 + r;
-        if (I0 > 0) {
-            T s = zero<T>();
-            if (row < n) s = strided_dot<T, KC, P>(L + (long long)row * n, Y, c, part, I0);
-            if (P == 1) {
-                Y[row * KC + c] = Y[row * KC + c] - s;
-            } else {
-                red[tid] = s;
-                __syncthreads();
-                if (part == 0) {
-                    T t = Y[row * KC + c];
-#pragma unroll
-                    for (int q = 0; q < P; ++q) t = t - red[q * NB * KC + r * KC + c];
-                    Y[row * KC + c] = t;
-                }
-            }
+        __syncthreads();  // Y of the previous block row is final; Lt and Dg are free
+        for (int idx = tid; idx < NB * NB; idx += NT) {
+            const int q = idx / NB, s = idx - q * NB;
+            if (s < q && I0 + q < n) cp_async(&Dg[idx], &L[(long long)(I0 + q) * n + I0 + s]);
+        }
+        T acc = zero<T>();
+        for (int l0 = 0; l0 < I0; l0 += TW) {
+            const int w = min(TW, I0 - l0);
+            stage_rows<T, NB, NT>(Lt, L, n, I0, l0, w, tid);
+            cp_async_wait();
+            __syncthreads();
+            acc = chunk_dot<T, KC, P>(acc, Lt + r * LDT, Y + l0 * KC, c, part, w);
             __syncthreads();
         }
+        cp_async_wait();
+        apply_correction<T, NB, KC, P>(Y, red, acc, I0 + r, n, r, c, part, tid);
         if (tid < KC) {
             T y[NB];
 #pragma unroll
@@ -110,9 +154,8 @@ getrs_kernel(const T* __restrict__ lu, const int* __restrict__ rp, const int* __
 #pragma unroll
             for (int q = 1; q < NB; ++q) {
                 if (I0 + q < n) {
-                    const T* Lr = L + (long long)(I0 + q) * n + I0;
 #pragma unroll
-                    for (int s = 0; s < q; ++s) y[q] = fms(y[q], Lr[s], y[s]);
+                    for (int s = 0; s < q; ++s) y[q] = fms(y[q], Dg[q * NB + s], y[s]);
                 }
             }
 #pragma unroll
@@ -120,28 +163,26 @@ getrs_kernel(const T* __restrict__ lu, const int* __restrict__ rp, const int* __
         }
     }
 
-    // Backward: U x = y.
+    // Backward: U x = y, block rows from the last: Y[I] -= U[I, >I] Y[>I], then the upper diagonal
+    // block (divides by U[i][i]).
     for (int I0 = (n - 1) / NB * NB; I0 >= 0; I0 -= NB) {
         const int I1 = min(I0 + NB, n);
         __syncthreads();
-        const int row = I0 + r;
-        if (I1 < n) {
-            T s = zero<T>();
-            if (row < n) s = strided_dot<T, KC, P>(L + (long long)row * n, Y, c, I1 + part, n);
-            if (P == 1) {
-                Y[row * KC + c] = Y[row * KC + c] - s;
-            } else {
-                red[tid] = s;
-                __syncthreads();
-                if (part == 0) {
-                    T t = Y[row * KC + c];
-#pragma unroll
-                    for (int q = 0; q < P; ++q) t = t - red[q * NB * KC + r * KC + c];
-                    Y[row * KC + c] = t;
-                }
-            }
+        for (int idx = tid; idx < NB * NB; idx += NT) {
+            const int q = idx / NB, s = idx - q * NB;
+            if (s >= q && I0 + s < n) cp_async(&Dg[idx], &L[(long long)(I0 + q) * n + I0 + s]);
+        }
+        T acc = zero<T>();
+        for (int l0 = I1; l0 < n; l0 += TW) {
+            const int w = min(TW, n - l0);
+            stage_rows<T, NB, NT>(Lt, L, n, I0, l0, w, tid);
+            cp_async_wait();
+            __syncthreads();
+            acc = chunk_dot<T, KC, P>(acc, Lt + r * LDT, Y + l0 * KC, c, part, w);
             __syncthreads();
         }
+        cp_async_wait();
+        apply_correction<T, NB, KC, P>(Y, red, acc, I0 + r, n, r, c, part, tid);
         if (tid < KC) {
             T y[NB];
 #pragma unroll
@@ -149,12 +190,11 @@ getrs_kernel(const T* __restrict__ lu, const int* __restrict__ rp, const int* __
 #pragma unroll
             for (int q = NB - 1; q >= 0; --q) {
                 if (I0 + q < n) {
-                    const T* Ur = L + (long long)(I0 + q) * n + I0;
 #pragma unroll
                     for (int s = q + 1; s < NB; ++s) {
-                        if (I0 + s < n) y[q] = fms(y[q], Ur[s], y[s]);
+                        if (I0 + s < n) y[q] = fms(y[q], Dg[q * NB + s], y[s]);
                     }
-                    y[q] = div_(y[q], Ur[q]);
+                    y[q] = div_(y[q], Dg[q * NB + q]);
                 }
             }
 #pragma unroll
