@@ -56,11 +56,12 @@ FUSED_MAX_N = {np.dtype(np.float32): 192, np.dtype(np.float64): 128,
                np.dtype(np.complex64): 128, np.dtype(np.complex128): 96}
 # gesv_rows (the fused solve on getrf_rows' elimination): per dtype, (largest n, RR, TJ) rows, first
 # match wins; the tile is getrf_rows' (rows_plan) plus ceil(k / TJ) right-hand-side columns per thread.
-# Chosen from the H100 sweep in docs/getri-notes.md ("gesv_rows"). Above the last n: getrf + getrs.
+# Chosen from the H100 sweep in docs/getri-notes.md ("gesv_rows"); complex64 n = 64 goes to getrf +
+# getrs since session 4's faster getrs (2.17 against 2.29 ms). Above the last n: getrf + getrs.
 GESV_ROWS = {
     np.dtype(np.float32): ((16, 2, 4), (33, 5, 4), (48, 3, 4), (64, 8, 8), (96, 6, 8), (128, 8, 8)),
     np.dtype(np.float64): ((16, 2, 4), (33, 5, 8), (48, 6, 8), (96, 4, 8)),
-    np.dtype(np.complex64): ((16, 2, 4), (33, 5, 8), (48, 3, 4), (64, 4, 8)),
+    np.dtype(np.complex64): ((16, 2, 4), (33, 5, 8), (48, 3, 4)),
     np.dtype(np.complex128): ((16, 2, 4), (33, 5, 8), (48, 3, 8), (64, 4, 8)),
 }
 GESV_ROWS_MAX_RHS = 16
