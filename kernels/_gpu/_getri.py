@@ -1,6 +1,6 @@
 """GPU inverse, solve and log-determinant built on the LU kernels (issue 4).
 
-Four kernel families (``kernels/cuda``):
+Kernels (``kernels/cuda``):
 
 * ``inv_gje`` — fused inverse while the matrix fits in one block's registers: Gauss-Jordan with
   LAPACK's partial pivoting (implicit row order), unscrambled on the write;
@@ -26,7 +26,8 @@ from ._getrf import getrf, rows_min_blocks, rows_plan
 from ._module import get_function
 
 __all__ = ["getrs", "inv", "solve", "slogdet", "inv_plan", "solve_plan", "launch_inv_gje",
-           "launch_gesv_rows", "gesv_rows_tile", "launch_getri", "launch_getrs", "launch_slogdet", "GJE_TILES", "MAX_N"]
+           "launch_gesv_rows", "gesv_rows_tile", "launch_getri", "launch_getrs", "launch_slogdet",
+           "GJE_TILES", "MAX_N"]
 
 _SCALAR = {
     np.dtype(np.float32): "float",
@@ -353,7 +354,8 @@ def kernel_groups(dtype) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def warm(dtype) -> None:
-    """Compile (or load from CuPy's cache) every kernel this module may launch for ``dtype``."""
+    """Compile (or load from CuPy's cache) the kernels this module may launch for ``dtype``, except
+    ``gesv_rows``, whose instantiation depends on n and k (compiled at its first use)."""
     for family, names in kernel_groups(dtype):
         get_function(family, names[0], names=names)
 
