@@ -1,0 +1,81 @@
+"""Tile sweep of the fused solve gesv_rows (GPU machine, repo root): ``python3 benchmarks/gesv_sweep.py``.
+
+Every (RR, TJ) candidate of CANDS per dtype and n of DT, compiled in parallel first (16 processes,
+CuPy's disk cache), then timed with ``benchmarks/kernels.py``'s ``time_case`` (median of 7, batch
+10000, 16 right-hand sides) against getrf + getrs; prints the best tile per point (the source of
+``GESV_ROWS`` in kernels/_gpu/_getri.py; docs/getri-notes.md, "gesv_rows"). Session 4's third run
+used these candidates; its first two runs also had 1x8, 2x8, 2x16, 4x16 and float64 n = 128.
+"""
+import sys, time, concurrent.futures as cf, multiprocessing as mp
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]  # the repo's kernels package, not benchmarks/kernels.py
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "benchmarks"))
+
+CANDS = {
+    16: [(1, 2), (2, 4)],
+    33: [(5, 4), (3, 4), (5, 8), (3, 8)],
+    48: [(6, 8), (3, 8), (3, 4)],
+    64: [(4, 4), (4, 8), (8, 8)],
+    96: [(4, 8), (6, 8)],
+    128: [(8, 8), (8, 16)],
+}
+DT = {"float32": [16, 33, 48, 64, 96, 128], "float64": [16, 33, 48, 64, 96],
+      "complex64": [16, 33, 48, 64], "complex128": [16, 33, 48, 64]}
+
+
+def fits(dtype, n, rr_tj):
+    from kernels._gpu import _getri
+    t = _getri.gesv_rows_tile(dtype, n, 16, rr_tj)
+    return t if t[2] * (t[3] + t[4]) * np.dtype(dtype).itemsize // 4 <= 192 and t[0] * t[1] <= 1024 else None
+
+
+def compile_one(job):
+    dtype, n, rr_tj = job
+    from kernels._gpu import _getri
+    from kernels._gpu._module import get_function
+    t = fits(dtype, n, rr_tj)
+    t0 = time.time()
+    try:
+        get_function("getrf_rows", _getri._gesv_rows_name(dtype, t))
+    except Exception as e:
+        return f"{job}: {type(e).__name__} {str(e)[-300:]}"
+    return f"{job} {t} {time.time() - t0:.1f}s"
+
+
+if __name__ == "__main__":
+    jobs = [(d, n, c) for d, ns in DT.items() for n in ns for c in CANDS[n] if fits(d, n, c)]
+    t0 = time.time()
+    with cf.ProcessPoolExecutor(16, mp_context=mp.get_context("spawn")) as ex:
+        for r in ex.map(compile_one, jobs):
+            print("compiled", r, flush=True)
+    print(f"compile {len(jobs)} in {time.time() - t0:.0f}s", flush=True)
+    from _inv_impls import ours_solve
+    import importlib.util as _u
+    _spec = _u.spec_from_file_location("bk", ROOT / "benchmarks" / "kernels.py"); bk = _u.module_from_spec(_spec); _spec.loader.exec_module(bk)
+    time_case = bk.time_case
+    import cupy
+    rows = []
+    for d, ns in DT.items():
+        for n in ns:
+            res = {}
+            for path in ["getrs"] + [f"rows-{rr}x{tj}" for rr, tj in CANDS[n] if fits(d, n, (rr, tj))]:
+                try:
+                    case = ours_solve(d, n, 10000, path)
+                    res[path] = time_case(case, 7)
+                    del case
+                except Exception as e:
+                    print(d, n, path, "FAILED", type(e).__name__, str(e)[:200], flush=True)
+                cupy.get_default_memory_pool().free_all_blocks()
+            best = min((v, k) for k, v in res.items() if k.startswith("rows"))
+            ref = min(v for k, v in res.items() if not k.startswith("rows"))
+            print(f"{d:10s} n={n:3d} " + " ".join(f"{k}={v:.3f}" for k, v in res.items())
+                  + f"  BEST {best[1]} {best[0]:.3f} ms gain {ref / best[0]:.2f}x", flush=True)
+            rows.append((d, n, best[1], best[0], ref))
+    print("\n| dtype | n | best rows tile | ms | old best ms | gain |\n|---|---|---|---|---|---|")
+    for d, n, t, ms, ref in rows:
+        print(f"| {d} | {n} | {t} | {ms:.3f} | {ref:.3f} | {ref / ms:.2f}x |")
