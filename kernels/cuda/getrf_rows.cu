@@ -334,7 +334,7 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
         // (times the reciprocal kept by the forward sweep where that is safe) and put it in rowv, the
         // owners of column k put u_ik in colv; then y_i -= u_ik x_k for the rows at positions i < k.
         // (A variant with one barrier per TJ columns, each thread solving the TJ x TJ diagonal block
-        // for its columns, measured 1.1-1.5x slower on the H100: docs/getri-notes.md.)
+        // for its columns, measured 1.0-1.5x slower on the H100: docs/getri-notes.md.)
 #pragma unroll
         for (int kc = CC - 1; kc >= 0; --kc) {
 #pragma unroll 1
