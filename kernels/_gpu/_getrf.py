@@ -66,11 +66,13 @@ class Plan:
 
     kind: str
     tile: int | tuple[int, int, int, int]
+    minb: int = 0  # blocked kinds: blocks per SM in __launch_bounds__ (0: the compiler's default)
 
     def describe(self) -> str:
         if self.kind == "rows":
             return "rows-" + "x".join(map(str, self.tile))
-        return f"{self.kind}-{'NP' if self.kind == 'small' else 'NB'}{self.tile}"
+        minb = f"-m{self.minb}" if self.minb else ""
+        return f"{self.kind}-{'NP' if self.kind == 'small' else 'NB'}{self.tile}{minb}"
 
 
 def _rows_np(n: int) -> int:
@@ -114,7 +116,8 @@ def _ldp(n: int) -> int:
 
 def blocked_smem(dtype, n: int, nb: int) -> int:
     """Dynamic shared memory of ``getrf_blocked<T, nb>`` for order n (mirrors getrf_blocked_smem)."""
-    return 3 * nb * _ldp(n) * np.dtype(dtype).itemsize + 3 * n * 4 + 16 + 64 * 16
+    item = np.dtype(dtype).itemsize
+    return 3 * nb * _ldp(n) * item + 3 * n * 4 + 16 + 64 * 16 + 128 * item
 
 
 def _smem_limit() -> int:
@@ -138,16 +141,23 @@ def plan(dtype, n: int) -> Plan:
                      f"({limit} bytes). Got n = {n} for {dtype} instead.")
 
 
-def _kernel(family: str, dtype, tile, smem: int = 0):
-    extra = ""
-    if family == "getrf_blocked_smem":
-        family, extra = "getrf_blocked", ", false"
-    if family == "getrf_rows":
-        name = (f"blu::getrf_rows<{_SCALAR[np.dtype(dtype)]}, {', '.join(map(str, tile))}, "
-                f"{rows_min_blocks(dtype, tile)}>")
+def _blocked_name(kind: str, dtype, nb: int, threads: int, minb: int) -> str:
+    """``getrf_blocked``'s name expression: the defaults (at most 512 threads, no blocks-per-SM bound)
+    unless ``minb``, then __launch_bounds__(threads, minb)."""
+    reg = "true" if kind == "blocked" else "false"
+    if minb:
+        return f"getrf_blocked<{_SCALAR[np.dtype(dtype)]}, {nb}, {reg}, {threads}, {minb}>"
+    return f"getrf_blocked<{_SCALAR[np.dtype(dtype)]}, {nb}{'' if kind == 'blocked' else ', false'}>"
+
+
+def _kernel(family: str, dtype, tile, smem: int = 0, name: str | None = None):
+    if name is not None:
+        func = get_function(family, name)
+    elif family == "getrf_rows":
+        func = get_function(family, f"blu::getrf_rows<{_SCALAR[np.dtype(dtype)]}, "
+                                    f"{', '.join(map(str, tile))}, {rows_min_blocks(dtype, tile)}>")
     else:
-        name = f"{family}<{_SCALAR[np.dtype(dtype)]}, {tile}{extra}>"
-    func = get_function(family, name)
+        func = get_function(family, f"{family}<{_SCALAR[np.dtype(dtype)]}, {tile}>")
     if smem > 48 * 1024 and func.max_dynamic_shared_size_bytes < smem:
         func.max_dynamic_shared_size_bytes = smem
     return func
@@ -189,7 +199,8 @@ def launch(a, lu, piv, info, p: Plan | None = None) -> None:
         smem = blocked_smem(dtype, n, p.tile)
         threads = min(-(-n // 32) * 32, _MAX_THREADS)
         grid = min(batch, _MAX_GRID)
-        _kernel(f"getrf_{p.kind}", dtype, p.tile, smem)((grid,), (threads,), args, shared_mem=smem)
+        name = _blocked_name(p.kind, dtype, p.tile, threads, p.minb)
+        _kernel("getrf_blocked", dtype, p.tile, smem, name)((grid,), (threads,), args, shared_mem=smem)
 
 
 def getrf(a):

@@ -181,6 +181,76 @@ __device__ __forceinline__ c128 shfl(c128 v, int src, int width = 32) {
     return {shfl(v.re, src, width), shfl(v.im, src, width)};
 }
 
+// ---- warp arg-max of the pivot search (getrf_rows, getrf_blocked) -------------------------------
+// redux.sync (sm_80+) over the key's bits instead of a shuffle tree: one reduction for the common
+// case of a unique largest high word.
+constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr int kNoPos = 0x7fffffff;
+
+__device__ __forceinline__ int redux_max(int v) {
+    int r;
+    asm volatile("redux.sync.max.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+__device__ __forceinline__ unsigned redux_max(unsigned v) {
+    unsigned r;
+    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+__device__ __forceinline__ int redux_min(int v) {
+    int r;
+    asm volatile("redux.sync.min.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+
+// Pivot-search key: the bits of cabs1(v) (nonnegative reals order like their bits), NaN clamped to
+// +inf (a NaN ties with +inf: the smaller position wins), as a high word and, for double, a low word.
+struct RowsKey {
+    int hi;       // -1: no candidate
+    unsigned lo;  // 0 for float
+};
+
+__device__ __forceinline__ RowsKey rows_key_bits(float a) {
+    const unsigned b = __float_as_uint(a) & 0x7fffffffu;
+    return {int(min(b, 0x7f800000u)), 0u};
+}
+__device__ __forceinline__ RowsKey rows_key_bits(double a) {
+    const long long b = __double_as_longlong(a);
+    const int hi = int((unsigned long long)b >> 32) & 0x7fffffff;
+    return hi >= 0x7ff00000 ? RowsKey{0x7ff00000, 0u} : RowsKey{hi, unsigned(b)};
+}
+// (real types: the bits of v itself, whose sign bit rows_key_bits clears)
+__device__ __forceinline__ RowsKey rows_key(float v) { return rows_key_bits(v); }
+__device__ __forceinline__ RowsKey rows_key(double v) { return rows_key_bits(v); }
+__device__ __forceinline__ RowsKey rows_key(c64 v) { return rows_key_bits(cabs1(v)); }
+__device__ __forceinline__ RowsKey rows_key(c128 v) { return rows_key_bits(cabs1(v)); }
+
+__device__ __forceinline__ bool rows_better(RowsKey a, int pa, RowsKey b, int pb) {  // no branches
+    return (a.hi > b.hi) | ((a.hi == b.hi) & ((a.lo > b.lo) | ((a.lo == b.lo) & (pa < pb))));
+}
+
+// The lane holding the warp's best candidate: largest key, ties to the smallest position (distinct
+// among candidates). Every lane gets the answer. Lanes with key.hi < 0 hold no candidate; when no lane
+// holds one the answer is a lane with key.hi = -1. The low word and the positions are only reduced
+// when several lanes share the top word (warp-uniform branches).
+template <bool WIDE> __device__ __forceinline__ int rows_argmax(RowsKey key, int pos) {
+    const int mh = redux_max(key.hi);
+    bool tie = key.hi == mh;
+    unsigned eq = __ballot_sync(kFullWarp, tie);
+    if (mh >= 0 && (eq & (eq - 1))) {
+        if (WIDE) {
+            const unsigned ml = redux_max(tie ? key.lo : 0u);
+            tie = tie && key.lo == ml;
+            eq = __ballot_sync(kFullWarp, tie);
+        }
+        if (eq & (eq - 1)) {
+            const int mp = redux_min(tie ? pos : kNoPos);
+            eq = __ballot_sync(kFullWarp, tie && pos == mp);
+        }
+    }
+    return __ffs(eq) - 1;
+}
+
 // ---- asynchronous copies global -> shared (sm_80+) -----------------------------------------------
 // cp_async(dst, src) issues the copy of one element and does not wait for it; cp_async_wait() waits
 // for all of this thread's copies (which are then visible to it; a barrier publishes them to the

@@ -37,29 +37,38 @@ template <typename T> struct Vec16 {
     };
 };
 
-// Pivot candidate: key = cabs1 (NaN -> +inf, non-candidates -1), tag = (0xffff - position) << 16 | row,
-// so the larger (key, tag) wins: largest key, then smallest position (LAPACK's i?amax order).
-template <typename R> struct Cand {
-    R key;
-    unsigned tag;
+// The block's pivot for one column, one barrier: each warp's best candidate by redux.sync over the
+// key bits (rows_argmax: largest cabs1, NaN as +inf, ties to the smallest position, as LAPACK's
+// i?amax), its record (key, position, panel row) and the candidate's value and speculative reciprocal
+// (computed by every candidate while the arg-max runs, so no division waits behind the barrier) to
+// double-buffered slots; after the barrier every warp reduces the nw records the same way.
+template <typename T> struct Pivot {
+    int pos, row;  // current position and panel row of the pivot
+    T v, rp;       // its value and 1 / v
 };
 
-template <typename R> __device__ __forceinline__ bool better(const Cand<R>& a, const Cand<R>& b) {
-    return a.key > b.key || (a.key == b.key && a.tag > b.tag);
-}
-
-template <typename R> __device__ __forceinline__ Cand<R> warp_argmax(Cand<R> c) {
-#pragma unroll
-    for (int o = 16; o >= 1; o >>= 1) {
-        const Cand<R> other{__shfl_xor_sync(0xffffffffu, c.key, o), __shfl_xor_sync(0xffffffffu, c.tag, o)};
-        if (better(other, c)) c = other;
+template <typename T>
+__device__ __forceinline__ Pivot<T> pivot_pick(blu::RowsKey key, int pos, int row, T v, T rp, int4* cb,
+                                               T* vb, int warp, int lane, int nw) {
+    using namespace blu;
+    constexpr bool WIDE = sizeof(real_t<T>) == 8;
+    const int wl = rows_argmax<WIDE>(key, pos);
+    if (lane == wl) {
+        cb[warp] = make_int4(key.hi, int(key.lo), pos, row);
+        vb[2 * warp] = v;
+        vb[2 * warp + 1] = rp;
     }
-    return c;
+    __syncthreads();
+    const int4 o = lane < nw ? cb[lane] : make_int4(-1, 0, kNoPos, 0);
+    const int bl = rows_argmax<WIDE>(RowsKey{o.x, unsigned(o.y)}, o.z);
+    return Pivot<T>{__shfl_sync(kFullWarp, o.z, bl), __shfl_sync(kFullWarp, o.w, bl), vb[2 * bl],
+                    vb[2 * bl + 1]};
 }
 
-template <typename T> __device__ __forceinline__ real_t_<T> pivot_key(T x) {
-    real_t_<T> key = blu::cabs1(x);
-    return key >= real_t_<T>(0) ? key : real_t_<T>(__int_as_float(0x7f800000));  // NaN -> +inf
+// x / p as LAPACK's ?getrf2 scales the pivot column: x * (1 / p) where |p| >= sfmin, else x / p
+// (pivot_scale in common.cuh, with the reciprocal computed beforehand).
+template <typename T> __device__ __forceinline__ T scale_by(T x, const Pivot<T>& p) {
+    return blu::abs_(p.v) >= blu::traits<T>::sfmin() ? x * p.rp : blu::div_(x, p.v);
 }
 
 __host__ __device__ constexpr int ldp_for(int n) { return ((n + 3) & ~3) + 4; }
@@ -67,8 +76,9 @@ __host__ __device__ constexpr int ldp_for(int n) { return ((n + 3) & ~3) + 4; }
 }  // namespace
 
 // REG: factor the panel with each thread's row in registers (n <= 512); otherwise in shared memory.
-template <typename T, int NB, bool REG = true>
-__global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv, int* info, int n,
+// MAXT, MINB: __launch_bounds__ (at most MAXT threads, MINB blocks per SM).
+template <typename T, int NB, bool REG = true, int MAXT = 512, int MINB = 1>
+__global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, int* piv, int* info, int n,
                                                       long long batch) {
     using namespace blu;
     static_assert((NB * sizeof(T)) % 16 == 0, "NB * sizeof(T) must be a multiple of 16 bytes");
@@ -83,8 +93,9 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
     int* perm = reinterpret_cast<int*>(P + (NB <= 32 ? 3 : 1) * NB * ldp);  // position -> original row
     int* slot = perm + n;                                  // panel row -> original row at load
     int* posof = slot + n;                                 // panel row -> current position
-    using R = real_t<T>;
-    Cand<R>* red = reinterpret_cast<Cand<R>*>(((reinterpret_cast<size_t>(posof + n)) + 15) & ~size_t(15));
+    // pivot records, double-buffered: 2 x 32 int4 (key, position, panel row), 2 x 32 (value, 1 / value)
+    int4* cb = reinterpret_cast<int4*>(((reinterpret_cast<size_t>(posof + n)) + 15) & ~size_t(15));
+    T* vb = reinterpret_cast<T*>(cb + 64);
     __shared__ int s_bad;
 
     const int tid = threadIdx.x, bd = blockDim.x, nw = bd >> 5;
@@ -192,20 +203,15 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
                 for (int c = 0; c < NB; ++c) {
                     if (c < w) {
                         const int kk = k0 + c;
-                        Cand<R> cand{R(-1), 0u};
-                        if (mine && pos >= kk) cand = Cand<R>{pivot_key(row[c]), ((0xffffu - pos) << 16) | unsigned(i)};
-                        cand = warp_argmax(cand);
-                        Cand<R>* rb = red + (c & 1) * 32;
-                        if (lane == 0) rb[warp] = cand;
-                        __syncthreads();
-                        cand = rb[0];
-                        for (int wi = 1; wi < nw; ++wi) {
-                            const Cand<R> o = rb[wi];
-                            if (better(o, cand)) cand = o;
-                        }
-                        const int bp = 0xffff - int(cand.tag >> 16), br = int(cand.tag & 0xffffu);
-                        const T v = P[c * ldp + br];
-                        const bool zero_pivot = is_zero(v);
+                        const bool cand = mine && pos >= kk;
+                        RowsKey key = rows_key(row[c]);
+                        if (!cand) key.hi = -1;
+                        // (one where the reciprocal is unused: no division's slow path there)
+                        const T x = cand && !is_zero(row[c]) ? row[c] : one<T>();
+                        const Pivot<T> pv = pivot_pick(key, cand ? pos : kNoPos, i, row[c], div_(one<T>(), x),
+                                                       cb + (c & 1) * 32, vb + (c & 1) * 64, warp, lane, nw);
+                        const int bp = pv.pos, br = pv.row;
+                        const bool zero_pivot = is_zero(pv.v);
                         if (tid == 0) {
                             PV[kk] = bp;
                             if (zero_pivot && first_zero == 0) first_zero = kk + 1;
@@ -217,8 +223,7 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
 #pragma unroll
                             for (int c2 = c + 1; c2 < NB; ++c2)
                                 if (c2 < w) prow[c2] = P[c2 * ldp + br];
-                            const pivot_scale<T> scale(v);
-                            const T l = scale(row[c]);
+                            const T l = scale_by(row[c], pv);
                             row[c] = l;
 #pragma unroll
                             for (int c2 = c + 1; c2 < NB; ++c2)
@@ -239,38 +244,38 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
                 for (int i = k0 + tid; i < n; i += bd) posof[i] = i;
                 for (int c = 0; c < w; ++c) {
                     const int kk = k0 + c;
-                    Cand<R> cand{R(-1), 0u};
+                    RowsKey key{-1, 0u};
+                    int kpos = kNoPos, krow = 0;
+                    T x = zero<T>();
                     for (int i = k0 + tid; i < n; i += bd) {
                         const int p = posof[i];
                         if (p >= kk) {
-                            const Cand<R> mine{pivot_key(P[c * ldp + i]), ((0xffffu - p) << 16) | unsigned(i)};
-                            if (better(mine, cand)) cand = mine;
+                            const T v = P[c * ldp + i];
+                            const RowsKey k = rows_key(v);
+                            if (kpos == kNoPos || rows_better(k, p, key, kpos)) {
+                                key = k;
+                                kpos = p;
+                                krow = i;
+                                x = v;
+                            }
                         }
                     }
-                    cand = warp_argmax(cand);
-                    Cand<R>* rb = red + (c & 1) * 32;
-                    if (lane == 0) rb[warp] = cand;
-                    __syncthreads();
-                    cand = rb[0];
-                    for (int wi = 1; wi < nw; ++wi) {
-                        const Cand<R> o = rb[wi];
-                        if (better(o, cand)) cand = o;
-                    }
-                    const int bp = 0xffff - int(cand.tag >> 16), br = int(cand.tag & 0xffffu);
-                    const T v = P[c * ldp + br];
-                    const bool zero_pivot = is_zero(v);
+                    const T xr = is_zero(x) ? one<T>() : x;  // (a zero pivot's reciprocal is unused)
+                    const Pivot<T> pv = pivot_pick(key, kpos, krow, x, div_(one<T>(), xr), cb + (c & 1) * 32,
+                                                   vb + (c & 1) * 64, warp, lane, nw);
+                    const int bp = pv.pos, br = pv.row;
+                    const bool zero_pivot = is_zero(pv.v);
                     if (tid == 0) {
                         PV[kk] = bp;
                         if (zero_pivot && first_zero == 0) first_zero = kk + 1;
                     }
-                    const pivot_scale<T> scale(zero_pivot ? one<T>() : v);
                     for (int i = k0 + tid; i < n; i += bd) {
                         int p = posof[i];
                         if (p < kk) continue;
                         if (i == br) { posof[i] = kk; continue; }
                         if (p == kk) { p = bp; posof[i] = p; }
                         if (zero_pivot) continue;
-                        const T l = scale(P[c * ldp + i]);
+                        const T l = scale_by(P[c * ldp + i], pv);
                         P[c * ldp + i] = l;
                         for (int c2 = c + 1; c2 < w; ++c2)
                             P[c2 * ldp + i] = fms(P[c2 * ldp + i], l, P[c2 * ldp + br]);
@@ -321,5 +326,5 @@ __global__ void __launch_bounds__(512) getrf_blocked(const T* a, T* lu, int* piv
 // Bytes of dynamic shared memory getrf_blocked<T, NB> needs for order n (mirrored in _getrf.py).
 template <typename T, int NB> __host__ __device__ constexpr size_t getrf_blocked_smem(int n) {
     return (NB <= 32 ? 3 : 1) * (size_t)NB * ldp_for(n) * sizeof(T) + 3 * (size_t)n * sizeof(int) + 16 +
-           64 * sizeof(Cand<blu::real_t<T>>);
+           64 * sizeof(int4) + 128 * sizeof(T);
 }

@@ -122,6 +122,29 @@ def test_every_path(dtype, n):
         _check_pivots(a, piv, dtype)
 
 
+@pytest.mark.parametrize("n", [5, 100, 190, 300])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_blocked_min_blocks(dtype, n):
+    """The blocked kernels compiled with a blocks-per-SM bound (fewer registers, spills allowed) give
+    the same LAPACK accuracy and pivots; exact zero pivots and NaN still give info k and -1."""
+    from kernels._gpu import _getrf
+
+    a = matrices.generate("random", n, dtype, seed=11, start=0, stop=40)
+    a[3, :, 0] = 0  # a zero first column: info 1
+    a[5, n // 2, n // 3] = np.nan
+    for plan in [_getrf.Plan(kind, nb, minb) for kind in ("blocked", "blocked_smem")
+                 for nb in _getrf._BLOCKED_NB[np.dtype(dtype).itemsize][:2] for minb in (2, 3)]:
+        lu, piv, info = _factor(a, plan)
+        good = [m for m in range(len(a)) if m not in (3, 5)]
+        assert (info[good] == 0).all() and info[3] == 1 and info[5] == -1, (plan, info)
+        assert np.isnan(lu[5]).all() and (piv[5] == np.arange(n)).all(), plan
+        ratio = get01(a[good], lu[good], piv[good])
+        assert ratio.max() < THRESHOLD, f"{plan}: get01 max {ratio.max():.3g}"
+        _check_pivots(a[good], piv[good], dtype)
+        ref_lu, ref_piv = _scipy(a[3:4])
+        assert (piv[3] == ref_piv[0]).all(), plan
+
+
 # (dtype, n, RR, TJ): the register-resident kernel's tiles that the dispatch or the benchmark uses,
 # at sizes that exercise padding (n below the tile) and exact fits.
 ROWS_CASES = [

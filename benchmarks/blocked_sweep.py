@@ -1,0 +1,173 @@
+"""Plan sweep of the blocked getrf kernels (GPU machine, repo root):
+
+    python3 benchmarks/blocked_sweep.py --dtypes float32,float64,complex64,complex128 --sizes 128,190 \\
+        --rev HEAD
+
+For each (dtype, n), every blocked plan -- kind ``blocked`` (panel rows in registers) or
+``blocked_smem``, NB from ``_getrf._BLOCKED_NB`` but 32, and ``minb`` (``__launch_bounds__``' blocks
+per SM; 0 = none) among those whose shared memory and registers (>= 64 per thread) allow it -- is
+compiled in parallel first (16 processes, CuPy's disk cache), then run on the same fresh random batch
+(``benchmarks/kernels.py``'s ``time_case``: L2 scrubbed, median of ``--reps``). With ``--rev``, the
+``getrf_blocked.cu`` of that git revision runs too, on the minb = 0 plans (the kernel names are the
+same), and its outputs are compared bit for bit with the working tree's. Prints the best plan per point
+and a Markdown table; the LAPACK ratio get01 of the best plan on 32 matrices is checked (< 30).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "benchmarks"))
+
+SMEM_SM = 228 * 1024  # H100: shared memory per SM (each block also reserves 1 KB)
+
+
+def plans(dtype, n: int) -> list:
+    from kernels._gpu import _getrf
+
+    item, warps = np.dtype(dtype).itemsize, -(-n // 32)
+    out = []
+    for kind in ("blocked", "blocked_smem"):
+        for nb in _getrf._BLOCKED_NB[item]:
+            if nb == 32:
+                continue
+            smem = _getrf.blocked_smem(dtype, n, nb)
+            out.append(_getrf.Plan(kind, nb))
+            for minb in range(2, 9):
+                per_partition = -(-minb * warps // 4)
+                regs = min(255, 16384 // (per_partition * 32) // 8 * 8)
+                if minb * (smem + 1024) <= SMEM_SM and regs >= 64 and minb * warps <= 64:
+                    out.append(_getrf.Plan(kind, nb, minb))
+    return out
+
+
+def _name(dtype, n: int, plan) -> str:
+    from kernels._gpu import _getrf
+
+    return _getrf._blocked_name(plan.kind, dtype, plan.tile, -(-n // 32) * 32, plan.minb)
+
+
+def compile_one(job):
+    dtype, n, plan, rev = job
+    from kernels._gpu._module import get_function
+
+    if rev:
+        from kernel_ab import Sources, old_source
+
+        Sources("getrf_blocked", old_source("getrf_blocked", rev)).use("old")
+    t0 = time.time()
+    try:
+        get_function("getrf_blocked", _name(dtype, n, plan))
+    except Exception as e:  # reported, the sweep goes on without it
+        return f"{dtype} {n} {plan.describe()} {'old' if rev else ''}: {type(e).__name__} {str(e)[-400:]}"
+    return f"{dtype} {n} {plan.describe()} {'old' if rev else 'new'} {time.time() - t0:.1f}s"
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks" / "kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dtypes", default="float32,float64,complex64,complex128")
+    ap.add_argument("--sizes", default="128,190")
+    ap.add_argument("--batch", type=int, default=10000)
+    ap.add_argument("--max-bytes", type=float, default=3e9, help="cap on one input batch's bytes")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--rev", default="", help="git revision of the old getrf_blocked.cu (minb = 0 plans)")
+    args = ap.parse_args(argv)
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+
+    jobs = [(d, n, p, "") for d in dtypes for n in sizes for p in plans(d, n)]
+    if args.rev:
+        jobs += [(d, n, p, args.rev) for d in dtypes for n in sizes for p in plans(d, n) if not p.minb]
+    t0 = time.time()
+    with cf.ProcessPoolExecutor(16, mp_context=mp.get_context("spawn")) as ex:
+        for r in ex.map(compile_one, jobs):
+            print("compiled", r, flush=True)
+    print(f"compile {len(jobs)} in {time.time() - t0:.0f}s", flush=True)
+
+    import cupy
+
+    from _lu_impls import ours
+    from kernel_ab import Sources, old_source, same_bits
+    from kernels._gpu import _getrf
+    from kernels.ratios import get01
+
+    time_case = _bench_module().time_case
+    sources = Sources("getrf_blocked", old_source("getrf_blocked", args.rev)) if args.rev else None
+    table = []
+    for d in dtypes:
+        for n in sizes:
+            batch = max(1, min(args.batch, int(args.max_bytes // (np.dtype(d).itemsize * n * n))))
+            dispatched = _getrf.plan(d, n)
+            res = {}
+            for p in plans(d, n):
+                for which in (("old", "new") if args.rev and not p.minb else ("new",)):
+                    key = p.describe() + (" (old)" if which == "old" else "")
+                    if sources:
+                        sources.use(which)
+                    try:
+                        case = ours(d, n, batch, p)
+                        res[key] = time_case(case, args.reps)
+                    except Exception as e:
+                        print(d, n, key, "FAILED", type(e).__name__, str(e)[:300], flush=True)
+                    cupy.get_default_memory_pool().free_all_blocks()
+            if sources:
+                sources.use("new")
+            new = {k: v for k, v in res.items() if not k.endswith("(old)")}
+            best = min(new, key=new.get)
+            ref = res.get(dispatched.describe() + " (old)", res.get(dispatched.describe()))
+            print(f"{d:10s} n={n:3d} batch={batch} " + " ".join(f"{k}={v:.3f}" for k, v in sorted(res.items())),
+                  flush=True)
+            # accuracy of the best plan on fresh matrices (outputs poisoned); old and new dispatched
+            # plan bit for bit on the same 256
+            rng = np.random.default_rng(n)
+            a = rng.uniform(-1, 1, (256, n, n))
+            if np.dtype(d).kind == "c":
+                a = a + 1j * rng.uniform(-1, 1, (256, n, n))
+            ga = cupy.asarray(a.astype(d))
+
+            def factor(plan):
+                out = (cupy.full_like(ga, np.nan), cupy.full((256, n), -7, np.int32), cupy.full((256,), -9, np.int32))
+                _getrf.launch(ga, *out, plan)
+                return out
+
+            lu, piv, info = factor(next(p for p in plans(d, n) if p.describe() == best))
+            ratio = float(get01(a[:32].astype(d), cupy.asnumpy(lu[:32]), cupy.asnumpy(piv[:32])).max())
+            ratio = ratio if bool((info == 0).all()) else float("inf")
+            bitwise = ""
+            if args.rev:
+                sources.use("old")
+                old = factor(dispatched)
+                sources.use("new")
+                bitwise = str(same_bits(old, factor(dispatched)))
+            print(f"  BEST {best} {new[best]:.3f} ms; dispatched {dispatched.describe()} "
+                  f"{res.get(dispatched.describe(), float('nan')):.3f} (old {ref:.3f}); get01 {ratio:.3f}"
+                  f" bitwise {bitwise}", flush=True)
+            table.append((d, n, batch, dispatched.describe(), ref, new.get(dispatched.describe(), float("nan")),
+                          best, new[best], ratio, bitwise))
+    print("\n| dtype | n | batch | dispatched | old ms | new ms | best plan | ms | gain over old | get01 | bitwise |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for d, n, batch, dp, ref, now, best, ms, ratio, bitwise in table:
+        print(f"| {d} | {n} | {batch} | {dp} | {ref:.3f} | {now:.3f} | {best} | {ms:.3f} | {ref / ms:.2f}x | "
+              f"{ratio:.3f} | {bitwise} |")
+
+
+if __name__ == "__main__":
+    main()
