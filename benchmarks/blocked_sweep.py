@@ -3,7 +3,8 @@
     python3 benchmarks/blocked_sweep.py --dtypes float32,float64,complex64,complex128 --sizes 128,190 \\
         --rev HEAD
 
-For each (dtype, n), every blocked plan -- kind ``blocked`` (panel rows in registers) or
+``--op getri`` instead times ``_getri.launch_getri`` in each mode and blocks-per-SM bound (minb) on
+the factors of one random batch. For ``--op lu`` (the default): for each (dtype, n), every blocked plan -- kind ``blocked`` (panel rows in registers) or
 ``blocked_smem``, NB from ``_getrf._BLOCKED_NB`` but 32, and ``minb`` (``__launch_bounds__``' blocks
 per SM; 0 = none) among those whose shared memory and registers (>= 64 per thread) allow it -- is
 compiled in parallel first (16 processes, CuPy's disk cache), then run on the same fresh random batch
@@ -56,14 +57,23 @@ def _name(dtype, n: int, plan) -> str:
     return _getrf._blocked_name(plan.kind, dtype, plan.tile, -(-n // 32) * 32, plan.minb)
 
 
+def _old_text(rev: str) -> str:
+    """The old getrf_blocked.cu: a file path (the GPU machine's copy has no .git) or a git revision."""
+    if Path(rev).is_file():
+        return Path(rev).read_text()
+    from kernel_ab import old_source
+
+    return old_source("getrf_blocked", rev)
+
+
 def compile_one(job):
     dtype, n, plan, rev = job
     from kernels._gpu._module import get_function
 
     if rev:
-        from kernel_ab import Sources, old_source
+        from kernel_ab import Sources
 
-        Sources("getrf_blocked", old_source("getrf_blocked", rev)).use("old")
+        Sources("getrf_blocked", _old_text(rev)).use("old")
     t0 = time.time()
     try:
         get_function("getrf_blocked", _name(dtype, n, plan))
@@ -81,6 +91,79 @@ def _bench_module():
     return module
 
 
+def getri_plans(dtype, n: int) -> list[tuple[str, int]]:
+    """(mode, minb) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each minb
+    whose registers (>= 64 per thread) allow it."""
+    warps = -(-n // 32)
+    out = [("static", 0), ("merged", 0), ("dynamic", 0)]
+    for minb in range(2, 6):
+        if min(255, 16384 // (-(-minb * warps // 4) * 32) // 8 * 8) >= 64 and minb * warps <= 64:
+            out += [("static", minb), ("merged", minb)]
+    return out
+
+
+def compile_getri(job):
+    dtype, n, minb = job
+    from kernels._gpu import _getri
+    from kernels._gpu._module import get_function
+
+    s, nb, threads = _getri._SCALAR[np.dtype(dtype)], _getri._nb(dtype), -(-n // 32) * 32
+    names = tuple(f"blu::getri_{k}<{s}, {nb}, {threads}, {minb}>" for k in ("static", "merged"))
+    t0 = time.time()
+    get_function("getri", names[0], names=names)
+    return f"{dtype} {n} minb {minb} {time.time() - t0:.1f}s"
+
+
+def sweep_getri(dtypes, sizes, args) -> None:
+    """The getri op: each (mode, minb) on the factors of one fresh random batch (get03 of the best)."""
+    import cupy
+
+    from _lu_impls import Case
+    from kernel_ab import random_batch
+    from kernels._gpu import _getrf, _getri
+    from kernels.ratios import get03
+
+    jobs = sorted({(d, n, minb) for d in dtypes for n in sizes for _, minb in getri_plans(d, n) if minb})
+    with cf.ProcessPoolExecutor(16, mp_context=mp.get_context("spawn")) as ex:
+        for r in ex.map(compile_getri, jobs):
+            print("compiled", r, flush=True)
+    time_case = _bench_module().time_case
+    table = []
+    for d in dtypes:
+        for n in sizes:
+            batch = max(1, min(args.batch, int(args.max_bytes // (np.dtype(d).itemsize * n * n))))
+            a = random_batch((batch, n, n), d, seed=n)
+            lu, piv, info = _getrf.getrf(a)
+            work, out = cupy.empty_like(lu), cupy.empty_like(lu)
+            res = {}
+            for mode, minb in getri_plans(d, n):
+                def prepare(k, mode=mode):
+                    work[...] = lu
+
+                def run(mode=mode, minb=minb):
+                    _getri.launch_getri(work, piv, info, out, mode, minb)
+
+                try:
+                    res[f"{mode}-m{minb}"] = time_case(Case(prepare, run), args.reps)
+                except Exception as e:
+                    print(d, n, mode, minb, "FAILED", type(e).__name__, str(e)[:300], flush=True)
+            best = min(res, key=res.get)
+            mode, minb = best.split("-m")
+            out[...] = np.nan
+            work[...] = lu
+            _getri.launch_getri(work, piv, info, out, mode, int(minb))
+            ratio = float(get03(cupy.asnumpy(a[:32]), cupy.asnumpy(out[:32])).max())
+            ref = res[f"{_getri.GETRI_MODE[np.dtype(d)]}-m0"]
+            print(f"{d:10s} n={n:3d} batch={batch} " + " ".join(f"{k}={v:.3f}" for k, v in res.items()), flush=True)
+            table.append((d, n, batch, _getri.GETRI_MODE[np.dtype(d)], ref, best, res[best], ratio))
+            del a, lu, piv, info, work, out
+            cupy.get_default_memory_pool().free_all_blocks()
+    print("\n| dtype | n | batch | dispatched mode | ms | best (mode-minb) | ms | gain | get03 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for d, n, batch, mode, ref, best, ms, ratio in table:
+        print(f"| {d} | {n} | {batch} | {mode} | {ref:.3f} | {best} | {ms:.3f} | {ref / ms:.2f}x | {ratio:.3f} |")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtypes", default="float32,float64,complex64,complex128")
@@ -88,10 +171,15 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=10000)
     ap.add_argument("--max-bytes", type=float, default=3e9, help="cap on one input batch's bytes")
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--rev", default="", help="git revision of the old getrf_blocked.cu (minb = 0 plans)")
+    ap.add_argument("--rev", default="", help="git revision (or a file) of the old getrf_blocked.cu "
+                                              "(minb = 0 plans)")
+    ap.add_argument("--op", choices=("lu", "getri"), default="lu",
+                    help="lu: the getrf_blocked plans; getri: launch_getri's modes and minb")
     args = ap.parse_args(argv)
     dtypes = [d for d in args.dtypes.split(",") if d]
     sizes = [int(x) for x in args.sizes.split(",") if x]
+    if args.op == "getri":
+        return sweep_getri(dtypes, sizes, args)
 
     jobs = [(d, n, p, "") for d in dtypes for n in sizes for p in plans(d, n)]
     if args.rev:
@@ -105,12 +193,12 @@ def main(argv=None) -> None:
     import cupy
 
     from _lu_impls import ours
-    from kernel_ab import Sources, old_source, same_bits
+    from kernel_ab import Sources, same_bits
     from kernels._gpu import _getrf
     from kernels.ratios import get01
 
     time_case = _bench_module().time_case
-    sources = Sources("getrf_blocked", old_source("getrf_blocked", args.rev)) if args.rev else None
+    sources = Sources("getrf_blocked", _old_text(args.rev)) if args.rev else None
     table = []
     for d in dtypes:
         for n in sizes:

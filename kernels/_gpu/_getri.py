@@ -206,12 +206,13 @@ def _ldp(dtype) -> int:
     return _nb(dtype) + 16 // np.dtype(dtype).itemsize
 
 
-def launch_getri(lu, piv, info, out, mode: str | None = None) -> None:
+def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0) -> None:
     """Inverse from ``getrf``'s ``lu`` (overwritten with L^-1 and U^-1), ``piv``, ``info`` into ``out``.
 
     ``mode``: "static" (one launch), "merged" (one launch, L and U steps interleaved; falls back to
     "static" where two panels do not fit in shared memory) or "dynamic" (one launch per step, active
-    columns only).
+    columns only). ``minb`` > 0: the one-launch kernels compiled with __launch_bounds__(threads, minb)
+    (blocks per SM; fewer registers), by themselves; 0: the default (no such bound).
     Matrices with info != 0 get NaN.
     """
     batch, n = lu.shape[0], lu.shape[-1]
@@ -232,6 +233,9 @@ def launch_getri(lu, piv, info, out, mode: str | None = None) -> None:
     npad = -(-n // nb) * nb
     threads = -(-n // 32) * 32
     maxt = 256 if threads <= 256 else 1024
+    if minb and mode != "dynamic":
+        maxt = f"{threads}, {minb}"
+        names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in ("static", "merged"))
     full = npad * ldp * item
     ni = np.int32(n)
     merged = 2 * npad * ldp * item

@@ -219,15 +219,11 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                         if (i == br) pos = kk;
                         else if (pos == kk) pos = bp;
                         if (mine && pos > kk && !zero_pivot) {
-                            T prow[NB];
-#pragma unroll
-                            for (int c2 = c + 1; c2 < NB; ++c2)
-                                if (c2 < w) prow[c2] = P[c2 * ldp + br];
                             const T l = scale_by(row[c], pv);
                             row[c] = l;
 #pragma unroll
                             for (int c2 = c + 1; c2 < NB; ++c2)
-                                if (c2 < w) row[c2] = fms(row[c2], l, prow[c2]);
+                                if (c2 < w) row[c2] = fms(row[c2], l, P[c2 * ldp + br]);
 #pragma unroll
                             for (int c2 = c + 1; c2 < NB; ++c2)
                                 if (c2 < w) P[c2 * ldp + i] = row[c2];

@@ -205,8 +205,8 @@ __device__ __forceinline__ void product_all(const T* __restrict__ lu, T* panel, 
 }
 
 // Shared memory: panel npad x LDP of T. rp (B, n): row order of P^T A (out[:, rp[j]] = (U^-1 L^-1)[:, j]).
-template <typename T, int NB, int MAXT>
-__global__ void __launch_bounds__(MAXT)
+template <typename T, int NB, int MAXT, int MINB = 0>
+__global__ void __launch_bounds__(MAXT, MINB)
 getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
              T* __restrict__ out, int n) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -239,8 +239,8 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
 // (bottom-up) between the same two barriers; their active columns are complementary (j < (b+1)NB for
 // L, j >= (nb-1-b)NB for U), so the threads stay busier and the barrier count halves. The two panels
 // are separate (2 x npad x LDP of T); L and U steps touch disjoint triangles of lu.
-template <typename T, int NB, int MAXT>
-__global__ void __launch_bounds__(MAXT)
+template <typename T, int NB, int MAXT, int MINB = 0>
+__global__ void __launch_bounds__(MAXT, MINB)
 getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
              T* __restrict__ out, int n) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -270,8 +270,8 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
 }
 
 // Dynamic allocation: one launch per phase-1 step with round32(min(n, I0+NB)) threads, column j = tid.
-template <typename T, int NB, int MAXT>
-__global__ void __launch_bounds__(MAXT)
+template <typename T, int NB, int MAXT, int MINB = 0>
+__global__ void __launch_bounds__(MAXT, MINB)
 getri_linv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* panel = reinterpret_cast<T*>(smem_raw);
@@ -285,8 +285,8 @@ getri_linv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0)
 }
 
 // One launch per phase-2 step with round32(n - I0) threads, column j = I0 + tid.
-template <typename T, int NB, int MAXT>
-__global__ void __launch_bounds__(MAXT)
+template <typename T, int NB, int MAXT, int MINB = 0>
+__global__ void __launch_bounds__(MAXT, MINB)
 getri_uinv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* panel = reinterpret_cast<T*>(smem_raw);
@@ -300,8 +300,8 @@ getri_uinv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0)
     if (I0 + tid < n) uinv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, I0, I0 + tid);
 }
 
-template <typename T, int NB, int MAXT>
-__global__ void __launch_bounds__(MAXT)
+template <typename T, int NB, int MAXT, int MINB = 0>
+__global__ void __launch_bounds__(MAXT, MINB)
 getri_product(const T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
               T* __restrict__ out, int n) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
