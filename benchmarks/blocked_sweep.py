@@ -29,7 +29,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchm
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "benchmarks"))
 
-SMEM_SM = 228 * 1024  # H100: shared memory per SM (each block also reserves 1 KB)
+SMEM_SM = 228 * 1024  # H100: shared memory per SM (each block also reserves 1 KB; 16 B static)
 
 
 def plans(dtype, n: int) -> list:
@@ -46,7 +46,7 @@ def plans(dtype, n: int) -> list:
             for minb in range(2, 9):
                 per_partition = -(-minb * warps // 4)
                 regs = min(255, 16384 // (per_partition * 32) // 8 * 8)
-                if minb * (smem + 1024) <= SMEM_SM and regs >= 64 and minb * warps <= 64:
+                if minb * (smem + 16 + 1024) <= SMEM_SM and regs >= 64 and minb * warps <= 64:
                     out.append(_getrf.Plan(kind, nb, minb))
     return out
 
@@ -55,6 +55,29 @@ def _name(dtype, n: int, plan) -> str:
     from kernels._gpu import _getrf
 
     return _getrf._blocked_name(plan.kind, dtype, plan.tile, -(-n // 32) * 32, plan.minb)
+
+
+def _prev_smem(dtype, n: int, nb: int) -> int:
+    """Shared memory of getrf_blocked before the ldp_for / short bookkeeping change (commit 0b1d5c5
+    and older: its kernels then get what they need when they run as "old")."""
+    from kernels._gpu import _getrf
+
+    item = np.dtype(dtype).itemsize
+    return 3 * nb * _getrf._ldp(n) * item + 3 * n * 4 + 16 + 64 * 16 + 128 * item
+
+
+class _OldSmem:
+    """Switches ``_getrf.blocked_smem`` to max(current, previous layout) while the old source runs."""
+
+    def __init__(self, sources):
+        from kernels._gpu import _getrf
+
+        self.sources, self.getrf, self.current = sources, _getrf, _getrf.blocked_smem
+
+    def use(self, which: str) -> None:
+        self.sources.use(which)
+        cur = self.current
+        self.getrf.blocked_smem = cur if which == "new" else (lambda d, n, nb: max(cur(d, n, nb), _prev_smem(d, n, nb)))
 
 
 def _old_text(rev: str) -> str:
@@ -198,7 +221,7 @@ def main(argv=None) -> None:
     from kernels.ratios import get01
 
     time_case = _bench_module().time_case
-    sources = Sources("getrf_blocked", _old_text(args.rev)) if args.rev else None
+    sources = _OldSmem(Sources("getrf_blocked", _old_text(args.rev))) if args.rev else None
     table = []
     for d in dtypes:
         for n in sizes:

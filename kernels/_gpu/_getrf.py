@@ -117,7 +117,8 @@ def _ldp(n: int) -> int:
 def blocked_smem(dtype, n: int, nb: int) -> int:
     """Dynamic shared memory of ``getrf_blocked<T, nb>`` for order n (mirrors getrf_blocked_smem)."""
     item = np.dtype(dtype).itemsize
-    return 3 * nb * _ldp(n) * item + 3 * n * 4 + 16 + 64 * 16 + 128 * item
+    ldp = n if item >= 16 else _ldp(n)  # ldp_for<T>
+    return 3 * nb * ldp * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
 
 
 def _smem_limit() -> int:

@@ -21,8 +21,8 @@
 // info = -1 (NaN/Inf anywhere in the input, detected while loading the panels): lu all NaN, piv
 // identity. Otherwise info = first k + 1 with an exactly zero pivot (no swap, no scaling), or 0.
 //
-// Shared memory (dynamic): 3 * NB * ldp scalars (P and two staging buffers), 3 * n ints, reduction
-// scratch; ldp = round_up(n, 4) + 4 keeps 16-byte alignment for the broadcast vector loads.
+// Shared memory (dynamic): 3 * NB * ldp scalars (P and two staging buffers), n ints and 2 n shorts
+// (row bookkeeping), the pivot records; ldp: ldp_for.
 #include "common.cuh"
 
 namespace {
@@ -71,7 +71,12 @@ template <typename T> __device__ __forceinline__ T scale_by(T x, const Pivot<T>&
     return blu::abs_(p.v) >= blu::traits<T>::sfmin() ? x * p.rp : blu::div_(x, p.v);
 }
 
-__host__ __device__ constexpr int ldp_for(int n) { return ((n + 3) & ~3) + 4; }
+// Column stride of the panel and staging buffers: 16-byte aligned columns (the broadcast vector loads),
+// padded by 4 elements below 16-byte types; complex128 unpadded (16-byte elements need no rounding, and
+// n = 190 then fits three blocks per SM).
+template <typename T> __host__ __device__ constexpr int ldp_for(int n) {
+    return sizeof(T) >= 16 ? n : ((n + 3) & ~3) + 4;
+}
 
 }  // namespace
 
@@ -86,16 +91,17 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
     static_assert(NB <= 64, "NB <= 64");
     constexpr int V = Vec16<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
-    const int ldp = ldp_for(n);
+    const int ldp = ldp_for<T>(n);
     T* P = reinterpret_cast<T*>(smem);
     T* const L0 = P + NB * ldp;
     T* const L1 = P + 2 * NB * ldp;
     int* perm = reinterpret_cast<int*>(P + (NB <= 32 ? 3 : 1) * NB * ldp);  // position -> original row
-    int* slot = perm + n;                                  // panel row -> original row at load
-    int* posof = slot + n;                                 // panel row -> current position
-    // pivot records, double-buffered: 2 x 32 int4 (key, position, panel row), 2 x 32 (value, 1 / value)
+    short* slot = reinterpret_cast<short*>(perm + n);      // panel row -> original row at load
+    short* posof = slot + n;                               // panel row -> current position
+    // pivot records, double-buffered, one per warp (<= 16): int4 (key, position, panel row) and
+    // (value, 1 / value)
     int4* cb = reinterpret_cast<int4*>(((reinterpret_cast<size_t>(posof + n)) + 15) & ~size_t(15));
-    T* vb = reinterpret_cast<T*>(cb + 64);
+    T* vb = reinterpret_cast<T*>(cb + 32);
     __shared__ int s_bad;
 
     const int tid = threadIdx.x, bd = blockDim.x, nw = bd >> 5;
@@ -209,7 +215,7 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                         // (one where the reciprocal is unused: no division's slow path there)
                         const T x = cand && !is_zero(row[c]) ? row[c] : one<T>();
                         const Pivot<T> pv = pivot_pick(key, cand ? pos : kNoPos, i, row[c], div_(one<T>(), x),
-                                                       cb + (c & 1) * 32, vb + (c & 1) * 64, warp, lane, nw);
+                                                       cb + (c & 1) * 16, vb + (c & 1) * 32, warp, lane, nw);
                         const int bp = pv.pos, br = pv.row;
                         const bool zero_pivot = is_zero(pv.v);
                         if (tid == 0) {
@@ -257,8 +263,8 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                         }
                     }
                     const T xr = is_zero(x) ? one<T>() : x;  // (a zero pivot's reciprocal is unused)
-                    const Pivot<T> pv = pivot_pick(key, kpos, krow, x, div_(one<T>(), xr), cb + (c & 1) * 32,
-                                                   vb + (c & 1) * 64, warp, lane, nw);
+                    const Pivot<T> pv = pivot_pick(key, kpos, krow, x, div_(one<T>(), xr), cb + (c & 1) * 16,
+                                                   vb + (c & 1) * 32, warp, lane, nw);
                     const int bp = pv.pos, br = pv.row;
                     const bool zero_pivot = is_zero(pv.v);
                     if (tid == 0) {
@@ -321,6 +327,6 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
 
 // Bytes of dynamic shared memory getrf_blocked<T, NB> needs for order n (mirrored in _getrf.py).
 template <typename T, int NB> __host__ __device__ constexpr size_t getrf_blocked_smem(int n) {
-    return (NB <= 32 ? 3 : 1) * (size_t)NB * ldp_for(n) * sizeof(T) + 3 * (size_t)n * sizeof(int) + 16 +
-           64 * sizeof(int4) + 128 * sizeof(T);
+    return (NB <= 32 ? 3 : 1) * (size_t)NB * ldp_for<T>(n) * sizeof(T) + (size_t)n * (sizeof(int) + 2 * sizeof(short)) +
+           16 + 32 * sizeof(int4) + 64 * sizeof(T);
 }
