@@ -58,8 +58,8 @@ def _name(dtype, n: int, plan) -> str:
 
 
 def _prev_smem(dtype, n: int, nb: int) -> int:
-    """Shared memory of getrf_blocked before the ldp_for / short bookkeeping change (commit 0b1d5c5
-    and older: its kernels then get what they need when they run as "old")."""
+    """Shared memory of getrf_blocked before the ldp_for / short bookkeeping change (the parent of
+    commit 1764154 and older, back to e6ed8ac), so that such an old source gets what it needs."""
     from kernels._gpu import _getrf
 
     item = np.dtype(dtype).itemsize
