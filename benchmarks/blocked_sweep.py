@@ -243,7 +243,7 @@ def main(argv=None) -> None:
                 sources.use("new")
             new = {k: v for k, v in res.items() if not k.endswith("(old)")}
             best = min(new, key=new.get)
-            ref = res.get(dispatched.describe() + " (old)", res.get(dispatched.describe()))
+            ref = res.get(dispatched.describe() + " (old)", res.get(dispatched.describe(), float("nan")))
             print(f"{d:10s} n={n:3d} batch={batch} " + " ".join(f"{k}={v:.3f}" for k, v in sorted(res.items())),
                   flush=True)
             # accuracy of the best plan on fresh matrices (outputs poisoned); old and new dispatched

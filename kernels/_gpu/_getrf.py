@@ -117,7 +117,7 @@ def _ldp(n: int) -> int:
 def blocked_smem(dtype, n: int, nb: int) -> int:
     """Dynamic shared memory of ``getrf_blocked<T, nb>`` for order n (mirrors getrf_blocked_smem)."""
     item = np.dtype(dtype).itemsize
-    ldp = n if item >= 16 else _ldp(n)  # ldp_for<T>
+    ldp = n | 1 if item >= 16 else _ldp(n)  # ldp_for<T>
     return 3 * nb * ldp * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
 
 

@@ -72,10 +72,11 @@ template <typename T> __device__ __forceinline__ T scale_by(T x, const Pivot<T>&
 }
 
 // Column stride of the panel and staging buffers: 16-byte aligned columns (the broadcast vector loads),
-// padded by 4 elements below 16-byte types; complex128 unpadded (16-byte elements need no rounding, and
-// n = 190 then fits three blocks per SM).
+// padded by 4 elements below 16-byte types; complex128: n rounded up to odd (16-byte elements need no
+// rounding; an odd stride puts the 8 columns of one row in distinct banks, and n = 190 fits three
+// blocks per SM).
 template <typename T> __host__ __device__ constexpr int ldp_for(int n) {
-    return sizeof(T) >= 16 ? n : ((n + 3) & ~3) + 4;
+    return sizeof(T) >= 16 ? n | 1 : ((n + 3) & ~3) + 4;
 }
 
 }  // namespace
