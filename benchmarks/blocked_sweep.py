@@ -41,7 +41,7 @@ def plans(dtype, n: int) -> list:
         for nb in _getrf._BLOCKED_NB[item]:
             if nb == 32:
                 continue
-            smem = _getrf.blocked_smem(dtype, n, nb)
+            smem = _getrf.blocked_smem(dtype, n, nb, _getrf.blocked_ldp(dtype, n, nb, SMEM_SM))
             out.append(_getrf.Plan(kind, nb))
             for minb in range(2, 9):
                 per_partition = -(-minb * warps // 4)
@@ -77,7 +77,8 @@ class _OldSmem:
     def use(self, which: str) -> None:
         self.sources.use(which)
         cur = self.current
-        self.getrf.blocked_smem = cur if which == "new" else (lambda d, n, nb: max(cur(d, n, nb), _prev_smem(d, n, nb)))
+        self.getrf.blocked_smem = cur if which == "new" else (
+            lambda d, n, nb, ldp=None: max(cur(d, n, nb, ldp), _prev_smem(d, n, nb)))
 
 
 def _old_text(rev: str) -> str:

@@ -114,11 +114,35 @@ def _ldp(n: int) -> int:
     return ((n + 3) & ~3) + 4
 
 
-def blocked_smem(dtype, n: int, nb: int) -> int:
-    """Dynamic shared memory of ``getrf_blocked<T, nb>`` for order n (mirrors getrf_blocked_smem)."""
-    item = np.dtype(dtype).itemsize
-    ldp = n | 1 if item >= 16 else _ldp(n)  # ldp_for<T>
+def _smem_bytes(item: int, n: int, nb: int, ldp: int) -> int:
     return 3 * nb * ldp * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
+
+
+def _sm_smem() -> int:
+    attr = getattr(cupy.cuda.runtime, "cudaDevAttrMaxSharedMemoryPerMultiprocessor", 81)
+    return int(cupy.cuda.runtime.deviceGetAttribute(attr, cupy.cuda.runtime.getDevice()))
+
+
+def blocked_ldp(dtype, n: int, nb: int, sm_smem: int | None = None) -> int:
+    """Column stride of ``getrf_blocked``'s panel buffers: padded (n rounded up to 4, plus 4: fewer bank
+    conflicts) unless the tight one (n rounded up to 16 bytes) lets more blocks share an SM's shared
+    memory (``sm_smem`` bytes; each block also takes 1 KB and 16 static bytes), as at complex128 n = 190
+    NB8 (two blocks -> three)."""
+    item = np.dtype(dtype).itemsize
+    per16 = 16 // item if item < 16 else 1
+    padded, tight = _ldp(n), -(-n // per16) * per16
+    sm_smem = sm_smem or _sm_smem()
+
+    def blocks(ldp):
+        return sm_smem // (_smem_bytes(item, n, nb, ldp) + 16 + 1024)
+
+    return tight if blocks(tight) > blocks(padded) else padded
+
+
+def blocked_smem(dtype, n: int, nb: int, ldp: int | None = None) -> int:
+    """Dynamic shared memory of ``getrf_blocked<T, nb>`` for order n with column stride ``ldp`` (default:
+    the padded one; mirrors getrf_blocked_smem)."""
+    return _smem_bytes(np.dtype(dtype).itemsize, n, nb, _ldp(n) if ldp is None else ldp)
 
 
 def _smem_limit() -> int:
@@ -197,11 +221,13 @@ def launch(a, lu, piv, info, p: Plan | None = None) -> None:
         grid = min(-(-batch // per_block), _MAX_GRID)
         _kernel("getrf_small", dtype, p.tile)((grid,), (_SMALL_THREADS,), args)
     else:
-        smem = blocked_smem(dtype, n, p.tile)
+        ldp = blocked_ldp(dtype, n, p.tile)
+        smem = blocked_smem(dtype, n, p.tile, ldp)
         threads = min(-(-n // 32) * 32, _MAX_THREADS)
         grid = min(batch, _MAX_GRID)
         name = _blocked_name(p.kind, dtype, p.tile, threads, p.minb)
-        _kernel("getrf_blocked", dtype, p.tile, smem, name)((grid,), (threads,), args, shared_mem=smem)
+        _kernel("getrf_blocked", dtype, p.tile, smem, name)((grid,), (threads,), args + (np.int32(ldp),),
+                                                            shared_mem=smem)
 
 
 def getrf(a):

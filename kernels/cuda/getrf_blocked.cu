@@ -22,7 +22,7 @@
 // identity. Otherwise info = first k + 1 with an exactly zero pivot (no swap, no scaling), or 0.
 //
 // Shared memory (dynamic): 3 * NB * ldp scalars (P and two staging buffers), n ints and 2 n shorts
-// (row bookkeeping), the pivot records; ldp: ldp_for.
+// (row bookkeeping), the pivot records; ldp: see ldp_padded.
 #include "common.cuh"
 
 namespace {
@@ -71,13 +71,11 @@ template <typename T> __device__ __forceinline__ T scale_by(T x, const Pivot<T>&
     return blu::abs_(p.v) >= blu::traits<T>::sfmin() ? x * p.rp : blu::div_(x, p.v);
 }
 
-// Column stride of the panel and staging buffers: 16-byte aligned columns (the broadcast vector loads),
-// padded by 4 elements below 16-byte types; complex128: n rounded up to odd (16-byte elements need no
-// rounding; an odd stride puts the 8 columns of one row in distinct banks, and n = 190 fits three
-// blocks per SM).
-template <typename T> __host__ __device__ constexpr int ldp_for(int n) {
-    return sizeof(T) >= 16 ? n | 1 : ((n + 3) & ~3) + 4;
-}
+// Column stride of the panel and staging buffers (the kernel's `ldp` argument, chosen by the caller,
+// _getrf.blocked_ldp): 16-byte aligned columns (the broadcast vector loads), a multiple of
+// 16 / sizeof(T) elements, at least n. Padded: n rounded up to 4 elements, plus 4 (fewer bank conflicts
+// measured at n = 128); tight: n rounded up to 16 bytes, used where it lets more blocks share an SM.
+template <typename T> __host__ __device__ constexpr int ldp_padded(int n) { return ((n + 3) & ~3) + 4; }
 
 }  // namespace
 
@@ -85,14 +83,13 @@ template <typename T> __host__ __device__ constexpr int ldp_for(int n) {
 // MAXT, MINB: __launch_bounds__ (at most MAXT threads, MINB blocks per SM).
 template <typename T, int NB, bool REG = true, int MAXT = 512, int MINB = 1>
 __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, int* piv, int* info, int n,
-                                                      long long batch) {
+                                                      long long batch, int ldp) {
     using namespace blu;
     static_assert((NB * sizeof(T)) % 16 == 0, "NB * sizeof(T) must be a multiple of 16 bytes");
     // NB > 32 only as a single panel (n <= NB): the whole matrix in shared memory and registers.
     static_assert(NB <= 64, "NB <= 64");
     constexpr int V = Vec16<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
-    const int ldp = ldp_for<T>(n);
     T* P = reinterpret_cast<T*>(smem);
     T* const L0 = P + NB * ldp;
     T* const L1 = P + 2 * NB * ldp;
@@ -326,8 +323,8 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
     }
 }
 
-// Bytes of dynamic shared memory getrf_blocked<T, NB> needs for order n (mirrored in _getrf.py).
-template <typename T, int NB> __host__ __device__ constexpr size_t getrf_blocked_smem(int n) {
-    return (NB <= 32 ? 3 : 1) * (size_t)NB * ldp_for<T>(n) * sizeof(T) + (size_t)n * (sizeof(int) + 2 * sizeof(short)) +
+// Bytes of dynamic shared memory getrf_blocked<T, NB> needs for order n, stride ldp (mirrored in _getrf.py).
+template <typename T, int NB> __host__ __device__ constexpr size_t getrf_blocked_smem(int n, int ldp) {
+    return (NB <= 32 ? 3 : 1) * (size_t)NB * ldp * sizeof(T) + (size_t)n * (sizeof(int) + 2 * sizeof(short)) +
            16 + 32 * sizeof(int4) + 64 * sizeof(T);
 }
