@@ -73,8 +73,7 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
     lu = cupy.empty_like(a)
     piv = cupy.empty((batch, n), np.int32)
     info = cupy.empty((batch,), np.int32)
-    path = path or ("fused" if _getri.inv_plan(dtype, n) == "fused"
-                    else "getri-" + _getri.GETRI_MODE[np.dtype(dtype)])
+    path = path or ("fused" if _getri.inv_plan(dtype, n) == "fused" else "getri")  # getri: getri_plan
 
     def prepare(k):
         a[...] = src[k % len(src)]
@@ -88,7 +87,7 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
         def run():
             _getri.launch_inv_gje(a, out, info, tile)
     else:
-        mode = path.split("-")[1]
+        mode = path.split("-")[1] if "-" in path else None
 
         def run():
             _getrf.launch(a, lu, piv, info)

@@ -37,24 +37,27 @@ _MAX_THREADS = 512
 _MAX_GRID = 1 << 20
 # Dispatch from the H100 measurements (docs/kernels-notes.md; run 6: the new getrf_rows on each candidate
 # tile at n = 16, 24, 33, 48, 64, 96 (128 for float32/float64) and the fastest kept for (previous n, n];
-# above the swept sizes run 5's table, re-swept in session 3 for n = 96 .. 256 with the cp.async blocked
-# kernels: float64 n = 190, 256 and complex64 n = 190 changed): per dtype, (largest n, kind, tile)
-# rows, first match wins.
+# above that the blocked kernels, re-swept in session 5 with benchmarks/blocked_sweep.py at n = 96, 128,
+# 160, 190, 256 (kind, NB and blocks per SM): per dtype, (largest n, kind, tile) rows, first match wins.
 # "small" = registers, one lane per row; "rows" = getrf_rows, tile (RR, TJ): RR rows per thread, TJ
 # threads per row; "blocked" = left-looking, panel factored with rows in registers; "blocked_smem" = the
-# same with the panel factored in shared memory.
+# same with the panel factored in shared memory; their tile is NB or (NB, minb): minb blocks per SM in
+# __launch_bounds__ (fewer registers per thread, some spills).
 _DISPATCH = {
     np.dtype(np.float32): ((8, "small", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
                            (33, "rows", (5, 4)), (48, "rows", (6, 4)), (64, "rows", (4, 4)),
-                           (96, "rows", (8, 8)), (1 << 30, "blocked_smem", 16)),
+                           (96, "rows", (8, 8)), (128, "blocked_smem", (16, 8)), (160, "blocked_smem", (16, 6)),
+                           (256, "blocked_smem", (16, 4)), (1 << 30, "blocked_smem", 16)),
     np.dtype(np.float64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
-                           (48, "rows", (6, 4)), (64, "rows", (2, 4)), (256, "blocked", 16),
-                           (1 << 30, "blocked_smem", 8)),
+                           (48, "rows", (6, 4)), (64, "rows", (2, 4)), (160, "blocked", 16),
+                           (190, "blocked", (16, 2)), (256, "blocked", 16), (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
-                             (48, "rows", (3, 4)), (64, "rows", (4, 8)), (160, "blocked_smem", 8),
-                             (190, "blocked", 8), (1 << 30, "blocked_smem", 8)),
+                             (48, "rows", (3, 4)), (64, "rows", (4, 8)), (128, "blocked_smem", 8),
+                             (160, "blocked", (8, 4)), (190, "blocked_smem", 16), (256, "blocked", 16),
+                             (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex128): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (3, 4)),
-                              (48, "rows", (4, 8)), (96, "blocked_smem", 8), (1 << 30, "blocked", 8)),
+                              (48, "rows", (4, 8)), (64, "blocked_smem", 8), (96, "blocked", (8, 2)),
+                              (160, "blocked", 8), (190, "blocked_smem", (8, 3)), (1 << 30, "blocked", 8)),
 }
 
 
@@ -158,10 +161,11 @@ def plan(dtype, n: int) -> Plan:
         return rows_plan(n, *nb)
     if kind == "small":
         return Plan("small", next(p for p in _SMALL_NP if p >= n))
+    nb, minb = nb if isinstance(nb, tuple) else (nb, 0)
     limit = _smem_limit()
     for candidate in sorted(_BLOCKED_NB[dtype.itemsize], reverse=True):
         if candidate <= nb and blocked_smem(dtype, n, candidate) <= limit:
-            return Plan(kind, candidate)
+            return Plan(kind, candidate, minb if candidate == nb else 0)
     raise ValueError(f"Expected n small enough for the GPU getrf panel to fit in shared memory "
                      f"({limit} bytes). Got n = {n} for {dtype} instead.")
 

@@ -69,6 +69,17 @@ GESV_ROWS_MAX_RHS = 16
 # getri launch shape per dtype ("static", "merged" or "dynamic"): measured, docs/getri-notes.md.
 GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
               np.dtype(np.complex64): "dynamic", np.dtype(np.complex128): "static"}
+# ... and where a blocks-per-SM bound measured faster (session 5, benchmarks/blocked_sweep.py --op
+# getri at float64 / complex64 n = 190, complex128 n = 128, 190): (lowest n, largest n, mode, minb).
+GETRI_MINB = {np.dtype(np.float64): ((161, 190, "merged", 2),),
+              np.dtype(np.complex128): ((97, 128, "static", 3), (161, 190, "merged", 2))}
+
+
+def getri_plan(dtype, n: int) -> tuple[str, int]:
+    """(mode, minb) of ``launch_getri`` for (dtype, n): GETRI_MINB where it has a row, else GETRI_MODE."""
+    dtype = np.dtype(dtype)
+    return next(((mode, minb) for lo, hi, mode, minb in GETRI_MINB.get(dtype, ()) if lo <= n <= hi),
+                (GETRI_MODE[dtype], 0))
 _SMEM_DEFAULT = 48 * 1024
 
 
@@ -222,7 +233,8 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0) -> 
     _check("info", info, (batch,), np.int32)
     _check("out", out, lu.shape, dtype)
     _check_n(n)
-    mode = mode or GETRI_MODE[dtype]
+    if mode is None:
+        mode, minb = getri_plan(dtype, n)
     if mode not in ("static", "merged", "dynamic"):
         raise ValueError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
     if batch == 0:
