@@ -38,7 +38,7 @@ _MAX_GRID = 1 << 20
 # Dispatch from the H100 measurements (docs/kernels-notes.md; run 6: the new getrf_rows on each candidate
 # tile at n = 16, 24, 33, 48, 64, 96 (128 for float32/float64) and the fastest kept for (previous n, n];
 # above that the blocked kernels, re-swept in session 5 with benchmarks/blocked_sweep.py at n = 96, 128,
-# 160, 190, 256 (kind, NB and blocks per SM): per dtype, (largest n, kind, tile) rows, first match wins.
+# 160, 190, 256 (complex128 also 64) (kind, NB and blocks per SM): per dtype, (largest n, kind, tile) rows, first match wins.
 # "small" = registers, one lane per row; "rows" = getrf_rows, tile (RR, TJ): RR rows per thread, TJ
 # threads per row; "blocked" = left-looking, panel factored with rows in registers; "blocked_smem" = the
 # same with the panel factored in shared memory; their tile is NB or (NB, minb): minb blocks per SM in
@@ -56,7 +56,7 @@ _DISPATCH = {
                              (160, "blocked", (8, 4)), (190, "blocked_smem", 16), (256, "blocked", 16),
                              (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex128): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (3, 4)),
-                              (48, "rows", (4, 8)), (64, "blocked_smem", 8), (96, "blocked", (8, 2)),
+                              (48, "rows", (4, 8)), (64, "blocked", (8, 3)), (96, "blocked", (8, 2)),
                               (160, "blocked", 8), (190, "blocked_smem", (8, 3)), (1 << 30, "blocked", 8)),
 }
 

@@ -39,9 +39,10 @@ template <typename T> struct Vec16 {
 
 // The block's pivot for one column, one barrier: each warp's best candidate by redux.sync over the
 // key bits (rows_argmax: largest cabs1, NaN as +inf, ties to the smallest position, as LAPACK's
-// i?amax), its record (key, position, panel row) and the candidate's value and speculative reciprocal
-// (computed by every candidate while the arg-max runs, so no division waits behind the barrier) to
-// double-buffered slots; after the barrier every warp reduces the nw records the same way.
+// i?amax), its record (key, position, panel row) and the candidate's value and reciprocal to
+// double-buffered slots; after the barrier every warp reduces the nw records the same way. `rp`: for
+// real T the reciprocal, computed by every candidate while the arg-max runs (no division waits behind
+// the barrier); for complex T the value to invert (nonzero), which only the warp's winner divides.
 template <typename T> struct Pivot {
     int pos, row;  // current position and panel row of the pivot
     T v, rp;       // its value and 1 / v
@@ -56,13 +57,21 @@ __device__ __forceinline__ Pivot<T> pivot_pick(blu::RowsKey key, int pos, int ro
     if (lane == wl) {
         cb[warp] = make_int4(key.hi, int(key.lo), pos, row);
         vb[2 * warp] = v;
-        vb[2 * warp + 1] = rp;
+        // complex: the winner divides (a complex division costs more than a column's update, so
+        // every lane dividing speculatively lost); real: rp came computed
+        vb[2 * warp + 1] = blu::traits<T>::is_complex ? blu::div_(blu::one<T>(), rp) : rp;
     }
     __syncthreads();
     const int4 o = lane < nw ? cb[lane] : make_int4(-1, 0, kNoPos, 0);
     const int bl = rows_argmax<WIDE>(RowsKey{o.x, unsigned(o.y)}, o.z);
     return Pivot<T>{__shfl_sync(kFullWarp, o.z, bl), __shfl_sync(kFullWarp, o.w, bl), vb[2 * bl],
                     vb[2 * bl + 1]};
+}
+
+// pivot_pick's `rp` argument: 1 / x for real T, x itself for complex T.
+template <typename T> __device__ __forceinline__ T recip_or_value(T x) {
+    if constexpr (blu::traits<T>::is_complex) return x;
+    else return blu::div_(blu::one<T>(), x);
 }
 
 // x / p as LAPACK's ?getrf2 scales the pivot column: x * (1 / p) where |p| >= sfmin, else x / p
@@ -212,7 +221,7 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                         if (!cand) key.hi = -1;
                         // (one where the reciprocal is unused: no division's slow path there)
                         const T x = cand && !is_zero(row[c]) ? row[c] : one<T>();
-                        const Pivot<T> pv = pivot_pick(key, cand ? pos : kNoPos, i, row[c], div_(one<T>(), x),
+                        const Pivot<T> pv = pivot_pick(key, cand ? pos : kNoPos, i, row[c], recip_or_value(x),
                                                        cb + (c & 1) * 16, vb + (c & 1) * 32, warp, lane, nw);
                         const int bp = pv.pos, br = pv.row;
                         const bool zero_pivot = is_zero(pv.v);
@@ -261,7 +270,7 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                         }
                     }
                     const T xr = is_zero(x) ? one<T>() : x;  // (a zero pivot's reciprocal is unused)
-                    const Pivot<T> pv = pivot_pick(key, kpos, krow, x, div_(one<T>(), xr), cb + (c & 1) * 16,
+                    const Pivot<T> pv = pivot_pick(key, kpos, krow, x, recip_or_value(xr), cb + (c & 1) * 16,
                                                    vb + (c & 1) * 32, warp, lane, nw);
                     const int bp = pv.pos, br = pv.row;
                     const bool zero_pivot = is_zero(pv.v);
