@@ -371,7 +371,8 @@ def kernel_groups(dtype) -> list[tuple[str, tuple[str, ...]]]:
 
 def warm(dtype) -> None:
     """Compile (or load from CuPy's cache) the kernels this module may launch for ``dtype``, except
-    ``gesv_rows``, whose instantiation depends on n and k (compiled at its first use)."""
+    ``gesv_rows``, whose instantiation depends on n and k, and the getri kernels with a blocks-per-SM
+    bound (``GETRI_MINB``, their instantiation depends on the thread count): those compile at first use."""
     for family, names in kernel_groups(dtype):
         get_function(family, names[0], names=names)
 
