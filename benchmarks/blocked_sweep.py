@@ -16,8 +16,6 @@ and a Markdown table; the LAPACK ratio get01 of the best plan on 32 matrices is 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
-import multiprocessing as mp
 import sys
 import time
 from pathlib import Path
@@ -28,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "benchmarks"))
+
+from gesv_sweep import _time_case, precompile  # noqa: E402  (shared with the gesv_rows sweep)
 
 SMEM_SM = 228 * 1024  # H100: shared memory per SM (each block also reserves 1 KB; 16 B static)
 
@@ -106,15 +106,6 @@ def compile_one(job):
     return f"{dtype} {n} {plan.describe()} {'old' if rev else 'new'} {time.time() - t0:.1f}s"
 
 
-def _bench_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks" / "kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def getri_plans(dtype, n: int) -> list[tuple[str, int]]:
     """(mode, minb) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each minb
     whose registers (>= 64 per thread) allow it."""
@@ -147,11 +138,9 @@ def sweep_getri(dtypes, sizes, args) -> None:
     from kernels._gpu import _getrf, _getri
     from kernels.ratios import get03
 
-    jobs = sorted({(d, n, minb) for d in dtypes for n in sizes for _, minb in getri_plans(d, n) if minb})
-    with cf.ProcessPoolExecutor(16, mp_context=mp.get_context("spawn")) as ex:
-        for r in ex.map(compile_getri, jobs):
-            print("compiled", r, flush=True)
-    time_case = _bench_module().time_case
+    precompile(compile_getri, sorted({(d, n, minb) for d in dtypes for n in sizes
+                                      for _, minb in getri_plans(d, n) if minb}))
+    time_case = _time_case()
     table = []
     for d in dtypes:
         for n in sizes:
@@ -208,11 +197,7 @@ def main(argv=None) -> None:
     jobs = [(d, n, p, "") for d in dtypes for n in sizes for p in plans(d, n)]
     if args.rev:
         jobs += [(d, n, p, args.rev) for d in dtypes for n in sizes for p in plans(d, n) if not p.minb]
-    t0 = time.time()
-    with cf.ProcessPoolExecutor(16, mp_context=mp.get_context("spawn")) as ex:
-        for r in ex.map(compile_one, jobs):
-            print("compiled", r, flush=True)
-    print(f"compile {len(jobs)} in {time.time() - t0:.0f}s", flush=True)
+    precompile(compile_one, jobs)
 
     import cupy
 
@@ -221,7 +206,7 @@ def main(argv=None) -> None:
     from kernels._gpu import _getrf
     from kernels.ratios import get01
 
-    time_case = _bench_module().time_case
+    time_case = _time_case()
     sources = _OldSmem(Sources("getrf_blocked", _old_text(args.rev))) if args.rev else None
     table = []
     for d in dtypes:
