@@ -16,6 +16,7 @@ the outputs and benchmarks can reuse buffers; :func:`getrf` is the backend entry
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import cupy
@@ -121,9 +122,14 @@ def _smem_bytes(item: int, n: int, nb: int, ldp: int) -> int:
     return 3 * nb * ldp * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
 
 
+@functools.lru_cache(maxsize=None)
+def _device_attribute(name: str, number: int, device: int) -> int:
+    """A device attribute, queried once per device (the launch path asks on every call)."""
+    return int(cupy.cuda.runtime.deviceGetAttribute(getattr(cupy.cuda.runtime, name, number), device))
+
+
 def _sm_smem() -> int:
-    attr = getattr(cupy.cuda.runtime, "cudaDevAttrMaxSharedMemoryPerMultiprocessor", 81)
-    return int(cupy.cuda.runtime.deviceGetAttribute(attr, cupy.cuda.runtime.getDevice()))
+    return _device_attribute("cudaDevAttrMaxSharedMemoryPerMultiprocessor", 81, cupy.cuda.runtime.getDevice())
 
 
 def blocked_ldp(dtype, n: int, nb: int, sm_smem: int | None = None) -> int:
@@ -149,8 +155,7 @@ def blocked_smem(dtype, n: int, nb: int, ldp: int | None = None) -> int:
 
 
 def _smem_limit() -> int:
-    attr = getattr(cupy.cuda.runtime, "cudaDevAttrMaxSharedMemoryPerBlockOptin", 97)
-    return int(cupy.cuda.runtime.deviceGetAttribute(attr, cupy.cuda.runtime.getDevice()))
+    return _device_attribute("cudaDevAttrMaxSharedMemoryPerBlockOptin", 97, cupy.cuda.runtime.getDevice())
 
 
 def plan(dtype, n: int) -> Plan:

@@ -27,8 +27,6 @@
 
 namespace {
 
-template <typename T> using real_t_ = blu::real_t<T>;
-
 template <typename T> struct Vec16 {
     static constexpr int N = 16 / sizeof(T);
     union {
