@@ -186,6 +186,12 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--rev", default="", help="git revision (or a file) of the old getrf_blocked.cu "
                                               "(minb = 0 plans)")
+    ap.add_argument("--old-smem", action="store_true",
+                    help="the --rev source predates commit 1764154 (its larger shared-memory layout); "
+                         "without this flag it gets the current layout's size")
+    ap.add_argument("--plans", choices=("all", "dispatched"), default="all",
+                    help="all: every blocked plan; dispatched: only _getrf.plan's (old and new source on it, "
+                         "for a quick A/B with --rev)")
     ap.add_argument("--op", choices=("lu", "getri"), default="lu",
                     help="lu: the getrf_blocked plans; getri: launch_getri's modes and minb")
     args = ap.parse_args(argv)
@@ -194,9 +200,18 @@ def main(argv=None) -> None:
     if args.op == "getri":
         return sweep_getri(dtypes, sizes, args)
 
-    jobs = [(d, n, p, "") for d in dtypes for n in sizes for p in plans(d, n)]
-    if args.rev:
-        jobs += [(d, n, p, args.rev) for d in dtypes for n in sizes for p in plans(d, n) if not p.minb]
+    def swept(d, n):
+        if args.plans == "dispatched":
+            from kernels._gpu import _getrf
+
+            return [_getrf.plan(d, n)]
+        return plans(d, n)
+
+    def old_too(p):  # every plan runs the old source too when only the dispatched one is swept
+        return args.rev and (args.plans == "dispatched" or not p.minb)
+
+    jobs = [(d, n, p, "") for d in dtypes for n in sizes for p in swept(d, n)]
+    jobs += [(d, n, p, args.rev) for d in dtypes for n in sizes for p in swept(d, n) if old_too(p)]
     precompile(compile_one, jobs)
 
     import cupy
@@ -207,15 +222,18 @@ def main(argv=None) -> None:
     from kernels.ratios import get01
 
     time_case = _time_case()
-    sources = _OldSmem(Sources("getrf_blocked", _old_text(args.rev))) if args.rev else None
+    sources = None
+    if args.rev:
+        sources = Sources("getrf_blocked", _old_text(args.rev))
+        sources = _OldSmem(sources) if args.old_smem else sources
     table = []
     for d in dtypes:
         for n in sizes:
             batch = max(1, min(args.batch, int(args.max_bytes // (np.dtype(d).itemsize * n * n))))
             dispatched = _getrf.plan(d, n)
             res = {}
-            for p in plans(d, n):
-                for which in (("old", "new") if args.rev and not p.minb else ("new",)):
+            for p in swept(d, n):
+                for which in (("old", "new") if old_too(p) else ("new",)):
                     key = p.describe() + (" (old)" if which == "old" else "")
                     if sources:
                         sources.use(which)
@@ -245,7 +263,7 @@ def main(argv=None) -> None:
                 _getrf.launch(ga, *out, plan)
                 return out
 
-            lu, piv, info = factor(next(p for p in plans(d, n) if p.describe() == best))
+            lu, piv, info = factor(next(p for p in swept(d, n) if p.describe() == best))
             ratio = float(get01(a[:32].astype(d), cupy.asnumpy(lu[:32]), cupy.asnumpy(piv[:32])).max())
             ratio = ratio if bool((info == 0).all()) else float("inf")
             bitwise = ""

@@ -78,6 +78,22 @@ template <typename T> __device__ __forceinline__ T scale_by(T x, const Pivot<T>&
     return blu::abs_(p.v) >= blu::traits<T>::sfmin() ? x * p.rp : blu::div_(x, p.v);
 }
 
+// A thread's share of a row-by-NB copy (NB divides the block size): column q of every rs-th row from
+// row r0, as the flat loop idx = tid, tid + bd, ... over (row, column) = (idx / NB, idx % NB) gives it,
+// without a division per element. tid and bd are read afresh (volatile) at each use, so that these
+// short-lived values are not kept in registers across the panel factorization.
+template <int NB> struct CopyLanes {
+    int q, r0, rs;
+    __device__ __forceinline__ CopyLanes() {
+        unsigned t, b;
+        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+        asm volatile("mov.u32 %0, %%ntid.x;" : "=r"(b));
+        q = int(t % NB);
+        r0 = int(t / NB);
+        rs = int(b / NB);
+    }
+};
+
 // Column stride of the panel and staging buffers (the kernel's `ldp` argument, chosen by the caller,
 // _getrf.blocked_ldp): 16-byte aligned columns (the broadcast vector loads), a multiple of
 // 16 / sizeof(T) elements, at least n. Padded: n rounded up to 4 elements, plus 4 (fewer bank conflicts
@@ -93,8 +109,8 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                                                       long long batch, int ldp) {
     using namespace blu;
     static_assert((NB * sizeof(T)) % 16 == 0, "NB * sizeof(T) must be a multiple of 16 bytes");
-    // NB > 32 only as a single panel (n <= NB): the whole matrix in shared memory and registers.
-    static_assert(NB <= 64, "NB <= 64");
+    // NB divides 32, so it divides the block size (CopyLanes).
+    static_assert(NB <= 32 && 32 % NB == 0, "NB must divide 32");
     constexpr int V = Vec16<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
     T* P = reinterpret_cast<T*>(smem);
@@ -130,38 +146,37 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
             // 1. gather the panel through perm (delayed swaps); stage the first block of L.
             // Every copy is issued before any is waited for (cp.async); each thread then checks the
             // panel elements it copied itself, which wait_all makes visible to it.
-            for (int idx = tid; idx < n * NB; idx += bd) {
-                const int i = idx / NB, c = idx - i * NB;
-                if (c < w) cp_async(&P[c * ldp + i], &A[(size_t)perm[i] * n + k0 + c]);
-                else P[c * ldp + i] = zero<T>();
-            }
-            for (int i = tid; i < n; i += bd) slot[i] = perm[i];
-            if (NB <= 32 && nblk > 0) {
-                for (int idx = tid; idx < n * NB; idx += bd) {
-                    const int i = idx / NB, q = idx - i * NB;
-                    cp_async(&L0[q * ldp + i], &LU[(size_t)perm[i] * n + q]);
-                }
-            }
-            cp_async_wait();
             bool bad = false;
-            for (int idx = tid; idx < n * NB; idx += bd) {
-                const int i = idx / NB, c = idx - i * NB;
-                if (c < w) bad |= !is_finite(P[c * ldp + i]);
+            {
+                const CopyLanes<NB> cl;
+                if (cl.q < w) {
+                    const T* src = A + k0 + cl.q;
+                    for (int i = cl.r0; i < n; i += cl.rs) cp_async(P + cl.q * ldp + i, src + perm[i] * n);
+                } else {
+                    for (int i = cl.r0; i < n; i += cl.rs) P[cl.q * ldp + i] = zero<T>();
+                }
+                for (int i = tid; i < n; i += bd) slot[i] = perm[i];
+                if (nblk > 0) {
+                    const T* src = LU + cl.q;
+                    for (int i = cl.r0; i < n; i += cl.rs) cp_async(L0 + cl.q * ldp + i, src + perm[i] * n);
+                }
+                cp_async_wait();
+                if (cl.q < w)
+                    for (int i = cl.r0; i < n; i += cl.rs) bad |= !is_finite(P[cl.q * ldp + i]);
             }
             if (bad) s_bad = 1;
             __syncthreads();
 
             // 2. left-looking correction, one earlier block column at a time.
-            if constexpr (NB <= 32) for (int b = 0; b < nblk; ++b) {
+            for (int b = 0; b < nblk; ++b) {
                 const int j0 = b * NB;
                 const T* Lc = (b & 1) ? L1 : L0;
                 if (b + 1 < nblk) {  // issue the copy of the next block of L; waited for below
                     const int jn = j0 + NB;
                     T* Ln = (b & 1) ? L0 : L1;
-                    for (int idx = tid; idx < (n - jn) * NB; idx += bd) {
-                        const int i = jn + idx / NB, q = idx % NB;
-                        cp_async(&Ln[q * ldp + i], &LU[(size_t)perm[i] * n + jn + q]);
-                    }
+                    const CopyLanes<NB> cl;
+                    const T* src = LU + jn + cl.q;
+                    for (int i = jn + cl.r0; i < n; i += cl.rs) cp_async(Ln + cl.q * ldp + i, src + perm[i] * n);
                 }
                 if (warp == 0) {
                     if (lane < NB) {  // U_b = L_bb^-1 P_b, column `lane` of the panel
@@ -293,11 +308,14 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
 
             // 4. write the panel back (original-row slots; the last panel to its final rows).
             for (int i = k0 + tid; i < n; i += bd) perm[posof[i]] = slot[i];
-            for (int idx = tid; idx < n * NB; idx += bd) {
-                const int i = idx / NB, c = idx - i * NB;
-                if (c < w) {
-                    const int dest = last ? (i < k0 ? i : posof[i]) : slot[i];
-                    LU[(size_t)dest * n + k0 + c] = P[c * ldp + i];
+            {
+                const CopyLanes<NB> cl;
+                if (cl.q < w) {
+                    T* dst = LU + k0 + cl.q;
+                    for (int i = cl.r0; i < n; i += cl.rs) {
+                        const int dest = last ? (i < k0 ? i : posof[i]) : slot[i];
+                        dst[dest * n] = P[cl.q * ldp + i];
+                    }
                 }
             }
             __syncthreads();
@@ -307,17 +325,17 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
             // Gather the columns left of the last panel into LAPACK's row order, NB at a time.
             const int klast = ((n - 1) / NB) * NB;
             for (int c0 = 0; c0 < klast; c0 += NB) {
-                for (int idx = tid; idx < n * NB; idx += bd) {
-                    const int i = idx / NB, c = idx - i * NB;
+                const CopyLanes<NB> cl;
+                T* col = LU + c0 + cl.q;
+                T* const Pq = P + cl.q * ldp;
+                for (int i = cl.r0; i < n; i += cl.rs) {
                     const int src = perm[i];
-                    if (src != i) cp_async(&P[c * ldp + i], &LU[(size_t)src * n + c0 + c]);
+                    if (src != i) cp_async(Pq + i, col + src * n);
                 }
                 cp_async_wait();
                 __syncthreads();
-                for (int idx = tid; idx < n * NB; idx += bd) {
-                    const int i = idx / NB, c = idx - i * NB;
-                    if (perm[i] != i) LU[(size_t)i * n + c0 + c] = P[c * ldp + i];
-                }
+                for (int i = cl.r0; i < n; i += cl.rs)
+                    if (perm[i] != i) col[i * n] = Pq[i];
                 __syncthreads();
             }
             if (tid == 0) info[m] = first_zero;
