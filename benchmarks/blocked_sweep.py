@@ -57,28 +57,33 @@ def _name(dtype, n: int, plan) -> str:
     return _getrf._blocked_name(plan.kind, dtype, plan.tile, -(-n // 32) * 32, plan.minb)
 
 
-def _prev_smem(dtype, n: int, nb: int) -> int:
-    """Shared memory of getrf_blocked before the ldp_for / short bookkeeping change (the parent of
-    commit 1764154 and older, back to e6ed8ac), so that such an old source gets what it needs."""
+def _prev_smem(dtype, n: int, nb: int, ldp: int, layout: str) -> int:
+    """Shared memory of an older getrf_blocked.cu, so that such a source gets what it needs: layout
+    "3buf" = three NB x ldp buffers (commits 1764154 .. 58ef887), "pre1764154" = that and int
+    bookkeeping with the padded stride (e6ed8ac .. the parent of 1764154)."""
     from kernels._gpu import _getrf
 
     item = np.dtype(dtype).itemsize
+    if layout == "3buf":
+        return 3 * nb * ldp * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
     return 3 * nb * _getrf._ldp(n) * item + 3 * n * 4 + 16 + 64 * 16 + 128 * item
 
 
 class _OldSmem:
     """Switches ``_getrf.blocked_smem`` to max(current, previous layout) while the old source runs."""
 
-    def __init__(self, sources):
+    def __init__(self, sources, layout: str):
         from kernels._gpu import _getrf
 
-        self.sources, self.getrf, self.current = sources, _getrf, _getrf.blocked_smem
+        self.sources, self.getrf, self.current, self.layout = sources, _getrf, _getrf.blocked_smem, layout
 
     def use(self, which: str) -> None:
         self.sources.use(which)
         cur = self.current
         self.getrf.blocked_smem = cur if which == "new" else (
-            lambda d, n, nb, ldp=None: max(cur(d, n, nb, ldp), _prev_smem(d, n, nb)))
+            lambda d, n, nb, ldp=None: max(cur(d, n, nb, ldp),
+                                           _prev_smem(d, n, nb, self.getrf._ldp(n) if ldp is None else ldp,
+                                                      self.layout)))
 
 
 def _old_text(rev: str) -> str:
@@ -186,9 +191,9 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--rev", default="", help="git revision (or a file) of the old getrf_blocked.cu "
                                               "(minb = 0 plans)")
-    ap.add_argument("--old-smem", action="store_true",
-                    help="the --rev source predates commit 1764154 (its larger shared-memory layout); "
-                         "without this flag it gets the current layout's size")
+    ap.add_argument("--old-layout", choices=("current", "3buf", "pre1764154"), default="current",
+                    help="shared-memory layout of the --rev source (_prev_smem): it gets max(current, that) "
+                         "bytes")
     ap.add_argument("--plans", choices=("all", "dispatched"), default="all",
                     help="all: every blocked plan; dispatched: only _getrf.plan's (old and new source on it, "
                          "for a quick A/B with --rev)")
@@ -225,7 +230,7 @@ def main(argv=None) -> None:
     sources = None
     if args.rev:
         sources = Sources("getrf_blocked", _old_text(args.rev))
-        sources = _OldSmem(sources) if args.old_smem else sources
+        sources = _OldSmem(sources, args.old_layout) if args.old_layout != "current" else sources
     table = []
     for d in dtypes:
         for n in sizes:

@@ -39,7 +39,9 @@ _MAX_GRID = 1 << 20
 # Dispatch from the H100 measurements (docs/kernels-notes.md; run 6: the new getrf_rows on each candidate
 # tile at n = 16, 24, 33, 48, 64, 96 (128 for float32/float64) and the fastest kept for (previous n, n];
 # above that the blocked kernels, re-swept in session 5 with benchmarks/blocked_sweep.py at n = 96, 128,
-# 160, 190, 256 (complex128 also 64) (kind, NB and blocks per SM): per dtype, (largest n, kind, tile) rows, first match wins.
+# 160, 190, 256 (complex128 also 64) (kind, NB and blocks per SM), and in session 6 at n = 128, 190
+# (complex128 also 64) after the row-major staging of L: per dtype, (largest n, kind, tile) rows, first
+# match wins.
 # "small" = registers, one lane per row; "rows" = getrf_rows, tile (RR, TJ): RR rows per thread, TJ
 # threads per row; "blocked" = left-looking, panel factored with rows in registers; "blocked_smem" = the
 # same with the panel factored in shared memory; their tile is NB or (NB, minb): minb blocks per SM in
@@ -53,11 +55,12 @@ _DISPATCH = {
                            (48, "rows", (6, 4)), (64, "rows", (2, 4)), (160, "blocked", 16),
                            (190, "blocked", (16, 2)), (256, "blocked", 16), (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
-                             (48, "rows", (3, 4)), (64, "rows", (4, 8)), (128, "blocked_smem", 8),
-                             (160, "blocked", (8, 4)), (190, "blocked_smem", 16), (256, "blocked", 16),
+                             (48, "rows", (3, 4)), (64, "rows", (4, 8)), (96, "blocked_smem", 8),
+                             (128, "blocked_smem", (8, 8)), (160, "blocked", (8, 4)), (190, "blocked_smem", (16, 3)),
+                             (256, "blocked", 16),
                              (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex128): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (3, 4)),
-                              (48, "rows", (4, 8)), (64, "blocked", (8, 3)), (96, "blocked", (8, 2)),
+                              (48, "rows", (4, 8)), (64, "blocked_smem", 8), (96, "blocked", (8, 2)),
                               (160, "blocked", 8), (190, "blocked_smem", (8, 3)), (1 << 30, "blocked", 8)),
 }
 
@@ -119,7 +122,8 @@ def _ldp(n: int) -> int:
 
 
 def _smem_bytes(item: int, n: int, nb: int, ldp: int) -> int:
-    return 3 * nb * ldp * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
+    # the panel (nb x ldp), two row-major n x nb staging buffers of L, perm / slot / posof, pivot records
+    return (nb * ldp + 2 * n * nb) * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
 
 
 @functools.lru_cache(maxsize=None)

@@ -52,8 +52,10 @@ GJE_TILES = {
     np.dtype(np.complex128): _GJE_SMALL + ((64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1)),
 }
 # Largest n sent to the fused kernels, per dtype (measured: docs/getri-notes.md). At most the largest
-# tile above; beyond it, getrf + getri.
-FUSED_MAX_N = {np.dtype(np.float32): 192, np.dtype(np.float64): 128,
+# tile above; beyond it, getrf + getri. Session 6: after the faster blocked getrf, getrf + getri (static)
+# beat the fused kernel at float32 n = 96, 128, 160 (190: a tie) and float64 n = 96, 128, but not at
+# n = 64, so both moved down to 64.
+FUSED_MAX_N = {np.dtype(np.float32): 64, np.dtype(np.float64): 64,
                np.dtype(np.complex64): 128, np.dtype(np.complex128): 96}
 # gesv_rows (the fused solve on getrf_rows' elimination): per dtype, (largest n, RR, TJ) rows, first
 # match wins; the tile is getrf_rows' (rows_plan) plus ceil(k / TJ) right-hand-side columns per thread.

@@ -4,13 +4,15 @@
 //
 // For each column panel [k0, k0 + NB):
 //  1. load the panel (all n rows, NB columns; NB contiguous elements per row in C-order) into shared
-//     memory, column-major P[c * ldp + i], with cp.async (every element in flight at once). Row swaps to the right of the panel are DELAYED: the panel
-//     is gathered through `perm` (position -> original row), so no swap ever touches global memory;
+//     memory, column-major P[c * ldp + i], with cp.async (every element in flight at once). Row swaps
+//     to the right of the panel are DELAYED: the panel is gathered through `perm` (position ->
+//     original row), so no swap ever touches global memory;
 //  2. left-looking correction with each earlier block column b of L, read from global memory once per
-//     panel, coalesced, into a shared staging buffer (double-buffered: the copy of block b + 1 is
-//     issued with cp.async at the start of step b and waited for at its end, so it flies while one
-//     warp solves U_b = L_bb^-1 P_b and every row below the block takes P_i -= L_i,b * U_b, with
-//     L_i,b in registers and U_b broadcast from shared memory);
+//     panel into a shared staging buffer, row-major in swizzled 16-byte chunks (LRows; 16-byte
+//     cp.async where the rows of LU are 16-byte aligned), double-buffered: the copy of block b + 1 is
+//     issued at the start of step b and waited for at its end, so it flies while one warp solves
+//     U_b = L_bb^-1 P_b and every row below the block takes P_i -= L_i,b * U_b, with L_i,b read by
+//     its thread in vector loads into registers and U_b broadcast from shared memory;
 //  3. factor the panel with partial pivoting: per column one block-wide arg-max (warp shuffles, then
 //     one __syncthreads across warps; LAPACK's i?amax tie-break by current position), lazy swaps
 //     (each thread tracks the position of its own rows), scaling and the rank-1 update of the panel;
@@ -21,8 +23,8 @@
 // info = -1 (NaN/Inf anywhere in the input, detected while loading the panels): lu all NaN, piv
 // identity. Otherwise info = first k + 1 with an exactly zero pivot (no swap, no scaling), or 0.
 //
-// Shared memory (dynamic): 3 * NB * ldp scalars (P and two staging buffers), n ints and 2 n shorts
-// (row bookkeeping), the pivot records; ldp: see ldp_padded.
+// Shared memory (dynamic): NB * ldp scalars (P), 2 n NB scalars (the two staging buffers of L), n ints
+// and 2 n shorts (row bookkeeping), the pivot records; ldp: see ldp_padded.
 #include "common.cuh"
 
 namespace {
@@ -94,7 +96,44 @@ template <int NB> struct CopyLanes {
     }
 };
 
-// Column stride of the panel and staging buffers (the kernel's `ldp` argument, chosen by the caller,
+// The staging buffers of L, row-major (row i's NB elements at [i * NB, i * NB + NB)) in 16-byte
+// chunks, chunk g of row i stored at chunk position g ^ h(i): the 8 rows that one phase of a 16-byte
+// shared load touches (consecutive threads, consecutive rows, the same chunk) hit 8 different bank
+// groups without padding. A thread reads its own row of L with NB / V vector loads, and whole chunks
+// are copied from global memory with 16-byte cp.async where the rows of LU are 16-byte aligned.
+template <typename T, int NB> struct LRows {
+    static constexpr int V = Vec16<T>::N;  // elements per chunk
+    static constexpr int C = NB / V;       // chunks per row (1 .. 16, a power of 2)
+    __device__ __forceinline__ static int chunk(int i, int g) {
+        if constexpr (C >= 8) return g ^ (i & 7);
+        else if constexpr (C == 1) return 0;
+        else return g ^ ((i / (8 / C)) & (C - 1));
+    }
+    __device__ __forceinline__ static int at(int i, int q) { return i * NB + chunk(i, q / V) * V + q % V; }
+};
+
+// Copy columns [j, j + NB) of rows rbeg..n-1 (positions; row perm[i] of LU) into the staging buffer Lb.
+// In 16-byte chunks where LU and its rows are 16-byte aligned, else element by element.
+template <typename T, int NB>
+__device__ __forceinline__ void stage_l(T* Lb, const T* LU, const int* perm, int n, int j, int rbeg) {
+    using LR = LRows<T, NB>;
+    unsigned t, b;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    asm volatile("mov.u32 %0, %%ntid.x;" : "=r"(b));
+    if (((reinterpret_cast<size_t>(LU) | (size_t(n) * sizeof(T))) & 15) == 0) {
+        const int g = int(t % LR::C), rs = int(b / LR::C);
+        const T* src = LU + j + g * LR::V;
+        for (int i = rbeg + int(t / LR::C); i < n; i += rs)
+            blu::cp_async(reinterpret_cast<uint4*>(Lb + i * NB + LR::chunk(i, g) * LR::V),
+                          reinterpret_cast<const uint4*>(src + perm[i] * n));
+    } else {
+        const int q = int(t % NB), rs = int(b / NB);
+        const T* src = LU + j + q;
+        for (int i = rbeg + int(t / NB); i < n; i += rs) blu::cp_async(Lb + LR::at(i, q), src + perm[i] * n);
+    }
+}
+
+// Column stride of the panel (the kernel's `ldp` argument, chosen by the caller,
 // _getrf.blocked_ldp): 16-byte aligned columns (the broadcast vector loads), a multiple of
 // 16 / sizeof(T) elements, at least n. Padded: n rounded up to 4 elements, plus 4 (fewer bank conflicts
 // measured at n = 128); tight: n rounded up to 16 bytes, used where it lets more blocks share an SM.
@@ -114,9 +153,9 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
     constexpr int V = Vec16<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
     T* P = reinterpret_cast<T*>(smem);
-    T* const L0 = P + NB * ldp;
-    T* const L1 = P + 2 * NB * ldp;
-    int* perm = reinterpret_cast<int*>(P + (NB <= 32 ? 3 : 1) * NB * ldp);  // position -> original row
+    T* const L0 = P + NB * ldp;  // staging of L, two buffers of n x NB (LRows)
+    T* const L1 = L0 + n * NB;
+    int* perm = reinterpret_cast<int*>(L1 + n * NB);  // position -> original row
     short* slot = reinterpret_cast<short*>(perm + n);      // panel row -> original row at load
     short* posof = slot + n;                               // panel row -> current position
     // pivot records, double-buffered, one per warp (<= 16): int4 (key, position, panel row) and
@@ -156,10 +195,7 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                     for (int i = cl.r0; i < n; i += cl.rs) P[cl.q * ldp + i] = zero<T>();
                 }
                 for (int i = tid; i < n; i += bd) slot[i] = perm[i];
-                if (nblk > 0) {
-                    const T* src = LU + cl.q;
-                    for (int i = cl.r0; i < n; i += cl.rs) cp_async(L0 + cl.q * ldp + i, src + perm[i] * n);
-                }
+                if (nblk > 0) stage_l<T, NB>(L0, LU, perm, n, 0, 0);
                 cp_async_wait();
                 if (cl.q < w)
                     for (int i = cl.r0; i < n; i += cl.rs) bad |= !is_finite(P[cl.q * ldp + i]);
@@ -173,10 +209,7 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                 const T* Lc = (b & 1) ? L1 : L0;
                 if (b + 1 < nblk) {  // issue the copy of the next block of L; waited for below
                     const int jn = j0 + NB;
-                    T* Ln = (b & 1) ? L0 : L1;
-                    const CopyLanes<NB> cl;
-                    const T* src = LU + jn + cl.q;
-                    for (int i = jn + cl.r0; i < n; i += cl.rs) cp_async(Ln + cl.q * ldp + i, src + perm[i] * n);
+                    stage_l<T, NB>((b & 1) ? L0 : L1, LU, perm, n, jn, jn);
                 }
                 if (warp == 0) {
                     if (lane < NB) {  // U_b = L_bb^-1 P_b, column `lane` of the panel
@@ -186,7 +219,7 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
 #pragma unroll
                         for (int r = 1; r < NB; ++r)
 #pragma unroll
-                            for (int q = 0; q < r; ++q) x[r] = fms(x[r], Lc[q * ldp + j0 + r], x[q]);
+                            for (int q = 0; q < r; ++q) x[r] = fms(x[r], Lc[LRows<T, NB>::at(j0 + r, q)], x[q]);
 #pragma unroll
                         for (int r = 1; r < NB; ++r) P[lane * ldp + j0 + r] = x[r];
                     }
@@ -195,7 +228,12 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                 for (int i = j0 + NB + tid; i < n; i += bd) {
                     T l[NB];
 #pragma unroll
-                    for (int q = 0; q < NB; ++q) l[q] = Lc[q * ldp + i];
+                    for (int g = 0; g < NB / V; ++g) {
+                        Vec16<T> v;
+                        v.raw = *reinterpret_cast<const uint4*>(Lc + i * NB + LRows<T, NB>::chunk(i, g) * V);
+#pragma unroll
+                        for (int e = 0; e < V; ++e) l[g * V + e] = v.v[e];
+                    }
 #pragma unroll
                     for (int c = 0; c < NB; ++c) {
                         T acc = P[c * ldp + i];
@@ -350,6 +388,6 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
 
 // Bytes of dynamic shared memory getrf_blocked<T, NB> needs for order n, stride ldp (mirrored in _getrf.py).
 template <typename T, int NB> __host__ __device__ constexpr size_t getrf_blocked_smem(int n, int ldp) {
-    return (NB <= 32 ? 3 : 1) * (size_t)NB * ldp * sizeof(T) + (size_t)n * (sizeof(int) + 2 * sizeof(short)) +
+    return ((size_t)NB * ldp + 2 * (size_t)n * NB) * sizeof(T) + (size_t)n * (sizeof(int) + 2 * sizeof(short)) +
            16 + 32 * sizeof(int4) + 64 * sizeof(T);
 }
