@@ -80,19 +80,19 @@ template <typename T> __device__ __forceinline__ T scale_by(T x, const Pivot<T>&
     return blu::abs_(p.v) >= blu::traits<T>::sfmin() ? x * p.rp : blu::div_(x, p.v);
 }
 
-// A thread's share of a row-by-NB copy (NB divides the block size): column q of every rs-th row from
-// row r0, as the flat loop idx = tid, tid + bd, ... over (row, column) = (idx / NB, idx % NB) gives it,
-// without a division per element. tid and bd are read afresh (volatile) at each use, so that these
-// short-lived values are not kept in registers across the panel factorization.
-template <int NB> struct CopyLanes {
+// A thread's share of a copy of rows of K pieces each (K divides the block size): piece q of every
+// rs-th row from row r0, as the flat loop idx = tid, tid + bd, ... over (row, piece) = (idx / K,
+// idx % K) gives it, without a division per element. tid and bd are read afresh (volatile) at each
+// use, so that these short-lived values are not kept in registers across the panel factorization.
+template <int K> struct CopyLanes {
     int q, r0, rs;
     __device__ __forceinline__ CopyLanes() {
         unsigned t, b;
         asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
         asm volatile("mov.u32 %0, %%ntid.x;" : "=r"(b));
-        q = int(t % NB);
-        r0 = int(t / NB);
-        rs = int(b / NB);
+        q = int(t % K);
+        r0 = int(t / K);
+        rs = int(b / K);
     }
 };
 
@@ -117,19 +117,16 @@ template <typename T, int NB> struct LRows {
 template <typename T, int NB>
 __device__ __forceinline__ void stage_l(T* Lb, const T* LU, const int* perm, int n, int j, int rbeg) {
     using LR = LRows<T, NB>;
-    unsigned t, b;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-    asm volatile("mov.u32 %0, %%ntid.x;" : "=r"(b));
     if (((reinterpret_cast<size_t>(LU) | (size_t(n) * sizeof(T))) & 15) == 0) {
-        const int g = int(t % LR::C), rs = int(b / LR::C);
-        const T* src = LU + j + g * LR::V;
-        for (int i = rbeg + int(t / LR::C); i < n; i += rs)
-            blu::cp_async(reinterpret_cast<uint4*>(Lb + i * NB + LR::chunk(i, g) * LR::V),
+        const CopyLanes<LR::C> cl;  // chunk cl.q of the rows
+        const T* src = LU + j + cl.q * LR::V;
+        for (int i = rbeg + cl.r0; i < n; i += cl.rs)
+            blu::cp_async(reinterpret_cast<uint4*>(Lb + i * NB + LR::chunk(i, cl.q) * LR::V),
                           reinterpret_cast<const uint4*>(src + perm[i] * n));
     } else {
-        const int q = int(t % NB), rs = int(b / NB);
-        const T* src = LU + j + q;
-        for (int i = rbeg + int(t / NB); i < n; i += rs) blu::cp_async(Lb + LR::at(i, q), src + perm[i] * n);
+        const CopyLanes<NB> cl;  // element cl.q of the rows
+        const T* src = LU + j + cl.q;
+        for (int i = rbeg + cl.r0; i < n; i += cl.rs) blu::cp_async(Lb + LR::at(i, cl.q), src + perm[i] * n);
     }
 }
 
@@ -148,7 +145,8 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                                                       long long batch, int ldp) {
     using namespace blu;
     static_assert((NB * sizeof(T)) % 16 == 0, "NB * sizeof(T) must be a multiple of 16 bytes");
-    // NB divides 32, so it divides the block size (CopyLanes).
+    // NB divides 32, so it divides the block size (CopyLanes). Offsets within one matrix are ints: the
+    // shared memory bounds n to a few thousand.
     static_assert(NB <= 32 && 32 % NB == 0, "NB must divide 32");
     constexpr int V = Vec16<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
