@@ -358,20 +358,42 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
         }
 
         if (!s_bad) {
-            // Gather the columns left of the last panel into LAPACK's row order, NB at a time.
+            // Gather the columns left of the last panel into LAPACK's row order. Every panel but the last
+            // was stored at original-row slots, so this is one row permutation (row i takes row perm[i]),
+            // done wc columns at a time through all the dynamic shared memory before the bookkeeping (G:
+            // n x wc, row-major; wc as many columns as it holds, a multiple of V, at most bd pieces per
+            // row), in 16-byte pieces where LU's rows are 16-byte aligned, else element by element.
             const int klast = ((n - 1) / NB) * NB;
-            for (int c0 = 0; c0 < klast; c0 += NB) {
-                const CopyLanes<NB> cl;
-                T* col = LU + c0 + cl.q;
-                T* const Pq = P + cl.q * ldp;
-                for (int i = cl.r0; i < n; i += cl.rs) {
-                    const int src = perm[i];
-                    if (src != i) cp_async(Pq + i, col + src * n);
+            const bool vec = ((reinterpret_cast<size_t>(LU) | (size_t(n) * sizeof(T))) & 15) == 0;
+            const int pe = vec ? V : 1;  // elements per piece
+            const int wmax = min((NB * ldp + 2 * n * NB) / n, bd * pe) / V * V;  // >= NB: NB * ldp >= NB * n
+            T* const G = P;
+            for (int c0 = 0; c0 < klast; c0 += wmax) {
+                const int wc = min(wmax, klast - c0);  // a multiple of V: G's rows stay 16-byte aligned
+                const int K = wc / pe, rs = bd / K, q = tid % K, r0 = tid / K;
+                if (r0 < rs) {
+                    T* const g = G + q * pe;
+                    const T* const src = LU + c0 + q * pe;
+                    for (int i = r0; i < n; i += rs) {
+                        const int from = perm[i];
+                        if (from == i) continue;
+                        if (vec)
+                            cp_async(reinterpret_cast<uint4*>(g + i * wc), reinterpret_cast<const uint4*>(src + from * n));
+                        else
+                            cp_async(g + i * wc, src + from * n);
+                    }
                 }
                 cp_async_wait();
                 __syncthreads();
-                for (int i = cl.r0; i < n; i += cl.rs)
-                    if (perm[i] != i) col[i * n] = Pq[i];
+                if (r0 < rs) {
+                    const T* const g = G + q * pe;
+                    T* const dst = LU + c0 + q * pe;
+                    for (int i = r0; i < n; i += rs) {
+                        if (perm[i] == i) continue;
+                        if (vec) *reinterpret_cast<uint4*>(dst + i * n) = *reinterpret_cast<const uint4*>(g + i * wc);
+                        else dst[i * n] = g[i * wc];
+                    }
+                }
                 __syncthreads();
             }
             if (tid == 0) info[m] = first_zero;
