@@ -8,8 +8,8 @@
 //     to the right of the panel are DELAYED: the panel is gathered through `perm` (position ->
 //     original row), so no swap ever touches global memory;
 //  2. left-looking correction with each earlier block column b of L, read from global memory once per
-//     panel into a shared staging buffer, row-major in swizzled 16-byte chunks (LRows; 16-byte
-//     cp.async where the rows of LU are 16-byte aligned), double-buffered: the copy of block b + 1 is
+//     panel into a shared staging buffer, row-major in swizzled 16-byte chunks (LRows; 16- or 8-byte
+//     cp.async where the rows of LU are so aligned), double-buffered: the copy of block b + 1 is
 //     issued at the start of step b and waited for at its end, so it flies while one warp solves
 //     U_b = L_bb^-1 P_b and every row below the block takes P_i -= L_i,b * U_b, with L_i,b read by
 //     its thread in vector loads into registers and U_b broadcast from shared memory;
@@ -112,22 +112,60 @@ template <typename T, int NB> struct LRows {
     __device__ __forceinline__ static int at(int i, int q) { return i * NB + chunk(i, q / V) * V + q % V; }
 };
 
-// Copy columns [j, j + NB) of rows rbeg..n-1 (positions; row perm[i] of LU) into the staging buffer Lb.
-// In 16-byte chunks where LU and its rows are 16-byte aligned, else element by element.
+// The widest copy piece (16, 8 or sizeof(T) bytes) that keeps every row of LU aligned: 16 / 8 / 0.
+template <typename T> __device__ __forceinline__ int row_align(const T* LU, int n) {
+    const size_t a = reinterpret_cast<size_t>(LU) | (size_t(n) * sizeof(T));
+    return (a & 15) == 0 ? 16 : sizeof(T) < 8 && (a & 7) == 0 ? 8 : 0;
+}
+
+// Copy columns [j, j + NB) of rows rbeg..n-1 (positions; row perm[i] of LU) into the staging buffer Lb,
+// in pieces of type U (16 bytes = one chunk, 8 bytes = half a chunk, or one element).
+template <typename T, int NB, typename U>
+__device__ __forceinline__ void stage_l_pieces(T* Lb, const T* LU, const int* perm, int n, int j, int rbeg) {
+    using LR = LRows<T, NB>;
+    constexpr int E = sizeof(U) / sizeof(T);  // elements per piece
+    const CopyLanes<NB / E> cl;                // piece cl.q of the rows
+    const int g = cl.q * E / LR::V, e = cl.q * E % LR::V;
+    const T* src = LU + j + cl.q * E;
+    for (int i = rbeg + cl.r0; i < n; i += cl.rs)
+        blu::cp_async(reinterpret_cast<U*>(Lb + i * NB + LR::chunk(i, g) * LR::V + e),
+                      reinterpret_cast<const U*>(src + perm[i] * n));
+}
+
 template <typename T, int NB>
 __device__ __forceinline__ void stage_l(T* Lb, const T* LU, const int* perm, int n, int j, int rbeg) {
-    using LR = LRows<T, NB>;
-    if (((reinterpret_cast<size_t>(LU) | (size_t(n) * sizeof(T))) & 15) == 0) {
-        const CopyLanes<LR::C> cl;  // chunk cl.q of the rows
-        const T* src = LU + j + cl.q * LR::V;
-        for (int i = rbeg + cl.r0; i < n; i += cl.rs)
-            blu::cp_async(reinterpret_cast<uint4*>(Lb + i * NB + LR::chunk(i, cl.q) * LR::V),
-                          reinterpret_cast<const uint4*>(src + perm[i] * n));
-    } else {
-        const CopyLanes<NB> cl;  // element cl.q of the rows
-        const T* src = LU + j + cl.q;
-        for (int i = rbeg + cl.r0; i < n; i += cl.rs) blu::cp_async(Lb + LR::at(i, cl.q), src + perm[i] * n);
+    const int al = row_align(LU, n);
+    if (al == 16) stage_l_pieces<T, NB, uint4>(Lb, LU, perm, n, j, rbeg);
+    else if constexpr (sizeof(T) < 8) {
+        if (al == 8) stage_l_pieces<T, NB, uint2>(Lb, LU, perm, n, j, rbeg);
+        else stage_l_pieces<T, NB, T>(Lb, LU, perm, n, j, rbeg);
+    } else stage_l_pieces<T, NB, T>(Lb, LU, perm, n, j, rbeg);
+}
+
+// Row permutation of columns [c0, c0 + wc) of LU (row i takes row perm[i]; rows with perm[i] == i stay)
+// through G (n x wc scalars of shared memory, row-major), in pieces of type U: wc / E pieces per row,
+// at most bd of them. Ends with a barrier.
+template <typename T, typename U>
+__device__ __forceinline__ void permute_rows(T* LU, T* G, const int* perm, int n, int c0, int wc, int tid, int bd) {
+    constexpr int E = sizeof(U) / sizeof(T);
+    const int K = wc / E, rs = bd / K, q = tid % K, r0 = tid / K;
+    if (r0 < rs) {
+        T* const g = G + q * E;
+        const T* const src = LU + c0 + q * E;
+        for (int i = r0; i < n; i += rs) {
+            const int from = perm[i];
+            if (from != i) blu::cp_async(reinterpret_cast<U*>(g + i * wc), reinterpret_cast<const U*>(src + from * n));
+        }
     }
+    blu::cp_async_wait();
+    __syncthreads();
+    if (r0 < rs) {
+        const T* const g = G + q * E;
+        T* const dst = LU + c0 + q * E;
+        for (int i = r0; i < n; i += rs)
+            if (perm[i] != i) *reinterpret_cast<U*>(dst + i * n) = *reinterpret_cast<const U*>(g + i * wc);
+    }
+    __syncthreads();
 }
 
 // Column stride of the panel (the kernel's `ldp` argument, chosen by the caller,
@@ -362,39 +400,18 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
             // was stored at original-row slots, so this is one row permutation (row i takes row perm[i]),
             // done wc columns at a time through all the dynamic shared memory before the bookkeeping (G:
             // n x wc, row-major; wc as many columns as it holds, a multiple of V, at most bd pieces per
-            // row), in 16-byte pieces where LU's rows are 16-byte aligned, else element by element.
+            // row), in the widest pieces that LU's row alignment allows.
             const int klast = ((n - 1) / NB) * NB;
-            const bool vec = ((reinterpret_cast<size_t>(LU) | (size_t(n) * sizeof(T))) & 15) == 0;
-            const int pe = vec ? V : 1;  // elements per piece
+            const int al = row_align(LU, n);
+            const int pe = al ? al / int(sizeof(T)) : 1;  // elements per piece
             const int wmax = min((NB * ldp + 2 * n * NB) / n, bd * pe) / V * V;  // >= NB: NB * ldp >= NB * n
-            T* const G = P;
             for (int c0 = 0; c0 < klast; c0 += wmax) {
                 const int wc = min(wmax, klast - c0);  // a multiple of V: G's rows stay 16-byte aligned
-                const int K = wc / pe, rs = bd / K, q = tid % K, r0 = tid / K;
-                if (r0 < rs) {
-                    T* const g = G + q * pe;
-                    const T* const src = LU + c0 + q * pe;
-                    for (int i = r0; i < n; i += rs) {
-                        const int from = perm[i];
-                        if (from == i) continue;
-                        if (vec)
-                            cp_async(reinterpret_cast<uint4*>(g + i * wc), reinterpret_cast<const uint4*>(src + from * n));
-                        else
-                            cp_async(g + i * wc, src + from * n);
-                    }
-                }
-                cp_async_wait();
-                __syncthreads();
-                if (r0 < rs) {
-                    const T* const g = G + q * pe;
-                    T* const dst = LU + c0 + q * pe;
-                    for (int i = r0; i < n; i += rs) {
-                        if (perm[i] == i) continue;
-                        if (vec) *reinterpret_cast<uint4*>(dst + i * n) = *reinterpret_cast<const uint4*>(g + i * wc);
-                        else dst[i * n] = g[i * wc];
-                    }
-                }
-                __syncthreads();
+                if (al == 16) permute_rows<T, uint4>(LU, P, perm, n, c0, wc, tid, bd);
+                else if constexpr (sizeof(T) < 8) {
+                    if (al == 8) permute_rows<T, uint2>(LU, P, perm, n, c0, wc, tid, bd);
+                    else permute_rows<T, T>(LU, P, perm, n, c0, wc, tid, bd);
+                } else permute_rows<T, T>(LU, P, perm, n, c0, wc, tid, bd);
             }
             if (tid == 0) info[m] = first_zero;
         } else {
