@@ -112,10 +112,15 @@ template <typename T, int NB> struct LRows {
     __device__ __forceinline__ static int at(int i, int q) { return i * NB + chunk(i, q / V) * V + q % V; }
 };
 
-// The widest copy piece (16, 8 or sizeof(T) bytes) that keeps every row of LU aligned: 16 / 8 / 0.
-template <typename T> __device__ __forceinline__ int row_align(const T* LU, int n) {
+// Calls f(U{}) with U the widest copy piece that keeps every row of LU (n elements of T) aligned: uint4
+// (16 bytes), uint2 (8 bytes, for 4-byte T) or T itself.
+template <typename T, typename F> __device__ __forceinline__ void with_piece(const T* LU, int n, F&& f) {
     const size_t a = reinterpret_cast<size_t>(LU) | (size_t(n) * sizeof(T));
-    return (a & 15) == 0 ? 16 : sizeof(T) < 8 && (a & 7) == 0 ? 8 : 0;
+    if ((a & 15) == 0) f(uint4{});
+    else if constexpr (sizeof(T) < 8) {
+        if ((a & 7) == 0) f(uint2{});
+        else f(T{});
+    } else f(T{});
 }
 
 // Copy columns [j, j + NB) of rows rbeg..n-1 (positions; row perm[i] of LU) into the staging buffer Lb,
@@ -134,12 +139,7 @@ __device__ __forceinline__ void stage_l_pieces(T* Lb, const T* LU, const int* pe
 
 template <typename T, int NB>
 __device__ __forceinline__ void stage_l(T* Lb, const T* LU, const int* perm, int n, int j, int rbeg) {
-    const int al = row_align(LU, n);
-    if (al == 16) stage_l_pieces<T, NB, uint4>(Lb, LU, perm, n, j, rbeg);
-    else if constexpr (sizeof(T) < 8) {
-        if (al == 8) stage_l_pieces<T, NB, uint2>(Lb, LU, perm, n, j, rbeg);
-        else stage_l_pieces<T, NB, T>(Lb, LU, perm, n, j, rbeg);
-    } else stage_l_pieces<T, NB, T>(Lb, LU, perm, n, j, rbeg);
+    with_piece(LU, n, [&](auto u) { stage_l_pieces<T, NB, decltype(u)>(Lb, LU, perm, n, j, rbeg); });
 }
 
 // Row permutation of columns [c0, c0 + wc) of LU (row i takes row perm[i]; rows with perm[i] == i stay)
@@ -402,17 +402,12 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
             // n x wc, row-major; wc as many columns as it holds, a multiple of V, at most bd pieces per
             // row), in the widest pieces that LU's row alignment allows.
             const int klast = ((n - 1) / NB) * NB;
-            const int al = row_align(LU, n);
-            const int pe = al ? al / int(sizeof(T)) : 1;  // elements per piece
-            const int wmax = min((NB * ldp + 2 * n * NB) / n, bd * pe) / V * V;  // >= NB: NB * ldp >= NB * n
-            for (int c0 = 0; c0 < klast; c0 += wmax) {
-                const int wc = min(wmax, klast - c0);  // a multiple of V: G's rows stay 16-byte aligned
-                if (al == 16) permute_rows<T, uint4>(LU, P, perm, n, c0, wc, tid, bd);
-                else if constexpr (sizeof(T) < 8) {
-                    if (al == 8) permute_rows<T, uint2>(LU, P, perm, n, c0, wc, tid, bd);
-                    else permute_rows<T, T>(LU, P, perm, n, c0, wc, tid, bd);
-                } else permute_rows<T, T>(LU, P, perm, n, c0, wc, tid, bd);
-            }
+            with_piece(LU, n, [&](auto u) {
+                constexpr int pe = sizeof(u) / sizeof(T);  // elements per piece
+                const int wmax = min((NB * ldp + 2 * n * NB) / n, bd * pe) / V * V;  // >= NB: NB * ldp >= NB * n
+                for (int c0 = 0; c0 < klast; c0 += wmax)  // wc: a multiple of V (G's rows stay 16-byte aligned)
+                    permute_rows<T, decltype(u)>(LU, P, perm, n, c0, min(wmax, klast - c0), tid, bd);
+            });
             if (tid == 0) info[m] = first_zero;
         } else {
             for (int idx = tid; idx < n * n; idx += bd) LU[idx] = nan_value<T>();
