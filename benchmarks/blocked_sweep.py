@@ -32,29 +32,35 @@ from gesv_sweep import _time_case, precompile  # noqa: E402  (shared with the ge
 SMEM_SM = 228 * 1024  # H100: shared memory per SM (each block also reserves 1 KB; 16 B static)
 
 
-def plans(dtype, n: int) -> list:
+def plans(dtype, n: int, split: bool = False) -> list:
+    """Every blocked plan (kind, NB but 32, minb); with ``split`` also those whose blocks of L are
+    narrower than the panel (kb < NB, NB 32 included), and only those."""
     from kernels._gpu import _getrf
 
     item, warps = np.dtype(dtype).itemsize, -(-n // 32)
+    nbs = _getrf._BLOCKED_NB[item]
     out = []
     for kind in ("blocked", "blocked_smem"):
-        for nb in _getrf._BLOCKED_NB[item]:
-            if nb == 32:
-                continue
-            smem = _getrf.blocked_smem(dtype, n, nb, _getrf.blocked_ldp(dtype, n, nb, SMEM_SM))
-            out.append(_getrf.Plan(kind, nb))
-            for minb in range(2, 9):
-                per_partition = -(-minb * warps // 4)
-                regs = min(255, 16384 // (per_partition * 32) // 8 * 8)
-                if minb * (smem + 16 + 1024) <= SMEM_SM and regs >= 64 and minb * warps <= 64:
-                    out.append(_getrf.Plan(kind, nb, minb))
+        for nb in nbs:
+            for kb in [k for k in nbs if k < nb] if split else [0]:
+                if nb == 32 and not split:
+                    continue
+                smem = _getrf.blocked_smem(dtype, n, nb, _getrf.blocked_ldp(dtype, n, nb, SMEM_SM, kb), kb)
+                if smem + 16 + 1024 > SMEM_SM:
+                    continue
+                out.append(_getrf.Plan(kind, nb, 0, kb))
+                for minb in range(2, 9):
+                    per_partition = -(-minb * warps // 4)
+                    regs = min(255, 16384 // (per_partition * 32) // 8 * 8)
+                    if minb * (smem + 16 + 1024) <= SMEM_SM and regs >= 64 and minb * warps <= 64:
+                        out.append(_getrf.Plan(kind, nb, minb, kb))
     return out
 
 
 def _name(dtype, n: int, plan) -> str:
     from kernels._gpu import _getrf
 
-    return _getrf._blocked_name(plan.kind, dtype, plan.tile, -(-n // 32) * 32, plan.minb)
+    return _getrf._blocked_name(plan.kind, dtype, plan.tile, -(-n // 32) * 32, plan.minb, plan.kb)
 
 
 def _prev_smem(dtype, n: int, nb: int, ldp: int, layout: str) -> int:
@@ -197,6 +203,8 @@ def main(argv=None) -> None:
     ap.add_argument("--plans", choices=("all", "dispatched"), default="all",
                     help="all: every blocked plan; dispatched: only _getrf.plan's (old and new source on it, "
                          "for a quick A/B with --rev)")
+    ap.add_argument("--split", action="store_true",
+                    help="sweep the plans whose blocks of L are narrower than the panel (kb < NB) instead")
     ap.add_argument("--op", choices=("lu", "getri"), default="lu",
                     help="lu: the getrf_blocked plans; getri: launch_getri's modes and minb")
     args = ap.parse_args(argv)
@@ -210,10 +218,14 @@ def main(argv=None) -> None:
             from kernels._gpu import _getrf
 
             return [_getrf.plan(d, n)]
+        if args.split:  # the dispatched plan too, for reference
+            from kernels._gpu import _getrf
+
+            return [_getrf.plan(d, n)] + plans(d, n, True)
         return plans(d, n)
 
     def old_too(p):  # every plan runs the old source too when only the dispatched one is swept
-        return args.rev and (args.plans == "dispatched" or not p.minb)
+        return args.rev and not p.kb and (args.plans == "dispatched" or not p.minb)
 
     jobs = [(d, n, p, "") for d in dtypes for n in sizes for p in swept(d, n)]
     jobs += [(d, n, p, args.rev) for d in dtypes for n in sizes for p in swept(d, n) if old_too(p)]

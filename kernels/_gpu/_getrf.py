@@ -50,18 +50,20 @@ _DISPATCH = {
     np.dtype(np.float32): ((8, "small", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
                            (33, "rows", (5, 4)), (48, "rows", (6, 4)), (64, "rows", (4, 4)),
                            (96, "rows", (8, 8)), (128, "blocked_smem", (16, 8)), (160, "blocked_smem", (16, 6)),
-                           (256, "blocked_smem", (16, 4)), (1 << 30, "blocked_smem", 16)),
+                           (190, "blocked_smem", (32, 3, 8)), (256, "blocked_smem", (16, 4)),
+                           (1 << 30, "blocked_smem", 16)),
     np.dtype(np.float64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
-                           (48, "rows", (6, 4)), (64, "rows", (2, 4)), (160, "blocked", 16),
-                           (190, "blocked", (16, 2)), (256, "blocked", 16), (1 << 30, "blocked_smem", 8)),
+                           (48, "rows", (6, 4)), (64, "rows", (2, 4)), (96, "blocked", 16),
+                           (128, "blocked_smem", (16, 6, 8)), (160, "blocked", 16),
+                           (190, "blocked_smem", (32, 3, 8)), (256, "blocked", 16), (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
                              (48, "rows", (3, 4)), (64, "rows", (4, 8)), (96, "blocked_smem", 8),
-                             (128, "blocked_smem", (8, 8)), (160, "blocked", (8, 4)), (190, "blocked_smem", (16, 3)),
-                             (256, "blocked", 16),
+                             (128, "blocked_smem", (16, 6, 8)), (160, "blocked", (8, 4)),
+                             (190, "blocked_smem", (16, 4, 8)), (256, "blocked", 16),
                              (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex128): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (3, 4)),
                               (48, "rows", (4, 8)), (64, "blocked_smem", 8), (96, "blocked", (8, 2)),
-                              (160, "blocked", 8), (190, "blocked_smem", (8, 3)), (1 << 30, "blocked", 8)),
+                              (160, "blocked", 8), (190, "blocked_smem", (16, 2, 4)), (1 << 30, "blocked", 8)),
 }
 
 
@@ -74,12 +76,14 @@ class Plan:
     kind: str
     tile: int | tuple[int, int, int, int]
     minb: int = 0  # blocked kinds: blocks per SM in __launch_bounds__ (0: the compiler's default)
+    kb: int = 0  # blocked kinds: columns per block of L in the left-looking steps (0: NB)
 
     def describe(self) -> str:
         if self.kind == "rows":
             return "rows-" + "x".join(map(str, self.tile))
         minb = f"-m{self.minb}" if self.minb else ""
-        return f"{self.kind}-{'NP' if self.kind == 'small' else 'NB'}{self.tile}{minb}"
+        kb = f"-K{self.kb}" if self.kb and self.kb != self.tile else ""
+        return f"{self.kind}-{'NP' if self.kind == 'small' else 'NB'}{self.tile}{minb}{kb}"
 
 
 def _rows_np(n: int) -> int:
@@ -121,9 +125,9 @@ def _ldp(n: int) -> int:
     return ((n + 3) & ~3) + 4
 
 
-def _smem_bytes(item: int, n: int, nb: int, ldp: int) -> int:
-    # the panel (nb x ldp), two row-major n x nb staging buffers of L, perm / slot / posof, pivot records
-    return (nb * ldp + 2 * n * nb) * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
+def _smem_bytes(item: int, n: int, nb: int, ldp: int, kb: int = 0) -> int:
+    # the panel (nb x ldp), two row-major n x kb staging buffers of L, perm / slot / posof, pivot records
+    return (nb * ldp + 2 * n * (kb or nb)) * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,7 +140,7 @@ def _sm_smem() -> int:
     return _device_attribute("cudaDevAttrMaxSharedMemoryPerMultiprocessor", 81, cupy.cuda.runtime.getDevice())
 
 
-def blocked_ldp(dtype, n: int, nb: int, sm_smem: int | None = None) -> int:
+def blocked_ldp(dtype, n: int, nb: int, sm_smem: int | None = None, kb: int = 0) -> int:
     """Column stride of ``getrf_blocked``'s panel buffers: padded (n rounded up to 4, plus 4: fewer bank
     conflicts) unless the tight one (n rounded up to 16 bytes) lets more blocks share an SM's shared
     memory (``sm_smem`` bytes; each block also takes 1 KB and 16 static bytes), as at complex128 n = 190
@@ -147,15 +151,15 @@ def blocked_ldp(dtype, n: int, nb: int, sm_smem: int | None = None) -> int:
     sm_smem = sm_smem or _sm_smem()
 
     def blocks(ldp):
-        return sm_smem // (_smem_bytes(item, n, nb, ldp) + 16 + 1024)
+        return sm_smem // (_smem_bytes(item, n, nb, ldp, kb) + 16 + 1024)
 
     return tight if blocks(tight) > blocks(padded) else padded
 
 
-def blocked_smem(dtype, n: int, nb: int, ldp: int | None = None) -> int:
-    """Dynamic shared memory of ``getrf_blocked<T, nb>`` for order n with column stride ``ldp`` (default:
-    the padded one; mirrors getrf_blocked_smem)."""
-    return _smem_bytes(np.dtype(dtype).itemsize, n, nb, _ldp(n) if ldp is None else ldp)
+def blocked_smem(dtype, n: int, nb: int, ldp: int | None = None, kb: int = 0) -> int:
+    """Dynamic shared memory of ``getrf_blocked<T, nb, ..., kb>`` for order n with column stride ``ldp``
+    (default: the padded one; kb = 0: nb; mirrors getrf_blocked_smem)."""
+    return _smem_bytes(np.dtype(dtype).itemsize, n, nb, _ldp(n) if ldp is None else ldp, kb)
 
 
 def _smem_limit() -> int:
@@ -170,19 +174,23 @@ def plan(dtype, n: int) -> Plan:
         return rows_plan(n, *nb)
     if kind == "small":
         return Plan("small", next(p for p in _SMALL_NP if p >= n))
-    nb, minb = nb if isinstance(nb, tuple) else (nb, 0)
+    nb, minb, kb = (tuple(nb) + (0, 0))[:3] if isinstance(nb, tuple) else (nb, 0, 0)
     limit = _smem_limit()
     for candidate in sorted(_BLOCKED_NB[dtype.itemsize], reverse=True):
-        if candidate <= nb and blocked_smem(dtype, n, candidate) <= limit:
-            return Plan(kind, candidate, minb if candidate == nb else 0)
+        ckb = kb if candidate == nb else 0
+        if candidate <= nb and blocked_smem(dtype, n, candidate, kb=ckb) <= limit:
+            return Plan(kind, candidate, minb if candidate == nb else 0, ckb)
     raise ValueError(f"Expected n small enough for the GPU getrf panel to fit in shared memory "
                      f"({limit} bytes). Got n = {n} for {dtype} instead.")
 
 
-def _blocked_name(kind: str, dtype, nb: int, threads: int, minb: int) -> str:
-    """``getrf_blocked``'s name expression: the defaults (at most 512 threads, no blocks-per-SM bound)
-    unless ``minb``, then __launch_bounds__(threads, minb)."""
+def _blocked_name(kind: str, dtype, nb: int, threads: int, minb: int, kb: int = 0) -> str:
+    """``getrf_blocked``'s name expression: the defaults (at most 512 threads, no blocks-per-SM bound,
+    blocks of L nb wide) unless ``minb`` (then __launch_bounds__(threads, minb)) or ``kb``."""
     reg = "true" if kind == "blocked" else "false"
+    if kb and kb != nb:
+        bounds = f"{threads}, {minb}" if minb else "512, 1"
+        return f"getrf_blocked<{_SCALAR[np.dtype(dtype)]}, {nb}, {reg}, {bounds}, {kb}>"
     if minb:
         return f"getrf_blocked<{_SCALAR[np.dtype(dtype)]}, {nb}, {reg}, {threads}, {minb}>"
     return f"getrf_blocked<{_SCALAR[np.dtype(dtype)]}, {nb}{'' if kind == 'blocked' else ', false'}>"
@@ -234,11 +242,14 @@ def launch(a, lu, piv, info, p: Plan | None = None) -> None:
         grid = min(-(-batch // per_block), _MAX_GRID)
         _kernel("getrf_small", dtype, p.tile)((grid,), (_SMALL_THREADS,), args)
     else:
-        ldp = blocked_ldp(dtype, n, p.tile)
-        smem = blocked_smem(dtype, n, p.tile, ldp)
+        if p.kb and (p.tile % p.kb or p.kb * np.dtype(dtype).itemsize % 16):
+            raise ValueError(f"Expected a block of L (kb) that divides NB in whole 16-byte chunks. Got NB = "
+                             f"{p.tile}, kb = {p.kb} for {np.dtype(dtype)} instead.")
+        ldp = blocked_ldp(dtype, n, p.tile, kb=p.kb)
+        smem = blocked_smem(dtype, n, p.tile, ldp, p.kb)
         threads = min(-(-n // 32) * 32, _MAX_THREADS)
         grid = min(batch, _MAX_GRID)
-        name = _blocked_name(p.kind, dtype, p.tile, threads, p.minb)
+        name = _blocked_name(p.kind, dtype, p.tile, threads, p.minb, p.kb)
         _kernel("getrf_blocked", dtype, p.tile, smem, name)((grid,), (threads,), args + (np.int32(ldp),),
                                                             shared_mem=smem)
 

@@ -7,7 +7,8 @@
 //     memory, column-major P[c * ldp + i], with cp.async (every element in flight at once). Row swaps
 //     to the right of the panel are DELAYED: the panel is gathered through `perm` (position ->
 //     original row), so no swap ever touches global memory;
-//  2. left-looking correction with each earlier block column b of L, read from global memory once per
+//  2. left-looking correction with each earlier block column b of L (KB columns: NB by default, or a
+//     divisor of NB, so that a wide panel needs less shared memory for L), read from global memory once per
 //     panel into a shared staging buffer, row-major in swizzled 16-byte chunks (LRows; 16- or 8-byte
 //     cp.async where the rows of LU are so aligned), double-buffered: the copy of block b + 1 is
 //     issued at the start of step b and waited for at its end, so it flies while one warp solves
@@ -23,7 +24,7 @@
 // info = -1 (NaN/Inf anywhere in the input, detected while loading the panels): lu all NaN, piv
 // identity. Otherwise info = first k + 1 with an exactly zero pivot (no swap, no scaling), or 0.
 //
-// Shared memory (dynamic): NB * ldp scalars (P), 2 n NB scalars (the two staging buffers of L), n ints
+// Shared memory (dynamic): NB * ldp scalars (P), 2 n KB scalars (the two staging buffers of L), n ints
 // and 2 n shorts (row bookkeeping), the pivot records; ldp: see ldp_padded.
 #include "common.cuh"
 
@@ -168,6 +169,83 @@ __device__ __forceinline__ void permute_rows(T* LU, T* G, const int* perm, int n
     __syncthreads();
 }
 
+// Tensor-core form of step 2's update for double and complex128 (NB a multiple of 8, KB of 4): rows
+// [rb, rb + 32) (one warp; those >= n are skipped) take P_i -= L_i,b * U_b with FP64 mma.sync
+// m8n8k4 (D = A B + C; A = -L from the staging buffer, B = U_b from the panel, C = the rows' panel
+// columns, all in the PTX fragment layouts: lane = 4 g + t holds A[g][t], B[t][g], C[g][2t, 2t + 1]).
+// complex: C_re += (-L_re) U_re + L_im U_im and C_im += (-L_re) U_im + (-L_im) U_re, four real mma
+// per tile. One warp-wide instruction replaces 8 FMAs per lane, and U_b is read from shared memory
+// once per warp instead of by every row's thread. double: the same sums in the same order as the FMA
+// loop (measured bit-identical); complex: the real and imaginary products are summed in another order.
+template <typename T, int NB, int KB> struct UpdateMma {
+    static constexpr bool ok = sizeof(blu::real_t<T>) == 8 && NB % 8 == 0 && KB % 4 == 0 && NB * KB <= 256;
+};
+
+__device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+        : "+d"(c[0]), "+d"(c[1])
+        : "d"(a), "d"(b));
+}
+
+template <typename T, int NB, int KB>
+__device__ __forceinline__ void update_mma(T* P, const T* Lc, int ldp, int j0, int rb, int n, int lane) {
+    using LR = LRows<T, KB>;
+    constexpr bool CPLX = blu::traits<T>::is_complex;
+    constexpr int NT = NB / 8, KS = KB / 4;  // n-tiles of 8 columns, k-steps of 4
+    const int g = lane >> 2, t = lane & 3;
+    T b[KS][NT];  // B fragments: U_b[4 ks + t][8 nt + g]
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) b[ks][nt] = P[(nt * 8 + g) * ldp + j0 + ks * 4 + t];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+        const int r = rb + mt * 8;
+        if (r >= n) break;  // warp-uniform
+        const int i = r + g;
+        const bool row_ok = i < n;
+        const int ia = row_ok ? i : n - 1;  // rows past n: any valid staging row, result dropped
+        double cr[NT][2], ci[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const T v = row_ok ? P[(nt * 8 + 2 * t + e) * ldp + i] : blu::zero<T>();
+                if constexpr (CPLX) {
+                    cr[nt][e] = v.re;
+                    ci[nt][e] = v.im;
+                } else {
+                    cr[nt][e] = v;
+                }
+            }
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+            const T l = Lc[LR::at(ia, ks * 4 + t)];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                if constexpr (CPLX) {
+                    dmma(cr[nt], -l.re, b[ks][nt].re);
+                    dmma(cr[nt], l.im, b[ks][nt].im);
+                    dmma(ci[nt], -l.re, b[ks][nt].im);
+                    dmma(ci[nt], -l.im, b[ks][nt].re);
+                } else {
+                    dmma(cr[nt], -l, b[ks][nt]);
+                }
+            }
+        }
+        if (row_ok) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    T& dst = P[(nt * 8 + 2 * t + e) * ldp + i];
+                    if constexpr (CPLX) dst = T{cr[nt][e], ci[nt][e]};
+                    else dst = cr[nt][e];
+                }
+        }
+    }
+}
+
 // Column stride of the panel (the kernel's `ldp` argument, chosen by the caller,
 // _getrf.blocked_ldp): 16-byte aligned columns (the broadcast vector loads), a multiple of
 // 16 / sizeof(T) elements, at least n. Padded: n rounded up to 4 elements, plus 4 (fewer bank conflicts
@@ -178,7 +256,7 @@ template <typename T> __host__ __device__ constexpr int ldp_padded(int n) { retu
 
 // REG: factor the panel with each thread's row in registers (n <= 512); otherwise in shared memory.
 // MAXT, MINB: __launch_bounds__ (at most MAXT threads, MINB blocks per SM).
-template <typename T, int NB, bool REG = true, int MAXT = 512, int MINB = 1>
+template <typename T, int NB, bool REG = true, int MAXT = 512, int MINB = 1, int KB = NB>
 __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, int* piv, int* info, int n,
                                                       long long batch, int ldp) {
     using namespace blu;
@@ -186,12 +264,13 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
     // NB divides 32, so it divides the block size (CopyLanes). Offsets within one matrix are ints: the
     // shared memory bounds n to a few thousand.
     static_assert(NB <= 32 && 32 % NB == 0, "NB must divide 32");
+    static_assert(NB % KB == 0 && (KB * sizeof(T)) % 16 == 0, "KB must divide NB, in whole 16-byte chunks");
     constexpr int V = Vec16<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
     T* P = reinterpret_cast<T*>(smem);
-    T* const L0 = P + NB * ldp;  // staging of L, two buffers of n x NB (LRows)
-    T* const L1 = L0 + n * NB;
-    int* perm = reinterpret_cast<int*>(L1 + n * NB);  // position -> original row
+    T* const L0 = P + NB * ldp;  // staging of L, two buffers of n x KB (LRows)
+    T* const L1 = L0 + n * KB;
+    int* perm = reinterpret_cast<int*>(L1 + n * KB);  // position -> original row
     short* slot = reinterpret_cast<short*>(perm + n);      // panel row -> original row at load
     short* posof = slot + n;                               // panel row -> current position
     // pivot records, double-buffered, one per warp (<= 16): int4 (key, position, panel row) and
@@ -216,7 +295,7 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
         for (int k0 = 0; k0 < n; k0 += NB) {
             const int w = min(NB, n - k0);
             const bool last = k0 + NB >= n;
-            const int nblk = k0 / NB;
+            const int nblk = k0 / KB;  // blocks of L (KB columns each) left of the panel
 
             // 1. gather the panel through perm (delayed swaps); stage the first block of L.
             // Every copy is issued before any is waited for (cp.async); each thread then checks the
@@ -231,7 +310,7 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                     for (int i = cl.r0; i < n; i += cl.rs) P[cl.q * ldp + i] = zero<T>();
                 }
                 for (int i = tid; i < n; i += bd) slot[i] = perm[i];
-                if (nblk > 0) stage_l<T, NB>(L0, LU, perm, n, 0, 0);
+                if (nblk > 0) stage_l<T, KB>(L0, LU, perm, n, 0, 0);
                 cp_async_wait();
                 if (cl.q < w)
                     for (int i = cl.r0; i < n; i += cl.rs) bad |= !is_finite(P[cl.q * ldp + i]);
@@ -241,47 +320,53 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
 
             // 2. left-looking correction, one earlier block column at a time.
             for (int b = 0; b < nblk; ++b) {
-                const int j0 = b * NB;
+                const int j0 = b * KB;
                 const T* Lc = (b & 1) ? L1 : L0;
                 if (b + 1 < nblk) {  // issue the copy of the next block of L; waited for below
-                    const int jn = j0 + NB;
-                    stage_l<T, NB>((b & 1) ? L0 : L1, LU, perm, n, jn, jn);
+                    const int jn = j0 + KB;
+                    stage_l<T, KB>((b & 1) ? L0 : L1, LU, perm, n, jn, jn);
                 }
                 if (warp == 0) {
                     if (lane < NB) {  // U_b = L_bb^-1 P_b, column `lane` of the panel
-                        T x[NB];
+                        T x[KB];
 #pragma unroll
-                        for (int r = 0; r < NB; ++r) x[r] = P[lane * ldp + j0 + r];
+                        for (int r = 0; r < KB; ++r) x[r] = P[lane * ldp + j0 + r];
 #pragma unroll
-                        for (int r = 1; r < NB; ++r)
+                        for (int r = 1; r < KB; ++r)
 #pragma unroll
-                            for (int q = 0; q < r; ++q) x[r] = fms(x[r], Lc[LRows<T, NB>::at(j0 + r, q)], x[q]);
+                            for (int q = 0; q < r; ++q) x[r] = fms(x[r], Lc[LRows<T, KB>::at(j0 + r, q)], x[q]);
 #pragma unroll
-                        for (int r = 1; r < NB; ++r) P[lane * ldp + j0 + r] = x[r];
+                        for (int r = 1; r < KB; ++r) P[lane * ldp + j0 + r] = x[r];
                     }
                 }
                 __syncthreads();
-                for (int i = j0 + NB + tid; i < n; i += bd) {
-                    T l[NB];
+                if constexpr (UpdateMma<T, NB, KB>::ok) {
+                    // the same rows as the loop below: warp w's lanes hold rows j0 + KB + 32 w + k bd
+                    for (int rb = j0 + KB + warp * 32; rb < n; rb += bd)
+                        update_mma<T, NB, KB>(P, Lc, ldp, j0, rb, n, lane);
+                } else {
+                    for (int i = j0 + KB + tid; i < n; i += bd) {
+                        T l[KB];
 #pragma unroll
-                    for (int g = 0; g < NB / V; ++g) {
-                        Vec16<T> v;
-                        v.raw = *reinterpret_cast<const uint4*>(Lc + i * NB + LRows<T, NB>::chunk(i, g) * V);
+                        for (int g = 0; g < KB / V; ++g) {
+                            Vec16<T> v;
+                            v.raw = *reinterpret_cast<const uint4*>(Lc + i * KB + LRows<T, KB>::chunk(i, g) * V);
 #pragma unroll
-                        for (int e = 0; e < V; ++e) l[g * V + e] = v.v[e];
-                    }
-#pragma unroll
-                    for (int c = 0; c < NB; ++c) {
-                        T acc = P[c * ldp + i];
-                        const uint4* up = reinterpret_cast<const uint4*>(P + c * ldp + j0);
-#pragma unroll
-                        for (int g = 0; g < NB / V; ++g) {
-                            Vec16<T> u;
-                            u.raw = up[g];
-#pragma unroll
-                            for (int e = 0; e < V; ++e) acc = fms(acc, l[g * V + e], u.v[e]);
+                            for (int e = 0; e < V; ++e) l[g * V + e] = v.v[e];
                         }
-                        P[c * ldp + i] = acc;
+#pragma unroll
+                        for (int c = 0; c < NB; ++c) {
+                            T acc = P[c * ldp + i];
+                            const uint4* up = reinterpret_cast<const uint4*>(P + c * ldp + j0);
+#pragma unroll
+                            for (int g = 0; g < KB / V; ++g) {
+                                Vec16<T> u;
+                                u.raw = up[g];
+#pragma unroll
+                                for (int e = 0; e < V; ++e) acc = fms(acc, l[g * V + e], u.v[e]);
+                            }
+                            P[c * ldp + i] = acc;
+                        }
                     }
                 }
                 cp_async_wait();  // the next block of L has landed (this thread's copies) ...
@@ -404,7 +489,7 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
             const int klast = ((n - 1) / NB) * NB;
             with_piece(LU, n, [&](auto u) {
                 constexpr int pe = sizeof(u) / sizeof(T);  // elements per piece
-                const int wmax = min((NB * ldp + 2 * n * NB) / n, bd * pe) / V * V;  // >= NB: NB * ldp >= NB * n
+                const int wmax = min((NB * ldp + 2 * n * KB) / n, bd * pe) / V * V;  // >= NB: NB * ldp >= NB * n
                 for (int c0 = 0; c0 < klast; c0 += wmax)  // wc: a multiple of V (G's rows stay 16-byte aligned)
                     permute_rows<T, decltype(u)>(LU, P, perm, n, c0, min(wmax, klast - c0), tid, bd);
             });
@@ -418,8 +503,9 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
     }
 }
 
-// Bytes of dynamic shared memory getrf_blocked<T, NB> needs for order n, stride ldp (mirrored in _getrf.py).
-template <typename T, int NB> __host__ __device__ constexpr size_t getrf_blocked_smem(int n, int ldp) {
-    return ((size_t)NB * ldp + 2 * (size_t)n * NB) * sizeof(T) + (size_t)n * (sizeof(int) + 2 * sizeof(short)) +
+// Bytes of dynamic shared memory getrf_blocked<T, NB, ..., KB> needs for order n, stride ldp (mirrored in
+// _getrf.py).
+template <typename T, int NB, int KB = NB> __host__ __device__ constexpr size_t getrf_blocked_smem(int n, int ldp) {
+    return ((size_t)NB * ldp + 2 * (size_t)n * KB) * sizeof(T) + (size_t)n * (sizeof(int) + 2 * sizeof(short)) +
            16 + 32 * sizeof(int4) + 64 * sizeof(T);
 }

@@ -145,6 +145,42 @@ def test_blocked_min_blocks(dtype, n):
         assert (piv[3] == ref_piv[0]).all(), plan
 
 
+@pytest.mark.parametrize("n", [5, 40, 100, 190, 300, 600])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_blocked_narrow_l_blocks(dtype, n):
+    """Blocks of L narrower than the panel (kb < NB, the left-looking steps KB columns at a time): the
+    same accuracy, pivots and info, at sizes below, across and above a panel, and past the block size
+    (n = 600 > 512 threads: rows looped over)."""
+    from kernels._gpu import _getrf
+
+    item = np.dtype(dtype).itemsize
+    nbs = _getrf._BLOCKED_NB[item]
+    a = matrices.generate("random", n, dtype, seed=13, start=0, stop=24)
+    a[3, :, 0] = 0  # a zero first column: info 1
+    a[5, n // 2, n // 3] = np.inf
+    plans = [_getrf.Plan(kind, nb, minb, kb) for kind in ("blocked", "blocked_smem") for nb in nbs
+             for kb in nbs if kb < nb for minb in (0, 2)]
+    for plan in plans:
+        if _getrf.blocked_smem(dtype, n, plan.tile, kb=plan.kb) > _getrf._smem_limit():
+            continue
+        lu, piv, info = _factor(a, plan)
+        good = [m for m in range(len(a)) if m not in (3, 5)]
+        assert (info[good] == 0).all() and info[3] == 1 and info[5] == -1, (plan, info)
+        assert np.isnan(lu[5]).all() and (piv[5] == np.arange(n)).all(), plan
+        ratio = get01(a[good], lu[good], piv[good])
+        assert ratio.max() < THRESHOLD, f"{plan}: get01 max {ratio.max():.3g}"
+        _check_pivots(a[good], piv[good], dtype)
+
+
+def test_blocked_rejects_bad_l_block():
+    from kernels._gpu import _getrf
+
+    a = cupy.asarray(matrices.generate("random", 40, np.float64, seed=1, start=0, stop=2))
+    out = (cupy.empty_like(a), cupy.empty((2, 40), np.int32), cupy.empty((2,), np.int32))
+    with pytest.raises(ValueError, match="kb"):
+        _getrf.launch(a, *out, _getrf.Plan("blocked", 16, 0, 6))
+
+
 # (dtype, n, RR, TJ): the register-resident kernel's tiles that the dispatch or the benchmark uses,
 # at sizes that exercise padding (n below the tile) and exact fits.
 ROWS_CASES = [
