@@ -40,26 +40,29 @@ _MAX_GRID = 1 << 20
 # tile at n = 16, 24, 33, 48, 64, 96 (128 for float32/float64) and the fastest kept for (previous n, n];
 # above that the blocked kernels, re-swept in session 5 with benchmarks/blocked_sweep.py at n = 96, 128,
 # 160, 190, 256 (complex128 also 64) (kind, NB and blocks per SM), and in session 6 at n = 128, 190
-# (complex128 also 64) after the row-major staging of L: per dtype, (largest n, kind, tile) rows, first
-# match wins.
+# (complex128 also 64) after the row-major staging of L, and in session 8 at n = 96, 128, 160, 190, 256
+# (complex128 also 64) over the plans whose blocks of L are narrower than the panel (kb < NB; the
+# double / complex128 update on FP64 mma): per dtype, (largest n, kind, tile) rows, first match wins.
 # "small" = registers, one lane per row; "rows" = getrf_rows, tile (RR, TJ): RR rows per thread, TJ
 # threads per row; "blocked" = left-looking, panel factored with rows in registers; "blocked_smem" = the
-# same with the panel factored in shared memory; their tile is NB or (NB, minb): minb blocks per SM in
-# __launch_bounds__ (fewer registers per thread, some spills).
+# same with the panel factored in shared memory; their tile is NB, (NB, minb) or (NB, minb, kb): minb
+# blocks per SM in __launch_bounds__ (fewer registers per thread, some spills; 0 = no bound), kb columns
+# per block of L in the left-looking steps (default NB).
 _DISPATCH = {
     np.dtype(np.float32): ((8, "small", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
                            (33, "rows", (5, 4)), (48, "rows", (6, 4)), (64, "rows", (4, 4)),
-                           (96, "rows", (8, 8)), (128, "blocked_smem", (16, 8)), (160, "blocked_smem", (16, 6)),
+                           (96, "blocked_smem", (16, 6, 8)), (128, "blocked_smem", (16, 8)),
+                           (160, "blocked_smem", (16, 6)),
                            (190, "blocked_smem", (32, 3, 8)), (256, "blocked_smem", (16, 4)),
                            (1 << 30, "blocked_smem", 16)),
     np.dtype(np.float64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
-                           (48, "rows", (6, 4)), (64, "rows", (2, 4)), (96, "blocked", 16),
-                           (128, "blocked_smem", (16, 6, 8)), (160, "blocked", 16),
+                           (48, "rows", (6, 4)), (64, "rows", (2, 4)), (96, "blocked_smem", (16, 7, 8)),
+                           (128, "blocked_smem", (16, 6, 8)), (160, "blocked_smem", (16, 5, 8)),
                            (190, "blocked_smem", (32, 3, 8)), (256, "blocked", 16), (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
-                             (48, "rows", (3, 4)), (64, "rows", (4, 8)), (96, "blocked_smem", 8),
-                             (128, "blocked_smem", (16, 6, 8)), (160, "blocked", (8, 4)),
-                             (190, "blocked_smem", (16, 4, 8)), (256, "blocked", 16),
+                             (48, "rows", (3, 4)), (64, "rows", (4, 8)), (96, "blocked_smem", (16, 7, 8)),
+                             (128, "blocked_smem", (16, 6, 8)), (160, "blocked_smem", (16, 5, 8)),
+                             (190, "blocked_smem", (16, 4, 8)), (256, "blocked_smem", (16, 3, 8)),
                              (1 << 30, "blocked_smem", 8)),
     np.dtype(np.complex128): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (3, 4)),
                               (48, "rows", (4, 8)), (64, "blocked_smem", 8), (96, "blocked", (8, 2)),

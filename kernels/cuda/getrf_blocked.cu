@@ -177,8 +177,12 @@ __device__ __forceinline__ void permute_rows(T* LU, T* G, const int* perm, int n
 // per tile. One warp-wide instruction replaces 8 FMAs per lane, and U_b is read from shared memory
 // once per warp instead of by every row's thread. double: the same sums in the same order as the FMA
 // loop (measured bit-identical); complex: the real and imaginary products are summed in another order.
-template <typename T, int NB, int KB> struct UpdateMma {
-    static constexpr bool ok = sizeof(blu::real_t<T>) == 8 && NB % 8 == 0 && KB % 4 == 0 && NB * KB <= 256;
+// Where it is used: double and complex128, NB a multiple of 8, KB of 4 (B fragments: at most 16 per
+// lane); not complex128 NB 8 without a blocks-per-SM bound, measured 0.97x with mma at n = 128 and 160
+// (1.01-1.02x at 64 and 96, and with a bound; session 8, s8-c128-nomma.txt).
+template <typename T, int NB, int KB, int MINB> struct UpdateMma {
+    static constexpr bool ok = sizeof(blu::real_t<T>) == 8 && NB % 8 == 0 && KB % 4 == 0 && NB * KB <= 256 &&
+                               !(blu::traits<T>::is_complex && NB == 8 && MINB == 1);
 };
 
 __device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
@@ -340,7 +344,7 @@ __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, i
                     }
                 }
                 __syncthreads();
-                if constexpr (UpdateMma<T, NB, KB>::ok) {
+                if constexpr (UpdateMma<T, NB, KB, MINB>::ok) {
                     // the same rows as the loop below: warp w's lanes hold rows j0 + KB + 32 w + k bd
                     for (int rb = j0 + KB + warp * 32; rb < n; rb += bd)
                         update_mma<T, NB, KB>(P, Lc, ldp, j0, rb, n, lane);
