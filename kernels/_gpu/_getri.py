@@ -71,9 +71,12 @@ GESV_ROWS_MAX_RHS = 16
 # getri launch shape per dtype ("static", "merged" or "dynamic"): measured, docs/getri-notes.md.
 GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
               np.dtype(np.complex64): "dynamic", np.dtype(np.complex128): "static"}
-# ... and where a blocks-per-SM bound measured faster (session 5, benchmarks/blocked_sweep.py --op
-# getri at float64 / complex64 n = 190, complex128 n = 128, 190): (lowest n, largest n, mode, minb).
-GETRI_MINB = {np.dtype(np.float64): ((161, 190, "merged", 2),),
+# ... and where a blocks-per-SM bound or another mode measured faster (session 5, benchmarks/blocked_sweep.py
+# --op getri at float64 / complex64 n = 190, complex128 n = 128, 190; session 8 at n = 128, 190 for every
+# dtype, s8-getri-sweep.txt: float32 128 dynamic 1.08x, 190 merged 1.02x): (lowest n, largest n, mode,
+# minb).
+GETRI_MINB = {np.dtype(np.float32): ((97, 128, "dynamic", 0), (161, 190, "merged", 0)),
+              np.dtype(np.float64): ((161, 190, "merged", 2),),
               np.dtype(np.complex128): ((97, 128, "static", 3), (161, 190, "merged", 2))}
 
 
