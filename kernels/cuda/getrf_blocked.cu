@@ -13,7 +13,8 @@
 //     cp.async where the rows of LU are so aligned), double-buffered: the copy of block b + 1 is
 //     issued at the start of step b and waited for at its end, so it flies while one warp solves
 //     U_b = L_bb^-1 P_b and every row below the block takes P_i -= L_i,b * U_b, with L_i,b read by
-//     its thread in vector loads into registers and U_b broadcast from shared memory;
+//     its thread in vector loads into registers and U_b broadcast from shared memory (double and
+//     complex128: FP64 tensor-core mma.sync over each warp's 32 rows instead, update_mma);
 //  3. factor the panel with partial pivoting: per column one block-wide arg-max (warp shuffles, then
 //     one __syncthreads across warps; LAPACK's i?amax tie-break by current position), lazy swaps
 //     (each thread tracks the position of its own rows), scaling and the rank-1 update of the panel;
