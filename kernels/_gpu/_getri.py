@@ -253,17 +253,20 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0) -> 
     if minb and mode != "dynamic":
         maxt = f"{threads}, {minb}"
         names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in ("static", "merged"))
+    # the one-launch kernels' per-warp scratch of the tensor-core sums (float64 / complex128: getri.cu's
+    # GetriMma, warp_scratch): NB x 33 of T per warp
+    scratch = (threads // 32) * nb * 33 * item if dtype in (np.float64, np.complex128) else 0
     full = npad * ldp * item
     ni = np.int32(n)
-    merged = 2 * npad * ldp * item
+    merged = 2 * npad * ldp * item + scratch
     rp = launch_perm(piv)
     if mode == "merged" and merged <= _smem_optin():
         func = _kernel("getri", f"blu::getri_merged<{s}, {nb}, {maxt}>", names, merged)
         func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=merged)
         return
     if mode in ("static", "merged"):
-        func = _kernel("getri", f"blu::getri_static<{s}, {nb}, {maxt}>", names, full)
-        func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full)
+        func = _kernel("getri", f"blu::getri_static<{s}, {nb}, {maxt}>", names, full + scratch)
+        func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
         return
     linv = _kernel("getri", f"blu::getri_linv_step<{s}, {nb}, {maxt}>", names, npad * ldp * item)
     uinv = _kernel("getri", f"blu::getri_uinv_step<{s}, {nb}, {maxt}>", names, npad * ldp * item)

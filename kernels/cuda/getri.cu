@@ -115,14 +115,97 @@ __device__ __forceinline__ void panel_dot(T (&w)[NB], const T* panel, const T* _
     for (; l < l1; ++l) panel_axpy<NB>(w, panel + (l - base) * LDP, col[(long long)l * n]);
 }
 
-// Phase 1 step for column j (j < min(n, I0 + NB)); panel = L[I0:I0+NB, 0:I0+NB] transposed.
-template <typename T, int NB, int U>
-__device__ __forceinline__ void linv_step(T* __restrict__ lu, const T* panel, int n, int I0, int j) {
+// The delayed-correction sums on FP64 tensor cores (double, complex128; the one-launch kernels): a warp's
+// 32 columns at once, w[r] += sum_{lo <= l < hi} panel[(l - base) * LDP + r] X[l, j] for j = jw + lane,
+// as mma.sync m8n8k4 tiles (A = the panel transposed, NB rows x 4 l; B = 4 l x 8 columns of X, read
+// from global memory; C = NB x 32), the sums handed back one column per lane through `scratch` (this
+// warp's NB x 33 of T). X is masked as the triangle it is: L^-1 (LOWER: unit diagonal, zero above) or
+// U^-1 (zero below), and zero outside the matrix, so the ranges can be the warp's, not each column's.
+// Every lane of the warp must call it (warp-uniform arguments but `w`).
+template <typename T> struct GetriMma {
+    static constexpr bool ok = sizeof(real_t<T>) == 8;
+};
+
+__device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+        : "+d"(c[0]), "+d"(c[1])
+        : "d"(a), "d"(b));
+}
+
+template <typename T, bool LOWER>
+__device__ __forceinline__ T x_at(const T* __restrict__ lu, int n, int l, int j) {
+    if (l >= n || j >= n) return zero<T>();
+    if constexpr (LOWER) return l > j ? lu[(long long)l * n + j] : (l == j ? one<T>() : zero<T>());
+    else return l <= j ? lu[(long long)l * n + j] : zero<T>();
+}
+
+template <typename T, int NB, bool LOWER>
+__device__ __forceinline__ void panel_dot_mma(T (&w)[NB], const T* panel, const T* __restrict__ lu, int n, int lo,
+                                              int hi, int base, int jw, T* scratch, int lane) {
+    constexpr bool CPLX = traits<T>::is_complex;
+    constexpr int LDP = getri_panel<T, NB>::LDP;
+    constexpr int MT = NB / 8;  // row tiles of 8; 4 column tiles of 8
+    static_assert(NB % 8 == 0, "NB must be a multiple of 8");
+    const int g = lane >> 2, t = lane & 3;
+    double cr[MT][4][2], ci[MT][4][2];  // C[8 mt + g][8 nt + 2 t + e]
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) cr[mt][nt][e] = ci[mt][nt][e] = 0.0;
+    for (int l = lo; l < hi; l += 4) {
+        const int lt = l + t;  // A[g][t], B[t][g]
+        const bool in = lt < hi;
+        T a[MT], b[4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) a[mt] = in ? panel[(lt - base) * LDP + mt * 8 + g] : zero<T>();
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) b[nt] = in ? x_at<T, LOWER>(lu, n, lt, jw + nt * 8 + g) : zero<T>();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                if constexpr (CPLX) {
+                    dmma(cr[mt][nt], a[mt].re, b[nt].re);
+                    dmma(cr[mt][nt], -a[mt].im, b[nt].im);
+                    dmma(ci[mt][nt], a[mt].re, b[nt].im);
+                    dmma(ci[mt][nt], a[mt].im, b[nt].re);
+                } else {
+                    dmma(cr[mt][nt], a[mt], b[nt]);
+                }
+            }
+    }
+    constexpr int LDS = 33;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                T& dst = scratch[(mt * 8 + g) * LDS + nt * 8 + 2 * t + e];
+                if constexpr (CPLX) dst = T{cr[mt][nt][e], ci[mt][nt][e]};
+                else dst = cr[mt][nt][e];
+            }
+    __syncwarp();
+#pragma unroll
+    for (int r = 0; r < NB; ++r) w[r] = w[r] + scratch[r * LDS + lane];
+    __syncwarp();  // the scratch is free again
+}
+
+// Phase 1 step for column j (j < min(n, I0 + NB)); panel = L[I0:I0+NB, 0:I0+NB] transposed. MMA: called by
+// every lane of a warp with a column below min(n, I0 + NB); `active` says whether lane's column is one.
+template <typename T, int NB, int U, bool MMA = false>
+__device__ __forceinline__ void linv_step(T* __restrict__ lu, const T* panel, int n, int I0, int j,
+                                          bool active = true, T* scratch = nullptr) {
     constexpr int LDP = getri_panel<T, NB>::LDP;
     T w[NB];
 #pragma unroll
     for (int r = 0; r < NB; ++r) w[r] = (I0 + r == j) ? -one<T>() : zero<T>();  // negated: w = -X
-    if (j < I0) {
+    if constexpr (MMA) {
+        const int lane = j & 31, jw = j - lane;  // (columns = threads: j = tid)
+        if (jw < I0) panel_dot_mma<T, NB, true>(w, panel, lu, n, jw, I0, 0, jw, scratch, lane);  // X[j, j] = 1 included
+    } else if (j < I0) {
         panel_axpy<NB>(w, panel + j * LDP, one<T>());  // X[j, j] = 1
         panel_dot<T, NB, U>(w, panel, lu + j, n, j + 1, I0, 0);
     }
@@ -135,18 +218,25 @@ __device__ __forceinline__ void linv_step(T* __restrict__ lu, const T* panel, in
 #pragma unroll
     for (int r = 0; r < NB; ++r) {
         const int row = I0 + r;
-        if (row < n && row > j) lu[(long long)row * n + j] = -w[r];
+        if (active && row < n && row > j) lu[(long long)row * n + j] = -w[r];
     }
 }
 
 // Phase 2 step for column j (I0 <= j < n); panel = U[I0:I0+NB, I0:npad] transposed (column l at l-I0).
-template <typename T, int NB, int U>
-__device__ __forceinline__ void uinv_step(T* __restrict__ lu, const T* panel, int n, int I0, int j) {
+// MMA: called by every lane of a warp with a column in [I0, n); `active` as in linv_step.
+template <typename T, int NB, int U, bool MMA = false>
+__device__ __forceinline__ void uinv_step(T* __restrict__ lu, const T* panel, int n, int I0, int j,
+                                          bool active = true, T* scratch = nullptr) {
     constexpr int LDP = getri_panel<T, NB>::LDP;
     T w[NB];
 #pragma unroll
     for (int r = 0; r < NB; ++r) w[r] = (I0 + r == j) ? -one<T>() : zero<T>();  // w = -X
-    panel_dot<T, NB, U>(w, panel, lu + j, n, I0 + NB, j + 1, I0);
+    if constexpr (MMA) {
+        const int lane = j & 31, jw = j - lane, hi = min(n, jw + 32);
+        if (I0 + NB < hi) panel_dot_mma<T, NB, false>(w, panel, lu, n, I0 + NB, hi, I0, jw, scratch, lane);
+    } else {
+        panel_dot<T, NB, U>(w, panel, lu + j, n, I0 + NB, j + 1, I0);
+    }
     // Upper diagonal block, backward; rows >= n stay zero and are never divided.
 #pragma unroll
     for (int r = NB - 1; r >= 0; --r) {
@@ -159,29 +249,36 @@ __device__ __forceinline__ void uinv_step(T* __restrict__ lu, const T* panel, in
 #pragma unroll
     for (int r = 0; r < NB; ++r) {
         const int row = I0 + r;
-        if (row < n && row <= j) lu[(long long)row * n + j] = -w[r];
+        if (active && row < n && row <= j) lu[(long long)row * n + j] = -w[r];
     }
 }
 
 // Phase 3 block row for column j (< n): out[I0+r][rp[j]] = sum_{l >= max(I0, j)} Uinv[I0+r][l] Linv[l][j];
 // panel = upper part of U^-1[I0:I0+NB, I0:npad] transposed.
-template <typename T, int NB, int U>
+// MMA: called by every lane of a warp with a column below n; `active` as in linv_step.
+template <typename T, int NB, int U, bool MMA = false>
 __device__ __forceinline__ void product_step(const T* __restrict__ lu, const T* panel, T* __restrict__ out,
-                                             int n, int I0, int j, int col) {
+                                             int n, int I0, int j, int col, bool active = true,
+                                             T* scratch = nullptr) {
     constexpr int LDP = getri_panel<T, NB>::LDP;
     T acc[NB];
 #pragma unroll
     for (int r = 0; r < NB; ++r) acc[r] = zero<T>();
-    int l = I0;
-    if (j >= I0) {
-        panel_axpy<NB>(acc, panel + (j - I0) * LDP, one<T>());  // L^-1[j, j] = 1
-        l = j + 1;
+    if constexpr (MMA) {
+        const int lane = j & 31, jw = j - lane;
+        panel_dot_mma<T, NB, true>(acc, panel, lu, n, max(I0, jw), n, I0, jw, scratch, lane);  // L^-1[j, j] = 1 included
+    } else {
+        int l = I0;
+        if (j >= I0) {
+            panel_axpy<NB>(acc, panel + (j - I0) * LDP, one<T>());  // L^-1[j, j] = 1
+            l = j + 1;
+        }
+        panel_dot<T, NB, U>(acc, panel, lu + j, n, l, n, I0);
     }
-    panel_dot<T, NB, U>(acc, panel, lu + j, n, l, n, I0);
 #pragma unroll
     for (int r = 0; r < NB; ++r) {
         const int row = I0 + r;
-        if (row < n) out[(long long)row * n + col] = acc[r];
+        if (active && row < n) out[(long long)row * n + col] = acc[r];
     }
 }
 
@@ -190,18 +287,30 @@ __device__ __forceinline__ void fill_nan(T* out, long long count, int tid, int n
     for (long long i = tid; i < count; i += nt) out[i] = nan_value<T>();
 }
 
-// Phase 3 over all block rows; rp = this matrix's row order (perm_from_piv in getrs.cu).
-template <typename T, int NB, int U>
+// Phase 3 over all block rows; rp = this matrix's row order (perm_from_piv in getrs.cu). MMA: scratch =
+// this warp's NB x 33 of T.
+template <typename T, int NB, int U, bool MMA = false>
 __device__ __forceinline__ void product_all(const T* __restrict__ lu, T* panel, const int* __restrict__ rp,
-                                            T* __restrict__ out, int n, int tid, int nt) {
+                                            T* __restrict__ out, int n, int tid, int nt, T* scratch = nullptr) {
     const int npad = (n + NB - 1) / NB * NB;
     const int col = tid < n ? rp[tid] : 0;
     for (int I0 = 0; I0 < n; I0 += NB) {
         __syncthreads();
         load_panel<T, NB, true>(lu, panel, n, I0, I0, npad, tid, nt);
         __syncthreads();
-        if (tid < n) product_step<T, NB, U>(lu, panel, out, n, I0, tid, col);
+        if constexpr (MMA) {
+            if ((tid & ~31) < n) product_step<T, NB, U, true>(lu, panel, out, n, I0, tid, col, tid < n, scratch);
+        } else if (tid < n) {
+            product_step<T, NB, U>(lu, panel, out, n, I0, tid, col);
+        }
     }
+}
+
+// The one-launch kernels' per-warp scratch for the tensor-core sums (after `panels` panels of npad x LDP;
+// launch_getri adds its bytes: getri_scratch_bytes).
+template <typename T, int NB>
+__device__ __forceinline__ T* warp_scratch(unsigned char* smem, int npad, int panels, int tid) {
+    return reinterpret_cast<T*>(smem) + (long long)panels * npad * getri_panel<T, NB>::LDP + (tid >> 5) * NB * 33;
 }
 
 // Shared memory: panel npad x LDP of T. rp (B, n): row order of P^T A (out[:, rp[j]] = (U^-1 L^-1)[:, j]).
@@ -220,19 +329,31 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         fill_nan(out, (long long)n * n, tid, nt);
         return;
     }
+    constexpr int D = prefetch<T, MAXT>::depth;
+    constexpr bool MMA = GetriMma<T>::ok;
+    T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, 1, tid) : nullptr;
+    const int jw = tid & ~31;  // the warp's first column
     for (int I0 = 0; I0 < n; I0 += NB) {
         __syncthreads();
         load_panel<T, NB, false>(lu, panel, n, I0, 0, I0 + NB, tid, nt);
         __syncthreads();
-        if (tid < n && tid < I0 + NB) linv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, I0, tid);
+        if constexpr (MMA) {
+            if (jw < min(n, I0 + NB)) linv_step<T, NB, D, true>(lu, panel, n, I0, tid, tid < n && tid < I0 + NB, scratch);
+        } else if (tid < n && tid < I0 + NB) {
+            linv_step<T, NB, D>(lu, panel, n, I0, tid);
+        }
     }
     for (int I0 = (n - 1) / NB * NB; I0 >= 0; I0 -= NB) {
         __syncthreads();
         load_panel<T, NB, false>(lu, panel, n, I0, I0, npad, tid, nt);
         __syncthreads();
-        if (tid < n && tid >= I0) uinv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, I0, tid);
+        if constexpr (MMA) {
+            if (jw < n && jw + 32 > I0) uinv_step<T, NB, D, true>(lu, panel, n, I0, tid, tid < n && tid >= I0, scratch);
+        } else if (tid < n && tid >= I0) {
+            uinv_step<T, NB, D>(lu, panel, n, I0, tid);
+        }
     }
-    product_all<T, NB, prefetch<T, MAXT>::depth>(lu, panel, rp + mat * n, out, n, tid, nt);
+    product_all<T, NB, D, MMA>(lu, panel, rp + mat * n, out, n, tid, nt, scratch);
 }
 
 // Phases 1 and 2 interleaved: step b inverts L block row b (top-down) and U block row nb-1-b
@@ -256,6 +377,10 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         fill_nan(out, (long long)n * n, tid, nt);
         return;
     }
+    constexpr int D = prefetch<T, MAXT>::depth;
+    constexpr bool MMA = GetriMma<T>::ok;
+    T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, 2, tid) : nullptr;
+    const int jw = tid & ~31;  // the warp's first column
     const int nblocks = npad / NB;
     for (int b = 0; b < nblocks; ++b) {
         const int IL = b * NB, IU = (nblocks - 1 - b) * NB;
@@ -263,10 +388,15 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         load_panel<T, NB, false>(lu, panel, n, IL, 0, IL + NB, tid, nt);
         load_panel<T, NB, false>(lu, panel_u, n, IU, IU, npad, tid, nt);
         __syncthreads();
-        if (tid < n && tid < IL + NB) linv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, IL, tid);
-        if (tid < n && tid >= IU) uinv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel_u, n, IU, tid);
+        if constexpr (MMA) {
+            if (jw < min(n, IL + NB)) linv_step<T, NB, D, true>(lu, panel, n, IL, tid, tid < n && tid < IL + NB, scratch);
+            if (jw < n && jw + 32 > IU) uinv_step<T, NB, D, true>(lu, panel_u, n, IU, tid, tid < n && tid >= IU, scratch);
+        } else {
+            if (tid < n && tid < IL + NB) linv_step<T, NB, D>(lu, panel, n, IL, tid);
+            if (tid < n && tid >= IU) uinv_step<T, NB, D>(lu, panel_u, n, IU, tid);
+        }
     }
-    product_all<T, NB, prefetch<T, MAXT>::depth>(lu, panel, rp + mat * n, out, n, tid, nt);
+    product_all<T, NB, D, MMA>(lu, panel, rp + mat * n, out, n, tid, nt, scratch);
 }
 
 // Dynamic allocation: one launch per phase-1 step with round32(min(n, I0+NB)) threads, column j = tid.
