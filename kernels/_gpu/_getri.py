@@ -253,9 +253,10 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0) -> 
     if minb and mode != "dynamic":
         maxt = f"{threads}, {minb}"
         names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in ("static", "merged"))
-    # the one-launch kernels' per-warp scratch of the tensor-core sums (float64 / complex128: getri.cu's
-    # GetriMma, warp_scratch): NB x 33 of T per warp
-    scratch = (threads // 32) * nb * 33 * item if dtype in (np.float64, np.complex128) else 0
+    # the one-launch kernels' per-warp scratch of the tensor-core sums (float64 / complex128 with
+    # __launch_bounds__ of at most 512 threads: getri.cu's GetriMma, warp_scratch): NB x 33 of T per warp
+    bound = threads if minb and mode != "dynamic" else maxt
+    scratch = (threads // 32) * nb * 33 * item if dtype in (np.float64, np.complex128) and bound <= 512 else 0
     full = npad * ldp * item
     ni = np.int32(n)
     merged = 2 * npad * ldp * item + scratch

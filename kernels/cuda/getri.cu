@@ -122,8 +122,10 @@ __device__ __forceinline__ void panel_dot(T (&w)[NB], const T* panel, const T* _
 // warp's NB x 33 of T). X is masked as the triangle it is: L^-1 (LOWER: unit diagonal, zero above) or
 // U^-1 (zero below), and zero outside the matrix, so the ranges can be the warp's, not each column's.
 // Every lane of the warp must call it (warp-uniform arguments but `w`).
-template <typename T> struct GetriMma {
-    static constexpr bool ok = sizeof(real_t<T>) == 8;
+// Used by the one-launch kernels for double / complex128 with at most 512 threads (the scratch of 32 warps
+// would not fit beside the panel at n = 1024).
+template <typename T, int MAXT> struct GetriMma {
+    static constexpr bool ok = sizeof(real_t<T>) == 8 && MAXT <= 512;
 };
 
 __device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
@@ -154,14 +156,23 @@ __device__ __forceinline__ void panel_dot_mma(T (&w)[NB], const T* panel, const 
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) cr[mt][nt][e] = ci[mt][nt][e] = 0.0;
-    for (int l = lo; l < hi; l += 4) {
-        const int lt = l + t;  // A[g][t], B[t][g]
+    // fragments of l .. l + 3 (lane: A[g][t], B[t][g]); the next group's are loaded before this one's mma
+    T a[MT], b[4], an[MT], bn[4];
+    auto fetch = [&](int l, T (&fa)[MT], T (&fb)[4]) {
+        const int lt = l + t;
         const bool in = lt < hi;
-        T a[MT], b[4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) a[mt] = in ? panel[(lt - base) * LDP + mt * 8 + g] : zero<T>();
+        for (int mt = 0; mt < MT; ++mt) fa[mt] = in ? panel[(lt - base) * LDP + mt * 8 + g] : zero<T>();
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) b[nt] = in ? x_at<T, LOWER>(lu, n, lt, jw + nt * 8 + g) : zero<T>();
+        for (int nt = 0; nt < 4; ++nt) fb[nt] = in ? x_at<T, LOWER>(lu, n, lt, jw + nt * 8 + g) : zero<T>();
+    };
+    if (lo < hi) fetch(lo, an, bn);
+    for (int l = lo; l < hi; l += 4) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) a[mt] = an[mt];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) b[nt] = bn[nt];
+        if (l + 4 < hi) fetch(l + 4, an, bn);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -330,7 +341,7 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         return;
     }
     constexpr int D = prefetch<T, MAXT>::depth;
-    constexpr bool MMA = GetriMma<T>::ok;
+    constexpr bool MMA = GetriMma<T, MAXT>::ok;
     T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, 1, tid) : nullptr;
     const int jw = tid & ~31;  // the warp's first column
     for (int I0 = 0; I0 < n; I0 += NB) {
@@ -378,7 +389,7 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         return;
     }
     constexpr int D = prefetch<T, MAXT>::depth;
-    constexpr bool MMA = GetriMma<T>::ok;
+    constexpr bool MMA = GetriMma<T, MAXT>::ok;
     T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, 2, tid) : nullptr;
     const int jw = tid & ~31;  // the warp's first column
     const int nblocks = npad / NB;
