@@ -117,27 +117,32 @@ def compile_one(job):
     return f"{dtype} {n} {plan.describe()} {'old' if rev else 'new'} {time.time() - t0:.1f}s"
 
 
-def getri_plans(dtype, n: int) -> list[tuple[str, int]]:
-    """(mode, minb) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each minb
-    whose registers (>= 64 per thread) allow it."""
+def getri_plans(dtype, n: int) -> list[tuple[str, int, bool]]:
+    """(mode, minb, mma) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each minb
+    whose registers (>= 64 per thread) allow it; for float64 / complex128 (n <= 512) the static / merged
+    ones with mma too."""
     warps = -(-n // 32)
     out = [("static", 0), ("merged", 0), ("dynamic", 0)]
     for minb in range(2, 6):
         if min(255, 16384 // (-(-minb * warps // 4) * 32) // 8 * 8) >= 64 and minb * warps <= 64:
             out += [("static", minb), ("merged", minb)]
-    return out
+    plans = [(mode, minb, False) for mode, minb in out]
+    if np.dtype(dtype) in (np.float64, np.complex128) and n <= 512:
+        plans += [(mode, minb, True) for mode, minb in out if mode != "dynamic"]
+    return plans
 
 
 def compile_getri(job):
-    dtype, n, minb = job
+    dtype, n, minb, mma = job
     from kernels._gpu import _getri
     from kernels._gpu._module import get_function
 
     s, nb, threads = _getri._SCALAR[np.dtype(dtype)], _getri._nb(dtype), -(-n // 32) * 32
-    names = tuple(f"blu::getri_{k}<{s}, {nb}, {threads}, {minb}>" for k in ("static", "merged"))
+    bounds = f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true" if mma else f"{threads}, {minb}"
+    names = tuple(f"blu::getri_{k}<{s}, {nb}, {bounds}>" for k in ("static", "merged"))
     t0 = time.time()
     get_function("getri", names[0], names=names)
-    return f"{dtype} {n} minb {minb} {time.time() - t0:.1f}s"
+    return f"{dtype} {n} minb {minb} mma {mma} {time.time() - t0:.1f}s"
 
 
 def sweep_getri(dtypes, sizes, args) -> None:
@@ -149,8 +154,8 @@ def sweep_getri(dtypes, sizes, args) -> None:
     from kernels._gpu import _getrf, _getri
     from kernels.ratios import get03
 
-    precompile(compile_getri, sorted({(d, n, minb) for d in dtypes for n in sizes
-                                      for _, minb in getri_plans(d, n) if minb}))
+    precompile(compile_getri, sorted({(d, n, minb, mma) for d in dtypes for n in sizes
+                                      for _, minb, mma in getri_plans(d, n) if minb or mma}))
     time_case = _time_case()
     table = []
     for d in dtypes:
@@ -160,22 +165,22 @@ def sweep_getri(dtypes, sizes, args) -> None:
             lu, piv, info = _getrf.getrf(a)
             work, out = cupy.empty_like(lu), cupy.empty_like(lu)
             res = {}
-            for mode, minb in getri_plans(d, n):
+            for mode, minb, mma in getri_plans(d, n):
                 def prepare(k, mode=mode):
                     work[...] = lu
 
-                def run(mode=mode, minb=minb):
-                    _getri.launch_getri(work, piv, info, out, mode, minb)
+                def run(mode=mode, minb=minb, mma=mma):
+                    _getri.launch_getri(work, piv, info, out, mode, minb, mma)
 
                 try:
-                    res[f"{mode}-m{minb}"] = time_case(Case(prepare, run), args.reps)
+                    res[f"{mode}-m{minb}{'-mma' if mma else ''}"] = time_case(Case(prepare, run), args.reps)
                 except Exception as e:
                     print(d, n, mode, minb, "FAILED", type(e).__name__, str(e)[:300], flush=True)
             best = min(res, key=res.get)
-            mode, minb = best.split("-m")
+            mode, minb = best.split("-")[:2]
             out[...] = np.nan
             work[...] = lu
-            _getri.launch_getri(work, piv, info, out, mode, int(minb))
+            _getri.launch_getri(work, piv, info, out, mode, int(minb[1:]), best.endswith("-mma"))
             ratio = float(get03(cupy.asnumpy(a[:32]), cupy.asnumpy(out[:32])).max())
             ref = res[f"{_getri.GETRI_MODE[np.dtype(d)]}-m0"]
             print(f"{d:10s} n={n:3d} batch={batch} " + " ".join(f"{k}={v:.3f}" for k, v in res.items()), flush=True)

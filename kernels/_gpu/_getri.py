@@ -71,20 +71,24 @@ GESV_ROWS_MAX_RHS = 16
 # getri launch shape per dtype ("static", "merged" or "dynamic"): measured, docs/getri-notes.md.
 GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
               np.dtype(np.complex64): "dynamic", np.dtype(np.complex128): "static"}
-# ... and where a blocks-per-SM bound or another mode measured faster (session 5, benchmarks/blocked_sweep.py
-# --op getri at float64 / complex64 n = 190, complex128 n = 128, 190; session 8 at n = 128, 190 for every
-# dtype, s8-getri-sweep.txt: float32 128 dynamic 1.08x, 190 merged 1.02x): (lowest n, largest n, mode,
-# minb).
-GETRI_MINB = {np.dtype(np.float32): ((97, 128, "dynamic", 0), (161, 190, "merged", 0)),
-              np.dtype(np.float64): ((161, 190, "merged", 2),),
-              np.dtype(np.complex128): ((97, 128, "static", 3), (161, 190, "merged", 2))}
+# ... and where a blocks-per-SM bound, another mode or the sums on tensor cores measured faster (session 5,
+# benchmarks/blocked_sweep.py --op getri at float64 / complex64 n = 190, complex128 n = 128, 190; session 8
+# at n = 128, 190 for every dtype, s8-getri-sweep.txt: float32 128 dynamic 1.08x, 190 merged 1.02x; and
+# float64 / complex128 at n = 96 .. 256 with and without mma, s8-getri-mma2.txt / s8-getri-old2.txt):
+# (lowest n, largest n, mode, minb, mma).
+GETRI_PLANS = {np.dtype(np.float32): ((97, 128, "dynamic", 0, False), (161, 190, "merged", 0, False)),
+               np.dtype(np.float64): ((65, 96, "merged", 3, True), (97, 128, "static", 3, True),
+                                      (129, 160, "merged", 0, True), (161, 256, "merged", 2, False)),
+               np.dtype(np.complex128): ((97, 128, "merged", 4, True), (129, 160, "merged", 3, True),
+                                         (161, 256, "merged", 2, True))}
 
 
-def getri_plan(dtype, n: int) -> tuple[str, int]:
-    """(mode, minb) of ``launch_getri`` for (dtype, n): GETRI_MINB where it has a row, else GETRI_MODE."""
+def getri_plan(dtype, n: int) -> tuple[str, int, bool]:
+    """(mode, minb, mma) of ``launch_getri`` for (dtype, n): GETRI_PLANS where it has a row, else
+    GETRI_MODE without a bound or mma."""
     dtype = np.dtype(dtype)
-    return next(((mode, minb) for lo, hi, mode, minb in GETRI_MINB.get(dtype, ()) if lo <= n <= hi),
-                (GETRI_MODE[dtype], 0))
+    return next(((mode, minb, mma) for lo, hi, mode, minb, mma in GETRI_PLANS.get(dtype, ()) if lo <= n <= hi),
+                (GETRI_MODE[dtype], 0, False))
 _SMEM_DEFAULT = 48 * 1024
 
 
@@ -222,14 +226,15 @@ def _ldp(dtype) -> int:
     return _nb(dtype) + 16 // np.dtype(dtype).itemsize
 
 
-def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0) -> None:
+def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma: bool = False) -> None:
     """Inverse from ``getrf``'s ``lu`` (overwritten with L^-1 and U^-1), ``piv``, ``info`` into ``out``.
 
     ``mode``: "static" (one launch), "merged" (one launch, L and U steps interleaved; falls back to
     "static" where two panels do not fit in shared memory) or "dynamic" (one launch per step, active
     columns only). ``minb`` > 0: the one-launch kernels compiled with __launch_bounds__(threads, minb)
-    (blocks per SM; fewer registers), by themselves; 0: the default (no such bound).
-    Matrices with info != 0 get NaN.
+    (blocks per SM; fewer registers), by themselves; 0: the default (no such bound). ``mma``: the
+    one-launch kernels' sums on FP64 tensor cores (float64 / complex128, at most 512 threads). With
+    ``mode`` None all three come from :func:`getri_plan`. Matrices with info != 0 get NaN.
     """
     batch, n = lu.shape[0], lu.shape[-1]
     dtype = lu.dtype
@@ -239,24 +244,28 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0) -> 
     _check("out", out, lu.shape, dtype)
     _check_n(n)
     if mode is None:
-        mode, minb = getri_plan(dtype, n)
+        mode, minb, mma = getri_plan(dtype, n)
     if mode not in ("static", "merged", "dynamic"):
         raise ValueError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
+    threads = -(-n // 32) * 32
+    if mma and (dtype not in (np.float64, np.complex128) or mode == "dynamic" or threads > 512):
+        raise ValueError(f"Expected mma only for float64 / complex128, the static or merged mode and n <= "
+                         f"512. Got {dtype}, mode {mode!r}, n = {n} instead.")
     if batch == 0:
         return
     nb, ldp, item = _nb(dtype), _ldp(dtype), dtype.itemsize
     s = _SCALAR[dtype]
     names = _getri_names(dtype)
     npad = -(-n // nb) * nb
-    threads = -(-n // 32) * 32
     maxt = 256 if threads <= 256 else 1024
     if minb and mode != "dynamic":
         maxt = f"{threads}, {minb}"
         names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in ("static", "merged"))
-    # the one-launch kernels' per-warp scratch of the tensor-core sums (float64 / complex128 with
-    # __launch_bounds__ of at most 512 threads: getri.cu's GetriMma, warp_scratch): NB x 33 of T per warp
-    bound = threads if minb and mode != "dynamic" else maxt
-    scratch = (threads // 32) * nb * 33 * item if dtype in (np.float64, np.complex128) and bound <= 512 else 0
+    if mma:
+        maxt = f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true"
+        names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in ("static", "merged"))
+    # the per-warp scratch of the tensor-core sums (getri.cu's warp_scratch): NB x 33 of T per warp
+    scratch = (threads // 32) * nb * 33 * item if mma else 0
     full = npad * ldp * item
     ni = np.int32(n)
     merged = 2 * npad * ldp * item + scratch
@@ -381,7 +390,7 @@ def kernel_groups(dtype) -> list[tuple[str, tuple[str, ...]]]:
 def warm(dtype) -> None:
     """Compile (or load from CuPy's cache) the kernels this module may launch for ``dtype``, except
     ``gesv_rows``, whose instantiation depends on n and k, and the getri kernels with a blocks-per-SM
-    bound (``GETRI_MINB``, their instantiation depends on the thread count): those compile at first use."""
+    bound or mma (``GETRI_PLANS``, their instantiation depends on the thread count): those compile at first use."""
     for family, names in kernel_groups(dtype):
         get_function(family, names[0], names=names)
 

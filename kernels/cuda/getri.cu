@@ -122,8 +122,9 @@ __device__ __forceinline__ void panel_dot(T (&w)[NB], const T* panel, const T* _
 // warp's NB x 33 of T). X is masked as the triangle it is: L^-1 (LOWER: unit diagonal, zero above) or
 // U^-1 (zero below), and zero outside the matrix, so the ranges can be the warp's, not each column's.
 // Every lane of the warp must call it (warp-uniform arguments but `w`).
-// Used by the one-launch kernels for double / complex128 with at most 512 threads (the scratch of 32 warps
-// would not fit beside the panel at n = 1024).
+// Possible in the one-launch kernels (their MMA parameter; the dispatch picks it where it measured
+// faster) for double / complex128 with at most 512 threads (the scratch of 32 warps would not fit beside
+// the panel at n = 1024).
 template <typename T, int MAXT> struct GetriMma {
     static constexpr bool ok = sizeof(real_t<T>) == 8 && MAXT <= 512;
 };
@@ -324,8 +325,9 @@ __device__ __forceinline__ T* warp_scratch(unsigned char* smem, int npad, int pa
     return reinterpret_cast<T*>(smem) + (long long)panels * npad * getri_panel<T, NB>::LDP + (tid >> 5) * NB * 33;
 }
 
-// Shared memory: panel npad x LDP of T. rp (B, n): row order of P^T A (out[:, rp[j]] = (U^-1 L^-1)[:, j]).
-template <typename T, int NB, int MAXT, int MINB = 0>
+// Shared memory: panel npad x LDP of T (MMA: then the warps' scratch). rp (B, n): row order of P^T A
+// (out[:, rp[j]] = (U^-1 L^-1)[:, j]). MMA: the sums on tensor cores (panel_dot_mma).
+template <typename T, int NB, int MAXT, int MINB = 0, bool MMA = false>
 __global__ void __launch_bounds__(MAXT, MINB)
 getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
              T* __restrict__ out, int n) {
@@ -341,7 +343,7 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         return;
     }
     constexpr int D = prefetch<T, MAXT>::depth;
-    constexpr bool MMA = GetriMma<T, MAXT>::ok;
+    static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: double or complex128, at most 512 threads");
     T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, 1, tid) : nullptr;
     const int jw = tid & ~31;  // the warp's first column
     for (int I0 = 0; I0 < n; I0 += NB) {
@@ -371,7 +373,7 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
 // (bottom-up) between the same two barriers; their active columns are complementary (j < (b+1)NB for
 // L, j >= (nb-1-b)NB for U), so the threads stay busier and the barrier count halves. The two panels
 // are separate (2 x npad x LDP of T); L and U steps touch disjoint triangles of lu.
-template <typename T, int NB, int MAXT, int MINB = 0>
+template <typename T, int NB, int MAXT, int MINB = 0, bool MMA = false>
 __global__ void __launch_bounds__(MAXT, MINB)
 getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
              T* __restrict__ out, int n) {
@@ -389,7 +391,7 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         return;
     }
     constexpr int D = prefetch<T, MAXT>::depth;
-    constexpr bool MMA = GetriMma<T, MAXT>::ok;
+    static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: double or complex128, at most 512 threads");
     T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, 2, tid) : nullptr;
     const int jw = tid & ~31;  // the warp's first column
     const int nblocks = npad / NB;

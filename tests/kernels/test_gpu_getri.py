@@ -31,6 +31,8 @@ def _paths(dtype, n: int) -> list[str]:
     from kernels._gpu import _getri
 
     paths = ["getri-static", "getri-merged", "getri-dynamic"]
+    if np.dtype(dtype) in (np.float64, np.complex128) and n <= 512:  # the sums on tensor cores
+        paths += ["getri-static-m0-mma", "getri-merged-m0-mma", "getri-static-m3-mma", "getri-merged-m2-mma"]
     if _getri.gje_tile(dtype, n) is not None:
         paths.insert(0, "fused")
     return paths
@@ -47,7 +49,9 @@ def _launch_inv(a: np.ndarray, path: str, poison: int):
         _getri.launch_inv_gje(d, out, info)
     else:
         lu, piv, info = _getrf.getrf(d)
-        _getri.launch_getri(lu, piv, info, out, mode=path.split("-")[1])
+        parts = path.split("-")  # getri-<mode>[-m<minb>-mma]
+        minb = int(parts[2][1:]) if len(parts) > 2 else 0
+        _getri.launch_getri(lu, piv, info, out, mode=parts[1], minb=minb, mma=parts[-1] == "mma")
     assert d.get().tobytes() == a.tobytes(), "the kernel changed its input"
     return out.get(), info.get()
 
@@ -230,6 +234,16 @@ def test_gpu_and_cpu_backends_agree(dtype, n):
     assert g.shape == a4.shape
     _assert_ratios(get03(a4, g.get()), "GPU inv")
     _assert_ratios(get03(a4, c), "CPU inv")
+
+
+def test_mma_where_it_cannot_run_is_refused():
+    from kernels._gpu import _getrf, _getri
+
+    for dtype, n, mode in ((np.float32, 40, "static"), (np.float64, 40, "dynamic"), (np.complex128, 600, "static")):
+        a = cupy.asarray(matrices.generate("random", n, dtype, seed=2, start=0, stop=2))
+        lu, piv, info = _getrf.getrf(a)
+        with pytest.raises(ValueError, match="mma"):
+            _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode=mode, mma=True)
 
 
 def test_too_large_is_refused():
