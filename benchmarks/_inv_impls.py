@@ -62,7 +62,8 @@ def _rhs(dtype, n, batch, shape_tail):
 # ---- inv ------------------------------------------------------------------------------------------
 
 def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
-    """Our dispatch (or a fixed ``path``: "fused", "getri-static", "getri-dynamic")."""
+    """Our dispatch (or a fixed ``path``: "fused", "getri" (getri_plan's launch), "getri-static",
+    "getri-dynamic")."""
     import cupy
 
     from kernels._gpu import _getrf, _getri
@@ -297,12 +298,13 @@ BYTES = {"inv": inv_bytes, "solve": solve_bytes}
 
 def variant(op: str, name: str):
     """Factories outside IMPLS: for inv ``ours:fused``, ``ours:fused-16x16x4x4x2`` (a fixed tile
-    TIxTJxRRxCCxMINB), ``ours:getri-static``, ``ours:getri-dynamic``; for solve ``ours:rows``,
+    TIxTJxRRxCCxMINB), ``ours:getri`` (getrf + getri on getri_plan's launch), ``ours:getri-static``,
+    ``ours:getri-dynamic``; for solve ``ours:rows``,
     ``ours:rows-4x8`` (gesv_rows, RR x TJ), ``ours:getrs``. None for names of other ops."""
     if not name.startswith("ours:"):
         return None
     path = name[5:]
-    if op == "inv" and (path.startswith("fused") or path.startswith("getri-")):
+    if op == "inv" and (path.startswith("fused") or path == "getri" or path.startswith("getri-")):
         return lambda dtype, n, batch: ours_inv(dtype, n, batch, path)
     if op == "solve" and (path == "getrs" or path.split("-")[0] == "rows"):
         return lambda dtype, n, batch: ours_solve(dtype, n, batch, path)

@@ -79,7 +79,7 @@ GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
 GETRI_PLANS = {np.dtype(np.float32): ((97, 128, "dynamic", 0, False), (161, 190, "merged", 0, False)),
                np.dtype(np.float64): ((65, 96, "merged", 3, True), (97, 128, "static", 3, True),
                                       (129, 160, "merged", 0, True), (161, 256, "merged", 2, False)),
-               np.dtype(np.complex128): ((97, 128, "merged", 4, True), (129, 160, "merged", 3, True),
+               np.dtype(np.complex128): ((65, 96, "static", 5, True), (97, 128, "merged", 4, True), (129, 160, "merged", 3, True),
                                          (161, 256, "merged", 2, True))}
 
 
