@@ -54,9 +54,11 @@ GJE_TILES = {
 # Largest n sent to the fused kernels, per dtype (measured: docs/getri-notes.md). At most the largest
 # tile above; beyond it, getrf + getri. Session 6: after the faster blocked getrf, getrf + getri (static)
 # beat the fused kernel at float32 n = 96, 128, 160 (190: a tie) and float64 n = 96, 128, but not at
-# n = 64, so both moved down to 64.
+# n = 64, so both moved down to 64. Session 8 (s8-inv-fused-vs-getri.txt): with session 8's getrf and
+# getri, getrf + getri beat it at complex64 n = 96 (6.62 against 9.33 ms) and 128 (13.28 / 14.43) and
+# complex128 96 (12.62 / 12.90), not at 64, so complex64 / complex128 moved down to 64 too.
 FUSED_MAX_N = {np.dtype(np.float32): 64, np.dtype(np.float64): 64,
-               np.dtype(np.complex64): 128, np.dtype(np.complex128): 96}
+               np.dtype(np.complex64): 64, np.dtype(np.complex128): 64}
 # gesv_rows (the fused solve on getrf_rows' elimination): per dtype, (largest n, RR, TJ) rows, first
 # match wins; the tile is getrf_rows' (rows_plan) plus ceil(k / TJ) right-hand-side columns per thread.
 # Chosen from the H100 sweep in docs/getri-notes.md ("gesv_rows"); complex64 n = 64 goes to getrf +
