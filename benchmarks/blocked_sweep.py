@@ -119,15 +119,14 @@ def compile_one(job):
 
 def getri_plans(dtype, n: int) -> list[tuple[str, int, bool]]:
     """(mode, minb, mma) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each minb
-    whose registers (>= 64 per thread) allow it; for float64 / complex128 (n <= 512) the static / merged
-    ones with mma too."""
+    whose registers (>= 64 per thread) allow it; for n <= 512 the static / merged ones with mma too."""
     warps = -(-n // 32)
     out = [("static", 0), ("merged", 0), ("dynamic", 0)]
     for minb in range(2, 6):
         if min(255, 16384 // (-(-minb * warps // 4) * 32) // 8 * 8) >= 64 and minb * warps <= 64:
             out += [("static", minb), ("merged", minb)]
     plans = [(mode, minb, False) for mode, minb in out]
-    if np.dtype(dtype) in (np.float64, np.complex128) and n <= 512:
+    if n <= 512:
         plans += [(mode, minb, True) for mode, minb in out if mode != "dynamic"]
     return plans
 

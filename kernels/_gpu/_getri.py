@@ -235,7 +235,7 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     "static" where two panels do not fit in shared memory) or "dynamic" (one launch per step, active
     columns only). ``minb`` > 0: the one-launch kernels compiled with __launch_bounds__(threads, minb)
     (blocks per SM; fewer registers), by themselves; 0: the default (no such bound). ``mma``: the
-    one-launch kernels' sums on FP64 tensor cores (float64 / complex128, at most 512 threads). With
+    one-launch kernels' sums on FP64 tensor cores (n <= 512; float / complex64 converted to double). With
     ``mode`` None all three come from :func:`getri_plan`. Matrices with info != 0 get NaN.
     """
     batch, n = lu.shape[0], lu.shape[-1]
@@ -250,9 +250,9 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     if mode not in ("static", "merged", "dynamic"):
         raise ValueError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
     threads = -(-n // 32) * 32
-    if mma and (dtype not in (np.float64, np.complex128) or mode == "dynamic" or threads > 512):
-        raise ValueError(f"Expected mma only for float64 / complex128, the static or merged mode and n <= "
-                         f"512. Got {dtype}, mode {mode!r}, n = {n} instead.")
+    if mma and (mode == "dynamic" or threads > 512):
+        raise ValueError(f"Expected mma only with the static or merged mode and n <= 512. Got mode {mode!r}, "
+                         f"n = {n} instead.")
     if batch == 0:
         return
     nb, ldp, item = _nb(dtype), _ldp(dtype), dtype.itemsize

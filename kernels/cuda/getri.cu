@@ -115,7 +115,7 @@ __device__ __forceinline__ void panel_dot(T (&w)[NB], const T* panel, const T* _
     for (; l < l1; ++l) panel_axpy<NB>(w, panel + (l - base) * LDP, col[(long long)l * n]);
 }
 
-// The delayed-correction sums on FP64 tensor cores (double, complex128; the one-launch kernels): a warp's
+// The delayed-correction sums on FP64 tensor cores (the one-launch kernels, GetriMma): a warp's
 // 32 columns at once, w[r] += sum_{lo <= l < hi} panel[(l - base) * LDP + r] X[l, j] for j = jw + lane,
 // as mma.sync m8n8k4 tiles (A = the panel transposed, NB rows x 4 l; B = 4 l x 8 columns of X, read
 // from global memory; C = NB x 32), the sums handed back one column per lane through `scratch` (this
@@ -123,10 +123,11 @@ __device__ __forceinline__ void panel_dot(T (&w)[NB], const T* panel, const T* _
 // U^-1 (zero below), and zero outside the matrix, so the ranges can be the warp's, not each column's.
 // Every lane of the warp must call it (warp-uniform arguments but `w`).
 // Possible in the one-launch kernels (their MMA parameter; the dispatch picks it where it measured
-// faster) for double / complex128 with at most 512 threads (the scratch of 32 warps would not fit beside
-// the panel at n = 1024).
+// faster) with at most 512 threads (the scratch of 32 warps would not fit beside the panel at n = 1024).
+// float / complex64 values go through the same FP64 tensor cores, converted on the way in: their sums
+// are then accumulated in double and rounded to T once.
 template <typename T, int MAXT> struct GetriMma {
-    static constexpr bool ok = sizeof(real_t<T>) == 8 && MAXT <= 512;
+    static constexpr bool ok = MAXT <= 512;
 };
 
 __device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
@@ -195,9 +196,10 @@ __device__ __forceinline__ void panel_dot_mma(T (&w)[NB], const T* panel, const 
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
+                using R = real_t<T>;
                 T& dst = scratch[(mt * 8 + g) * LDS + nt * 8 + 2 * t + e];
-                if constexpr (CPLX) dst = T{cr[mt][nt][e], ci[mt][nt][e]};
-                else dst = cr[mt][nt][e];
+                if constexpr (CPLX) dst = T{R(cr[mt][nt][e]), R(ci[mt][nt][e])};
+                else dst = R(cr[mt][nt][e]);
             }
     __syncwarp();
 #pragma unroll
@@ -343,7 +345,7 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         return;
     }
     constexpr int D = prefetch<T, MAXT>::depth;
-    static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: double or complex128, at most 512 threads");
+    static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: at most 512 threads");
     T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, 1, tid) : nullptr;
     const int jw = tid & ~31;  // the warp's first column
     for (int I0 = 0; I0 < n; I0 += NB) {
@@ -391,7 +393,7 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         return;
     }
     constexpr int D = prefetch<T, MAXT>::depth;
-    static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: double or complex128, at most 512 threads");
+    static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: at most 512 threads");
     T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, 2, tid) : nullptr;
     const int jw = tid & ~31;  // the warp's first column
     const int nblocks = npad / NB;
