@@ -76,9 +76,12 @@ GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
 # ... and where a blocks-per-SM bound, another mode or the sums on tensor cores measured faster (session 5,
 # benchmarks/blocked_sweep.py --op getri at float64 / complex64 n = 190, complex128 n = 128, 190; session 8
 # at n = 128, 190 for every dtype, s8-getri-sweep.txt: float32 128 dynamic 1.08x, 190 merged 1.02x; and
-# float64 / complex128 at n = 96 .. 256 with and without mma, s8-getri-mma2.txt / s8-getri-old2.txt):
+# float64 / complex128 at n = 96 .. 256 with and without mma, s8-getri-mma2.txt / s8-getri-old2.txt;
+# float32 / complex64 the same, s8-getri-mma-c64f32.txt: complex64 keeps the per-step launches):
 # (lowest n, largest n, mode, minb, mma).
-GETRI_PLANS = {np.dtype(np.float32): ((97, 128, "dynamic", 0, False), (161, 190, "merged", 0, False)),
+GETRI_PLANS = {np.dtype(np.float32): ((65, 96, "dynamic", 0, False), (97, 128, "merged", 5, True),
+                                      (129, 160, "merged", 4, True), (161, 190, "merged", 3, True),
+                                      (191, 256, "merged", 0, False)),
                np.dtype(np.float64): ((65, 96, "merged", 3, True), (97, 128, "static", 3, True),
                                       (129, 160, "merged", 0, True), (161, 256, "merged", 2, False)),
                np.dtype(np.complex128): ((65, 96, "static", 5, True), (97, 128, "merged", 4, True), (129, 160, "merged", 3, True),
