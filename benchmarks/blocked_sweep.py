@@ -119,7 +119,7 @@ def compile_one(job):
 
 def getri_plans(dtype, n: int) -> list[tuple[str, int, bool]]:
     """(mode, minb, mma) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each minb
-    whose registers (>= 64 per thread) allow it; for n <= 512 the static / merged ones with mma too."""
+    whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too."""
     warps = -(-n // 32)
     out = [("static", 0), ("merged", 0), ("dynamic", 0)]
     for minb in range(2, 6):
@@ -127,7 +127,7 @@ def getri_plans(dtype, n: int) -> list[tuple[str, int, bool]]:
             out += [("static", minb), ("merged", minb)]
     plans = [(mode, minb, False) for mode, minb in out]
     if n <= 512:
-        plans += [(mode, minb, True) for mode, minb in out if mode != "dynamic"]
+        plans += [(mode, minb, True) for mode, minb in out]
     return plans
 
 
@@ -138,7 +138,8 @@ def compile_getri(job):
 
     s, nb, threads = _getri._SCALAR[np.dtype(dtype)], _getri._nb(dtype), -(-n // 32) * 32
     bounds = f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true" if mma else f"{threads}, {minb}"
-    names = tuple(f"blu::getri_{k}<{s}, {nb}, {bounds}>" for k in ("static", "merged"))
+    kinds = ("static", "merged") if minb or not mma else ("static", "merged", "linv_step", "uinv_step", "product")
+    names = tuple(f"blu::getri_{k}<{s}, {nb}, {bounds}>" for k in kinds)
     t0 = time.time()
     get_function("getri", names[0], names=names)
     return f"{dtype} {n} minb {minb} mma {mma} {time.time() - t0:.1f}s"

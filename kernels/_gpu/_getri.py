@@ -253,9 +253,8 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     if mode not in ("static", "merged", "dynamic"):
         raise ValueError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
     threads = -(-n // 32) * 32
-    if mma and (mode == "dynamic" or threads > 512):
-        raise ValueError(f"Expected mma only with the static or merged mode and n <= 512. Got mode {mode!r}, "
-                         f"n = {n} instead.")
+    if mma and threads > 512:
+        raise ValueError(f"Expected mma only for n <= 512. Got n = {n} instead.")
     if batch == 0:
         return
     nb, ldp, item = _nb(dtype), _ldp(dtype), dtype.itemsize
@@ -267,10 +266,16 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
         maxt = f"{threads}, {minb}"
         names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in ("static", "merged"))
     if mma:
+        if mode == "dynamic":
+            minb = 0  # (the per-step kernels take no bound)
         maxt = f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true"
-        names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in ("static", "merged"))
-    # the per-warp scratch of the tensor-core sums (getri.cu's warp_scratch): NB x 33 of T per warp
-    scratch = (threads // 32) * nb * 33 * item if mma else 0
+        kinds = ("linv_step", "uinv_step", "product") if mode == "dynamic" else ("static", "merged")
+        names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in kinds)
+
+    def scratch_for(t):  # the per-warp scratch of the tensor-core sums: NB x 33 of T per warp of t threads
+        return (t // 32) * nb * 33 * item if mma else 0
+
+    scratch = scratch_for(threads)
     full = npad * ldp * item
     ni = np.int32(n)
     merged = 2 * npad * ldp * item + scratch
@@ -283,17 +288,16 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
         func = _kernel("getri", f"blu::getri_static<{s}, {nb}, {maxt}>", names, full + scratch)
         func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
         return
-    linv = _kernel("getri", f"blu::getri_linv_step<{s}, {nb}, {maxt}>", names, npad * ldp * item)
-    uinv = _kernel("getri", f"blu::getri_uinv_step<{s}, {nb}, {maxt}>", names, npad * ldp * item)
+    linv = _kernel("getri", f"blu::getri_linv_step<{s}, {nb}, {maxt}>", names, full + scratch)
+    uinv = _kernel("getri", f"blu::getri_uinv_step<{s}, {nb}, {maxt}>", names, full + scratch)
     for i0 in range(0, n, nb):
-        width = min(n, i0 + nb)
-        linv((batch,), (-(-width // 32) * 32,), (lu, info, ni, np.int32(i0)),
-             shared_mem=(i0 + nb) * ldp * item)
+        t = -(-min(n, i0 + nb) // 32) * 32
+        linv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(i0 + nb) * ldp * item + scratch_for(t))
     for i0 in range((n - 1) // nb * nb, -1, -nb):
-        uinv((batch,), (-(-(n - i0) // 32) * 32,), (lu, info, ni, np.int32(i0)),
-             shared_mem=(npad - i0) * ldp * item)
-    prod = _kernel("getri", f"blu::getri_product<{s}, {nb}, {maxt}>", names, full)
-    prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full)
+        t = -(-(n - i0) // 32) * 32
+        uinv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(npad - i0) * ldp * item + scratch_for(t))
+    prod = _kernel("getri", f"blu::getri_product<{s}, {nb}, {maxt}>", names, full + scratch)
+    prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
 
 
 # ---- getrs ------------------------------------------------------------------------------------

@@ -211,13 +211,13 @@ __device__ __forceinline__ void panel_dot_mma(T (&w)[NB], const T* panel, const 
 // every lane of a warp with a column below min(n, I0 + NB); `active` says whether lane's column is one.
 template <typename T, int NB, int U, bool MMA = false>
 __device__ __forceinline__ void linv_step(T* __restrict__ lu, const T* panel, int n, int I0, int j,
-                                          bool active = true, T* scratch = nullptr) {
+                                          bool active = true, T* scratch = nullptr, int lane = 0) {
     constexpr int LDP = getri_panel<T, NB>::LDP;
     T w[NB];
 #pragma unroll
     for (int r = 0; r < NB; ++r) w[r] = (I0 + r == j) ? -one<T>() : zero<T>();  // negated: w = -X
     if constexpr (MMA) {
-        const int lane = j & 31, jw = j - lane;  // (columns = threads: j = tid)
+        const int jw = j - lane;  // the warp's first column
         if (jw < I0) panel_dot_mma<T, NB, true>(w, panel, lu, n, jw, I0, 0, jw, scratch, lane);  // X[j, j] = 1 included
     } else if (j < I0) {
         panel_axpy<NB>(w, panel + j * LDP, one<T>());  // X[j, j] = 1
@@ -240,13 +240,13 @@ __device__ __forceinline__ void linv_step(T* __restrict__ lu, const T* panel, in
 // MMA: called by every lane of a warp with a column in [I0, n); `active` as in linv_step.
 template <typename T, int NB, int U, bool MMA = false>
 __device__ __forceinline__ void uinv_step(T* __restrict__ lu, const T* panel, int n, int I0, int j,
-                                          bool active = true, T* scratch = nullptr) {
+                                          bool active = true, T* scratch = nullptr, int lane = 0) {
     constexpr int LDP = getri_panel<T, NB>::LDP;
     T w[NB];
 #pragma unroll
     for (int r = 0; r < NB; ++r) w[r] = (I0 + r == j) ? -one<T>() : zero<T>();  // w = -X
     if constexpr (MMA) {
-        const int lane = j & 31, jw = j - lane, hi = min(n, jw + 32);
+        const int jw = j - lane, hi = min(n, jw + 32);
         if (I0 + NB < hi) panel_dot_mma<T, NB, false>(w, panel, lu, n, I0 + NB, hi, I0, jw, scratch, lane);
     } else {
         panel_dot<T, NB, U>(w, panel, lu + j, n, I0 + NB, j + 1, I0);
@@ -273,13 +273,13 @@ __device__ __forceinline__ void uinv_step(T* __restrict__ lu, const T* panel, in
 template <typename T, int NB, int U, bool MMA = false>
 __device__ __forceinline__ void product_step(const T* __restrict__ lu, const T* panel, T* __restrict__ out,
                                              int n, int I0, int j, int col, bool active = true,
-                                             T* scratch = nullptr) {
+                                             T* scratch = nullptr, int lane = 0) {
     constexpr int LDP = getri_panel<T, NB>::LDP;
     T acc[NB];
 #pragma unroll
     for (int r = 0; r < NB; ++r) acc[r] = zero<T>();
     if constexpr (MMA) {
-        const int lane = j & 31, jw = j - lane;
+        const int jw = j - lane;
         panel_dot_mma<T, NB, true>(acc, panel, lu, n, max(I0, jw), n, I0, jw, scratch, lane);  // L^-1[j, j] = 1 included
     } else {
         int l = I0;
@@ -313,7 +313,7 @@ __device__ __forceinline__ void product_all(const T* __restrict__ lu, T* panel, 
         load_panel<T, NB, true>(lu, panel, n, I0, I0, npad, tid, nt);
         __syncthreads();
         if constexpr (MMA) {
-            if ((tid & ~31) < n) product_step<T, NB, U, true>(lu, panel, out, n, I0, tid, col, tid < n, scratch);
+            if ((tid & ~31) < n) product_step<T, NB, U, true>(lu, panel, out, n, I0, tid, col, tid < n, scratch, tid & 31);
         } else if (tid < n) {
             product_step<T, NB, U>(lu, panel, out, n, I0, tid, col);
         }
@@ -353,7 +353,7 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         load_panel<T, NB, false>(lu, panel, n, I0, 0, I0 + NB, tid, nt);
         __syncthreads();
         if constexpr (MMA) {
-            if (jw < min(n, I0 + NB)) linv_step<T, NB, D, true>(lu, panel, n, I0, tid, tid < n && tid < I0 + NB, scratch);
+            if (jw < min(n, I0 + NB)) linv_step<T, NB, D, true>(lu, panel, n, I0, tid, tid < n && tid < I0 + NB, scratch, tid & 31);
         } else if (tid < n && tid < I0 + NB) {
             linv_step<T, NB, D>(lu, panel, n, I0, tid);
         }
@@ -363,7 +363,7 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         load_panel<T, NB, false>(lu, panel, n, I0, I0, npad, tid, nt);
         __syncthreads();
         if constexpr (MMA) {
-            if (jw < n && jw + 32 > I0) uinv_step<T, NB, D, true>(lu, panel, n, I0, tid, tid < n && tid >= I0, scratch);
+            if (jw < n && jw + 32 > I0) uinv_step<T, NB, D, true>(lu, panel, n, I0, tid, tid < n && tid >= I0, scratch, tid & 31);
         } else if (tid < n && tid >= I0) {
             uinv_step<T, NB, D>(lu, panel, n, I0, tid);
         }
@@ -404,8 +404,8 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
         load_panel<T, NB, false>(lu, panel_u, n, IU, IU, npad, tid, nt);
         __syncthreads();
         if constexpr (MMA) {
-            if (jw < min(n, IL + NB)) linv_step<T, NB, D, true>(lu, panel, n, IL, tid, tid < n && tid < IL + NB, scratch);
-            if (jw < n && jw + 32 > IU) uinv_step<T, NB, D, true>(lu, panel_u, n, IU, tid, tid < n && tid >= IU, scratch);
+            if (jw < min(n, IL + NB)) linv_step<T, NB, D, true>(lu, panel, n, IL, tid, tid < n && tid < IL + NB, scratch, tid & 31);
+            if (jw < n && jw + 32 > IU) uinv_step<T, NB, D, true>(lu, panel_u, n, IU, tid, tid < n && tid >= IU, scratch, tid & 31);
         } else {
             if (tid < n && tid < IL + NB) linv_step<T, NB, D>(lu, panel, n, IL, tid);
             if (tid < n && tid >= IU) uinv_step<T, NB, D>(lu, panel_u, n, IU, tid);
@@ -415,10 +415,12 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
 }
 
 // Dynamic allocation: one launch per phase-1 step with round32(min(n, I0+NB)) threads, column j = tid.
-template <typename T, int NB, int MAXT, int MINB = 0>
+// MMA: the sums on tensor cores; the warps' scratch after the (I0 + NB) x LDP panel.
+template <typename T, int NB, int MAXT, int MINB = 0, bool MMA = false>
 __global__ void __launch_bounds__(MAXT, MINB)
 getri_linv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
+    static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: at most 512 threads");
     T* panel = reinterpret_cast<T*>(smem_raw);
     const long long mat = blockIdx.x;
     if (info[mat] != 0) return;
@@ -426,14 +428,23 @@ getri_linv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0)
     lu += mat * n * n;
     load_panel<T, NB, false>(lu, panel, n, I0, 0, I0 + NB, tid, nt);
     __syncthreads();
-    if (tid < n && tid < I0 + NB) linv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, I0, tid);
+    constexpr int D = prefetch<T, MAXT>::depth;
+    if constexpr (MMA) {
+        T* const scratch = panel + (I0 + NB) * getri_panel<T, NB>::LDP + (tid >> 5) * NB * 33;
+        if ((tid & ~31) < min(n, I0 + NB))
+            linv_step<T, NB, D, true>(lu, panel, n, I0, tid, tid < n && tid < I0 + NB, scratch, tid & 31);
+    } else if (tid < n && tid < I0 + NB) {
+        linv_step<T, NB, D>(lu, panel, n, I0, tid);
+    }
 }
 
-// One launch per phase-2 step with round32(n - I0) threads, column j = I0 + tid.
-template <typename T, int NB, int MAXT, int MINB = 0>
+// One launch per phase-2 step with round32(n - I0) threads, column j = I0 + tid. MMA: the scratch after
+// the (npad - I0) x LDP panel.
+template <typename T, int NB, int MAXT, int MINB = 0, bool MMA = false>
 __global__ void __launch_bounds__(MAXT, MINB)
 getri_uinv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
+    static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: at most 512 threads");
     T* panel = reinterpret_cast<T*>(smem_raw);
     const long long mat = blockIdx.x;
     if (info[mat] != 0) return;
@@ -442,14 +453,22 @@ getri_uinv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0)
     lu += mat * n * n;
     load_panel<T, NB, false>(lu, panel, n, I0, I0, npad, tid, nt);
     __syncthreads();
-    if (I0 + tid < n) uinv_step<T, NB, prefetch<T, MAXT>::depth>(lu, panel, n, I0, I0 + tid);
+    constexpr int D = prefetch<T, MAXT>::depth;
+    if constexpr (MMA) {
+        T* const scratch = panel + (npad - I0) * getri_panel<T, NB>::LDP + (tid >> 5) * NB * 33;
+        uinv_step<T, NB, D, true>(lu, panel, n, I0, I0 + tid, I0 + tid < n, scratch, tid & 31);
+    } else if (I0 + tid < n) {
+        uinv_step<T, NB, D>(lu, panel, n, I0, I0 + tid);
+    }
 }
 
-template <typename T, int NB, int MAXT, int MINB = 0>
+// MMA: the scratch after the npad x LDP panel.
+template <typename T, int NB, int MAXT, int MINB = 0, bool MMA = false>
 __global__ void __launch_bounds__(MAXT, MINB)
 getri_product(const T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
               T* __restrict__ out, int n) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
+    static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: at most 512 threads");
     T* panel = reinterpret_cast<T*>(smem_raw);
     const long long mat = blockIdx.x;
     const int tid = threadIdx.x, nt = blockDim.x;
@@ -459,7 +478,8 @@ getri_product(const T* __restrict__ lu, const int* __restrict__ rp, const int* _
         fill_nan(out, (long long)n * n, tid, nt);
         return;
     }
-    product_all<T, NB, prefetch<T, MAXT>::depth>(lu, panel, rp + mat * n, out, n, tid, nt);
+    T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, (n + NB - 1) / NB * NB, 1, tid) : nullptr;
+    product_all<T, NB, prefetch<T, MAXT>::depth, MMA>(lu, panel, rp + mat * n, out, n, tid, nt, scratch);
 }
 
 }  // namespace blu
