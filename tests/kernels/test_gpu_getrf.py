@@ -122,6 +122,20 @@ def test_every_path(dtype, n):
         _check_pivots(a, piv, dtype)
 
 
+def _check_with_bad_matrices(a, plan, dtype):
+    """Factor ``a`` (matrix 3 with a zero first column, matrix 5 with a NaN or Inf) with ``plan``: info 1
+    and -1 there, 0 elsewhere; matrix 5 all NaN with identity pivots; the rest pass get01 with LAPACK's
+    pivots. Returns the pivots."""
+    lu, piv, info = _factor(a, plan)
+    good = [m for m in range(len(a)) if m not in (3, 5)]
+    assert (info[good] == 0).all() and info[3] == 1 and info[5] == -1, (plan, info)
+    assert np.isnan(lu[5]).all() and (piv[5] == np.arange(a.shape[-1])).all(), plan
+    ratio = get01(a[good], lu[good], piv[good])
+    assert ratio.max() < THRESHOLD, f"{plan}: get01 max {ratio.max():.3g}"
+    _check_pivots(a[good], piv[good], dtype)
+    return piv
+
+
 @pytest.mark.parametrize("n", [5, 100, 190, 300])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_blocked_min_blocks(dtype, n):
@@ -134,13 +148,7 @@ def test_blocked_min_blocks(dtype, n):
     a[5, n // 2, n // 3] = np.nan
     for plan in [_getrf.Plan(kind, nb, minb) for kind in ("blocked", "blocked_smem")
                  for nb in _getrf._BLOCKED_NB[np.dtype(dtype).itemsize][:2] for minb in (2, 3)]:
-        lu, piv, info = _factor(a, plan)
-        good = [m for m in range(len(a)) if m not in (3, 5)]
-        assert (info[good] == 0).all() and info[3] == 1 and info[5] == -1, (plan, info)
-        assert np.isnan(lu[5]).all() and (piv[5] == np.arange(n)).all(), plan
-        ratio = get01(a[good], lu[good], piv[good])
-        assert ratio.max() < THRESHOLD, f"{plan}: get01 max {ratio.max():.3g}"
-        _check_pivots(a[good], piv[good], dtype)
+        piv = _check_with_bad_matrices(a, plan, dtype)
         ref_lu, ref_piv = _scipy(a[3:4])
         assert (piv[3] == ref_piv[0]).all(), plan
 
@@ -163,13 +171,7 @@ def test_blocked_narrow_l_blocks(dtype, n):
     for plan in plans:
         if _getrf.blocked_smem(dtype, n, plan.tile, kb=plan.kb) > _getrf._smem_limit():
             continue
-        lu, piv, info = _factor(a, plan)
-        good = [m for m in range(len(a)) if m not in (3, 5)]
-        assert (info[good] == 0).all() and info[3] == 1 and info[5] == -1, (plan, info)
-        assert np.isnan(lu[5]).all() and (piv[5] == np.arange(n)).all(), plan
-        ratio = get01(a[good], lu[good], piv[good])
-        assert ratio.max() < THRESHOLD, f"{plan}: get01 max {ratio.max():.3g}"
-        _check_pivots(a[good], piv[good], dtype)
+        _check_with_bad_matrices(a, plan, dtype)
 
 
 def test_blocked_rejects_bad_l_block():
