@@ -137,7 +137,7 @@ def compile_getri(job):
     from kernels._gpu._module import get_function
 
     s, nb, threads = _getri._SCALAR[np.dtype(dtype)], _getri._nb(dtype), -(-n // 32) * 32
-    bounds = f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true" if mma else f"{threads}, {minb}"
+    bounds = _getri.mma_bounds(threads, minb) if mma else f"{threads}, {minb}"
     kinds = ("static", "merged") if minb or not mma else ("static", "merged", "linv_step", "uinv_step", "product")
     names = tuple(f"blu::getri_{k}<{s}, {nb}, {bounds}>" for k in kinds)
     t0 = time.time()

@@ -84,8 +84,8 @@ GETRI_PLANS = {np.dtype(np.float32): ((65, 96, "dynamic", 0, False), (97, 128, "
                                       (191, 256, "merged", 0, False)),
                np.dtype(np.float64): ((65, 96, "merged", 3, True), (97, 128, "static", 3, True),
                                       (129, 160, "merged", 0, True), (161, 256, "merged", 2, False)),
-               np.dtype(np.complex128): ((65, 96, "static", 5, True), (97, 128, "merged", 4, True), (129, 160, "merged", 3, True),
-                                         (161, 256, "merged", 2, True))}
+               np.dtype(np.complex128): ((65, 96, "static", 5, True), (97, 128, "merged", 4, True),
+                                         (129, 160, "merged", 3, True), (161, 256, "merged", 2, True))}
 
 
 def getri_plan(dtype, n: int) -> tuple[str, int, bool]:
@@ -231,6 +231,12 @@ def _ldp(dtype) -> int:
     return _nb(dtype) + 16 // np.dtype(dtype).itemsize
 
 
+def mma_bounds(threads: int, minb: int) -> str:
+    """The last template arguments (MAXT, MINB, MMA) of the getri kernels with the tensor-core sums for a
+    launch of ``threads``: MAXT at most 512 (getri.cu's GetriMma)."""
+    return f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true"
+
+
 def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma: bool = False) -> None:
     """Inverse from ``getrf``'s ``lu`` (overwritten with L^-1 and U^-1), ``piv``, ``info`` into ``out``.
 
@@ -238,7 +244,7 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     "static" where two panels do not fit in shared memory) or "dynamic" (one launch per step, active
     columns only). ``minb`` > 0: the one-launch kernels compiled with __launch_bounds__(threads, minb)
     (blocks per SM; fewer registers), by themselves; 0: the default (no such bound). ``mma``: the
-    one-launch kernels' sums on FP64 tensor cores (n <= 512; float / complex64 converted to double). With
+    sums on FP64 tensor cores (any mode, n <= 512; float / complex64 converted to double). With
     ``mode`` None all three come from :func:`getri_plan`. Matrices with info != 0 get NaN.
     """
     batch, n = lu.shape[0], lu.shape[-1]
@@ -268,7 +274,7 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     if mma:
         if mode == "dynamic":
             minb = 0  # (the per-step kernels take no bound)
-        maxt = f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true"
+        maxt = mma_bounds(threads, minb)
         kinds = ("linv_step", "uinv_step", "product") if mode == "dynamic" else ("static", "merged")
         names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in kinds)
 
