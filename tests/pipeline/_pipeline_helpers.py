@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import zarr
@@ -30,3 +31,22 @@ def assert_nothing_complete(path) -> None:
         assert not np.asarray(group["_complete"][...]).any()
 
 
+
+
+def complete_flags(path) -> np.ndarray:
+    """An output's per-chunk ledger (``_complete``), or an empty array while it cannot be read yet."""
+    try:
+        return np.asarray(zarr.open_array(str(path), path="_complete", mode="r")[...])
+    except Exception:
+        return np.zeros(0, bool)
+
+
+def wait_partly_complete(path, timeout: float = 120) -> None:
+    """Poll the ledger of a run in progress until at least 3 but under half of its chunks are complete
+    (or ``timeout`` seconds pass; the caller asserts on what it then finds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = complete_flags(path)
+        if done.size and 3 <= done.sum() < done.size // 2:
+            return
+        time.sleep(0.05)

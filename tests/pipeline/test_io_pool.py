@@ -18,6 +18,7 @@ import zarr
 
 import kernels
 import pipeline
+from _pipeline_helpers import complete_flags as _complete, wait_partly_complete
 from kernels.matrices import generate, rhs as make_rhs
 from pipeline import _gpu_path, _io_pool
 from pipeline._gpu_path import BatchIO, HostEngine, io_settings, run_batches
@@ -318,12 +319,7 @@ def test_worker_with_io_processes_killed_mid_run(client, tmp_path):
         thread = threading.Thread(target=lambda: box.setdefault("report", pipeline.run(
             matrices, str(out), op="lu", backend="cpu", client=cl, progress=False, config=config)))
         thread.start()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            done = _complete(out)
-            if done.size and 3 <= done.sum() < done.size // 2:
-                break
-            time.sleep(0.05)
+        wait_partly_complete(out)
         children = [int(p) for task in Path(f"/proc/{victim}/task").iterdir()
                     for p in (task / "children").read_text().split()
                     if "_child_main" in Path(f"/proc/{p}/cmdline").read_text()]
@@ -339,9 +335,3 @@ def test_worker_with_io_processes_killed_mid_run(client, tmp_path):
         time.sleep(0.1)
     assert not any(_alive(p) for p in children)
 
-
-def _complete(path) -> np.ndarray:
-    try:
-        return np.asarray(zarr.open_array(str(path), path="_complete", mode="r")[...])
-    except Exception:
-        return np.zeros(0, bool)

@@ -23,6 +23,7 @@ import pytest
 import zarr
 
 import pipeline
+from _pipeline_helpers import complete_flags as _complete, wait_partly_complete
 from pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
 from pipeline.errors import BackendError
 
@@ -41,13 +42,6 @@ def _assert_identical(path, reference) -> None:
     for name in want:
         assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape
         assert got[name].tobytes() == want[name].tobytes(), f"{name} differs"
-
-
-def _complete(path) -> np.ndarray:
-    try:
-        return np.asarray(zarr.open_array(str(path), path="_complete", mode="r")[...])
-    except Exception:
-        return np.zeros(0, bool)
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +66,7 @@ def _kill_one_worker_mid_run(client, matrices, out, backend, config):
 
     thread = threading.Thread(target=target)
     thread.start()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        done = _complete(out)
-        if done.size and 3 <= done.sum() < done.size // 2:
-            break
-        time.sleep(0.05)
+    wait_partly_complete(out)
     done_at_kill = int(_complete(out).sum())
     os.kill(victim, signal.SIGKILL)
     thread.join(300)
