@@ -231,6 +231,9 @@ def _ldp(dtype) -> int:
     return _nb(dtype) + 16 // np.dtype(dtype).itemsize
 
 
+_SCRATCH_LD = 33  # getri.cu's kScratchLd: a warp's NB x 32 sums, padded
+
+
 def mma_bounds(threads: int, minb: int) -> str:
     """The last template arguments (MAXT, MINB, MMA) of the getri kernels with the tensor-core sums for a
     launch of ``threads``: MAXT at most 512 (getri.cu's GetriMma)."""
@@ -278,8 +281,8 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
         kinds = ("linv_step", "uinv_step", "product") if mode == "dynamic" else ("static", "merged")
         names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in kinds)
 
-    def scratch_for(t):  # the per-warp scratch of the tensor-core sums: NB x 33 of T per warp of t threads
-        return (t // 32) * nb * 33 * item if mma else 0
+    def scratch_for(t):  # the per-warp scratch of the tensor-core sums (getri.cu's warp_scratch), t threads
+        return (t // 32) * nb * _SCRATCH_LD * item if mma else 0
 
     scratch = scratch_for(threads)
     full = npad * ldp * item

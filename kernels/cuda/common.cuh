@@ -251,6 +251,15 @@ template <bool WIDE> __device__ __forceinline__ int rows_argmax(RowsKey key, int
     return __ffs(eq) - 1;
 }
 
+// ---- FP64 tensor cores (sm_80+) ------------------------------------------------------------------
+// c += A B for one m8n8k4 tile (mma.sync, warp-wide): lane = 4 g + t holds A[g][t] (a), B[t][g] (b) and
+// C[g][2 t], C[g][2 t + 1] (c), the PTX fragment layouts.
+__device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+        : "+d"(c[0]), "+d"(c[1])
+        : "d"(a), "d"(b));
+}
+
 // ---- asynchronous copies global -> shared (sm_80+) -----------------------------------------------
 // cp_async(dst, src) issues the copy of one element and does not wait for it; cp_async_wait() waits
 // for all of this thread's copies (which are then visible to it; a barrier publishes them to the

@@ -186,12 +186,6 @@ template <typename T, int NB, int KB, int MINB> struct UpdateMma {
                                !(blu::traits<T>::is_complex && NB == 8 && MINB == 1);
 };
 
-__device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
-    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
-        : "+d"(c[0]), "+d"(c[1])
-        : "d"(a), "d"(b));
-}
-
 template <typename T, int NB, int KB>
 __device__ __forceinline__ void update_mma(T* P, const T* Lc, int ldp, int j0, int rb, int n, int lane) {
     using LR = LRows<T, KB>;
@@ -229,12 +223,12 @@ __device__ __forceinline__ void update_mma(T* P, const T* Lc, int ldp, int j0, i
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 if constexpr (CPLX) {
-                    dmma(cr[nt], -l.re, b[ks][nt].re);
-                    dmma(cr[nt], l.im, b[ks][nt].im);
-                    dmma(ci[nt], -l.re, b[ks][nt].im);
-                    dmma(ci[nt], -l.im, b[ks][nt].re);
+                    blu::dmma(cr[nt], -l.re, b[ks][nt].re);
+                    blu::dmma(cr[nt], l.im, b[ks][nt].im);
+                    blu::dmma(ci[nt], -l.re, b[ks][nt].im);
+                    blu::dmma(ci[nt], -l.im, b[ks][nt].re);
                 } else {
-                    dmma(cr[nt], -l, b[ks][nt]);
+                    blu::dmma(cr[nt], -l, b[ks][nt]);
                 }
             }
         }

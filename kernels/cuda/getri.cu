@@ -115,25 +115,20 @@ __device__ __forceinline__ void panel_dot(T (&w)[NB], const T* panel, const T* _
     for (; l < l1; ++l) panel_axpy<NB>(w, panel + (l - base) * LDP, col[(long long)l * n]);
 }
 
-// The delayed-correction sums on FP64 tensor cores (the one-launch kernels, GetriMma): a warp's
-// 32 columns at once, w[r] += sum_{lo <= l < hi} panel[(l - base) * LDP + r] X[l, j] for j = jw + lane,
-// as mma.sync m8n8k4 tiles (A = the panel transposed, NB rows x 4 l; B = 4 l x 8 columns of X, read
-// from global memory; C = NB x 32), the sums handed back one column per lane through `scratch` (this
-// warp's NB x 33 of T). X is masked as the triangle it is: L^-1 (LOWER: unit diagonal, zero above) or
-// U^-1 (zero below), and zero outside the matrix, so the ranges can be the warp's, not each column's.
-// Every lane of the warp must call it (warp-uniform arguments but `w`).
-// Possible in the one-launch kernels (their MMA parameter; the dispatch picks it where it measured
-// faster) with at most 512 threads (the scratch of 32 warps would not fit beside the panel at n = 1024).
-// float / complex64 values go through the same FP64 tensor cores, converted on the way in: their sums
-// are then accumulated in double and rounded to T once.
+// The delayed-correction sums on FP64 tensor cores: every kernel's MMA parameter (the dispatch picks it
+// where it measured faster), possible with at most 512 threads (the scratch of 32 warps would not fit
+// beside the panel at n = 1024).
 template <typename T, int MAXT> struct GetriMma {
     static constexpr bool ok = MAXT <= 512;
 };
 
-__device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
-    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
-        : "+d"(c[0]), "+d"(c[1])
-        : "d"(a), "d"(b));
+// Leading dimension of a warp's scratch (NB x 32 sums, padded; _getri.py's launch_getri mirrors it).
+constexpr int kScratchLd = 33;
+
+// The scratch of this thread's warp, after `cols` columns of panel (each LDP of T) in shared memory.
+template <typename T, int NB>
+__device__ __forceinline__ T* warp_scratch(unsigned char* smem, long long cols, int tid) {
+    return reinterpret_cast<T*>(smem) + cols * getri_panel<T, NB>::LDP + (tid >> 5) * NB * kScratchLd;
 }
 
 template <typename T, bool LOWER>
@@ -143,6 +138,13 @@ __device__ __forceinline__ T x_at(const T* __restrict__ lu, int n, int l, int j)
     else return l <= j ? lu[(long long)l * n + j] : zero<T>();
 }
 
+// A warp's 32 columns at once: w[r] += sum_{lo <= l < hi} panel[(l - base) * LDP + r] X[l, j] for
+// j = jw + lane, as mma.sync m8n8k4 tiles (A = the panel transposed, NB rows x 4 l; B = 4 l x 8 columns
+// of X, read from global memory; C = NB x 32), the sums handed back one column per lane through
+// `scratch` (warp_scratch). X is masked as the triangle it is: L^-1 (LOWER: unit diagonal, zero above)
+// or U^-1 (zero below), and zero outside the matrix, so the ranges can be the warp's, not each column's.
+// Every lane of the warp must call it (warp-uniform arguments but `w`). float / complex64 values are
+// converted to double on the way in: their sums are accumulated in double and rounded to T once.
 template <typename T, int NB, bool LOWER>
 __device__ __forceinline__ void panel_dot_mma(T (&w)[NB], const T* panel, const T* __restrict__ lu, int n, int lo,
                                               int hi, int base, int jw, T* scratch, int lane) {
@@ -189,7 +191,6 @@ __device__ __forceinline__ void panel_dot_mma(T (&w)[NB], const T* panel, const 
                 }
             }
     }
-    constexpr int LDS = 33;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -197,13 +198,13 @@ __device__ __forceinline__ void panel_dot_mma(T (&w)[NB], const T* panel, const 
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 using R = real_t<T>;
-                T& dst = scratch[(mt * 8 + g) * LDS + nt * 8 + 2 * t + e];
+                T& dst = scratch[(mt * 8 + g) * kScratchLd + nt * 8 + 2 * t + e];
                 if constexpr (CPLX) dst = T{R(cr[mt][nt][e]), R(ci[mt][nt][e])};
                 else dst = R(cr[mt][nt][e]);
             }
     __syncwarp();
 #pragma unroll
-    for (int r = 0; r < NB; ++r) w[r] = w[r] + scratch[r * LDS + lane];
+    for (int r = 0; r < NB; ++r) w[r] = w[r] + scratch[r * kScratchLd + lane];
     __syncwarp();  // the scratch is free again
 }
 
@@ -302,7 +303,7 @@ __device__ __forceinline__ void fill_nan(T* out, long long count, int tid, int n
 }
 
 // Phase 3 over all block rows; rp = this matrix's row order (perm_from_piv in getrs.cu). MMA: scratch =
-// this warp's NB x 33 of T.
+// this warp's (warp_scratch).
 template <typename T, int NB, int U, bool MMA = false>
 __device__ __forceinline__ void product_all(const T* __restrict__ lu, T* panel, const int* __restrict__ rp,
                                             T* __restrict__ out, int n, int tid, int nt, T* scratch = nullptr) {
@@ -318,13 +319,6 @@ __device__ __forceinline__ void product_all(const T* __restrict__ lu, T* panel, 
             product_step<T, NB, U>(lu, panel, out, n, I0, tid, col);
         }
     }
-}
-
-// The one-launch kernels' per-warp scratch for the tensor-core sums (after `panels` panels of npad x LDP;
-// launch_getri adds its bytes: getri_scratch_bytes).
-template <typename T, int NB>
-__device__ __forceinline__ T* warp_scratch(unsigned char* smem, int npad, int panels, int tid) {
-    return reinterpret_cast<T*>(smem) + (long long)panels * npad * getri_panel<T, NB>::LDP + (tid >> 5) * NB * 33;
 }
 
 // Shared memory: panel npad x LDP of T (MMA: then the warps' scratch). rp (B, n): row order of P^T A
@@ -346,7 +340,7 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
     }
     constexpr int D = prefetch<T, MAXT>::depth;
     static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: at most 512 threads");
-    T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, 1, tid) : nullptr;
+    T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, tid) : nullptr;
     const int jw = tid & ~31;  // the warp's first column
     for (int I0 = 0; I0 < n; I0 += NB) {
         __syncthreads();
@@ -394,7 +388,7 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
     }
     constexpr int D = prefetch<T, MAXT>::depth;
     static_assert(!MMA || GetriMma<T, MAXT>::ok, "MMA: at most 512 threads");
-    T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, npad, 2, tid) : nullptr;
+    T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, 2LL * npad, tid) : nullptr;
     const int jw = tid & ~31;  // the warp's first column
     const int nblocks = npad / NB;
     for (int b = 0; b < nblocks; ++b) {
@@ -430,7 +424,7 @@ getri_linv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0)
     __syncthreads();
     constexpr int D = prefetch<T, MAXT>::depth;
     if constexpr (MMA) {
-        T* const scratch = panel + (I0 + NB) * getri_panel<T, NB>::LDP + (tid >> 5) * NB * 33;
+        T* const scratch = warp_scratch<T, NB>(smem_raw, I0 + NB, tid);
         if ((tid & ~31) < min(n, I0 + NB))
             linv_step<T, NB, D, true>(lu, panel, n, I0, tid, tid < n && tid < I0 + NB, scratch, tid & 31);
     } else if (tid < n && tid < I0 + NB) {
@@ -455,7 +449,7 @@ getri_uinv_step(T* __restrict__ lu, const int* __restrict__ info, int n, int I0)
     __syncthreads();
     constexpr int D = prefetch<T, MAXT>::depth;
     if constexpr (MMA) {
-        T* const scratch = panel + (npad - I0) * getri_panel<T, NB>::LDP + (tid >> 5) * NB * 33;
+        T* const scratch = warp_scratch<T, NB>(smem_raw, npad - I0, tid);
         uinv_step<T, NB, D, true>(lu, panel, n, I0, I0 + tid, I0 + tid < n, scratch, tid & 31);
     } else if (I0 + tid < n) {
         uinv_step<T, NB, D>(lu, panel, n, I0, I0 + tid);
@@ -478,7 +472,7 @@ getri_product(const T* __restrict__ lu, const int* __restrict__ rp, const int* _
         fill_nan(out, (long long)n * n, tid, nt);
         return;
     }
-    T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, (n + NB - 1) / NB * NB, 1, tid) : nullptr;
+    T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, (n + NB - 1) / NB * NB, tid) : nullptr;
     product_all<T, NB, prefetch<T, MAXT>::depth, MMA>(lu, panel, rp + mat * n, out, n, tid, nt, scratch);
 }
 
