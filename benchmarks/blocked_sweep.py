@@ -117,9 +117,12 @@ def compile_one(job):
     return f"{dtype} {n} {plan.describe()} {'old' if rev else 'new'} {time.time() - t0:.1f}s"
 
 
-def getri_plans(dtype, n: int) -> list[tuple[str, int, bool]]:
-    """(mode, minb, mma) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each minb
-    whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too."""
+def getri_plans(dtype, n: int, nbs=None) -> list[tuple[str, int, bool, int]]:
+    """(mode, minb, mma, nb) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each
+    minb whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too; each for
+    every block-row height in ``nbs`` (default: ``_getri._nb``'s)."""
+    from kernels._gpu import _getri
+
     warps = -(-n // 32)
     out = [("static", 0), ("merged", 0), ("dynamic", 0)]
     for minb in range(2, 6):
@@ -128,21 +131,18 @@ def getri_plans(dtype, n: int) -> list[tuple[str, int, bool]]:
     plans = [(mode, minb, False) for mode, minb in out]
     if n <= 512:
         plans += [(mode, minb, True) for mode, minb in out]
-    return plans
+    return [p + (nb,) for nb in (nbs or [_getri._nb(dtype)]) for p in plans]
 
 
 def compile_getri(job):
-    dtype, n, minb, mma = job
+    dtype, n, mode, minb, mma, nb = job
     from kernels._gpu import _getri
     from kernels._gpu._module import get_function
 
-    s, nb, threads = _getri._SCALAR[np.dtype(dtype)], _getri._nb(dtype), -(-n // 32) * 32
-    bounds = _getri.mma_bounds(threads, minb) if mma else f"{threads}, {minb}"
-    kinds = ("static", "merged") if minb or not mma else ("static", "merged", "linv_step", "uinv_step", "product")
-    names = tuple(f"blu::getri_{k}<{s}, {nb}, {bounds}>" for k in kinds)
+    _, names = _getri.getri_kernels(dtype, -(-n // 32) * 32, mode, minb, mma, nb)
     t0 = time.time()
     get_function("getri", names[0], names=names)
-    return f"{dtype} {n} minb {minb} mma {mma} {time.time() - t0:.1f}s"
+    return f"{dtype} {n} {mode} minb {minb} mma {mma} nb {nb} {time.time() - t0:.1f}s"
 
 
 def sweep_getri(dtypes, sizes, args) -> None:
@@ -154,8 +154,13 @@ def sweep_getri(dtypes, sizes, args) -> None:
     from kernels._gpu import _getrf, _getri
     from kernels.ratios import get03
 
-    precompile(compile_getri, sorted({(d, n, minb, mma) for d in dtypes for n in sizes
-                                      for _, minb, mma in getri_plans(d, n) if minb or mma}))
+    nbs = [int(x) for x in args.nbs.split(",") if x] or None
+    jobs = {}  # one job per set of kernels compiled together
+    for d in dtypes:
+        for n in sizes:
+            for plan in getri_plans(d, n, nbs):
+                jobs.setdefault(_getri.getri_kernels(d, -(-n // 32) * 32, *plan)[1], (d, n) + plan)
+    precompile(compile_getri, sorted(jobs.values()))
     time_case = _time_case()
     table = []
     for d in dtypes:
@@ -165,24 +170,27 @@ def sweep_getri(dtypes, sizes, args) -> None:
             lu, piv, info = _getrf.getrf(a)
             work, out = cupy.empty_like(lu), cupy.empty_like(lu)
             res = {}
-            for mode, minb, mma in getri_plans(d, n):
-                def prepare(k, mode=mode):
+            plans = {}
+            for mode, minb, mma, nb in getri_plans(d, n, nbs):
+                def prepare(k):
                     work[...] = lu
 
-                def run(mode=mode, minb=minb, mma=mma):
-                    _getri.launch_getri(work, piv, info, out, mode, minb, mma)
+                def run(mode=mode, minb=minb, mma=mma, nb=nb):
+                    _getri.launch_getri(work, piv, info, out, mode, minb, mma, nb)
 
+                key = f"{mode}-m{minb}{'-mma' if mma else ''}" + (f"-nb{nb}" if nbs else "")
+                plans[key] = (mode, minb, mma, nb)
                 try:
-                    res[f"{mode}-m{minb}{'-mma' if mma else ''}"] = time_case(Case(prepare, run), args.reps)
+                    res[key] = time_case(Case(prepare, run), args.reps)
                 except Exception as e:
-                    print(d, n, mode, minb, "FAILED", type(e).__name__, str(e)[:300], flush=True)
+                    print(d, n, key, "FAILED", type(e).__name__, str(e)[:300], flush=True)
             best = min(res, key=res.get)
-            mode, minb = best.split("-")[:2]
             out[...] = np.nan
             work[...] = lu
-            _getri.launch_getri(work, piv, info, out, mode, int(minb[1:]), best.endswith("-mma"))
+            _getri.launch_getri(work, piv, info, out, *plans[best])
+            assert not bool(cupy.isnan(out).any()), f"{d} n={n} {best}: elements left unwritten"
             ratio = float(get03(cupy.asnumpy(a[:32]), cupy.asnumpy(out[:32])).max())
-            ref = res[f"{_getri.GETRI_MODE[np.dtype(d)]}-m0"]
+            ref = res[min((k for k in res if k.startswith(f"{_getri.GETRI_MODE[np.dtype(d)]}-m0")), key=len)]
             print(f"{d:10s} n={n:3d} batch={batch} " + " ".join(f"{k}={v:.3f}" for k, v in res.items()), flush=True)
             table.append((d, n, batch, _getri.GETRI_MODE[np.dtype(d)], ref, best, res[best], ratio))
             del a, lu, piv, info, work, out
@@ -212,6 +220,7 @@ def main(argv=None) -> None:
                     help="sweep the plans whose blocks of L are narrower than the panel (kb < NB) instead")
     ap.add_argument("--op", choices=("lu", "getri"), default="lu",
                     help="lu: the getrf_blocked plans; getri: launch_getri's modes and minb")
+    ap.add_argument("--nbs", default="", help="getri: block-row heights to sweep (default: _getri._nb's)")
     args = ap.parse_args(argv)
     dtypes = [d for d in args.dtypes.split(",") if d]
     sizes = [int(x) for x in args.sizes.split(",") if x]

@@ -88,18 +88,23 @@ GETRI_PLANS = {np.dtype(np.float32): ((65, 96, "dynamic", 0, False), (97, 128, "
                                          (129, 160, "merged", 3, True), (161, 256, "merged", 2, True))}
 
 
-def getri_plan(dtype, n: int) -> tuple[str, int, bool]:
-    """(mode, minb, mma) of ``launch_getri`` for (dtype, n): GETRI_PLANS where it has a row, else
-    GETRI_MODE without a bound or mma."""
+def getri_plan(dtype, n: int) -> tuple[str, int, bool, int]:
+    """(mode, minb, mma, nb) of ``launch_getri`` for (dtype, n): GETRI_PLANS where it has a row (nb
+    :func:`_nb`'s unless the row names one), else GETRI_MODE without a bound or mma."""
     dtype = np.dtype(dtype)
-    return next(((mode, minb, mma) for lo, hi, mode, minb, mma in GETRI_PLANS.get(dtype, ()) if lo <= n <= hi),
-                (GETRI_MODE[dtype], 0, False))
+    for lo, hi, mode, minb, mma, *nb in GETRI_PLANS.get(dtype, ()):
+        if lo <= n <= hi:
+            return mode, minb, mma, nb[0] if nb else _nb(dtype)
+    return GETRI_MODE[dtype], 0, False, _nb(dtype)
 _SMEM_DEFAULT = 48 * 1024
 
 
 def _nb(dtype) -> int:
-    """Block-row height of getri/getrs: NB values of T fill whole 16-byte vectors."""
+    """Block-row height of getrs, and getri's default: NB values of T fill whole 16-byte vectors."""
     return 8 if np.dtype(dtype).itemsize == 16 else 16
+
+
+GETRI_NBS = (8, 16, 32)  # the block-row heights launch_getri accepts (whole 16-byte vectors, mma row tiles)
 
 
 def _check(name, arr, shape, dtype):
@@ -218,6 +223,7 @@ def launch_gesv_rows(a, b, x, info, tile=None) -> None:
 # ---- getri: inverse from the LU factors ---------------------------------------------------------
 
 def _getri_names(dtype) -> tuple[str, ...]:
+    """The getri kernels compiled together: the default block-row height, no bound, no mma."""
     s, nb = _SCALAR[np.dtype(dtype)], _nb(dtype)
     return tuple(f"blu::{k}" for k in (
         f"getri_static<{s}, {nb}, 256>", f"getri_static<{s}, {nb}, 1024>",
@@ -227,11 +233,12 @@ def _getri_names(dtype) -> tuple[str, ...]:
         f"getri_linv_step<{s}, {nb}, 1024>", f"getri_uinv_step<{s}, {nb}, 1024>"))
 
 
-def _ldp(dtype) -> int:
-    return _nb(dtype) + 16 // np.dtype(dtype).itemsize
+def _ldp(dtype, nb: int | None = None) -> int:
+    """Stride of getri's / getrs' transposed panels (getri.cu's getri_panel::LDP)."""
+    return (nb or _nb(dtype)) + 16 // np.dtype(dtype).itemsize
 
 
-_SCRATCH_LD = 33  # getri.cu's kScratchLd: a warp's NB x 32 sums, padded
+_SCRATCH_ROWS, _SCRATCH_LD = 8, 33  # getri.cu's kScratchRows, kScratchLd: a warp's 8 x 32 sums, padded
 
 
 def mma_bounds(threads: int, minb: int) -> str:
@@ -240,15 +247,35 @@ def mma_bounds(threads: int, minb: int) -> str:
     return f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true"
 
 
-def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma: bool = False) -> None:
+def getri_kernels(dtype, threads: int, mode: str, minb: int, mma: bool, nb: int) -> tuple[str, tuple[str, ...]]:
+    """(template arguments after NB, the kernels compiled together) of ``launch_getri``'s launch of
+    ``threads`` threads; the sweep (benchmarks/blocked_sweep.py) precompiles the same sets."""
+    s = _SCALAR[np.dtype(dtype)]
+    maxt = 256 if threads <= 256 else 1024
+    if mma:
+        maxt = mma_bounds(threads, 0 if mode == "dynamic" else minb)  # (the per-step kernels take no bound)
+        kinds = ("linv_step", "uinv_step", "product") if mode == "dynamic" else ("static", "merged")
+    elif minb and mode != "dynamic":  # the one-launch kernels with this bound, by themselves
+        maxt, kinds = f"{threads}, {minb}", ("static", "merged")
+    elif nb == _nb(dtype):
+        return maxt, _getri_names(dtype)
+    else:  # another block-row height: its kernels for this launch size, by themselves
+        kinds = ("static", "merged", "product", "linv_step", "uinv_step")
+    return maxt, tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in kinds)
+
+
+def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma: bool = False,
+                 nb: int | None = None) -> None:
     """Inverse from ``getrf``'s ``lu`` (overwritten with L^-1 and U^-1), ``piv``, ``info`` into ``out``.
 
     ``mode``: "static" (one launch), "merged" (one launch, L and U steps interleaved; falls back to
     "static" where two panels do not fit in shared memory) or "dynamic" (one launch per step, active
     columns only). ``minb`` > 0: the one-launch kernels compiled with __launch_bounds__(threads, minb)
     (blocks per SM; fewer registers), by themselves; 0: the default (no such bound). ``mma``: the
-    sums on FP64 tensor cores (any mode, n <= 512; float / complex64 converted to double). With
-    ``mode`` None all three come from :func:`getri_plan`. Matrices with info != 0 get NaN.
+    sums on FP64 tensor cores (any mode, n <= 512; float / complex64 converted to double). ``nb``:
+    the block-row height (GETRI_NBS; None: :func:`_nb`'s): taller rows read the finished part of
+    L^-1 / U^-1 fewer times, at the cost of registers and shared memory. With ``mode`` None all four
+    come from :func:`getri_plan`. Matrices with info != 0 get NaN.
     """
     batch, n = lu.shape[0], lu.shape[-1]
     dtype = lu.dtype
@@ -258,34 +285,31 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     _check("out", out, lu.shape, dtype)
     _check_n(n)
     if mode is None:
-        mode, minb, mma = getri_plan(dtype, n)
+        mode, minb, mma, nb = getri_plan(dtype, n)
     if mode not in ("static", "merged", "dynamic"):
         raise ValueError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
+    nb = _nb(dtype) if nb is None else nb
+    if nb not in GETRI_NBS:
+        raise ValueError(f"Expected a getri block-row height nb in {GETRI_NBS}. Got {nb!r} instead.")
     threads = -(-n // 32) * 32
     if mma and threads > 512:
         raise ValueError(f"Expected mma only for n <= 512. Got n = {n} instead.")
     if batch == 0:
         return
-    nb, ldp, item = _nb(dtype), _ldp(dtype), dtype.itemsize
+    ldp, item = _ldp(dtype, nb), dtype.itemsize
     s = _SCALAR[dtype]
-    names = _getri_names(dtype)
     npad = -(-n // nb) * nb
-    maxt = 256 if threads <= 256 else 1024
-    if minb and mode != "dynamic":
-        maxt = f"{threads}, {minb}"
-        names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in ("static", "merged"))
-    if mma:
-        if mode == "dynamic":
-            minb = 0  # (the per-step kernels take no bound)
-        maxt = mma_bounds(threads, minb)
-        kinds = ("linv_step", "uinv_step", "product") if mode == "dynamic" else ("static", "merged")
-        names = tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in kinds)
+    maxt, names = getri_kernels(dtype, threads, mode, minb, mma, nb)
 
     def scratch_for(t):  # the per-warp scratch of the tensor-core sums (getri.cu's warp_scratch), t threads
-        return (t // 32) * nb * _SCRATCH_LD * item if mma else 0
+        return (t // 32) * _SCRATCH_ROWS * _SCRATCH_LD * item if mma else 0
 
     scratch = scratch_for(threads)
     full = npad * ldp * item
+    if full + scratch > _smem_optin():
+        raise ValueError(f"Expected getri's panel to fit in shared memory: n = {n} with nb = {nb} needs "
+                         f"{full + scratch} bytes per block, this device allows {_smem_optin()}. "
+                         f"Use a smaller nb.")
     ni = np.int32(n)
     merged = 2 * npad * ldp * item + scratch
     rp = launch_perm(piv)

@@ -122,13 +122,15 @@ template <typename T, int MAXT> struct GetriMma {
     static constexpr bool ok = MAXT <= 512;
 };
 
-// Leading dimension of a warp's scratch (NB x 32 sums, padded; _getri.py's launch_getri mirrors it).
+// A warp's scratch: 8 rows x 32 sums (one row tile of the mma at a time, whatever NB), padded rows;
+// _getri.py's launch_getri mirrors both numbers.
+constexpr int kScratchRows = 8;
 constexpr int kScratchLd = 33;
 
 // The scratch of this thread's warp, after `cols` columns of panel (each LDP of T) in shared memory.
 template <typename T, int NB>
 __device__ __forceinline__ T* warp_scratch(unsigned char* smem, long long cols, int tid) {
-    return reinterpret_cast<T*>(smem) + cols * getri_panel<T, NB>::LDP + (tid >> 5) * NB * kScratchLd;
+    return reinterpret_cast<T*>(smem) + cols * getri_panel<T, NB>::LDP + (tid >> 5) * kScratchRows * kScratchLd;
 }
 
 template <typename T, bool LOWER>
@@ -141,8 +143,9 @@ __device__ __forceinline__ T x_at(const T* __restrict__ lu, int n, int l, int j)
 // A warp's 32 columns at once: w[r] += sum_{lo <= l < hi} panel[(l - base) * LDP + r] X[l, j] for
 // j = jw + lane, as mma.sync m8n8k4 tiles (A = the panel transposed, NB rows x 4 l; B = 4 l x 8 columns
 // of X, read from global memory; C = NB x 32), the sums handed back one column per lane through
-// `scratch` (warp_scratch). X is masked as the triangle it is: L^-1 (LOWER: unit diagonal, zero above)
-// or U^-1 (zero below), and zero outside the matrix, so the ranges can be the warp's, not each column's.
+// `scratch` (warp_scratch), one row tile of 8 at a time. X is masked as the triangle it is: L^-1
+// (LOWER: unit diagonal, zero above) or U^-1 (zero below), and zero outside the matrix, so the ranges
+// can be the warp's, not each column's.
 // Every lane of the warp must call it (warp-uniform arguments but `w`). float / complex64 values are
 // converted to double on the way in: their sums are accumulated in double and rounded to T once.
 template <typename T, int NB, bool LOWER>
@@ -191,21 +194,23 @@ __device__ __forceinline__ void panel_dot_mma(T (&w)[NB], const T* panel, const 
                 }
             }
     }
+    static_assert(kScratchRows == 8, "one row tile of C at a time");
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 using R = real_t<T>;
-                T& dst = scratch[(mt * 8 + g) * kScratchLd + nt * 8 + 2 * t + e];
+                T& dst = scratch[g * kScratchLd + nt * 8 + 2 * t + e];
                 if constexpr (CPLX) dst = T{R(cr[mt][nt][e]), R(ci[mt][nt][e])};
                 else dst = R(cr[mt][nt][e]);
             }
-    __syncwarp();
+        __syncwarp();
 #pragma unroll
-    for (int r = 0; r < NB; ++r) w[r] = w[r] + scratch[r * kScratchLd + lane];
-    __syncwarp();  // the scratch is free again
+        for (int r = 0; r < 8; ++r) w[mt * 8 + r] = w[mt * 8 + r] + scratch[r * kScratchLd + lane];
+        __syncwarp();  // the scratch is free again
+    }
 }
 
 // Phase 1 step for column j (j < min(n, I0 + NB)); panel = L[I0:I0+NB, 0:I0+NB] transposed. MMA: called by

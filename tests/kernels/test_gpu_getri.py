@@ -31,9 +31,13 @@ def _paths(dtype, n: int) -> list[str]:
     from kernels._gpu import _getri
 
     paths = ["getri-static", "getri-merged", "getri-dynamic"]
-    if n <= 512:  # the sums on tensor cores
+    if n <= 512:  # the sums on tensor cores; block rows twice the default height (getri_plan's choices)
+        tall = f"nb{2 * _getri._nb(dtype)}"
         paths += ["getri-static-m0-mma", "getri-merged-m0-mma", "getri-static-m3-mma", "getri-merged-m2-mma",
-                  "getri-dynamic-m0-mma"]
+                  "getri-dynamic-m0-mma", f"getri-static-m0-{tall}", f"getri-dynamic-m0-{tall}",
+                  f"getri-merged-m2-mma-{tall}", f"getri-dynamic-m0-mma-{tall}"]
+        paths += sorted({"getri-{}-m{}{}-nb{}".format(mode, minb, "-mma" if mma else "", nb)
+                         for mode, minb, mma, nb in [_getri.getri_plan(dtype, n)] if nb != _getri._nb(dtype)})
     if _getri.gje_tile(dtype, n) is not None:
         paths.insert(0, "fused")
     return paths
@@ -50,9 +54,10 @@ def _launch_inv(a: np.ndarray, path: str, poison: int):
         _getri.launch_inv_gje(d, out, info)
     else:
         lu, piv, info = _getrf.getrf(d)
-        parts = path.split("-")  # getri-<mode>[-m<minb>-mma]
+        parts = path.split("-")  # getri-<mode>[-m<minb>[-mma][-nb<nb>]]
         minb = int(parts[2][1:]) if len(parts) > 2 else 0
-        _getri.launch_getri(lu, piv, info, out, mode=parts[1], minb=minb, mma=parts[-1] == "mma")
+        nb = int(parts[-1][2:]) if parts[-1].startswith("nb") else None
+        _getri.launch_getri(lu, piv, info, out, mode=parts[1], minb=minb, mma="mma" in parts, nb=nb)
     assert d.get().tobytes() == a.tobytes(), "the kernel changed its input"
     return out.get(), info.get()
 
@@ -245,6 +250,19 @@ def test_mma_where_it_cannot_run_is_refused():
         lu, piv, info = _getrf.getrf(a)
         with pytest.raises(ValueError, match="mma"):
             _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode=mode, mma=True)
+
+
+def test_bad_block_row_height_is_refused():
+    from kernels._gpu import _getrf, _getri
+
+    a = cupy.asarray(matrices.generate("random", 40, np.float64, seed=2, start=0, stop=2))
+    lu, piv, info = _getrf.getrf(a)
+    with pytest.raises(ValueError, match="block-row height nb"):
+        _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nb=12)
+    a = cupy.asarray(matrices.generate("random", 1024, np.complex128, seed=2, start=0, stop=1))
+    lu, piv, info = _getrf.getrf(a)
+    with pytest.raises(ValueError, match="fit in shared memory: n = 1024 with nb = 32"):
+        _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nb=32)
 
 
 def test_too_large_is_refused():
