@@ -162,7 +162,7 @@ def sweep_getri(dtypes, sizes, args) -> None:
         for n in sizes:
             for plan in getri_plans(d, n, nbs, nbps):
                 jobs.setdefault(_getri.getri_kernels(d, -(-n // 32) * 32, *plan)[1], (d, n) + plan)
-    precompile(compile_getri, sorted(jobs.values()))
+    precompile(compile_getri, sorted(jobs.values(), key=str))
     time_case = _time_case()
     table = []
     for d in dtypes:
