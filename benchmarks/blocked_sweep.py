@@ -117,11 +117,10 @@ def compile_one(job):
     return f"{dtype} {n} {plan.describe()} {'old' if rev else 'new'} {time.time() - t0:.1f}s"
 
 
-def getri_plans(dtype, n: int, nbs=None, nbps=()) -> list[tuple[str, int, bool, int, int | None]]:
-    """(mode, minb, mma, nb, nbp) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with
-    each minb whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too; each
-    for every block-row height in ``nbs`` (default: ``_getri._nb``'s), with the product in the same
-    launch (nbp None) and, for each height in ``nbps``, in a launch of its own."""
+def getri_plans(dtype, n: int, nbs=None) -> list[tuple[str, int, bool, int]]:
+    """(mode, minb, mma, nb) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each
+    minb whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too; each for
+    every block-row height in ``nbs`` (default: ``_getri._nb``'s)."""
     from kernels._gpu import _getri
 
     warps = -(-n // 32)
@@ -132,18 +131,18 @@ def getri_plans(dtype, n: int, nbs=None, nbps=()) -> list[tuple[str, int, bool, 
     plans = [(mode, minb, False) for mode, minb in out]
     if n <= 512:
         plans += [(mode, minb, True) for mode, minb in out]
-    return [p + (nb, nbp) for nb in (nbs or [_getri._nb(dtype)]) for nbp in [None, *nbps] for p in plans]
+    return [p + (nb,) for nb in (nbs or [_getri._nb(dtype)]) for p in plans]
 
 
 def compile_getri(job):
-    dtype, n, mode, minb, mma, nb, nbp = job
+    dtype, n, mode, minb, mma, nb = job
     from kernels._gpu import _getri
     from kernels._gpu._module import get_function
 
-    _, names = _getri.getri_kernels(dtype, -(-n // 32) * 32, mode, minb, mma, nb, nbp)
+    _, names = _getri.getri_kernels(dtype, -(-n // 32) * 32, mode, minb, mma, nb)
     t0 = time.time()
     get_function("getri", names[0], names=names)
-    return f"{dtype} {n} {mode} minb {minb} mma {mma} nb {nb} nbp {nbp} {time.time() - t0:.1f}s"
+    return f"{dtype} {n} {mode} minb {minb} mma {mma} nb {nb} {time.time() - t0:.1f}s"
 
 
 def sweep_getri(dtypes, sizes, args) -> None:
@@ -156,11 +155,10 @@ def sweep_getri(dtypes, sizes, args) -> None:
     from kernels.ratios import get03
 
     nbs = [int(x) for x in args.nbs.split(",") if x] or None
-    nbps = [int(x) for x in args.nbps.split(",") if x]
     jobs = {}  # one job per set of kernels compiled together
     for d in dtypes:
         for n in sizes:
-            for plan in getri_plans(d, n, nbs, nbps):
+            for plan in getri_plans(d, n, nbs):
                 jobs.setdefault(_getri.getri_kernels(d, -(-n // 32) * 32, *plan)[1], (d, n) + plan)
     precompile(compile_getri, sorted(jobs.values(), key=str))
     time_case = _time_case()
@@ -173,16 +171,15 @@ def sweep_getri(dtypes, sizes, args) -> None:
             work, out = cupy.empty_like(lu), cupy.empty_like(lu)
             res = {}
             plans = {}
-            for mode, minb, mma, nb, nbp in getri_plans(d, n, nbs, nbps):
+            for mode, minb, mma, nb in getri_plans(d, n, nbs):
                 def prepare(k):
                     work[...] = lu
 
-                def run(mode=mode, minb=minb, mma=mma, nb=nb, nbp=nbp):
-                    _getri.launch_getri(work, piv, info, out, mode, minb, mma, nb, nbp)
+                def run(mode=mode, minb=minb, mma=mma, nb=nb):
+                    _getri.launch_getri(work, piv, info, out, mode, minb, mma, nb)
 
-                key = (f"{mode}-m{minb}{'-mma' if mma else ''}" + (f"-nb{nb}" if nbs else "")
-                       + (f"-p{nbp}" if nbp else ""))
-                plans[key] = (mode, minb, mma, nb, nbp)
+                key = f"{mode}-m{minb}{'-mma' if mma else ''}" + (f"-nb{nb}" if nbs else "")
+                plans[key] = (mode, minb, mma, nb)
                 try:
                     res[key] = time_case(Case(prepare, run), args.reps)
                 except Exception as e:
@@ -224,8 +221,6 @@ def main(argv=None) -> None:
     ap.add_argument("--op", choices=("lu", "getri"), default="lu",
                     help="lu: the getrf_blocked plans; getri: launch_getri's modes and minb")
     ap.add_argument("--nbs", default="", help="getri: block-row heights to sweep (default: _getri._nb's)")
-    ap.add_argument("--nbps", default="", help="getri: also each plan with the product in a launch of its own, "
-                                               "block rows of these heights")
     args = ap.parse_args(argv)
     dtypes = [d for d in args.dtypes.split(",") if d]
     sizes = [int(x) for x in args.sizes.split(",") if x]

@@ -88,15 +88,14 @@ GETRI_PLANS = {np.dtype(np.float32): ((65, 96, "dynamic", 0, False), (97, 128, "
                                          (129, 160, "merged", 3, True), (161, 256, "merged", 2, True))}
 
 
-def getri_plan(dtype, n: int) -> tuple[str, int, bool, int, int | None]:
-    """(mode, minb, mma, nb, nbp) of ``launch_getri`` for (dtype, n): GETRI_PLANS where it has a row (nb
-    :func:`_nb`'s and nbp None unless the row names them), else GETRI_MODE without a bound or mma."""
+def getri_plan(dtype, n: int) -> tuple[str, int, bool, int]:
+    """(mode, minb, mma, nb) of ``launch_getri`` for (dtype, n): GETRI_PLANS where it has a row (nb
+    :func:`_nb`'s unless the row names one), else GETRI_MODE without a bound or mma."""
     dtype = np.dtype(dtype)
-    for lo, hi, mode, minb, mma, *rest in GETRI_PLANS.get(dtype, ()):
+    for lo, hi, mode, minb, mma, *nb in GETRI_PLANS.get(dtype, ()):
         if lo <= n <= hi:
-            nb, nbp = (list(rest) + [_nb(dtype), None][len(rest):])[:2]
-            return mode, minb, mma, nb, nbp
-    return GETRI_MODE[dtype], 0, False, _nb(dtype), None
+            return mode, minb, mma, nb[0] if nb else _nb(dtype)
+    return GETRI_MODE[dtype], 0, False, _nb(dtype)
 _SMEM_DEFAULT = 48 * 1024
 
 
@@ -106,7 +105,6 @@ def _nb(dtype) -> int:
 
 
 GETRI_NBS = (8, 16, 32)  # the block-row heights launch_getri accepts (whole 16-byte vectors, mma row tiles)
-GETRI_NBPS = (8, 16, 32, 64)  # ... and those of the product in a launch of its own (getri_product_mma)
 
 
 def _check(name, arr, shape, dtype):
@@ -249,11 +247,9 @@ def mma_bounds(threads: int, minb: int) -> str:
     return f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true"
 
 
-def getri_kernels(dtype, threads: int, mode: str, minb: int, mma: bool, nb: int,
-                  nbp: int | None = None) -> tuple[str, tuple[str, ...]]:
-    """(template arguments after NB of the step kernels, the kernels compiled together) of
-    ``launch_getri``'s launch of ``threads`` threads; the sweep (benchmarks/blocked_sweep.py) precompiles
-    the same sets."""
+def getri_kernels(dtype, threads: int, mode: str, minb: int, mma: bool, nb: int) -> tuple[str, tuple[str, ...]]:
+    """(template arguments after NB, the kernels compiled together) of ``launch_getri``'s launch of
+    ``threads`` threads; the sweep (benchmarks/blocked_sweep.py) precompiles the same sets."""
     s = _SCALAR[np.dtype(dtype)]
     maxt = 256 if threads <= 256 else 1024
     if mma:
@@ -261,27 +257,15 @@ def getri_kernels(dtype, threads: int, mode: str, minb: int, mma: bool, nb: int,
         kinds = ("linv_step", "uinv_step", "product") if mode == "dynamic" else ("static", "merged")
     elif minb and mode != "dynamic":  # the one-launch kernels with this bound, by themselves
         maxt, kinds = f"{threads}, {minb}", ("static", "merged")
-    elif nb == _nb(dtype) and nbp is None:
+    elif nb == _nb(dtype):
         return maxt, _getri_names(dtype)
     else:  # another block-row height: its kernels for this launch size, by themselves
         kinds = ("static", "merged", "product", "linv_step", "uinv_step")
-    if nbp is None:
-        return maxt, tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in kinds)
-    # the product in a launch of its own: the one-launch kernels without it (their PROD false), then
-    # getri_product_mma
-    if mode == "dynamic":
-        kinds = ("linv_step", "uinv_step")
-    else:
-        kinds = ("static", "merged")
-        args = str(maxt).split(", ")
-        maxt = ", ".join(args + ["0", "false"][len(args) - 1:] + ["false"])  # MAXT, MINB, MMA, PROD
-    pmaxt = 256 if threads <= 256 else 512 if threads <= 512 else 1024
-    return maxt, tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in kinds) + (
-        f"blu::getri_product_mma<{s}, {nbp}, {pmaxt}>",)
+    return maxt, tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in kinds)
 
 
 def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma: bool = False,
-                 nb: int | None = None, nbp: int | None = None) -> None:
+                 nb: int | None = None) -> None:
     """Inverse from ``getrf``'s ``lu`` (overwritten with L^-1 and U^-1), ``piv``, ``info`` into ``out``.
 
     ``mode``: "static" (one launch), "merged" (one launch, L and U steps interleaved; falls back to
@@ -290,11 +274,8 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     (blocks per SM; fewer registers), by themselves; 0: the default (no such bound). ``mma``: the
     sums on FP64 tensor cores (any mode, n <= 512; float / complex64 converted to double). ``nb``:
     the block-row height (GETRI_NBS; None: :func:`_nb`'s): taller rows read the finished part of
-    L^-1 / U^-1 fewer times, at the cost of registers and shared memory. ``nbp``: the product U^-1 L^-1
-    in a launch of its own with block rows of this height (GETRI_NBPS; ``getri_product_mma``: tensor
-    cores, written straight from the mma fragments); None: in the same launch (static / merged) or
-    kernel (dynamic) at ``nb``. With ``mode`` None all five come from :func:`getri_plan`. Matrices with
-    info != 0 get NaN.
+    L^-1 / U^-1 fewer times, at the cost of registers and shared memory. With ``mode`` None all four
+    come from :func:`getri_plan`. Matrices with info != 0 get NaN.
     """
     batch, n = lu.shape[0], lu.shape[-1]
     dtype = lu.dtype
@@ -304,15 +285,12 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     _check("out", out, lu.shape, dtype)
     _check_n(n)
     if mode is None:
-        mode, minb, mma, nb, nbp = getri_plan(dtype, n)
+        mode, minb, mma, nb = getri_plan(dtype, n)
     if mode not in ("static", "merged", "dynamic"):
         raise ValueError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
     nb = _nb(dtype) if nb is None else nb
     if nb not in GETRI_NBS:
         raise ValueError(f"Expected a getri block-row height nb in {GETRI_NBS}. Got {nb!r} instead.")
-    if nbp is not None and nbp not in GETRI_NBPS:
-        raise ValueError(f"Expected the product's block-row height nbp in {GETRI_NBPS} or None. "
-                         f"Got {nbp!r} instead.")
     threads = -(-n // 32) * 32
     if mma and threads > 512:
         raise ValueError(f"Expected mma only for n <= 512. Got n = {n} instead.")
@@ -321,7 +299,7 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     ldp, item = _ldp(dtype, nb), dtype.itemsize
     s = _SCALAR[dtype]
     npad = -(-n // nb) * nb
-    maxt, names = getri_kernels(dtype, threads, mode, minb, mma, nb, nbp)
+    maxt, names = getri_kernels(dtype, threads, mode, minb, mma, nb)
 
     def scratch_for(t):  # the per-warp scratch of the tensor-core sums (getri.cu's warp_scratch), t threads
         return (t // 32) * _SCRATCH_ROWS * _SCRATCH_LD * item if mma else 0
@@ -332,44 +310,27 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
         raise ValueError(f"Expected getri's panel to fit in shared memory: n = {n} with nb = {nb} needs "
                          f"{full + scratch} bytes per block, this device allows {_smem_optin()}. "
                          f"Use a smaller nb.")
-    pfull = -(-n // nbp) * nbp * _ldp(dtype, nbp) * item if nbp else 0
-    if pfull > _smem_optin():
-        raise ValueError(f"Expected the product's panel to fit in shared memory: n = {n} with nbp = {nbp} "
-                         f"needs {pfull} bytes per block, this device allows {_smem_optin()}. "
-                         f"Use a smaller nbp.")
     ni = np.int32(n)
     merged = 2 * npad * ldp * item + scratch
     rp = launch_perm(piv)
     if mode == "merged" and merged <= _smem_optin():
         func = _kernel("getri", f"blu::getri_merged<{s}, {nb}, {maxt}>", names, merged)
         func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=merged)
-    elif mode in ("static", "merged"):
+        return
+    if mode in ("static", "merged"):
         func = _kernel("getri", f"blu::getri_static<{s}, {nb}, {maxt}>", names, full + scratch)
         func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
-    else:
-        _getri_steps(lu, info, n, nb, (s, maxt, names, full + scratch), ldp * item, scratch_for)
-    if nbp:
-        prod = _kernel("getri", names[-1], names, pfull)
-        prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=pfull)
-    elif mode == "dynamic":
-        prod = _kernel("getri", f"blu::getri_product<{s}, {nb}, {maxt}>", names, full + scratch)
-        prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
-
-
-def _getri_steps(lu, info, n, nb, kernel, row_bytes, scratch_for) -> None:
-    """The dynamic mode's phases 1 and 2: one launch per step, sized to its active columns. ``kernel``:
-    (scalar type, template arguments after NB, the kernels compiled together, largest shared memory)."""
-    s, maxt, names, smem = kernel
-    batch, ni = lu.shape[0], np.int32(n)
-    npad = -(-n // nb) * nb
-    linv = _kernel("getri", f"blu::getri_linv_step<{s}, {nb}, {maxt}>", names, smem)
-    uinv = _kernel("getri", f"blu::getri_uinv_step<{s}, {nb}, {maxt}>", names, smem)
+        return
+    linv = _kernel("getri", f"blu::getri_linv_step<{s}, {nb}, {maxt}>", names, full + scratch)
+    uinv = _kernel("getri", f"blu::getri_uinv_step<{s}, {nb}, {maxt}>", names, full + scratch)
     for i0 in range(0, n, nb):
         t = -(-min(n, i0 + nb) // 32) * 32
-        linv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(i0 + nb) * row_bytes + scratch_for(t))
+        linv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(i0 + nb) * ldp * item + scratch_for(t))
     for i0 in range((n - 1) // nb * nb, -1, -nb):
         t = -(-(n - i0) // 32) * 32
-        uinv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(npad - i0) * row_bytes + scratch_for(t))
+        uinv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(npad - i0) * ldp * item + scratch_for(t))
+    prod = _kernel("getri", f"blu::getri_product<{s}, {nb}, {maxt}>", names, full + scratch)
+    prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
 
 
 # ---- getrs ------------------------------------------------------------------------------------

@@ -140,22 +140,23 @@ __device__ __forceinline__ T x_at(const T* __restrict__ lu, int n, int l, int j)
     else return l <= j ? lu[(long long)l * n + j] : zero<T>();
 }
 
-// A warp's 32 columns at once: C[r][c] = sum_{lo <= l < hi} panel[(l - base) * LDP + r] X[l, jw + c] as
-// mma.sync m8n8k4 tiles (A = the panel transposed, NB rows x 4 l; B = 4 l x 8 columns of X, read from
-// global memory; C = NB x 32 in the fragments cr / ci, the imaginary part for complex T). X is masked as
-// the triangle it is: L^-1 (LOWER: unit diagonal, zero above) or U^-1 (zero below), and zero outside
-// the matrix, so the ranges can be the warp's, not each column's. Every lane of the warp must call it
-// (warp-uniform arguments). float / complex64 values are converted to double on the way in: their sums
-// are accumulated in double and rounded to T once.
+// A warp's 32 columns at once: w[r] += sum_{lo <= l < hi} panel[(l - base) * LDP + r] X[l, j] for
+// j = jw + lane, as mma.sync m8n8k4 tiles (A = the panel transposed, NB rows x 4 l; B = 4 l x 8 columns
+// of X, read from global memory; C = NB x 32), the sums handed back one column per lane through
+// `scratch` (warp_scratch), one row tile of 8 at a time. X is masked as the triangle it is: L^-1
+// (LOWER: unit diagonal, zero above) or U^-1 (zero below), and zero outside the matrix, so the ranges
+// can be the warp's, not each column's.
+// Every lane of the warp must call it (warp-uniform arguments but `w`). float / complex64 values are
+// converted to double on the way in: their sums are accumulated in double and rounded to T once.
 template <typename T, int NB, bool LOWER>
-__device__ __forceinline__ void mma_sums(double (&cr)[NB / 8][4][2], double (&ci)[NB / 8][4][2], const T* panel,
-                                         const T* __restrict__ lu, int n, int lo, int hi, int base, int jw,
-                                         int lane) {
+__device__ __forceinline__ void panel_dot_mma(T (&w)[NB], const T* panel, const T* __restrict__ lu, int n, int lo,
+                                              int hi, int base, int jw, T* scratch, int lane) {
     constexpr bool CPLX = traits<T>::is_complex;
     constexpr int LDP = getri_panel<T, NB>::LDP;
     constexpr int MT = NB / 8;  // row tiles of 8; 4 column tiles of 8
     static_assert(NB % 8 == 0, "NB must be a multiple of 8");
     const int g = lane >> 2, t = lane & 3;
+    double cr[MT][4][2], ci[MT][4][2];  // C[8 mt + g][8 nt + 2 t + e]
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -193,33 +194,18 @@ __device__ __forceinline__ void mma_sums(double (&cr)[NB / 8][4][2], double (&ci
                 }
             }
     }
-}
-
-// C of mma_sums as T: element [8 mt + g][8 nt + 2 t + e] of the warp's NB x 32 tile.
-template <typename T, int MT>
-__device__ __forceinline__ T mma_value(const double (&cr)[MT][4][2], const double (&ci)[MT][4][2], int mt, int nt,
-                                       int e) {
-    using R = real_t<T>;
-    if constexpr (traits<T>::is_complex) return T{R(cr[mt][nt][e]), R(ci[mt][nt][e])};
-    else return R(cr[mt][nt][e]);
-}
-
-// w[r] += C[r][lane] of mma_sums (the delayed-correction sums of column jw + lane), handed back one column
-// per lane through `scratch` (warp_scratch), one row tile of 8 at a time.
-template <typename T, int NB, bool LOWER>
-__device__ __forceinline__ void panel_dot_mma(T (&w)[NB], const T* panel, const T* __restrict__ lu, int n, int lo,
-                                              int hi, int base, int jw, T* scratch, int lane) {
-    constexpr int MT = NB / 8;
-    const int g = lane >> 2, t = lane & 3;
-    double cr[MT][4][2], ci[MT][4][2];  // C[8 mt + g][8 nt + 2 t + e]
-    mma_sums<T, NB, LOWER>(cr, ci, panel, lu, n, lo, hi, base, jw, lane);
     static_assert(kScratchRows == 8, "one row tile of C at a time");
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) scratch[g * kScratchLd + nt * 8 + 2 * t + e] = mma_value<T>(cr, ci, mt, nt, e);
+            for (int e = 0; e < 2; ++e) {
+                using R = real_t<T>;
+                T& dst = scratch[g * kScratchLd + nt * 8 + 2 * t + e];
+                if constexpr (CPLX) dst = T{R(cr[mt][nt][e]), R(ci[mt][nt][e])};
+                else dst = R(cr[mt][nt][e]);
+            }
         __syncwarp();
 #pragma unroll
         for (int r = 0; r < 8; ++r) w[mt * 8 + r] = w[mt * 8 + r] + scratch[r * kScratchLd + lane];
@@ -341,9 +327,8 @@ __device__ __forceinline__ void product_all(const T* __restrict__ lu, T* panel, 
 }
 
 // Shared memory: panel npad x LDP of T (MMA: then the warps' scratch). rp (B, n): row order of P^T A
-// (out[:, rp[j]] = (U^-1 L^-1)[:, j]). MMA: the sums on tensor cores (panel_dot_mma). PROD false: phases
-// 1 and 2 only (the product follows in its own launch, getri_product_mma).
-template <typename T, int NB, int MAXT, int MINB = 0, bool MMA = false, bool PROD = true>
+// (out[:, rp[j]] = (U^-1 L^-1)[:, j]). MMA: the sums on tensor cores (panel_dot_mma).
+template <typename T, int NB, int MAXT, int MINB = 0, bool MMA = false>
 __global__ void __launch_bounds__(MAXT, MINB)
 getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
              T* __restrict__ out, int n) {
@@ -355,7 +340,7 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
     lu += mat * n * n;
     out += mat * n * n;
     if (info[mat] != 0) {
-        if constexpr (PROD) fill_nan(out, (long long)n * n, tid, nt);
+        fill_nan(out, (long long)n * n, tid, nt);
         return;
     }
     constexpr int D = prefetch<T, MAXT>::depth;
@@ -382,14 +367,14 @@ getri_static(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
             uinv_step<T, NB, D>(lu, panel, n, I0, tid);
         }
     }
-    if constexpr (PROD) product_all<T, NB, D, MMA>(lu, panel, rp + mat * n, out, n, tid, nt, scratch);
+    product_all<T, NB, D, MMA>(lu, panel, rp + mat * n, out, n, tid, nt, scratch);
 }
 
 // Phases 1 and 2 interleaved: step b inverts L block row b (top-down) and U block row nb-1-b
 // (bottom-up) between the same two barriers; their active columns are complementary (j < (b+1)NB for
 // L, j >= (nb-1-b)NB for U), so the threads stay busier and the barrier count halves. The two panels
 // are separate (2 x npad x LDP of T); L and U steps touch disjoint triangles of lu.
-template <typename T, int NB, int MAXT, int MINB = 0, bool MMA = false, bool PROD = true>
+template <typename T, int NB, int MAXT, int MINB = 0, bool MMA = false>
 __global__ void __launch_bounds__(MAXT, MINB)
 getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
              T* __restrict__ out, int n) {
@@ -403,7 +388,7 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
     lu += mat * n * n;
     out += mat * n * n;
     if (info[mat] != 0) {
-        if constexpr (PROD) fill_nan(out, (long long)n * n, tid, nt);
+        fill_nan(out, (long long)n * n, tid, nt);
         return;
     }
     constexpr int D = prefetch<T, MAXT>::depth;
@@ -425,7 +410,7 @@ getri_merged(T* __restrict__ lu, const int* __restrict__ rp, const int* __restri
             if (tid < n && tid >= IU) uinv_step<T, NB, D>(lu, panel_u, n, IU, tid);
         }
     }
-    if constexpr (PROD) product_all<T, NB, D, MMA>(lu, panel, rp + mat * n, out, n, tid, nt, scratch);
+    product_all<T, NB, D, MMA>(lu, panel, rp + mat * n, out, n, tid, nt, scratch);
 }
 
 // Dynamic allocation: one launch per phase-1 step with round32(min(n, I0+NB)) threads, column j = tid.
@@ -494,56 +479,6 @@ getri_product(const T* __restrict__ lu, const int* __restrict__ rp, const int* _
     }
     T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, (n + NB - 1) / NB * NB, tid) : nullptr;
     product_all<T, NB, prefetch<T, MAXT>::depth, MMA>(lu, panel, rp + mat * n, out, n, tid, nt, scratch);
-}
-
-// Phase 3 in a launch of its own, on tensor cores (every NB, any thread count up to 1024): each warp's
-// NB x 32 block of U^-1 L^-1 (mma_sums) is written straight from the fragments through the column
-// interchange, out[I0 + 8 mt + g][rp[jw + 8 nt + 2 t + e]], with no scratch and no per-column
-// registers, so its block rows can be taller than the steps' (fewer reads of L^-1). Shared memory: the
-// npad x LDP panel.
-template <typename T, int NB, int MAXT, int MINB = 0>
-__global__ void __launch_bounds__(MAXT, MINB)
-getri_product_mma(const T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
-                  T* __restrict__ out, int n) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    constexpr int MT = NB / 8;
-    T* panel = reinterpret_cast<T*>(smem_raw);
-    const long long mat = blockIdx.x;
-    const int tid = threadIdx.x, nt = blockDim.x;
-    lu += mat * n * n;
-    out += mat * n * n;
-    if (info[mat] != 0) {
-        fill_nan(out, (long long)n * n, tid, nt);
-        return;
-    }
-    const int lane = tid & 31, jw = tid & ~31, g = lane >> 2, t = lane & 3;
-    const int npad = (n + NB - 1) / NB * NB;
-    int col[4][2];  // the output column of each fragment column, -1 beyond n
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int j = jw + 8 * q + 2 * t + e;
-            col[q][e] = j < n ? rp[mat * n + j] : -1;
-        }
-    for (int I0 = 0; I0 < n; I0 += NB) {
-        __syncthreads();
-        load_panel<T, NB, true>(lu, panel, n, I0, I0, npad, tid, nt);
-        __syncthreads();
-        if (jw < n) {
-            double cr[MT][4][2], ci[MT][4][2];
-            mma_sums<T, NB, true>(cr, ci, panel, lu, n, max(I0, jw), n, I0, jw, lane);  // L^-1[j, j] = 1 included
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int row = I0 + 8 * mt + g;
-#pragma unroll
-                for (int q = 0; q < 4; ++q)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        if (row < n && col[q][e] >= 0) out[(long long)row * n + col[q][e]] = mma_value<T>(cr, ci, mt, q, e);
-            }
-        }
-    }
 }
 
 }  // namespace blu

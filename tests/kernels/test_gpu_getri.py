@@ -27,15 +27,6 @@ def _count(n: int) -> int:
     return 100 if n <= 64 else 24 if n <= 256 else 4 if n <= 512 else 2
 
 
-def _fit(nbp: int, dtype, n: int) -> int:
-    """The tallest product block rows up to ``nbp`` whose panel fits in shared memory at this n."""
-    from kernels._gpu import _getri
-
-    while nbp > 8 and -(-n // nbp) * nbp * _getri._ldp(dtype, nbp) * np.dtype(dtype).itemsize > _getri._smem_optin():
-        nbp //= 2
-    return nbp
-
-
 def _paths(dtype, n: int) -> list[str]:
     from kernels._gpu import _getri
 
@@ -44,12 +35,9 @@ def _paths(dtype, n: int) -> list[str]:
         tall = f"nb{2 * _getri._nb(dtype)}"
         paths += ["getri-static-m0-mma", "getri-merged-m0-mma", "getri-static-m3-mma", "getri-merged-m2-mma",
                   "getri-dynamic-m0-mma", f"getri-static-m0-{tall}", f"getri-dynamic-m0-{tall}",
-                  f"getri-merged-m2-mma-{tall}", f"getri-dynamic-m0-mma-{tall}",
-                  # the product in a launch of its own (getri_product_mma), block rows 8 .. 64 high
-                  "getri-static-m0-p8", f"getri-merged-m3-mma-p{_fit(32, dtype, n)}",
-                  f"getri-dynamic-m0-{tall}-p{_fit(64, dtype, n)}", "getri-dynamic-m0-mma-p16"]
-        mode, minb, mma, nb, nbp = _getri.getri_plan(dtype, n)  # the dispatched plan by name, too
-        paths.append(f"getri-{mode}-m{minb}" + "-mma" * mma + f"-nb{nb}" + (f"-p{nbp}" if nbp else ""))
+                  f"getri-merged-m2-mma-{tall}", f"getri-dynamic-m0-mma-{tall}"]
+        paths += sorted({"getri-{}-m{}{}-nb{}".format(mode, minb, "-mma" if mma else "", nb)
+                         for mode, minb, mma, nb in [_getri.getri_plan(dtype, n)] if nb != _getri._nb(dtype)})
     if _getri.gje_tile(dtype, n) is not None:
         paths.insert(0, "fused")
     return paths
@@ -66,11 +54,10 @@ def _launch_inv(a: np.ndarray, path: str, poison: int):
         _getri.launch_inv_gje(d, out, info)
     else:
         lu, piv, info = _getrf.getrf(d)
-        parts = path.split("-")  # getri-<mode>[-m<minb>[-mma][-nb<nb>][-p<nbp>]]
+        parts = path.split("-")  # getri-<mode>[-m<minb>[-mma][-nb<nb>]]
         minb = int(parts[2][1:]) if len(parts) > 2 else 0
-        nb = next((int(p[2:]) for p in parts if p.startswith("nb")), None)
-        nbp = next((int(p[1:]) for p in parts if p.startswith("p")), None)
-        _getri.launch_getri(lu, piv, info, out, mode=parts[1], minb=minb, mma="mma" in parts, nb=nb, nbp=nbp)
+        nb = int(parts[-1][2:]) if parts[-1].startswith("nb") else None
+        _getri.launch_getri(lu, piv, info, out, mode=parts[1], minb=minb, mma="mma" in parts, nb=nb)
     assert d.get().tobytes() == a.tobytes(), "the kernel changed its input"
     return out.get(), info.get()
 
@@ -272,14 +259,10 @@ def test_bad_block_row_height_is_refused():
     lu, piv, info = _getrf.getrf(a)
     with pytest.raises(ValueError, match="block-row height nb"):
         _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nb=12)
-    with pytest.raises(ValueError, match="block-row height nbp"):
-        _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nbp=24)
     a = cupy.asarray(matrices.generate("random", 1024, np.complex128, seed=2, start=0, stop=1))
     lu, piv, info = _getrf.getrf(a)
     with pytest.raises(ValueError, match="fit in shared memory: n = 1024 with nb = 32"):
         _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nb=32)
-    with pytest.raises(ValueError, match="product's panel to fit in shared memory: n = 1024 with nbp = 64"):
-        _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nbp=64)
 
 
 def test_too_large_is_refused():
