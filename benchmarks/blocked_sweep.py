@@ -119,8 +119,8 @@ def compile_one(job):
 
 def getri_plans(dtype, n: int, nbs=None) -> list[tuple[str, int, bool, int]]:
     """(mode, minb, mma, nb) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each
-    minb whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too; each for
-    every block-row height in ``nbs`` (default: ``_getri._nb``'s)."""
+    minb whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too (dynamic:
+    also "steps" and "product"); each for every block-row height in ``nbs`` (default: ``_getri._nb``'s)."""
     from kernels._gpu import _getri
 
     warps = -(-n // 32)
@@ -129,8 +129,8 @@ def getri_plans(dtype, n: int, nbs=None) -> list[tuple[str, int, bool, int]]:
         if min(255, 16384 // (-(-minb * warps // 4) * 32) // 8 * 8) >= 64 and minb * warps <= 64:
             out += [("static", minb), ("merged", minb)]
     plans = [(mode, minb, False) for mode, minb in out]
-    if n <= 512:
-        plans += [(mode, minb, True) for mode, minb in out]
+    if n <= 512:  # (the dynamic mode also with the tensor cores in the steps only or the product only)
+        plans += [(mode, minb, True) for mode, minb in out] + [("dynamic", 0, "steps"), ("dynamic", 0, "product")]
     return [p + (nb,) for nb in (nbs or [_getri._nb(dtype)]) for p in plans]
 
 
@@ -178,7 +178,8 @@ def sweep_getri(dtypes, sizes, args) -> None:
                 def run(mode=mode, minb=minb, mma=mma, nb=nb):
                     _getri.launch_getri(work, piv, info, out, mode, minb, mma, nb)
 
-                key = f"{mode}-m{minb}{'-mma' if mma else ''}" + (f"-nb{nb}" if nbs else "")
+                key = (f"{mode}-m{minb}" + ("-mma" if mma else "") + (f"-{mma}" if isinstance(mma, str) else "")
+                       + (f"-nb{nb}" if nbs else ""))
                 plans[key] = (mode, minb, mma, nb)
                 try:
                     res[key] = time_case(Case(prepare, run), args.reps)

@@ -77,18 +77,21 @@ GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
 # benchmarks/blocked_sweep.py --op getri at float64 / complex64 n = 190, complex128 n = 128, 190; session 8
 # at n = 128, 190 for every dtype, s8-getri-sweep.txt: float32 128 dynamic 1.08x, 190 merged 1.02x; and
 # float64 / complex128 at n = 96 .. 256 with and without mma, s8-getri-mma2.txt / s8-getri-old2.txt;
-# float32 / complex64 the same, s8-getri-mma-c64f32.txt: complex64 keeps the per-step launches):
-# (lowest n, largest n, mode, minb, mma).
+# float32 / complex64 the same, s8-getri-mma-c64f32.txt: complex64 keeps the per-step launches; session 9
+# with taller block rows, nb, s9-getri-nb-*.txt: complex128 16 at every n (1.2-1.5x: half the reads of
+# L^-1 / U^-1, which were DRAM-bound, s9-ncu-getri.txt), float64 32 above n = 128 (1.04-1.18x), float32
+# 32 at n = 161 .. 190 (1.03x); complex64 and the other points keep theirs):
+# (lowest n, largest n, mode, minb, mma[, nb: default _nb's]).
 GETRI_PLANS = {np.dtype(np.float32): ((65, 96, "dynamic", 0, False), (97, 128, "merged", 5, True),
-                                      (129, 160, "merged", 4, True), (161, 190, "merged", 3, True),
+                                      (129, 160, "merged", 4, True), (161, 190, "dynamic", 0, False, 32),
                                       (191, 256, "merged", 0, False)),
                np.dtype(np.float64): ((65, 96, "merged", 3, True), (97, 128, "static", 3, True),
-                                      (129, 160, "merged", 0, True), (161, 256, "merged", 2, False)),
-               np.dtype(np.complex128): ((65, 96, "static", 5, True), (97, 128, "merged", 4, True),
-                                         (129, 160, "merged", 3, True), (161, 256, "merged", 2, True))}
+                                      (129, 160, "merged", 2, True, 32), (161, 190, "static", 2, True, 32),
+                                      (191, 256, "merged", 0, True, 32)),
+               np.dtype(np.complex128): ((65, 190, "dynamic", 0, True, 16), (191, 256, "merged", 0, True, 16))}
 
 
-def getri_plan(dtype, n: int) -> tuple[str, int, bool, int]:
+def getri_plan(dtype, n: int) -> tuple[str, int, bool | str, int]:
     """(mode, minb, mma, nb) of ``launch_getri`` for (dtype, n): GETRI_PLANS where it has a row (nb
     :func:`_nb`'s unless the row names one), else GETRI_MODE without a bound or mma."""
     dtype = np.dtype(dtype)
@@ -247,24 +250,26 @@ def mma_bounds(threads: int, minb: int) -> str:
     return f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true"
 
 
-def getri_kernels(dtype, threads: int, mode: str, minb: int, mma: bool, nb: int) -> tuple[str, tuple[str, ...]]:
-    """(template arguments after NB, the kernels compiled together) of ``launch_getri``'s launch of
-    ``threads`` threads; the sweep (benchmarks/blocked_sweep.py) precompiles the same sets."""
+def getri_kernels(dtype, threads: int, mode: str, minb: int, mma, nb: int) -> tuple[dict, tuple[str, ...]]:
+    """({kind: kernel name} of ``launch_getri``'s launch of ``threads`` threads, the kernels compiled
+    together); the sweep (benchmarks/blocked_sweep.py) precompiles the same sets."""
     s = _SCALAR[np.dtype(dtype)]
-    maxt = 256 if threads <= 256 else 1024
-    if mma:
-        maxt = mma_bounds(threads, 0 if mode == "dynamic" else minb)  # (the per-step kernels take no bound)
-        kinds = ("linv_step", "uinv_step", "product") if mode == "dynamic" else ("static", "merged")
-    elif minb and mode != "dynamic":  # the one-launch kernels with this bound, by themselves
-        maxt, kinds = f"{threads}, {minb}", ("static", "merged")
-    elif nb == _nb(dtype):
-        return maxt, _getri_names(dtype)
-    else:  # another block-row height: its kernels for this launch size, by themselves
-        kinds = ("static", "merged", "product", "linv_step", "uinv_step")
-    return maxt, tuple(f"blu::getri_{k}<{s}, {nb}, {maxt}>" for k in kinds)
+    plain = 256 if threads <= 256 else 1024
+    if mode == "dynamic":  # (the per-step kernels take no bound)
+        step = mma_bounds(threads, 0) if mma in (True, "steps") else plain
+        prod = mma_bounds(threads, 0) if mma in (True, "product") else plain
+        kern = {"linv_step": f"blu::getri_linv_step<{s}, {nb}, {step}>",
+                "uinv_step": f"blu::getri_uinv_step<{s}, {nb}, {step}>",
+                "product": f"blu::getri_product<{s}, {nb}, {prod}>"}
+    else:
+        bounds = mma_bounds(threads, minb) if mma else f"{threads}, {minb}" if minb else plain
+        kern = {k: f"blu::getri_{k}<{s}, {nb}, {bounds}>" for k in ("static", "merged")}
+    if not mma and not (minb and mode != "dynamic") and nb == _nb(dtype):
+        return kern, _getri_names(dtype)  # the default set, compiled together
+    return kern, tuple(kern.values())
 
 
-def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma: bool = False,
+def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma: bool | str = False,
                  nb: int | None = None) -> None:
     """Inverse from ``getrf``'s ``lu`` (overwritten with L^-1 and U^-1), ``piv``, ``info`` into ``out``.
 
@@ -272,7 +277,8 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     "static" where two panels do not fit in shared memory) or "dynamic" (one launch per step, active
     columns only). ``minb`` > 0: the one-launch kernels compiled with __launch_bounds__(threads, minb)
     (blocks per SM; fewer registers), by themselves; 0: the default (no such bound). ``mma``: the
-    sums on FP64 tensor cores (any mode, n <= 512; float / complex64 converted to double). ``nb``:
+    sums on FP64 tensor cores (any mode, n <= 512; float / complex64 converted to double); for the
+    dynamic mode also "steps" or "product": only in the per-step kernels or only in the product. ``nb``:
     the block-row height (GETRI_NBS; None: :func:`_nb`'s): taller rows read the finished part of
     L^-1 / U^-1 fewer times, at the cost of registers and shared memory. With ``mode`` None all four
     come from :func:`getri_plan`. Matrices with info != 0 get NaN.
@@ -291,18 +297,20 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     nb = _nb(dtype) if nb is None else nb
     if nb not in GETRI_NBS:
         raise ValueError(f"Expected a getri block-row height nb in {GETRI_NBS}. Got {nb!r} instead.")
+    if mma not in (False, True, "steps", "product") or (isinstance(mma, str) and mode != "dynamic"):
+        raise ValueError(f"Expected mma False or True, or for the dynamic mode 'steps' or 'product'. "
+                         f"Got {mma!r} with mode {mode!r} instead.")
     threads = -(-n // 32) * 32
     if mma and threads > 512:
         raise ValueError(f"Expected mma only for n <= 512. Got n = {n} instead.")
     if batch == 0:
         return
     ldp, item = _ldp(dtype, nb), dtype.itemsize
-    s = _SCALAR[dtype]
     npad = -(-n // nb) * nb
-    maxt, names = getri_kernels(dtype, threads, mode, minb, mma, nb)
+    kern, names = getri_kernels(dtype, threads, mode, minb, mma, nb)
 
-    def scratch_for(t):  # the per-warp scratch of the tensor-core sums (getri.cu's warp_scratch), t threads
-        return (t // 32) * _SCRATCH_ROWS * _SCRATCH_LD * item if mma else 0
+    def scratch_for(t, on=bool(mma)):  # the per-warp scratch of the tensor-core sums (getri.cu's warp_scratch)
+        return (t // 32) * _SCRATCH_ROWS * _SCRATCH_LD * item if on else 0
 
     scratch = scratch_for(threads)
     full = npad * ldp * item
@@ -314,23 +322,25 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     merged = 2 * npad * ldp * item + scratch
     rp = launch_perm(piv)
     if mode == "merged" and merged <= _smem_optin():
-        func = _kernel("getri", f"blu::getri_merged<{s}, {nb}, {maxt}>", names, merged)
+        func = _kernel("getri", kern["merged"], names, merged)
         func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=merged)
         return
     if mode in ("static", "merged"):
-        func = _kernel("getri", f"blu::getri_static<{s}, {nb}, {maxt}>", names, full + scratch)
+        func = _kernel("getri", kern["static"], names, full + scratch)
         func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
         return
-    linv = _kernel("getri", f"blu::getri_linv_step<{s}, {nb}, {maxt}>", names, full + scratch)
-    uinv = _kernel("getri", f"blu::getri_uinv_step<{s}, {nb}, {maxt}>", names, full + scratch)
+    linv = _kernel("getri", kern["linv_step"], names, full + scratch)
+    uinv = _kernel("getri", kern["uinv_step"], names, full + scratch)
+    on = mma in (True, "steps")
     for i0 in range(0, n, nb):
         t = -(-min(n, i0 + nb) // 32) * 32
-        linv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(i0 + nb) * ldp * item + scratch_for(t))
+        linv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(i0 + nb) * ldp * item + scratch_for(t, on))
     for i0 in range((n - 1) // nb * nb, -1, -nb):
         t = -(-(n - i0) // 32) * 32
-        uinv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(npad - i0) * ldp * item + scratch_for(t))
-    prod = _kernel("getri", f"blu::getri_product<{s}, {nb}, {maxt}>", names, full + scratch)
-    prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
+        uinv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(npad - i0) * ldp * item + scratch_for(t, on))
+    smem = full + scratch_for(threads, mma in (True, "product"))
+    prod = _kernel("getri", kern["product"], names, smem)
+    prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=smem)
 
 
 # ---- getrs ------------------------------------------------------------------------------------
