@@ -118,19 +118,19 @@ def compile_one(job):
 
 
 def getri_plans(dtype, n: int, nbs=None) -> list[tuple[str, int, bool, int]]:
-    """(mode, minb, mma, nb) of ``_getri.launch_getri``: every mode at minb = 0, static / merged with each
-    minb whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too (dynamic:
-    also "steps" and "product"); each for every block-row height in ``nbs`` (default: ``_getri._nb``'s)."""
+    """(mode, minb, mma, nb) of ``_getri.launch_getri``: every mode at minb = 0 and with each
+    minb whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too; each for
+    every block-row height in ``nbs`` (default: ``_getri._nb``'s)."""
     from kernels._gpu import _getri
 
     warps = -(-n // 32)
     out = [("static", 0), ("merged", 0), ("dynamic", 0)]
     for minb in range(2, 6):
         if min(255, 16384 // (-(-minb * warps // 4) * 32) // 8 * 8) >= 64 and minb * warps <= 64:
-            out += [("static", minb), ("merged", minb)]
+            out += [("static", minb), ("merged", minb), ("dynamic", minb)]
     plans = [(mode, minb, False) for mode, minb in out]
-    if n <= 512:  # (the dynamic mode also with the tensor cores in the steps only or the product only)
-        plans += [(mode, minb, True) for mode, minb in out] + [("dynamic", 0, "steps"), ("dynamic", 0, "product")]
+    if n <= 512:
+        plans += [(mode, minb, True) for mode, minb in out]
     return [p + (nb,) for nb in (nbs or [_getri._nb(dtype)]) for p in plans]
 
 
@@ -178,8 +178,7 @@ def sweep_getri(dtypes, sizes, args) -> None:
                 def run(mode=mode, minb=minb, mma=mma, nb=nb):
                     _getri.launch_getri(work, piv, info, out, mode, minb, mma, nb)
 
-                key = (f"{mode}-m{minb}" + ("-mma" if mma else "") + (f"-{mma}" if isinstance(mma, str) else "")
-                       + (f"-nb{nb}" if nbs else ""))
+                key = f"{mode}-m{minb}{'-mma' if mma else ''}" + (f"-nb{nb}" if nbs else "")
                 plans[key] = (mode, minb, mma, nb)
                 try:
                     res[key] = time_case(Case(prepare, run), args.reps)

@@ -91,7 +91,7 @@ GETRI_PLANS = {np.dtype(np.float32): ((65, 96, "dynamic", 0, False), (97, 128, "
                np.dtype(np.complex128): ((65, 190, "dynamic", 0, True, 16), (191, 256, "merged", 0, True, 16))}
 
 
-def getri_plan(dtype, n: int) -> tuple[str, int, bool | str, int]:
+def getri_plan(dtype, n: int) -> tuple[str, int, bool, int]:
     """(mode, minb, mma, nb) of ``launch_getri`` for (dtype, n): GETRI_PLANS where it has a row (nb
     :func:`_nb`'s unless the row names one), else GETRI_MODE without a bound or mma."""
     dtype = np.dtype(dtype)
@@ -255,30 +255,23 @@ def getri_kernels(dtype, threads: int, mode: str, minb: int, mma, nb: int) -> tu
     together); the sweep (benchmarks/blocked_sweep.py) precompiles the same sets."""
     s = _SCALAR[np.dtype(dtype)]
     plain = 256 if threads <= 256 else 1024
-    if mode == "dynamic":  # (the per-step kernels take no bound)
-        step = mma_bounds(threads, 0) if mma in (True, "steps") else plain
-        prod = mma_bounds(threads, 0) if mma in (True, "product") else plain
-        kern = {"linv_step": f"blu::getri_linv_step<{s}, {nb}, {step}>",
-                "uinv_step": f"blu::getri_uinv_step<{s}, {nb}, {step}>",
-                "product": f"blu::getri_product<{s}, {nb}, {prod}>"}
-    else:
-        bounds = mma_bounds(threads, minb) if mma else f"{threads}, {minb}" if minb else plain
-        kern = {k: f"blu::getri_{k}<{s}, {nb}, {bounds}>" for k in ("static", "merged")}
-    if not mma and not (minb and mode != "dynamic") and nb == _nb(dtype):
+    bounds = mma_bounds(threads, minb) if mma else f"{threads}, {minb}" if minb else plain
+    kinds = ("linv_step", "uinv_step", "product") if mode == "dynamic" else ("static", "merged")
+    kern = {k: f"blu::getri_{k}<{s}, {nb}, {bounds}>" for k in kinds}
+    if not mma and not minb and nb == _nb(dtype):
         return kern, _getri_names(dtype)  # the default set, compiled together
     return kern, tuple(kern.values())
 
 
-def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma: bool | str = False,
+def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma: bool = False,
                  nb: int | None = None) -> None:
     """Inverse from ``getrf``'s ``lu`` (overwritten with L^-1 and U^-1), ``piv``, ``info`` into ``out``.
 
     ``mode``: "static" (one launch), "merged" (one launch, L and U steps interleaved; falls back to
     "static" where two panels do not fit in shared memory) or "dynamic" (one launch per step, active
-    columns only). ``minb`` > 0: the one-launch kernels compiled with __launch_bounds__(threads, minb)
-    (blocks per SM; fewer registers), by themselves; 0: the default (no such bound). ``mma``: the
-    sums on FP64 tensor cores (any mode, n <= 512; float / complex64 converted to double); for the
-    dynamic mode also "steps" or "product": only in the per-step kernels or only in the product. ``nb``:
+    columns only). ``minb`` > 0: the kernels compiled with __launch_bounds__(threads, minb) (blocks per
+    SM; fewer registers), by themselves; 0: the default (no such bound). ``mma``: the sums on FP64
+    tensor cores (any mode, n <= 512; float / complex64 converted to double). ``nb``:
     the block-row height (GETRI_NBS; None: :func:`_nb`'s): taller rows read the finished part of
     L^-1 / U^-1 fewer times, at the cost of registers and shared memory. With ``mode`` None all four
     come from :func:`getri_plan`. Matrices with info != 0 get NaN.
@@ -297,9 +290,6 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     nb = _nb(dtype) if nb is None else nb
     if nb not in GETRI_NBS:
         raise ValueError(f"Expected a getri block-row height nb in {GETRI_NBS}. Got {nb!r} instead.")
-    if mma not in (False, True, "steps", "product") or (isinstance(mma, str) and mode != "dynamic"):
-        raise ValueError(f"Expected mma False or True, or for the dynamic mode 'steps' or 'product'. "
-                         f"Got {mma!r} with mode {mode!r} instead.")
     threads = -(-n // 32) * 32
     if mma and threads > 512:
         raise ValueError(f"Expected mma only for n <= 512. Got n = {n} instead.")
@@ -309,8 +299,8 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     npad = -(-n // nb) * nb
     kern, names = getri_kernels(dtype, threads, mode, minb, mma, nb)
 
-    def scratch_for(t, on=bool(mma)):  # the per-warp scratch of the tensor-core sums (getri.cu's warp_scratch)
-        return (t // 32) * _SCRATCH_ROWS * _SCRATCH_LD * item if on else 0
+    def scratch_for(t):  # the per-warp scratch of the tensor-core sums (getri.cu's warp_scratch), t threads
+        return (t // 32) * _SCRATCH_ROWS * _SCRATCH_LD * item if mma else 0
 
     scratch = scratch_for(threads)
     full = npad * ldp * item
@@ -331,16 +321,14 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
         return
     linv = _kernel("getri", kern["linv_step"], names, full + scratch)
     uinv = _kernel("getri", kern["uinv_step"], names, full + scratch)
-    on = mma in (True, "steps")
     for i0 in range(0, n, nb):
         t = -(-min(n, i0 + nb) // 32) * 32
-        linv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(i0 + nb) * ldp * item + scratch_for(t, on))
+        linv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(i0 + nb) * ldp * item + scratch_for(t))
     for i0 in range((n - 1) // nb * nb, -1, -nb):
         t = -(-(n - i0) // 32) * 32
-        uinv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(npad - i0) * ldp * item + scratch_for(t, on))
-    smem = full + scratch_for(threads, mma in (True, "product"))
-    prod = _kernel("getri", kern["product"], names, smem)
-    prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=smem)
+        uinv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(npad - i0) * ldp * item + scratch_for(t))
+    prod = _kernel("getri", kern["product"], names, full + scratch)
+    prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
 
 
 # ---- getrs ------------------------------------------------------------------------------------

@@ -36,10 +36,9 @@ def _paths(dtype, n: int) -> list[str]:
         paths += ["getri-static-m0-mma", "getri-merged-m0-mma", "getri-static-m3-mma", "getri-merged-m2-mma",
                   "getri-dynamic-m0-mma", f"getri-static-m0-{tall}", f"getri-dynamic-m0-{tall}",
                   f"getri-merged-m2-mma-{tall}", f"getri-dynamic-m0-mma-{tall}",
-                  "getri-dynamic-m0-mma-steps", f"getri-dynamic-m0-mma-product-{tall}"]
+                  f"getri-dynamic-m3-{tall}", f"getri-dynamic-m2-mma-{tall}"]
         mode, minb, mma, nb = _getri.getri_plan(dtype, n)  # the dispatched plan by name, too
-        paths.append(f"getri-{mode}-m{minb}" + "-mma" * bool(mma) + (f"-{mma}" if isinstance(mma, str) else "")
-                     + f"-nb{nb}")
+        paths.append(f"getri-{mode}-m{minb}" + "-mma" * mma + f"-nb{nb}")
     if _getri.gje_tile(dtype, n) is not None:
         paths.insert(0, "fused")
     return paths
@@ -56,11 +55,10 @@ def _launch_inv(a: np.ndarray, path: str, poison: int):
         _getri.launch_inv_gje(d, out, info)
     else:
         lu, piv, info = _getrf.getrf(d)
-        parts = path.split("-")  # getri-<mode>[-m<minb>[-mma[-steps|-product]][-nb<nb>]]
+        parts = path.split("-")  # getri-<mode>[-m<minb>[-mma][-nb<nb>]]
         minb = int(parts[2][1:]) if len(parts) > 2 else 0
         nb = int(parts[-1][2:]) if parts[-1].startswith("nb") else None
-        mma = next((p for p in ("steps", "product") if p in parts), "mma" in parts)
-        _getri.launch_getri(lu, piv, info, out, mode=parts[1], minb=minb, mma=mma, nb=nb)
+        _getri.launch_getri(lu, piv, info, out, mode=parts[1], minb=minb, mma="mma" in parts, nb=nb)
     assert d.get().tobytes() == a.tobytes(), "the kernel changed its input"
     return out.get(), info.get()
 
@@ -262,8 +260,6 @@ def test_bad_block_row_height_is_refused():
     lu, piv, info = _getrf.getrf(a)
     with pytest.raises(ValueError, match="block-row height nb"):
         _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nb=12)
-    with pytest.raises(ValueError, match="for the dynamic mode 'steps' or 'product'"):
-        _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", mma="steps")
     a = cupy.asarray(matrices.generate("random", 1024, np.complex128, seed=2, start=0, stop=1))
     lu, piv, info = _getrf.getrf(a)
     with pytest.raises(ValueError, match="fit in shared memory: n = 1024 with nb = 32"):
