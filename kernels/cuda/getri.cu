@@ -302,6 +302,126 @@ __device__ __forceinline__ void product_step(const T* __restrict__ lu, const T* 
     }
 }
 
+// ---- two columns per thread (mode "dynamic2"): each panel value read from shared memory feeds both --------
+// The one-column steps read every panel value with a broadcast load (all lanes one address) for one
+// multiply-add per column; those loads, not the multiply-adds, bound the steps (the L1 / shared-memory
+// return path, ncu: session 9). A thread with columns j0 and j1 = j0 + H (H a multiple of 32, so both
+// column loads stay coalesced) does twice the multiply-adds per panel load.
+
+// w0[r] += p[r] x0 and w1[r] += p[r] x1 for r < NB, p a 16-byte aligned shared row of the panel.
+template <typename T, int NB>
+__device__ __forceinline__ void panel_axpy2(T (&w0)[NB], T (&w1)[NB], const T* p, T x0, T x1) {
+    constexpr int V = 16 / (int)sizeof(T);  // values per 16-byte load
+#pragma unroll
+    for (int q = 0; q < NB / V; ++q) {
+        T v[V];
+        *reinterpret_cast<float4*>(v) = reinterpret_cast<const float4*>(p)[q];
+#pragma unroll
+        for (int u = 0; u < V; ++u) {
+            w0[V * q + u] = fma_(w0[V * q + u], v[u], x0);
+            w1[V * q + u] = fma_(w1[V * q + u], v[u], x1);
+        }
+    }
+}
+
+// w0 / w1 += sum_{l0 <= l < l1} panel[(l - base) * LDP + r] X[l, j0 / j1], X masked as x_at (LOWER: L^-1
+// with its unit diagonal, else U^-1; zero beyond n); loads of the next U rows issued before this group's
+// multiply-adds.
+template <typename T, int NB, int U, bool LOWER>
+__device__ __forceinline__ void panel_dot2(T (&w0)[NB], T (&w1)[NB], const T* panel, const T* __restrict__ lu, int n,
+                                           int l0, int l1, int base, int j0, int j1) {
+    constexpr int LDP = getri_panel<T, NB>::LDP;
+    T n0[U], n1[U];
+    auto fetch = [&](int l) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const bool in = l + u < l1;
+            n0[u] = in ? x_at<T, LOWER>(lu, n, l + u, j0) : zero<T>();
+            n1[u] = in ? x_at<T, LOWER>(lu, n, l + u, j1) : zero<T>();
+        }
+    };
+    if (l0 < l1) fetch(l0);
+    for (int l = l0; l < l1; l += U) {
+        T c0[U], c1[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            c0[u] = n0[u];
+            c1[u] = n1[u];
+        }
+        if (l + U < l1) fetch(l + U);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (l + u < l1) panel_axpy2<T, NB>(w0, w1, panel + (l + u - base) * LDP, c0[u], c1[u]);
+    }
+}
+
+// The unit lower diagonal block of phase 1, forward (w holds -X, so the update adds).
+template <typename T, int NB>
+__device__ __forceinline__ void linv_diag(T (&w)[NB], const T* panel, int I0) {
+    constexpr int LDP = getri_panel<T, NB>::LDP;
+#pragma unroll
+    for (int r = 1; r < NB; ++r) {
+#pragma unroll
+        for (int s = 0; s < r; ++s) w[r] = fms(w[r], panel[(I0 + s) * LDP + r], w[s]);
+    }
+}
+
+// The upper diagonal block of phase 2, backward; rows >= n stay zero and are never divided.
+template <typename T, int NB>
+__device__ __forceinline__ void uinv_diag(T (&w)[NB], const T* panel, int n, int I0) {
+    constexpr int LDP = getri_panel<T, NB>::LDP;
+#pragma unroll
+    for (int r = NB - 1; r >= 0; --r) {
+        if (I0 + r < n) {
+#pragma unroll
+            for (int s = r + 1; s < NB; ++s) w[r] = fms(w[r], panel[s * LDP + r], w[s]);
+            w[r] = div_(w[r], panel[r * LDP + r]);
+        }
+    }
+}
+
+// Phase 1 step (linv_step) for columns j0 < j1 at once; a column is stored where it is active (below
+// min(n, I0 + NB)).
+template <typename T, int NB, int U>
+__device__ __forceinline__ void linv_step2(T* __restrict__ lu, const T* panel, int n, int I0, int j0, int j1) {
+    T w0[NB], w1[NB];
+#pragma unroll
+    for (int r = 0; r < NB; ++r) {
+        w0[r] = (I0 + r == j0) ? -one<T>() : zero<T>();  // negated: w = -X
+        w1[r] = (I0 + r == j1) ? -one<T>() : zero<T>();
+    }
+    if (j0 < I0) panel_dot2<T, NB, U, true>(w0, w1, panel, lu, n, j0, I0, 0, j0, j1);  // X[j, j] = 1 included
+    linv_diag<T, NB>(w0, panel, I0);
+    linv_diag<T, NB>(w1, panel, I0);
+    const int jend = min(n, I0 + NB);
+#pragma unroll
+    for (int r = 0; r < NB; ++r) {
+        const int row = I0 + r;
+        if (row < n && row > j0 && j0 < jend) lu[(long long)row * n + j0] = -w0[r];
+        if (row < n && row > j1 && j1 < jend) lu[(long long)row * n + j1] = -w1[r];
+    }
+}
+
+// Phase 2 step (uinv_step) for columns I0 <= j0 < j1; a column is stored where it is below n.
+template <typename T, int NB, int U>
+__device__ __forceinline__ void uinv_step2(T* __restrict__ lu, const T* panel, int n, int I0, int j0, int j1) {
+    T w0[NB], w1[NB];
+#pragma unroll
+    for (int r = 0; r < NB; ++r) {
+        w0[r] = (I0 + r == j0) ? -one<T>() : zero<T>();  // w = -X
+        w1[r] = (I0 + r == j1) ? -one<T>() : zero<T>();
+    }
+    panel_dot2<T, NB, U, false>(w0, w1, panel, lu, n, I0 + NB, min(n, j1 + 1), I0, j0, j1);
+    uinv_diag<T, NB>(w0, panel, n, I0);
+    uinv_diag<T, NB>(w1, panel, n, I0);
+#pragma unroll
+    for (int r = 0; r < NB; ++r) {
+        const int row = I0 + r;
+        if (row < n && row <= j0 && j0 < n) lu[(long long)row * n + j0] = -w0[r];
+        if (row < n && row <= j1 && j1 < n) lu[(long long)row * n + j1] = -w1[r];
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void fill_nan(T* out, long long count, int tid, int nt) {
     for (long long i = tid; i < count; i += nt) out[i] = nan_value<T>();
@@ -479,6 +599,75 @@ getri_product(const T* __restrict__ lu, const int* __restrict__ rp, const int* _
     }
     T* const scratch = MMA ? warp_scratch<T, NB>(smem_raw, (n + NB - 1) / NB * NB, tid) : nullptr;
     product_all<T, NB, prefetch<T, MAXT>::depth, MMA>(lu, panel, rp + mat * n, out, n, tid, nt, scratch);
+}
+
+// Mode "dynamic2": the dynamic mode's launches with two columns per thread (j0 = column base + tid,
+// j1 = j0 + blockDim.x); shared memory as getri_linv_step / getri_uinv_step / getri_product's (no mma).
+template <typename T, int NB, int MAXT, int MINB = 0>
+__global__ void __launch_bounds__(MAXT, MINB) getri_linv_step2(T* __restrict__ lu, const int* __restrict__ info,
+                                                               int n, int I0) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* panel = reinterpret_cast<T*>(smem_raw);
+    const long long mat = blockIdx.x;
+    if (info[mat] != 0) return;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    lu += mat * n * n;
+    load_panel<T, NB, false>(lu, panel, n, I0, 0, I0 + NB, tid, nt);
+    __syncthreads();
+    if (tid < min(n, I0 + NB)) linv_step2<T, NB, prefetch<T, MAXT>::depth / 2>(lu, panel, n, I0, tid, tid + nt);
+}
+
+template <typename T, int NB, int MAXT, int MINB = 0>
+__global__ void __launch_bounds__(MAXT, MINB) getri_uinv_step2(T* __restrict__ lu, const int* __restrict__ info,
+                                                               int n, int I0) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* panel = reinterpret_cast<T*>(smem_raw);
+    const long long mat = blockIdx.x;
+    if (info[mat] != 0) return;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int npad = (n + NB - 1) / NB * NB;
+    lu += mat * n * n;
+    load_panel<T, NB, false>(lu, panel, n, I0, I0, npad, tid, nt);
+    __syncthreads();
+    if (I0 + tid < n) uinv_step2<T, NB, prefetch<T, MAXT>::depth / 2>(lu, panel, n, I0, I0 + tid, I0 + tid + nt);
+}
+
+// Phase 3 with two columns per thread: block row I0 of U^-1 L^-1 for columns j0 = tid and j1 = tid + nt.
+template <typename T, int NB, int MAXT, int MINB = 0>
+__global__ void __launch_bounds__(MAXT, MINB)
+getri_product2(const T* __restrict__ lu, const int* __restrict__ rp, const int* __restrict__ info,
+               T* __restrict__ out, int n) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* panel = reinterpret_cast<T*>(smem_raw);
+    const long long mat = blockIdx.x;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    lu += mat * n * n;
+    out += mat * n * n;
+    if (info[mat] != 0) {
+        fill_nan(out, (long long)n * n, tid, nt);
+        return;
+    }
+    const int npad = (n + NB - 1) / NB * NB;
+    const int j0 = tid, j1 = tid + nt;
+    const int c0 = j0 < n ? rp[mat * n + j0] : 0, c1 = j1 < n ? rp[mat * n + j1] : 0;
+    for (int I0 = 0; I0 < n; I0 += NB) {
+        __syncthreads();
+        load_panel<T, NB, true>(lu, panel, n, I0, I0, npad, tid, nt);
+        __syncthreads();
+        if (j0 < n) {
+            T a0[NB], a1[NB];
+#pragma unroll
+            for (int r = 0; r < NB; ++r) a0[r] = a1[r] = zero<T>();
+            // sum over l >= max(I0, j) of U^-1[I0 + r][l] L^-1[l][j] (L^-1[j, j] = 1)
+            panel_dot2<T, NB, prefetch<T, MAXT>::depth / 2, true>(a0, a1, panel, lu, n, max(I0, j0), n, I0, j0, j1);
+#pragma unroll
+            for (int r = 0; r < NB; ++r) {
+                const int row = I0 + r;
+                if (row < n) out[(long long)row * n + c0] = a0[r];
+                if (row < n && j1 < n) out[(long long)row * n + c1] = a1[r];
+            }
+        }
+    }
 }
 
 }  // namespace blu
