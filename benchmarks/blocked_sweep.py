@@ -125,11 +125,10 @@ def getri_plans(dtype, n: int, nbs=None) -> list[tuple[str, int, bool, int]]:
 
     warps = -(-n // 32)
     out = [("static", 0), ("merged", 0), ("dynamic", 0)]
-    two = [("dynamic2", 0)] + [("dynamic2", m) for m in (2, 3, 4)]  # two columns per thread (no mma)
     for minb in range(2, 6):
         if min(255, 16384 // (-(-minb * warps // 4) * 32) // 8 * 8) >= 64 and minb * warps <= 64:
             out += [("static", minb), ("merged", minb), ("dynamic", minb)]
-    plans = [(mode, minb, False) for mode, minb in out + two]
+    plans = [(mode, minb, False) for mode, minb in out]
     if n <= 512:
         plans += [(mode, minb, True) for mode, minb in out]
     return [p + (nb,) for nb in (nbs or [_getri._nb(dtype)]) for p in plans]

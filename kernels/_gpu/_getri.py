@@ -107,7 +107,6 @@ def _nb(dtype) -> int:
     return 8 if np.dtype(dtype).itemsize == 16 else 16
 
 
-GETRI_MODES = ("static", "merged", "dynamic", "dynamic2")
 GETRI_NBS = (8, 16, 32)  # the block-row heights launch_getri accepts (whole 16-byte vectors, mma row tiles)
 
 
@@ -255,11 +254,6 @@ def getri_kernels(dtype, threads: int, mode: str, minb: int, mma, nb: int) -> tu
     """({kind: kernel name} of ``launch_getri``'s launch of ``threads`` threads, the kernels compiled
     together); the sweep (benchmarks/blocked_sweep.py) precompiles the same sets."""
     s = _SCALAR[np.dtype(dtype)]
-    if mode == "dynamic2":  # two columns per thread: half the threads, (at most 512)
-        half = -(-threads // 64) * 32
-        bounds = f"{half}, {minb}" if minb else 256 if half <= 256 else 512
-        kern = {k: f"blu::getri_{k}2<{s}, {nb}, {bounds}>" for k in ("linv_step", "uinv_step", "product")}
-        return kern, tuple(kern.values())
     plain = 256 if threads <= 256 else 1024
     bounds = mma_bounds(threads, minb) if mma else f"{threads}, {minb}" if minb else plain
     kinds = ("linv_step", "uinv_step", "product") if mode == "dynamic" else ("static", "merged")
@@ -274,8 +268,8 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     """Inverse from ``getrf``'s ``lu`` (overwritten with L^-1 and U^-1), ``piv``, ``info`` into ``out``.
 
     ``mode``: "static" (one launch), "merged" (one launch, L and U steps interleaved; falls back to
-    "static" where two panels do not fit in shared memory), "dynamic" (one launch per step, active
-    columns only) or "dynamic2" (the same with two columns per thread; no mma). ``minb`` > 0: the kernels compiled with __launch_bounds__(threads, minb) (blocks per
+    "static" where two panels do not fit in shared memory) or "dynamic" (one launch per step, active
+    columns only). ``minb`` > 0: the kernels compiled with __launch_bounds__(threads, minb) (blocks per
     SM; fewer registers), by themselves; 0: the default (no such bound). ``mma``: the sums on FP64
     tensor cores (any mode, n <= 512; float / complex64 converted to double). ``nb``:
     the block-row height (GETRI_NBS; None: :func:`_nb`'s): taller rows read the finished part of
@@ -291,11 +285,8 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     _check_n(n)
     if mode is None:
         mode, minb, mma, nb = getri_plan(dtype, n)
-    if mode not in GETRI_MODES:
-        raise ValueError(f"Expected mode {', '.join(map(repr, GETRI_MODES))}. Got {mode!r} instead.")
-    if mode == "dynamic2" and mma:
-        raise ValueError("Expected mma False with mode 'dynamic2' (two columns per thread, no tensor cores). "
-                         "Got mma True instead.")
+    if mode not in ("static", "merged", "dynamic"):
+        raise ValueError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
     nb = _nb(dtype) if nb is None else nb
     if nb not in GETRI_NBS:
         raise ValueError(f"Expected a getri block-row height nb in {GETRI_NBS}. Got {nb!r} instead.")
@@ -328,9 +319,6 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
         func = _kernel("getri", kern["static"], names, full + scratch)
         func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
         return
-    if mode == "dynamic2":  # t threads for the a active columns: ceil(a / 2), whole warps
-        _getri_steps2(lu, info, rp, out, kern, names, nb, ldp * item)
-        return
     linv = _kernel("getri", kern["linv_step"], names, full + scratch)
     uinv = _kernel("getri", kern["uinv_step"], names, full + scratch)
     for i0 in range(0, n, nb):
@@ -341,20 +329,6 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
         uinv((batch,), (t,), (lu, info, ni, np.int32(i0)), shared_mem=(npad - i0) * ldp * item + scratch_for(t))
     prod = _kernel("getri", kern["product"], names, full + scratch)
     prod((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=full + scratch)
-
-
-def _getri_steps2(lu, info, rp, out, kern, names, nb: int, row_bytes: int) -> None:
-    """Mode "dynamic2": launch_getri's dynamic launches with two columns per thread (getri.cu's *2 kernels)."""
-    batch, n = lu.shape[0], lu.shape[-1]
-    ni, npad = np.int32(n), -(-n // nb) * nb
-    linv, uinv, prod = (_kernel("getri", kern[k], names, npad * row_bytes)
-                        for k in ("linv_step", "uinv_step", "product"))
-    for i0 in range(0, n, nb):
-        linv((batch,), (-(-min(n, i0 + nb) // 64) * 32,), (lu, info, ni, np.int32(i0)),
-             shared_mem=(i0 + nb) * row_bytes)
-    for i0 in range((n - 1) // nb * nb, -1, -nb):
-        uinv((batch,), (-(-(n - i0) // 64) * 32,), (lu, info, ni, np.int32(i0)), shared_mem=(npad - i0) * row_bytes)
-    prod((batch,), (-(-n // 64) * 32,), (lu, rp, info, out, ni), shared_mem=npad * row_bytes)
 
 
 # ---- getrs ------------------------------------------------------------------------------------

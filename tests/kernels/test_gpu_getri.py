@@ -30,7 +30,7 @@ def _count(n: int) -> int:
 def _paths(dtype, n: int) -> list[str]:
     from kernels._gpu import _getri
 
-    paths = ["getri-static", "getri-merged", "getri-dynamic", "getri-dynamic2", "getri-dynamic2-m3"]
+    paths = ["getri-static", "getri-merged", "getri-dynamic"]
     if n <= 512:  # the sums on tensor cores; block rows twice the default height (getri_plan's choices)
         tall = f"nb{2 * _getri._nb(dtype)}"
         paths += ["getri-static-m0-mma", "getri-merged-m0-mma", "getri-static-m3-mma", "getri-merged-m2-mma",
@@ -260,8 +260,6 @@ def test_bad_block_row_height_is_refused():
     lu, piv, info = _getrf.getrf(a)
     with pytest.raises(ValueError, match="block-row height nb"):
         _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nb=12)
-    with pytest.raises(ValueError, match="mma False with mode 'dynamic2'"):
-        _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="dynamic2", mma=True)
     a = cupy.asarray(matrices.generate("random", 1024, np.complex128, seed=2, start=0, stop=1))
     lu, piv, info = _getrf.getrf(a)
     with pytest.raises(ValueError, match="fit in shared memory: n = 1024 with nb = 32"):
