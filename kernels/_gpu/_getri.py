@@ -39,17 +39,21 @@ MAX_N = 1024  # getri/getrs run one thread per column or a panel of every row in
 
 # Fused tiles (nmax, TI, TJ, RR, CC, MINB) per dtype: TI x TJ threads, each holding RR x CC elements
 # in registers; MINB = blocks per SM asked of the compiler (caps registers). The largest per dtype keeps
-# the whole matrix under ~64K 32-bit registers with no spills (ptxas -v, docs/getri-notes.md). For
-# 40 < n <= 64 float32 and float64 take the 64-thread tile 8x8x8x8x1 (15-18% faster than 16x16x4x4x2
-# at n = 64 on the H100; complex64 slower there, so it keeps 16x16x4x4x2).
-_GJE_SMALL = ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1), (40, 8, 8, 5, 5, 1))
+# the whole matrix under ~64K 32-bit registers with no spills (ptxas -v, docs/getri-notes.md). The
+# tiles for 32 < n <= 36 and 40 < n <= 64 are session 9's sweep (benchmarks/gje_sweep.py at n = 33 and
+# 64 over every tile of whole warps that holds n, s9-gje-tiles.txt): 12x8x3x5 at n = 33 (float64 1.07x,
+# complex64 1.11x, complex128 1.22x against 8x8x5x5; float32 keeps 8x8x5x5), 16x8x4x8 at n = 64
+# (1.17-1.18x against 8x8x8x8 / 16x16x4x4) and 32x8x2x8 for complex128 (1.05x).
+_GJE_SMALL = ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1))
+_GJE_33 = ((36, 12, 8, 3, 5, 1), (40, 8, 8, 5, 5, 1))
 GJE_TILES = {
-    np.dtype(np.float32): _GJE_SMALL + ((64, 8, 8, 8, 8, 1), (96, 16, 16, 6, 6, 1), (128, 16, 16, 8, 8, 1),
-                                        (192, 32, 16, 6, 12, 1)),
-    np.dtype(np.float64): _GJE_SMALL + ((64, 8, 8, 8, 8, 1), (96, 16, 16, 6, 6, 1), (128, 32, 16, 4, 8, 1)),
-    np.dtype(np.complex64): _GJE_SMALL + ((64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1),
-                                          (128, 32, 16, 4, 8, 1)),
-    np.dtype(np.complex128): _GJE_SMALL + ((64, 16, 16, 4, 4, 2), (96, 16, 16, 6, 6, 1)),
+    np.dtype(np.float32): _GJE_SMALL + ((40, 8, 8, 5, 5, 1), (64, 16, 8, 4, 8, 2), (96, 16, 16, 6, 6, 1),
+                                        (128, 16, 16, 8, 8, 1), (192, 32, 16, 6, 12, 1)),
+    np.dtype(np.float64): _GJE_SMALL + _GJE_33 + ((64, 16, 8, 4, 8, 1), (96, 16, 16, 6, 6, 1),
+                                                  (128, 32, 16, 4, 8, 1)),
+    np.dtype(np.complex64): _GJE_SMALL + _GJE_33 + ((64, 16, 8, 4, 8, 1), (96, 16, 16, 6, 6, 1),
+                                                    (128, 32, 16, 4, 8, 1)),
+    np.dtype(np.complex128): _GJE_SMALL + _GJE_33 + ((64, 32, 8, 2, 8, 2), (96, 16, 16, 6, 6, 1)),
 }
 # Largest n sent to the fused kernels, per dtype (measured: docs/getri-notes.md). At most the largest
 # tile above; beyond it, getrf + getri. Session 6: after the faster blocked getrf, getrf + getri (static)

@@ -88,6 +88,16 @@ def test_inverse_every_path(dtype, n):
         _assert_ratios(get03(a, ainv), f"{path} n={n} {np.dtype(dtype)}")
 
 
+@pytest.mark.parametrize("n", [34, 36, 37, 40, 41, 63])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_tiles_at_their_edges(dtype, n):
+    """Each fused tile at the largest and smallest n of its GJE_TILES row (padded rows and columns)."""
+    a = matrices.generate("random", n, dtype, seed=n, start=0, stop=_count(n))
+    ainv, info = _inv(a, "fused")
+    assert (info == 0).all()
+    _assert_ratios(get03(a, ainv), f"fused n={n} {np.dtype(dtype)}")
+
+
 @pytest.mark.parametrize("n", [3, 33, 64, 128, 190])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_inverse_bad_matrices(dtype, n):
