@@ -83,7 +83,7 @@ GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
 # float64 / complex128 at n = 96 .. 256 with and without mma, s8-getri-mma2.txt / s8-getri-old2.txt;
 # float32 / complex64 the same, s8-getri-mma-c64f32.txt: complex64 keeps the per-step launches; session 9
 # with taller block rows, nb, s9-getri-nb-*.txt: complex128 16 at every n (1.15-1.32x: half the reads of
-# L^-1 / U^-1, which were DRAM-bound, s9-ncu-getri.txt), float64 32 above n = 128 (1.04-1.18x), float32
+# L^-1 / U^-1, which were DRAM-bound, s9-ncu-getri.txt), float64 32 above n = 128 (1.04-1.13x), float32
 # 32 at n = 161 .. 190 (1.03x); complex64 and the other points keep theirs):
 # (lowest n, largest n, mode, minb, mma[, nb: default _nb's]).
 GETRI_PLANS = {np.dtype(np.float32): ((65, 96, "dynamic", 0, False), (97, 128, "merged", 5, True),
