@@ -254,7 +254,7 @@ def mma_bounds(threads: int, minb: int) -> str:
     return f"{threads if minb else 256 if threads <= 256 else 512}, {minb}, true"
 
 
-def getri_kernels(dtype, threads: int, mode: str, minb: int, mma, nb: int) -> tuple[dict, tuple[str, ...]]:
+def getri_kernels(dtype, threads: int, mode: str, minb: int, mma: bool, nb: int) -> tuple[dict, tuple[str, ...]]:
     """({kind: kernel name} of ``launch_getri``'s launch of ``threads`` threads, the kernels compiled
     together); the sweep (benchmarks/blocked_sweep.py) precompiles the same sets."""
     s = _SCALAR[np.dtype(dtype)]
