@@ -22,7 +22,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from ._getrf import _smem_limit, getrf, rows_min_blocks, rows_plan
+from ._getrf import getrf, rows_min_blocks, rows_plan
 from ._module import get_function
 
 __all__ = ["getrs", "inv", "solve", "slogdet", "inv_plan", "solve_plan", "launch_inv_gje",
@@ -125,6 +125,12 @@ def _check_n(n: int) -> None:
     if n > MAX_N:
         raise ValueError(f"Expected n <= {MAX_N} for the GPU inverse and solve kernels. "
                          f"Got n = {n} instead.")
+
+
+def _smem_optin() -> int:
+    """Largest dynamic shared memory a block may ask for on this device."""
+    attr = getattr(cupy.cuda.runtime, "cudaDevAttrMaxSharedMemoryPerBlockOptin", 97)
+    return int(cupy.cuda.runtime.deviceGetAttribute(attr, cupy.cuda.runtime.getDevice()))
 
 
 def _kernel(family: str, name: str, names: tuple[str, ...], smem: int = 0):
@@ -302,14 +308,14 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
 
     scratch = scratch_for(threads)
     full = npad * ldp * item
-    if full + scratch > _smem_limit():
+    if full + scratch > _smem_optin():
         raise ValueError(f"Expected getri's panel to fit in shared memory: n = {n} with nb = {nb} needs "
-                         f"{full + scratch} bytes per block, this device allows {_smem_limit()}. "
+                         f"{full + scratch} bytes per block, this device allows {_smem_optin()}. "
                          f"Use a smaller nb.")
     ni = np.int32(n)
     merged = 2 * npad * ldp * item + scratch
     rp = launch_perm(piv)
-    if mode == "merged" and merged <= _smem_limit():
+    if mode == "merged" and merged <= _smem_optin():
         func = _kernel("getri", kern["merged"], names, merged)
         func((batch,), (threads,), (lu, rp, info, out, ni), shared_mem=merged)
         return
