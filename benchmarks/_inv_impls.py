@@ -66,7 +66,7 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
     "getri-dynamic")."""
     import cupy
 
-    from kernels._gpu import _getrf, _getri
+    from batchlu.kernels._gpu import _getrf, _getri
 
     src = _sources(dtype, n, batch)
     a = cupy.empty_like(src[0])
@@ -190,7 +190,7 @@ def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
     "getrs")."""
     import cupy
 
-    from kernels._gpu import _getrf, _getri
+    from batchlu.kernels._gpu import _getrf, _getri
 
     src = _sources(dtype, n, batch)
     b = _rhs(dtype, n, batch, (n, SOLVE_RHS))

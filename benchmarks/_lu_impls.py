@@ -55,7 +55,7 @@ def _sources(dtype, n, batch, sets: int = 2):
 def ours(dtype, n, batch, plan=None) -> Case:
     import cupy
 
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     src = _sources(dtype, n, batch)
     a = cupy.empty_like(src[0])
@@ -160,7 +160,7 @@ def variant(op: str, name: str):
     kind, tile = name[5:].split("-")
 
     def factory(dtype, n, batch):
-        from kernels._gpu import _getrf
+        from batchlu.kernels._gpu import _getrf
 
         if kind == "rows":
             rr, tj = (int(x) for x in tile.split("x"))

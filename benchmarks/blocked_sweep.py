@@ -35,7 +35,7 @@ SMEM_SM = 228 * 1024  # H100: shared memory per SM (each block also reserves 1 K
 def plans(dtype, n: int, split: bool = False) -> list:
     """Every blocked plan (kind, NB but 32, minb); with ``split`` also those whose blocks of L are
     narrower than the panel (kb < NB, NB 32 included), and only those."""
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     item, warps = np.dtype(dtype).itemsize, -(-n // 32)
     nbs = _getrf._BLOCKED_NB[item]
@@ -58,7 +58,7 @@ def plans(dtype, n: int, split: bool = False) -> list:
 
 
 def _name(dtype, n: int, plan) -> str:
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     return _getrf._blocked_name(plan.kind, dtype, plan.tile, -(-n // 32) * 32, plan.minb, plan.kb)
 
@@ -67,7 +67,7 @@ def _prev_smem(dtype, n: int, nb: int, ldp: int, layout: str) -> int:
     """Shared memory of an older getrf_blocked.cu, so that such a source gets what it needs: layout
     "3buf" = three NB x ldp buffers (commits 1764154 .. 58ef887), "pre1764154" = that and int
     bookkeeping with the padded stride (e6ed8ac .. the parent of 1764154)."""
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     item = np.dtype(dtype).itemsize
     if layout == "3buf":
@@ -79,7 +79,7 @@ class _OldSmem:
     """Switches ``_getrf.blocked_smem`` to max(current, previous layout) while the old source runs."""
 
     def __init__(self, sources, layout: str):
-        from kernels._gpu import _getrf
+        from batchlu.kernels._gpu import _getrf
 
         self.sources, self.getrf, self.current, self.layout = sources, _getrf, _getrf.blocked_smem, layout
 
@@ -103,7 +103,7 @@ def _old_text(rev: str) -> str:
 
 def compile_one(job):
     dtype, n, plan, rev = job
-    from kernels._gpu._module import get_function
+    from batchlu.kernels._gpu._module import get_function
 
     if rev:
         from kernel_ab import Sources
@@ -121,7 +121,7 @@ def getri_plans(dtype, n: int, nbs=None) -> list[tuple[str, int, bool, int]]:
     """(mode, minb, mma, nb) of ``_getri.launch_getri``: every mode at minb = 0 and with each
     minb whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too; each for
     every block-row height in ``nbs`` (default: ``_getri._nb``'s)."""
-    from kernels._gpu import _getri
+    from batchlu.kernels._gpu import _getri
 
     warps = -(-n // 32)
     out = [("static", 0), ("merged", 0), ("dynamic", 0)]
@@ -136,8 +136,8 @@ def getri_plans(dtype, n: int, nbs=None) -> list[tuple[str, int, bool, int]]:
 
 def compile_getri(job):
     dtype, n, mode, minb, mma, nb = job
-    from kernels._gpu import _getri
-    from kernels._gpu._module import get_function
+    from batchlu.kernels._gpu import _getri
+    from batchlu.kernels._gpu._module import get_function
 
     _, names = _getri.getri_kernels(dtype, -(-n // 32) * 32, mode, minb, mma, nb)
     t0 = time.time()
@@ -151,8 +151,8 @@ def sweep_getri(dtypes, sizes, args) -> None:
 
     from _lu_impls import Case
     from kernel_ab import random_batch
-    from kernels._gpu import _getrf, _getri
-    from kernels.ratios import get03
+    from batchlu.kernels._gpu import _getrf, _getri
+    from batchlu.testing.ratios import get03
 
     nbs = [int(x) for x in args.nbs.split(",") if x] or None
     jobs = {}  # one job per set of kernels compiled together
@@ -229,11 +229,11 @@ def main(argv=None) -> None:
 
     def swept(d, n):
         if args.plans == "dispatched":
-            from kernels._gpu import _getrf
+            from batchlu.kernels._gpu import _getrf
 
             return [_getrf.plan(d, n)]
         if args.split:  # the dispatched plan too, for reference
-            from kernels._gpu import _getrf
+            from batchlu.kernels._gpu import _getrf
 
             return [_getrf.plan(d, n)] + plans(d, n, True)
         return plans(d, n)
@@ -249,8 +249,8 @@ def main(argv=None) -> None:
 
     from _lu_impls import ours
     from kernel_ab import Sources, same_bits
-    from kernels._gpu import _getrf
-    from kernels.ratios import get01
+    from batchlu.kernels._gpu import _getrf
+    from batchlu.testing.ratios import get01
 
     time_case = _time_case()
     sources = None

@@ -29,15 +29,15 @@ DT = {"float32": [16, 33, 48, 64, 96, 128], "float64": [16, 33, 48, 64, 96],
 
 
 def fits(dtype, n, rr_tj):
-    from kernels._gpu import _getri
+    from batchlu.kernels._gpu import _getri
     t = _getri.gesv_rows_tile(dtype, n, 16, rr_tj)
     return t if t[2] * (t[3] + t[4]) * np.dtype(dtype).itemsize // 4 <= 192 and t[0] * t[1] <= 1024 else None
 
 
 def compile_one(job):
     dtype, n, rr_tj = job
-    from kernels._gpu import _getri
-    from kernels._gpu._module import get_function
+    from batchlu.kernels._gpu import _getri
+    from batchlu.kernels._gpu._module import get_function
     t = fits(dtype, n, rr_tj)
     t0 = time.time()
     try:

@@ -43,8 +43,8 @@ def tiles(dtype, n: int) -> list[tuple[int, int, int, int, int]]:
 
 def compile_one(job):
     dtype, tile = job
-    from kernels._gpu import _getri
-    from kernels._gpu._module import get_function
+    from batchlu.kernels._gpu import _getri
+    from batchlu.kernels._gpu._module import get_function
 
     t0 = time.time()
     try:
@@ -68,8 +68,8 @@ def main(argv=None) -> None:
 
     from _inv_impls import ours_inv
     from kernel_ab import random_batch
-    from kernels._gpu import _getri
-    from kernels.ratios import get03
+    from batchlu.kernels._gpu import _getri
+    from batchlu.testing.ratios import get03
 
     precompile(compile_one, sorted({(d, t) for d in dtypes for n in sizes for t in tiles(d, n)}))
     time_case = _time_case()

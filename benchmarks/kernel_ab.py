@@ -11,7 +11,7 @@ interleaved. A change that only moves data (copies, staging, loads in flight) mu
 True. Ops: ``lu`` (getrf: family getrf_blocked / getrf_rows / getrf_small), ``getri`` (inverse from
 the factors, family getri) and ``getrs`` (16 right-hand sides, family getrs).
 
-The old source is compiled through the same loader (``kernels._gpu._module``) and includes the
+The old source is compiled through the same loader (``batchlu.kernels._gpu._module``) and includes the
 working tree's ``common.cuh``; a revision whose family needs an older ``common.cuh`` will not compile.
 ``--once`` launches each version once per point and times nothing (for ``ncu``).
 
@@ -46,10 +46,10 @@ def old_source(family: str, rev: str) -> str:
 
 
 class Sources:
-    """Switches ``kernels._gpu._module`` between the old and the current source of one family."""
+    """Switches ``batchlu.kernels._gpu._module`` between the old and the current source of one family."""
 
     def __init__(self, family: str, text: str):
-        from kernels._gpu import _module
+        from batchlu.kernels._gpu import _module
 
         self.module, self.family, self.text = _module, family, text
         self.current = _module._source
@@ -79,8 +79,8 @@ def point(op: str, dtype: str, n: int, batch: int, seed: int):
     """(inputs, run(out) -> None, fresh outputs(), ratio(inputs, outputs) -> float) of one point."""
     import cupy
 
-    from kernels._gpu import _getrf, _getri
-    from kernels.ratios import get01, get02, get03
+    from batchlu.kernels._gpu import _getrf, _getri
+    from batchlu.testing.ratios import get01, get02, get03
 
     a = random_batch((batch, n, n), dtype, seed)
     if op == "lu":

@@ -7,7 +7,7 @@ Input: ``--count`` float64 matrices of order ``--size`` (default 40,000 x 128 x 
 normal entries drawn afresh per chunk, in a zstd Zarr v3 array on local disk (``--dir``, made once
 and reused). For each GPU count, three pipelines run on a LocalCUDACluster of that many GPUs:
 
-* ``batchlu``   -- ``pipeline.run(op="inv", backend="gpu", client=...)``, writing zstd (the default)
+* ``batchlu``   -- ``batchlu.pipeline.run(op="inv", backend="gpu", client=...)``, writing zstd (the default)
                    and uncompressed (``output-compressor: none``) outputs, for each ``--io-processes``
                    setting (``0``: Zarr I/O in the worker process; ``auto``: the default, I/O processes
                    per GPU worker, see ``batchlu.io-processes``; or a number);
@@ -108,7 +108,7 @@ DRY_RUN = False  # --dry-run-cpu / --host-noop: a CPU LocalCluster instead of GP
 
 
 def run_batchlu(client, src, out, budget, codec="zstd", io=("auto", "auto")):
-    import pipeline
+    from batchlu import pipeline
 
     backend = "cpu" if DRY_RUN else "gpu"
     report = pipeline.run(str(src), str(out), op="inv", backend=backend, client=client, progress=False,
@@ -121,7 +121,7 @@ def run_batchlu(client, src, out, budget, codec="zstd", io=("auto", "auto")):
 def install_noop_engine():
     """On each worker (``client.run``): the ``cpu`` backend's compute becomes a copy of the input, so
     that batchlu's run is its Zarr I/O and bookkeeping alone (``--host-noop``)."""
-    from pipeline import _backends, _gpu_path
+    from batchlu.pipeline import _backends, _gpu_path
 
     class NoopEngine(_gpu_path.HostEngine):
         def run(self, op, slot):
@@ -140,7 +140,7 @@ def install_noop_engine():
 
 def io_label(value: str, threads: int, io_threads: str) -> tuple:
     """``(setting, processes, threads)`` of the I/O pool a GPU worker of ``threads`` threads gets."""
-    from pipeline._gpu_path import io_settings
+    from batchlu.pipeline._gpu_path import io_settings
 
     procs = None if value == "auto" else int(value)
     per = None if io_threads == "auto" else int(io_threads)
@@ -200,7 +200,7 @@ def check_inverse(src, out, sample=64):
     """Spot check of the timed output: LAPACK's dget03 ratio on a random sample of matrices."""
     import zarr
 
-    from kernels.ratios import THRESHOLD, get03
+    from batchlu.testing.ratios import THRESHOLD, get03
 
     a = zarr.open_array(str(src), mode="r")
     group_or_array = zarr.open(str(out), mode="r")
@@ -237,7 +237,7 @@ def main(argv=None):
 
     from distributed import Client
 
-    from pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
+    from batchlu.pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
 
     if args.dry_run_cpu or args.host_noop:
         global DRY_RUN, HOST_NOOP

@@ -3,11 +3,11 @@
 Two engines compute the same LAPACK factorization (``lu`` and ``piv`` mean what ``xGETRF`` returns,
 ``piv`` 0-based), picked by the matrix size:
 
-- n >= ``LAPACK_MIN_N``: LAPACK through SciPy (``kernels._cpu_lapack``), one call per matrix, as
+- n >= ``LAPACK_MIN_N``: LAPACK through SciPy (``batchlu.kernels._cpu_lapack``), one call per matrix, as
   ``scipy.linalg.lu_factor`` does for a batch; ``lu`` and ``piv`` are bit-identical to its own.
   ``inv`` is ``xGETRI`` and ``solve`` / ``getrs`` are ``xGETRS`` on that LU.
 - smaller n: LAPACK's algorithm re-written in NumPy and vectorised over the batch
-  (``kernels._cpu_vectorised``), where one Python-level LAPACK call per matrix would cost more than
+  (``batchlu.kernels._cpu_vectorised``), where one Python-level LAPACK call per matrix would cost more than
   the arithmetic; ``lu`` agrees with SciPy's to rounding. ``inv`` there is ``numpy.linalg.inv`` on
   the matrices with info == 0 (its LAPACK loop is compiled), ``solve`` the vectorised ``xGETRS``.
 
@@ -21,7 +21,7 @@ One exception to the size rule: OpenBLAS's ``xGETRF`` loses subnormal intermedia
 with a nonzero entry below ``tiny / eps`` (~2e-292 in float64), or whose LAPACK ``U`` has a subnormal
 pivot, is factored by the vectorised engine, which follows reference LAPACK there.
 
-Functions take arrays normalised by ``kernels._api``: C-contiguous (B, n, n), a supported dtype,
+Functions take arrays normalised by ``batchlu.kernels._api``: C-contiguous (B, n, n), a supported dtype,
 B >= 1, n >= 1. Matrices holding NaN or Inf are set aside up front (``info == -1``, NaN results,
 identity ``piv``) so they never touch their neighbours' arithmetic, and are never handed to LAPACK.
 Results are in the input dtype.

@@ -7,7 +7,7 @@ thing (``lu_factor`` is ``getrf``) for a third to a half of the per-matrix cost,
 dominates at moderate n. The wrappers take and return 0-based pivots and release the GIL, so Dask
 worker threads run them side by side.
 
-Arrays come from ``kernels._cpu``: C-contiguous, one batch axis; ``factor`` only sees finite
+Arrays come from ``batchlu.kernels._cpu``: C-contiguous, one batch axis; ``factor`` only sees finite
 matrices, ``invert`` only matrices whose factorization has no zero pivot.
 """
 

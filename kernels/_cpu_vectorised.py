@@ -1,5 +1,5 @@
 """LAPACK's blocked right-looking LU and its triangular solves re-written in NumPy, vectorised over
-the batch: the CPU backend's path for small n (``kernels._cpu`` picks it below ``LAPACK_MIN_N``).
+the batch: the CPU backend's path for small n (``batchlu.kernels._cpu`` picks it below ``LAPACK_MIN_N``).
 
 Every step works on the whole batch at once: the Python loops run over the n columns (and over blocks
 of columns), never over matrices, so a batch of tiny matrices costs a few NumPy calls per column
@@ -11,7 +11,7 @@ products. The order of the floating-point operations differs from the LAPACK lib
 so ``lu`` agrees with SciPy's to rounding, and ``piv`` agrees exactly unless two pivot candidates tie
 to within that rounding.
 
-Arrays come from ``kernels._cpu``: C-contiguous, finite, one batch axis.
+Arrays come from ``batchlu.kernels._cpu``: C-contiguous, finite, one batch axis.
 """
 
 from __future__ import annotations

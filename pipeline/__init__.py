@@ -5,7 +5,7 @@
 * :func:`generate` / :func:`generate_rhs` write test inputs; :func:`verify` checks an output with
   LAPACK's test ratios; :func:`inspect` summarises a store;
 * settings live in ``dask.config`` under ``batchlu`` (defaults in ``batchlu.yaml``), gathered in one
-  :class:`Options`; every error derives from :class:`pipeline.errors.BatchluError`.
+  :class:`Options`; every error derives from :class:`batchlu.pipeline.errors.BatchluError`.
 """
 
 from . import errors

@@ -6,7 +6,7 @@ Nothing here touches CUDA at import time or in the client: :func:`resolve` and
 
 A backend has a ``name`` and ``compute(op, a, b) -> {name: numpy array}`` (host arrays in, host
 arrays out). It may also define ``process_range(job, c0, c1) -> TaskResult`` to take over a whole
-task (e.g. double-buffered reads, copies and writes on the GPU); :func:`pipeline._tasks.process_range`
+task (e.g. double-buffered reads, copies and writes on the GPU); :func:`batchlu.pipeline._tasks.process_range`
 calls it when present and otherwise runs the plain read → compute → write → mark loop.
 Register more with :func:`register`.
 """
@@ -40,7 +40,7 @@ class CupyBackend:
 
 
 def _path_backend(name: str):
-    """Whole tasks through the double-buffered data path of :mod:`pipeline._gpu_path` (issue 5)."""
+    """Whole tasks through the double-buffered data path of :mod:`batchlu.pipeline._gpu_path` (issue 5)."""
     from . import _gpu_path
 
     return _gpu_path.HostPathBackend() if name == "cpu" else _gpu_path.GPUPathBackend()

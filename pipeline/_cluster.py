@@ -83,7 +83,7 @@ def dashboard_link(client) -> str | None:
 
 def prepare_workers(client, job, options: Options) -> None:
     """Before the tasks: set up every GPU worker for ``job`` (device, allocator, kernel warm-up,
-    pinned buffers) through the :class:`pipeline.plugins.GPUSetup` worker plugin.
+    pinned buffers) through the :class:`batchlu.pipeline.plugins.GPUSetup` worker plugin.
 
     Runs only when the backend may use GPUs and the workers see one; CPU workers are left alone.
     """

@@ -3,7 +3,7 @@
 Nothing here creates a CUDA context in the client process: GPUs are counted through NVML
 (``nvidia-ml-py``), ``nvidia-smi -L`` or ``CUDA_VISIBLE_DEVICES``, and CuPy / dask-cuda are looked up
 with :func:`importlib.util.find_spec` until a cluster is actually started. All CUDA work happens in
-the workers, through the plugins of :mod:`pipeline.plugins`.
+the workers, through the plugins of :mod:`batchlu.pipeline.plugins`.
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def default_gpu_threads(n_gpus: int) -> int:
 
 
 def warmup_for(job):
-    """The :class:`pipeline.plugins.WarmUp` of a :class:`pipeline._tasks.Job` (read from the metadata
+    """The :class:`batchlu.pipeline.plugins.WarmUp` of a :class:`batchlu.pipeline._tasks.Job` (read from the metadata
     of its arrays; no data is read and nothing touches CUDA here)."""
     import zarr
 

@@ -12,7 +12,7 @@ task borrows a pair of slots from the worker's :class:`SlotPool` and gives it ba
 memory is allocated once per worker thread and reused by every later task (and run).
 
 With I/O processes (``batchlu.io-processes``, on by default on GPU workers), the reader and writer
-threads only send requests: the worker's :class:`pipeline._io_pool.IOPool` children decode the input
+threads only send requests: the worker's :class:`batchlu.pipeline._io_pool.IOPool` children decode the input
 chunks straight into the slot (shared memory, page-locked on the GPU) and encode the outputs straight
 from it, so that Zarr's CPU work is spread over several processes while this process keeps one GPU,
 its streams and the bookkeeping (the chunks are recorded complete here, after every write returned).
@@ -170,7 +170,7 @@ def _pair_bytes(pair) -> int:
 
 
 def _host_allocate(nbytes: int) -> np.ndarray:
-    """Host memory the I/O processes can map (:mod:`pipeline._io_pool`), or plain memory elsewhere."""
+    """Host memory the I/O processes can map (:mod:`batchlu.pipeline._io_pool`), or plain memory elsewhere."""
     if _io_pool.supported():
         return _io_pool.shared_buffer(nbytes)
     return np.empty(nbytes, np.uint8)
@@ -322,7 +322,7 @@ class BatchIO:
     ``[start, stop)`` is written; ``read_error(array, start, stop, exc)`` turns a failed read into a
     clear error (e.g. naming the corrupt chunk file).
 
-    With ``pool`` (a :class:`pipeline._io_pool.IOPool`), the reads and writes run in its I/O
+    With ``pool`` (a :class:`batchlu.pipeline._io_pool.IOPool`), the reads and writes run in its I/O
     processes, straight between the Zarr stores and the slot buffers; ``where`` then gives the
     ``(store, array path)`` of ``"a"``, ``"b"`` and of every output. The arrays above still give the
     shapes and dtypes, and the in-process fallback when a slot is not in shared memory.
@@ -546,7 +546,7 @@ _ENGINE_LOCK = threading.Lock()
 
 
 def install_engine(device: int = 0, threads: int = 1) -> CudaEngine:
-    """Create this worker process's :class:`CudaEngine` (called by :class:`pipeline.plugins.GPUSetup`)."""
+    """Create this worker process's :class:`CudaEngine` (called by :class:`batchlu.pipeline.plugins.GPUSetup`)."""
     global _ENGINE
     with _ENGINE_LOCK:
         if _ENGINE is None or _ENGINE.device != int(device):
@@ -582,7 +582,7 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
     """Compile ``spec.op``'s kernels on a few random matrices, reserve pinned slots for ``spec`` and
     start the I/O processes (``reserve`` is the worker's thread count).
 
-    ``spec`` is a :class:`pipeline.plugins.WarmUp`.
+    ``spec`` is a :class:`batchlu.pipeline.plugins.WarmUp`.
     """
     n = int(spec.n)
     layout = Layout(a=((n, n), np.dtype(spec.dtype)),
@@ -649,7 +649,7 @@ def io_settings(processes: int | None, threads: int | None, engine: str,
 
 
 def io_pool_for(job, engine):
-    """The worker's :class:`pipeline._io_pool.IOPool` for ``job``, or None for I/O in this process."""
+    """The worker's :class:`batchlu.pipeline._io_pool.IOPool` for ``job``, or None for I/O in this process."""
     processes, threads = io_settings(getattr(job, "io_processes", None), getattr(job, "io_threads", None),
                                      engine.name, _worker_threads())
     if processes == 0 or not _io_pool.supported():
@@ -658,7 +658,7 @@ def io_pool_for(job, engine):
 
 
 class PathBackend:
-    """A :mod:`pipeline._backends` backend that runs whole tasks through :func:`run_batches`."""
+    """A :mod:`batchlu.pipeline._backends` backend that runs whole tasks through :func:`run_batches`."""
 
     name = "path"
 

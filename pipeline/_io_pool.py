@@ -6,7 +6,7 @@ below what the cores can decode and encode: on the GPU hosts one worker reached 
 read + write however many threads it had, two processes exactly twice that (docs/performance.md).
 So a worker hands its Zarr I/O to a few child processes of its own, and keeps one process per GPU.
 
-* **Shared buffers.** The slot buffers of :mod:`pipeline._gpu_path` are allocated here, in anonymous
+* **Shared buffers.** The slot buffers of :mod:`batchlu.pipeline._gpu_path` are allocated here, in anonymous
   shared memory (``memfd_create``): :func:`shared_buffer`. A child maps the same pages (through
   ``/proc/<worker pid>/fd/<fd>``), so it reads (decodes) input chunks directly into the buffer the
   GPU copies from, and writes (encodes) outputs directly from the buffer the GPU copied into. The GPU
@@ -194,15 +194,13 @@ def read_into(array, start: int, stop: int, out: np.ndarray) -> None:
 class _Child:
     def __init__(self, threads: int):
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("MALLOC_TOP_PAD_", str(TOP_PAD))  # see tune_malloc
         read_fd, write_fd = os.pipe()  # requests: worker -> child
         back_read, back_write = os.pipe()  # replies: child -> worker
-        code = "from pipeline._io_pool import _child_main; _child_main()"
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", code, str(os.getpid()), str(read_fd), str(back_write), str(threads)],
+                [sys.executable, "-m", "batchlu.pipeline._io_pool", str(os.getpid()), str(read_fd), str(back_write), str(threads)],
                 pass_fds=(read_fd, back_write), env=env, stdin=subprocess.DEVNULL, close_fds=True)
         finally:
             os.close(read_fd)
@@ -298,7 +296,7 @@ class IOPool:
     def _submit(self, kind: str, store: str, array: str, start: int, stop: int, buffer: np.ndarray):
         where = locate(buffer)
         if where is None:
-            raise ValueError("Expected a buffer from pipeline._io_pool.shared_buffer for the I/O "
+            raise ValueError("Expected a buffer from batchlu.pipeline._io_pool.shared_buffer for the I/O "
                              "processes. Got ordinary memory instead.")
         with _SEGMENTS_LOCK:
             forget, _FORGOTTEN[:] = list(_FORGOTTEN), []
@@ -412,7 +410,7 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 def _child_main() -> None:
-    """Entry point of an I/O process: ``python -c ... PARENT_PID REQUEST_FD REPLY_FD THREADS``."""
+    """Entry point of an I/O process: ``python -m batchlu.pipeline._io_pool PARENT_PID REQUEST_FD REPLY_FD THREADS``."""
     parent, request_fd, reply_fd, threads = (int(x) for x in sys.argv[1:5])
     requests = Connection(request_fd, writable=False)
     replies = Connection(reply_fd, readable=False)
@@ -443,3 +441,7 @@ def _child_main() -> None:
                 state.forget(forget)
             future = pool.submit(_serve, state, kind, store, path, start, stop, where)
             future.add_done_callback(lambda f, rid=rid: answer(rid, f))
+
+
+if __name__ == "__main__":
+    _child_main()

@@ -57,7 +57,7 @@ def info_counts(info) -> tuple[int, int, int]:
 
 def compute(op: str, a, b=None) -> dict:
     """One batch of ``op`` through :mod:`kernels`; arrays stay on the device they came in on."""
-    import kernels
+    from batchlu import kernels
 
     if op == "lu":
         lu, piv, info = kernels.lu_factor(a)

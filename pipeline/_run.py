@@ -1,4 +1,4 @@
-"""``pipeline.run``: check everything, create or reopen the output, submit one task per run of
+"""``batchlu.pipeline.run``: check everything, create or reopen the output, submit one task per run of
 output chunks, and report."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="
     from the config (itself ``auto`` by default: the GPU where a worker has one); ``progress``
     False hides the bar. Tasks run on ``client``, on the cluster at ``scheduler`` /
     ``scheduler_file``, or on an embedded LocalCluster. ``config`` holds ``batchlu`` settings
-    (mapping or :class:`pipeline.Options`). Returns a :class:`pipeline.Report`.
+    (mapping or :class:`batchlu.pipeline.Options`). Returns a :class:`batchlu.pipeline.Report`.
     """
     opts = make_options(config, backend=None if backend == "auto" else backend)
     show = bool(progress) and opts.progress

@@ -1,7 +1,7 @@
 """Find, open and check the Zarr arrays the pipeline reads: ``PATH`` or ``PATH:ARRAY``, v2 or v3.
 
 Everything here runs in the client before any task is submitted, so that a malformed input fails
-fast with a clear :mod:`pipeline.errors` error and nothing is written.
+fast with a clear :mod:`batchlu.pipeline.errors` error and nothing is written.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ import dataclasses
 import time
 
 import numpy as np
-import zarr
 
 from . import _backends, _ledger
 from ._io_pool import open_array
@@ -58,7 +57,7 @@ class TaskResult:
 
 class TaskIO:
     """The task's Zarr arrays (opened once per worker process, see
-    :func:`pipeline._io_pool.open_array`): read a batch, write a batch, record chunks."""
+    :func:`batchlu.pipeline._io_pool.open_array`): read a batch, write a batch, record chunks."""
 
     def __init__(self, job: Job):
         self.job = job
@@ -80,7 +79,7 @@ class TaskIO:
         return written
 
     def mark(self, c0: int, c1: int) -> None:
-        """Record chunks ``[c0, c1)`` complete (as :func:`pipeline._ledger.mark`, on the cached array)."""
+        """Record chunks ``[c0, c1)`` complete (as :func:`batchlu.pipeline._ledger.mark`, on the cached array)."""
         open_array(self.job.output, _ledger.NAME, "r+")[c0:c1] = True
 
 

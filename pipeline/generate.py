@@ -1,4 +1,4 @@
-"""Write test inputs: ``count`` matrices (or right-hand sides) from :mod:`kernels.matrices` into a
+"""Write test inputs: ``count`` matrices (or right-hand sides) from :mod:`batchlu.testing.matrices` into a
 Zarr v3 array, chunk by chunk in parallel threads (each chunk is generated independently)."""
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
 def generate(path, *, count, size, dtype="float64", chunk=None, kind="random", seed=0) -> str:
     """Write ``count`` matrices of size ``size`` to a Zarr v3 array (count, size, size) at ``path``.
 
-    ``kind`` is ``random``, ``illcond`` or ``singular-mix`` (see :mod:`kernels.matrices`); the same
+    ``kind`` is ``random``, ``illcond`` or ``singular-mix`` (see :mod:`batchlu.testing.matrices`); the same
     ``seed`` gives the same matrices. ``chunk`` is the chunk length along N (default: about
     ``batchlu.generate.chunk-bytes``). An existing Zarr store at ``path`` is replaced. Returns the
     absolute path.
     """
-    from kernels import matrices
+    from batchlu.testing import matrices
 
     dtype = _check(count, size, dtype, chunk)
     if kind not in matrices.KINDS:
@@ -79,7 +79,7 @@ def generate(path, *, count, size, dtype="float64", chunk=None, kind="random", s
 
 def generate_rhs(path, *, count, size, k=1, dtype="float64", chunk=None, seed=0) -> str:
     """Write right-hand sides for ``solve``: (count, size) when ``k`` is 1, else (count, size, k)."""
-    from kernels import matrices
+    from batchlu.testing import matrices
 
     dtype = _check(count, size, dtype, chunk, k)
     cols = None if k == 1 else int(k)

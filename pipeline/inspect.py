@@ -1,4 +1,4 @@
-"""``pipeline.inspect``: a printable summary of an input store or a run's output group."""
+"""``batchlu.pipeline.inspect``: a printable summary of an input store or a run's output group."""
 
 from __future__ import annotations
 

@@ -49,8 +49,8 @@ class GPUSetup(WorkerPlugin):
     * warm-up: runs the ``warmup`` op once on a few random matrices, so NVRTC compiles before the
       first task and compile time never counts as a task's;
     * pinned buffers: reserves one pair of page-locked slots per worker thread for that batch size
-      (see :class:`pipeline._gpu_path.SlotPool`); tasks borrow them and give them back;
-    * I/O processes: starts the worker's pool of :mod:`pipeline._io_pool` (``batchlu.io-processes``),
+      (see :class:`batchlu.pipeline._gpu_path.SlotPool`); tasks borrow them and give them back;
+    * I/O processes: starts the worker's pool of :mod:`batchlu.pipeline._io_pool` (``batchlu.io-processes``),
       which reads into and writes from those pinned buffers.
 
     On a worker without a GPU (a CPU worker of a mixed cluster, ``backend="auto"``) it does nothing

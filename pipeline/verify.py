@@ -1,6 +1,6 @@
-"""``pipeline.verify``: recompute LAPACK's test ratios of a run's output against its input.
+"""``batchlu.pipeline.verify``: recompute LAPACK's test ratios of a run's output against its input.
 
-dget01 for ``lu``, dget03 for ``inv``, dget02 for ``solve`` (via :mod:`kernels.ratios`), and for
+dget01 for ``lu``, dget03 for ``inv``, dget02 for ``solve`` (via :mod:`batchlu.testing.ratios`), and for
 ``slogdet`` a ratio of the same kind: the difference to a float64/complex128 recomputation divided
 by ``n * eps * cond1(A)``, the first-order bound of a backward-stable determinant. Singular and
 non-finite matrices are counted, not failed, but their outputs must follow the agreed semantics
@@ -101,7 +101,7 @@ def _slogdet_ratio(a, sign, logabsdet) -> np.ndarray:
 
 
 def _block_ratios(op, a, out, b) -> np.ndarray:
-    from kernels import ratios
+    from batchlu.testing import ratios
 
     if op == "lu":
         return ratios.get01(a, out["lu"], out["piv"])

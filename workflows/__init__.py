@@ -1,1 +1,1 @@
-"""batchlu.workflows: the ``batchlu`` command line (``workflows.cli``), cluster scripts and examples."""
+"""batchlu.workflows: the ``batchlu`` command line (``batchlu.workflows.cli``), cluster scripts and examples."""

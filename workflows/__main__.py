@@ -1,4 +1,4 @@
-"""``python -m workflows ...`` runs the ``batchlu`` command line."""
+"""``python -m batchlu.workflows ...`` runs the ``batchlu`` command line."""
 
 from .cli import main
 

@@ -1,7 +1,7 @@
 """The options of ``batchlu run``, declared once.
 
 Everything ``batchlu run`` accepts beyond its two paths lives here, in three tables, and
-:func:`pipeline_kwargs` turns the parsed values into the keyword arguments of :func:`pipeline.run`:
+:func:`pipeline_kwargs` turns the parsed values into the keyword arguments of :func:`batchlu.pipeline.run`:
 
 * ``RUN_OPTIONS``     -- what to compute and how to treat an existing output;
 * ``CLUSTER_OPTIONS`` -- where to run (an existing scheduler, or the embedded default);
@@ -198,7 +198,7 @@ def _check_known(config: dict) -> None:
         return
     import dask.config
 
-    import pipeline._config  # noqa: F401  (loads the batchlu YAML defaults into dask.config)
+    import batchlu.pipeline._config  # noqa: F401  (loads the batchlu YAML defaults into dask.config)
 
     known = _known_keys(dask.config.get("batchlu", default={}))
     for key in config:
@@ -208,7 +208,7 @@ def _check_known(config: dict) -> None:
 
 
 def pipeline_kwargs(params: dict) -> dict:
-    """Check the option combination and map the parsed options onto ``pipeline.run``'s keywords."""
+    """Check the option combination and map the parsed options onto ``batchlu.pipeline.run``'s keywords."""
     _exclusive(params, "resume", "overwrite")
     _exclusive(params, "scheduler", "scheduler_file")
     op = params["op"]

@@ -29,7 +29,7 @@ DEMO_OP = "inv"
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean "the input or the request is wrong", not "batchlu is broken"."""
-    from pipeline.errors import BatchluError  # imported late: ``batchlu --help`` stays quick
+    from batchlu.pipeline.errors import BatchluError  # imported late: ``batchlu --help`` stays quick
 
     return (BatchluError, ValueError, TypeError, OSError)
 
@@ -84,7 +84,7 @@ def cli(ctx, traceback):
 @click.option("--overwrite", is_flag=True, help="Replace OUT.zarr (and B.zarr) if they exist.")
 def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns, overwrite):
     """Write N random n x n matrices to OUT.zarr (a Zarr v3 array of shape (N, n, n))."""
-    import pipeline
+    from batchlu import pipeline
 
     for path in filter(None, (out, rhs_out)):
         if os.path.exists(path) and not overwrite:
@@ -115,7 +115,7 @@ def run(input, output, **params):
                      slogdet -> sign, logabsdet, info
     Without --scheduler/--scheduler-file, runs on a local cluster sized to this machine.
     """
-    import pipeline
+    from batchlu import pipeline
 
     kwargs = pipeline_kwargs(params)
     report = pipeline.run(join_array(input, params.get("array")), output, **kwargs)
@@ -139,7 +139,7 @@ def verify(input, output, array, rhs, sample, seed):
     float64/complex128. Singular and non-finite matrices are counted, not failed, but their outputs
     must follow the info conventions. An incomplete output is never OK.
     """
-    import pipeline
+    from batchlu import pipeline
 
     result = pipeline.verify(join_array(input, array), output, rhs=rhs, sample=sample, seed=seed)
     click.echo(result.summary())
@@ -152,7 +152,7 @@ def verify(input, output, array, rhs, sample, seed):
 @click.argument("store", metavar="STORE.zarr[:ARRAY]")
 def inspect(store):
     """Print the arrays of an input or output store: shapes, dtypes, chunks, progress, info counts."""
-    import pipeline
+    from batchlu import pipeline
 
     click.echo(pipeline.inspect(store))
 
@@ -165,7 +165,7 @@ def inspect(store):
               help="Write the demo stores into this folder and keep them (default: a temporary folder).")
 def demo(count, size, keep):
     """Generate a small store, invert every matrix on a local cluster, verify, print the report."""
-    import pipeline
+    from batchlu import pipeline
 
     with tempfile.TemporaryDirectory(prefix="batchlu-demo-") as scratch:
         root = keep or scratch

@@ -51,7 +51,7 @@ def main(argv=None):
 
     from distributed import Client
 
-    import pipeline
+    from batchlu import pipeline
 
     with make_cluster(args.jobs, args.gpus_per_node, args.threads, args.walltime, args.queue,
                       args.account) as cluster, Client(cluster) as client:

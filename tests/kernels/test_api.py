@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-import kernels
-from kernels import matrices
-from kernels.ratios import THRESHOLD, get01, get02, get03
+from batchlu import kernels
+from batchlu.testing import matrices
+from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 SIZES = [1, 2, 3, 8, 33, 64, 128]

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-import kernels
-from kernels import _cpu, _cpu_lapack, _cpu_vectorised, matrices
-from kernels.ratios import THRESHOLD, get01, get02, get03
+from batchlu import kernels
+from batchlu.kernels import _cpu, _cpu_lapack, _cpu_vectorised
+from batchlu.testing import matrices
+from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-import kernels
-from kernels import matrices
-from kernels.ratios import THRESHOLD, get01
+from batchlu import kernels
+from batchlu.testing import matrices
+from batchlu.testing.ratios import THRESHOLD, get01
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +30,7 @@ def _count(n: int) -> int:
 
 def _gpu_launch(a: np.ndarray, plan=None, poison: int = 0):
     """Run the GPU kernel on ``a`` with outputs pre-filled with one of two poisons; return host arrays."""
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     d = cupy.asarray(a)
     fill = (7.25e30, -3.5e29)[poison]
@@ -107,7 +107,7 @@ def test_random_accuracy_and_pivots(dtype, n):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_path(dtype, n):
     """The small kernel and the blocked kernel with each NB give LAPACK accuracy at sizes they share."""
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     a = matrices.generate("random", n, dtype, seed=5, start=0, stop=97)
     plans = [_getrf.Plan(kind, nb) for nb in _getrf._BLOCKED_NB[np.dtype(dtype).itemsize]
@@ -141,7 +141,7 @@ def _check_with_bad_matrices(a, plan, dtype):
 def test_blocked_min_blocks(dtype, n):
     """The blocked kernels compiled with a blocks-per-SM bound (fewer registers, spills allowed) give
     the same LAPACK accuracy and pivots; exact zero pivots and NaN still give info k and -1."""
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     a = matrices.generate("random", n, dtype, seed=11, start=0, stop=40)
     a[3, :, 0] = 0  # a zero first column: info 1
@@ -159,7 +159,7 @@ def test_blocked_narrow_l_blocks(dtype, n):
     """Blocks of L narrower than the panel (kb < NB, the left-looking steps KB columns at a time): the
     same accuracy, pivots and info, at sizes below, across and above a panel, and past the block size
     (n = 600 > 512 threads: rows looped over)."""
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     item = np.dtype(dtype).itemsize
     nbs = _getrf._BLOCKED_NB[item]
@@ -175,7 +175,7 @@ def test_blocked_narrow_l_blocks(dtype, n):
 
 
 def test_blocked_rejects_bad_l_block():
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     a = cupy.asarray(matrices.generate("random", 40, np.float64, seed=1, start=0, stop=2))
     out = (cupy.empty_like(a), cupy.empty((2, 40), np.int32), cupy.empty((2,), np.int32))
@@ -211,7 +211,7 @@ ROWS_CASES = [
 def test_rows_tiles(dtype, n, rr, tj):
     """getrf_rows with each tile: LAPACK accuracy and pivots on random and ill-conditioned input, a
     zero column (info, no swap there, the factorization completed) and one NaN (info = -1)."""
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     plan = _getrf.rows_plan(n, rr, tj)
     a = matrices.generate("random", n, dtype, seed=n + rr, start=0, stop=64)
@@ -261,7 +261,7 @@ def test_exact_ties(dtype, n):
 
 def test_rows_in_place():
     """lu may be the input array itself."""
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     a = matrices.generate("random", 64, np.float64, seed=4, start=0, stop=50)
     d = cupy.asarray(a)
@@ -376,7 +376,7 @@ def test_public_api_agrees_with_cpu(dtype, n):
 
 
 def test_runs_on_the_current_stream():
-    from kernels._gpu import _getrf
+    from batchlu.kernels._gpu import _getrf
 
     a = cupy.asarray(matrices.generate("random", 40, np.float32, seed=0, start=0, stop=64))
     stream = cupy.cuda.Stream(non_blocking=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kernels
-from kernels import matrices
-from kernels.ratios import THRESHOLD, get02, get03
+from batchlu import kernels
+from batchlu.testing import matrices
+from batchlu.testing.ratios import THRESHOLD, get02, get03
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +28,7 @@ def _count(n: int) -> int:
 
 
 def _paths(dtype, n: int) -> list[str]:
-    from kernels._gpu import _getri
+    from batchlu.kernels._gpu import _getri
 
     paths = ["getri-static", "getri-merged", "getri-dynamic"]
     if n <= 512:  # the sums on tensor cores; block rows twice the default height (getri_plan's choices)
@@ -46,7 +46,7 @@ def _paths(dtype, n: int) -> list[str]:
 
 def _launch_inv(a: np.ndarray, path: str, poison: int):
     """Inverse of host matrices ``a`` on the GPU by ``path``, outputs poisoned first; host results."""
-    from kernels._gpu import _getrf, _getri
+    from batchlu.kernels._gpu import _getrf, _getri
 
     d = cupy.asarray(a)
     out = cupy.full(a.shape, POISONS[poison], dtype=a.dtype)
@@ -130,14 +130,14 @@ def test_illconditioned(dtype, n):
 
 
 def _solve_paths(dtype, n: int, k: int) -> list[str]:
-    from kernels._gpu import _getri
+    from batchlu.kernels._gpu import _getri
 
     rows = _getri.gesv_rows_tile(dtype, n, k) is not None
     return (["rows"] if rows else []) + ["getrs"]
 
 
 def _solve_launch(a, b, poison, path="getrs", tile=None):
-    from kernels._gpu import _getrf, _getri
+    from batchlu.kernels._gpu import _getrf, _getri
 
     x = cupy.full(b.shape, POISONS[poison], dtype=a.dtype)
     if path == "rows":
@@ -178,7 +178,7 @@ def test_solve(dtype, n):
 @pytest.mark.parametrize("rr_tj", [(1, 2), (2, 4), (5, 4), (4, 8), (2, 16)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gesv_rows_tiles(dtype, rr_tj):
-    from kernels._gpu import _getri
+    from batchlu.kernels._gpu import _getri
 
     for n in (1, 5, 40):
         a = matrices.generate("random", n, dtype, seed=n + 3, start=0, stop=40)
@@ -254,7 +254,7 @@ def test_gpu_and_cpu_backends_agree(dtype, n):
 
 
 def test_mma_where_it_cannot_run_is_refused():
-    from kernels._gpu import _getrf, _getri
+    from batchlu.kernels._gpu import _getrf, _getri
 
     for dtype, n, mode in ((np.float32, 600, "dynamic"), (np.complex128, 600, "static")):
         a = cupy.asarray(matrices.generate("random", n, dtype, seed=2, start=0, stop=2))
@@ -264,7 +264,7 @@ def test_mma_where_it_cannot_run_is_refused():
 
 
 def test_bad_block_row_height_is_refused():
-    from kernels._gpu import _getrf, _getri
+    from batchlu.kernels._gpu import _getrf, _getri
 
     a = cupy.asarray(matrices.generate("random", 40, np.float64, seed=2, start=0, stop=2))
     lu, piv, info = _getrf.getrf(a)
@@ -277,7 +277,7 @@ def test_bad_block_row_height_is_refused():
 
 
 def test_too_large_is_refused():
-    from kernels._gpu import _getri
+    from batchlu.kernels._gpu import _getri
 
     a = cupy.zeros((1, 1025, 1025), np.float64)
     with pytest.raises(ValueError, match="Expected n <= 1024"):

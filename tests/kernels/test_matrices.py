@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kernels
-from kernels import matrices
+from batchlu import kernels
+from batchlu.testing import matrices
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from kernels import matrices
-from kernels.ratios import THRESHOLD, get01, get02, get03
+from batchlu.testing import matrices
+from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 EPS64 = np.finfo(np.float64).eps

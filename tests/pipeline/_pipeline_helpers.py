@@ -8,7 +8,7 @@ import time
 import numpy as np
 import zarr
 
-import pipeline
+from batchlu import pipeline
 
 
 def outputs_of(path: str) -> dict[str, np.ndarray]:

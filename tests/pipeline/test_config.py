@@ -5,8 +5,8 @@ from __future__ import annotations
 import dask.config
 import pytest
 
-import pipeline
-from pipeline import errors
+from batchlu import pipeline
+from batchlu.pipeline import errors
 
 
 def test_defaults_from_yaml():

@@ -7,8 +7,8 @@ import os
 import dask
 import pytest
 
-import pipeline
-from pipeline.errors import OutputError
+from batchlu import pipeline
+from batchlu.pipeline.errors import OutputError
 
 
 @pytest.fixture

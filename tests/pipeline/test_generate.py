@@ -1,4 +1,4 @@
-"""generate / generate_rhs: Zarr v3 arrays from kernels.matrices, chunk by chunk, reproducible."""
+"""generate / generate_rhs: Zarr v3 arrays from batchlu.testing.matrices, chunk by chunk, reproducible."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import zarr
 
-import pipeline
-from kernels import matrices
-from pipeline import errors
+from batchlu import pipeline
+from batchlu.testing import matrices
+from batchlu.pipeline import errors
 
 
 @pytest.mark.parametrize("kind", matrices.KINDS)

@@ -1,4 +1,4 @@
-"""The per-worker data path (pipeline._gpu_path): double-buffered read -> compute -> write.
+"""The per-worker data path (batchlu.pipeline._gpu_path): double-buffered read -> compute -> write.
 
 The loop is the same on the CPU (HostEngine) and the GPU (CudaEngine), so most of it is tested here
 without a device; the ``gpu`` tests at the end run it on CuPy with pinned buffers.
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import zarr
 
-import kernels
-from kernels.matrices import generate, rhs as make_rhs
-from kernels.ratios import THRESHOLD, get01, get02, get03
-from pipeline import _gpu_path
-from pipeline._gpu_path import BatchIO, HostEngine, Slot, run_batches, sub_batches
-from pipeline._ops import output_specs
-from pipeline._plan import Plan
+from batchlu import kernels
+from batchlu.testing.matrices import generate, rhs as make_rhs
+from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
+from batchlu.pipeline import _gpu_path
+from batchlu.pipeline._gpu_path import BatchIO, HostEngine, run_batches, sub_batches
+from batchlu.pipeline._ops import output_specs
+from batchlu.pipeline._plan import Plan
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -257,7 +257,7 @@ def test_module_imports_without_cupy():
     import sys
 
     code = ("import sys; sys.modules['cupy'] = None; sys.modules['dask_cuda'] = None\n"
-            "import pipeline._gpu_path, pipeline.plugins, pipeline._gpu_cluster\n"
+            "import batchlu.pipeline._gpu_path, batchlu.pipeline.plugins, batchlu.pipeline._gpu_cluster\n"
             "assert 'cupy' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -337,7 +337,7 @@ def test_cuda_engine_through_io_processes_registered_and_identical(tmp_path, op)
     """The I/O processes decode into and encode from the very page-locked buffers the copies use."""
     import cupy
 
-    from pipeline import _io_pool
+    from batchlu.pipeline import _io_pool
 
     count, n, chunk, dtype = 400, 32, 50, "float64"
     a = generate("singular-mix", n, dtype, seed=14, start=0, stop=count)

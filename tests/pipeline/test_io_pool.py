@@ -1,4 +1,4 @@
-"""I/O processes (pipeline._io_pool): shared buffers, the pool's requests and faults, and the data path
+"""I/O processes (batchlu.pipeline._io_pool): shared buffers, the pool's requests and faults, and the data path
 and whole runs through them on the CPU backend (the same code as on the GPU, less the copies)."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import zarr
 
-import kernels
-import pipeline
+from batchlu import kernels
+from batchlu import pipeline
 from _pipeline_helpers import complete_flags as _complete, wait_partly_complete
-from kernels.matrices import generate, rhs as make_rhs
-from pipeline import _gpu_path, _io_pool
-from pipeline._gpu_path import BatchIO, HostEngine, io_settings, run_batches
-from pipeline._ops import output_specs
+from batchlu.testing.matrices import generate, rhs as make_rhs
+from batchlu.pipeline import _io_pool
+from batchlu.pipeline._gpu_path import BatchIO, HostEngine, io_settings, run_batches
+from batchlu.pipeline._ops import output_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not _io_pool.supported(), reason="I/O processes need Linux")
@@ -100,7 +100,7 @@ def test_errors_come_back_as_the_childs_exception(pool, tmp_path):
     assert not isinstance(info.value, _io_pool.IOProcessError)  # the codec's own error
     with pytest.raises(FileNotFoundError):
         pool.read(str(tmp_path / "missing.zarr"), "", 0, 4, out).result(timeout=60)
-    with pytest.raises(ValueError, match="Expected a buffer from pipeline._io_pool.shared_buffer"):
+    with pytest.raises(ValueError, match="Expected a buffer from batchlu.pipeline._io_pool.shared_buffer"):
         pool.read(str(tmp_path / "a.zarr"), "", 0, 4, np.empty((4, 4, 4)))
 
 
@@ -165,12 +165,12 @@ def test_data_path_resends_the_requests_of_a_killed_io_process(tmp_path):
 def test_io_processes_exit_when_their_worker_is_killed(tmp_path):
     code = textwrap.dedent("""
         import sys, time
-        from pipeline import _io_pool
+        from batchlu.pipeline import _io_pool
         pool = _io_pool.get_pool(2, 1)
         print(*pool.pids, flush=True)
         time.sleep(600)
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + sys.path)}
+    env = dict(os.environ)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, text=True)
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
@@ -322,7 +322,7 @@ def test_worker_with_io_processes_killed_mid_run(client, tmp_path):
         wait_partly_complete(out)
         children = [int(p) for task in Path(f"/proc/{victim}/task").iterdir()
                     for p in (task / "children").read_text().split()
-                    if "_child_main" in Path(f"/proc/{p}/cmdline").read_text()]
+                    if "batchlu.pipeline._io_pool" in Path(f"/proc/{p}/cmdline").read_text()]
         done_at_kill = int(_complete(out).sum())
         os.kill(victim, signal.SIGKILL)
         thread.join(300)

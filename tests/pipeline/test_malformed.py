@@ -8,8 +8,8 @@ import pytest
 import zarr
 from _pipeline_helpers import assert_nothing_complete
 
-import pipeline
-from pipeline import errors
+from batchlu import pipeline
+from batchlu.pipeline import errors
 
 
 def _array(path, shape, dtype="f8", chunks=None, **kw):
@@ -168,7 +168,7 @@ def test_corrupted_chunk_among_many_tasks(client, tmp_path):
 
 
 def test_backend_gpu_without_gpu(client, stores, tmp_path):
-    from pipeline import _backends
+    from batchlu.pipeline import _backends
 
     if _backends.gpu_available():
         pytest.skip("a GPU is present here")

@@ -7,7 +7,6 @@ The CPU variants run in CI on a LocalCluster of worker processes (same tasks, sa
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -22,10 +21,10 @@ import numpy as np
 import pytest
 import zarr
 
-import pipeline
+from batchlu import pipeline
 from _pipeline_helpers import complete_flags as _complete, wait_partly_complete
-from pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
-from pipeline.errors import BackendError
+from batchlu.pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
+from batchlu.pipeline.errors import BackendError
 
 ROOT = Path(__file__).resolve().parents[2]
 QUIET = {"cluster.dashboard-address": "127.0.0.1:0"}
@@ -95,7 +94,7 @@ def test_worker_killed_mid_run_cpu(matrices, tmp_path):
 
 def test_backend_gpu_without_a_visible_gpu_is_a_clear_error(matrices, tmp_path):
     code = textwrap.dedent(f"""
-        import pipeline
+        from batchlu import pipeline
         try:
             pipeline.run({str(matrices)!r}, {str(tmp_path / 'out.zarr')!r}, op="inv", backend="gpu",
                          progress=False)
@@ -104,7 +103,7 @@ def test_backend_gpu_without_a_visible_gpu_is_a_clear_error(matrices, tmp_path):
         else:
             print("NO ERROR")
     """)
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "ERROR: Expected a CUDA GPU for --backend gpu. Got none instead" in out.stdout, out.stdout + out.stderr
     assert not (tmp_path / "out.zarr").exists() or not _complete(tmp_path / "out.zarr").any()
@@ -135,12 +134,12 @@ def primary_contexts_active():
         active.append(bool(state.value))
     return active
 
-import pipeline
+from batchlu import pipeline
 report = pipeline.run(sys.argv[1], sys.argv[2], op="inv", backend="gpu", progress=False,
                       config={"cluster.dashboard-address": "127.0.0.1:0"})
 smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.split()
-print(json.dumps({"kernels_gpu_imported": "kernels._gpu" in sys.modules, "smi_pids": smi, "pid": os.getpid(),
+print(json.dumps({"kernels_gpu_imported": "batchlu.kernels._gpu" in sys.modules, "smi_pids": smi, "pid": os.getpid(),
                   "contexts": primary_contexts_active(), "backends": list(report.backends),
                   "processed": report.processed, "workers": sorted(report.per_worker)}))
 '''
@@ -149,8 +148,7 @@ print(json.dumps({"kernels_gpu_imported": "kernels._gpu" in sys.modules, "smi_pi
 @pytest.mark.gpu
 def test_client_never_creates_a_cuda_context(matrices, tmp_path):
     out = subprocess.run([sys.executable, "-c", _CONTEXT_PROBE, str(matrices), str(tmp_path / "inv.zarr")],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH":
-                                                                           os.pathsep.join([str(ROOT)] + sys.path)})
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["backends"] == ["gpu"] and result["processed"] == 480
@@ -168,8 +166,8 @@ def test_resume_after_whole_run_killed_gpu(matrices, tmp_path):
     pipeline.run(matrices, str(reference), op="lu", backend="gpu", progress=False,
                  config={**QUIET, "cluster.gpus": visible_gpus()[0]})
     out = tmp_path / "killed.zarr"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + sys.path)}
-    cmd = [sys.executable, "-m", "workflows", "run", str(matrices), str(out), "--op", "lu", "--backend", "gpu",
+    env = dict(os.environ)
+    cmd = [sys.executable, "-m", "batchlu", "run", str(matrices), str(out), "--op", "lu", "--backend", "gpu",
            "--memory-budget", "64KiB", "--config", "task-delay=0.15",
            "--config", "cluster.dashboard-address=127.0.0.1:0", "--config", f"cluster.gpus={visible_gpus()[0]}"]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,
@@ -196,7 +194,7 @@ def test_resume_after_whole_run_killed_gpu(matrices, tmp_path):
 @pytest.mark.gpu
 def test_scheduler_file_with_dask_cuda_workers(matrices, tmp_path):
     sched = tmp_path / "scheduler.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + sys.path)}
+    env = dict(os.environ)
     procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--scheduler-file", str(sched),
                                "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0"],
                               env=env, start_new_session=True, stdout=subprocess.DEVNULL,
@@ -257,7 +255,7 @@ def test_gpu_worker_killed_mid_run(matrices, tmp_path):
 def test_cli_report_html_output_codec_and_gpu_error(matrices, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from workflows.cli import cli
+    from batchlu.workflows.cli import cli
 
     pytest.importorskip("bokeh")
     out, html = tmp_path / "o.zarr", tmp_path / "report.html"

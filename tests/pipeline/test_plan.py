@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline._plan import Plan, bytes_per_matrix, make_plan
+from batchlu.pipeline._plan import Plan, bytes_per_matrix, make_plan
 
 
 def covered(plan: Plan, tasks) -> np.ndarray:
@@ -78,7 +78,7 @@ def test_ledger_listing_matches_zarr(tmp_path):
     """The ledger is read by listing objects; it must agree with reading the array through zarr."""
     import zarr
 
-    from pipeline import _ledger
+    from batchlu.pipeline import _ledger
 
     group = zarr.open_group(tmp_path / "o.zarr", mode="w")
     records = _ledger.create(group, 1000)

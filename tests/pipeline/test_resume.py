@@ -15,8 +15,8 @@ import pytest
 import zarr
 from _pipeline_helpers import outputs_of
 
-import pipeline
-from pipeline import errors
+from batchlu import pipeline
+from batchlu.pipeline import errors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # One chunk of 4 matrices per task and per batch, slowed down: the run takes a few seconds.
@@ -25,7 +25,7 @@ SLOW = {"chunk": 4, "memory-budget": 1, "task-delay": 0.08}
 RUNNER = textwrap.dedent("""
     import sys
     from distributed import Client, LocalCluster
-    import pipeline
+    from batchlu import pipeline
 
     if __name__ == "__main__":
         with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
@@ -45,7 +45,7 @@ def ledger(path) -> np.ndarray | None:
 def start_and_kill(tmp_path, source, out, op, rhs="", *, wait_for=5):
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ)
     proc = subprocess.Popen([sys.executable, str(script), source, str(out), op, rhs], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60

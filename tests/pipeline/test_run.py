@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import zarr
 
-import pipeline
-from pipeline._ops import INFO_NOT_COMPUTED, compute
+from batchlu import pipeline
+from batchlu.pipeline._ops import INFO_NOT_COMPUTED, compute
 
 from _pipeline_helpers import outputs_of
 
@@ -101,7 +101,7 @@ def test_report_repr(client, stores, tmp_path):
 
 
 def test_v2_input_and_array_inside_group(client, tmp_path):
-    from kernels import matrices
+    from batchlu.testing import matrices
 
     a = matrices.generate("random", 4, "float64", seed=5, start=0, stop=23)
     v2 = zarr.create_array(tmp_path / "v2.zarr", shape=a.shape, chunks=(6, 4, 4), dtype=a.dtype,
@@ -200,7 +200,7 @@ def test_scheduler_address_and_file(client, stores, tmp_path):
 
 def test_sharded_input_and_options_object(client, tmp_path):
     """A sharded input: output chunks follow the shard (the stored object), not the inner chunk."""
-    from kernels import matrices
+    from batchlu.testing import matrices
 
     a = matrices.generate("random", 3, "complex64", seed=8, start=0, stop=45)
     arr = zarr.create_array(tmp_path / "s.zarr", shape=a.shape, chunks=(4, 3, 3), shards=(12, 3, 3),

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import zarr
 
-import pipeline
-from kernels.matrices import generate
-from pipeline import _cluster
-from pipeline._gpu_cluster import make_security
-from pipeline.errors import BatchluError
+from batchlu import pipeline
+from batchlu.testing.matrices import generate
+from batchlu.pipeline import _cluster
+from batchlu.pipeline._gpu_cluster import make_security
+from batchlu.pipeline.errors import BatchluError
 
 
 def _with_cryptography(folder):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import zarr
 
-import pipeline
-from pipeline import errors
+from batchlu import pipeline
+from batchlu.pipeline import errors
 
 
 @pytest.fixture(scope="module")

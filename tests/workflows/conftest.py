@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from workflows.cli import cli
+from batchlu.workflows.cli import cli
 
 
 def _invoke(*args):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import zarr
 
-from kernels import matrices
-from kernels.ratios import THRESHOLD
+from batchlu.testing import matrices
+from batchlu.testing.ratios import THRESHOLD
 
 COUNT, SIZE, CHUNK = 45, 6, 20  # chunks of 20, 20 and 5: the chunk size does not divide N
 

@@ -1,6 +1,6 @@
-"""How ``batchlu run``'s options map onto ``pipeline.run``, and how errors reach the user.
+"""How ``batchlu run``'s options map onto ``batchlu.pipeline.run``, and how errors reach the user.
 
-``pipeline.run`` is replaced by a recorder here: these tests check the CLI's side of the contract.
+``batchlu.pipeline.run`` is replaced by a recorder here: these tests check the CLI's side of the contract.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import dask
 import pytest
 
-import pipeline
-from pipeline.errors import BatchluError
-from workflows._run_options import CONFIG_OPTIONS
+from batchlu import pipeline
+from batchlu.pipeline.errors import BatchluError
+from batchlu.workflows._run_options import CONFIG_OPTIONS
 
 
 @pytest.fixture

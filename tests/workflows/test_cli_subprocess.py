@@ -15,13 +15,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _env():
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
 
 
 def test_demo_runs_end_to_end_in_well_under_a_minute(tmp_path):
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "workflows", "demo"], cwd=tmp_path, env=_env(),
+    proc = subprocess.run([sys.executable, "-m", "batchlu", "demo"], cwd=tmp_path, env=_env(),
                           capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
     elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stdout + proc.stderr

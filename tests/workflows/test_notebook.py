@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ def test_example_notebook_runs_on_cpu(monkeypatch):
     monkeypatch.setenv("BATCHLU_NOTEBOOK_COUNT", "600")
     monkeypatch.setenv("BATCHLU_NOTEBOOK_SIZE", "12")
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(ROOT)}})

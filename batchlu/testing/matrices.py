@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import check_dtype
+from ..kernels._validate import check_dtype
 
 __all__ = ["KINDS", "generate", "illcond_target", "rhs", "singular_mix_masks"]
 
