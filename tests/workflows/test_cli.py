@@ -195,7 +195,8 @@ def test_embedded_cluster_with_config_overrides(invoke, stores, tmp_path, monkey
     monkeypatch.setattr(distributed, "LocalCluster", Spy)
     out = tmp_path / "slogdet.zarr"
     result = invoke("run", stores[0], out, "--op", "slogdet", "--workers", 1, "--threads-per-worker", 3,
-                    "--memory-budget", "64KiB", "--backend", "cpu")
+                    "--memory-budget", "64KiB", "--backend", "cpu",
+                    "--config", "cluster.dashboard-address=127.0.0.1:0")
     assert result.exit_code == 0, result.output
     assert len(clusters) == 1, clusters
     asked, workers = clusters[0]
