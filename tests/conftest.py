@@ -1,4 +1,16 @@
-"""Shared pytest setup: the ``gpu`` and ``multi_gpu`` markers skip cleanly where there is no device."""
+"""Shared pytest setup: the ``gpu`` and ``multi_gpu`` markers.
+
+A test marked ``gpu`` needs one CUDA GPU usable through CuPy, ``multi_gpu`` two. Where there are
+fewer, the test is skipped, with the reason (CuPy missing, or the error CUDA gave while counting
+the devices). On the GPU machine a skip would hide a broken CuPy or driver behind a green run, so
+there the environment says how many GPUs there must be:
+
+* ``BATCHLU_REQUIRE_GPU=1``: every ``gpu`` test that cannot run fails instead of skipping;
+* ``BATCHLU_REQUIRE_GPUS=N``: every ``gpu`` and ``multi_gpu`` test that cannot run fails while
+  fewer than ``N`` GPUs are found (``N >= 2`` makes the ``multi_gpu`` tests required too).
+
+The failure message carries the same reason as the skip would have.
+"""
 
 from __future__ import annotations
 
@@ -12,21 +24,63 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import pytest  # noqa: E402
 
+REQUIRE_GPU = "BATCHLU_REQUIRE_GPU"
+REQUIRE_GPUS = "BATCHLU_REQUIRE_GPUS"
+MARKERS = {"gpu": 1, "multi_gpu": 2}  # marker -> GPUs the test needs
+
 
 @functools.lru_cache(maxsize=None)
-def gpu_count() -> int:
-    """Number of CUDA devices CuPy can use here (0 without CuPy or without a driver)."""
+def gpu_probe() -> tuple[int, str]:
+    """``(number of CUDA devices CuPy can use here, why it is 0)``; the reason is "" when some are found."""
     try:
         import cupy
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:
+    except ImportError as exc:
+        return 0, f"CuPy cannot be imported ({type(exc).__name__}: {exc})"
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # any CUDA failure means no usable device: keep its text as the reason
+        return 0, f"counting CUDA GPUs failed ({type(exc).__name__}: {exc})"
+    return count, "" if count else "the CUDA driver reports no GPU"
+
+
+def _flag(name: str, allowed: str) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
         return 0
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise pytest.UsageError(f"Expected {name} to be {allowed}. Got {value!r} instead.")
+    return number
 
 
-def pytest_collection_modifyitems(config, items):
-    count = gpu_count()
-    for item in items:
-        if "multi_gpu" in item.keywords and count < 2:
-            item.add_marker(pytest.mark.skip(reason=f"needs 2 or more CUDA GPUs; found {count}"))
-        elif "gpu" in item.keywords and count < 1:
-            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU and CuPy; none found"))
+def required_gpus() -> int:
+    """GPUs the environment says this machine has (0: none required, GPU tests may skip)."""
+    gpu = _flag(REQUIRE_GPU, "0 or 1")
+    if gpu > 1:
+        raise pytest.UsageError(f"Expected {REQUIRE_GPU} to be 0 or 1. Got {gpu} instead; "
+                                f"use {REQUIRE_GPUS}={gpu} for a number of GPUs.")
+    return max(gpu, _flag(REQUIRE_GPUS, "a whole number of GPUs"))
+
+
+def pytest_configure(config):
+    required_gpus()  # a malformed setting stops the run before any test
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures are set up (a cluster, a GPU engine)
+def pytest_runtest_setup(item):
+    need = max((gpus for marker, gpus in MARKERS.items() if marker in item.keywords), default=0)
+    if not need:
+        return
+    count, why = gpu_probe()
+    if count >= need:
+        return
+    reason = f"needs {need} CUDA GPU{'s' if need > 1 else ''}; found {count}" + (f": {why}" if why else "")
+    required = required_gpus()
+    if required >= need:
+        settings = " ".join(f"{name}={os.environ[name].strip()}" for name in (REQUIRE_GPU, REQUIRE_GPUS)
+                            if os.environ.get(name, "").strip())
+        pytest.fail(f"{reason} ({settings}: GPU tests may not be skipped here)", pytrace=False)
+    pytest.skip(reason)

@@ -1,9 +1,11 @@
 """The GPU getrf kernels (``kernels/_gpu/_getrf.py``): LAPACK accuracy for every dtype and every path,
 pivots identical to LAPACK's, info semantics, every output element written, and agreement with the
-CPU backend. Run on a machine with a CUDA GPU: ``pytest -m gpu tests/kernels/test_gpu_getrf.py``."""
+CPU backend. Run on a machine with a CUDA GPU:
+``BATCHLU_REQUIRE_GPU=1 pytest -m gpu tests/kernels/test_gpu_getrf.py``."""
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -12,11 +14,14 @@ import scipy.linalg
 
 from batchlu import kernels
 from batchlu.testing import matrices
-from batchlu.testing.ratios import THRESHOLD, get01
+from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
 
 pytestmark = pytest.mark.gpu
 
-cupy = pytest.importorskip("cupy")
+try:
+    import cupy
+except ImportError:  # the gpu marker skips these tests (fails them under BATCHLU_REQUIRE_GPU=1), saying why
+    cupy = None
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 SIZES = [1, 2, 3, 7, 16, 31, 32, 33, 64, 100, 128, 190, 255, 256, 512, 1024]
@@ -259,18 +264,37 @@ def test_exact_ties(dtype, n):
     _check_pivots(a, piv, dtype)
 
 
-def test_rows_in_place():
-    """lu may be the input array itself."""
+# A register-resident tile per dtype at n = 64 (from ROWS_CASES) for the in-place factorization.
+IN_PLACE_TILES = {np.float32: (1, 1), np.float64: (1, 1), np.complex64: (1, 2), np.complex128: (1, 4)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_in_place(dtype):
+    """lu may be the input array itself: what getrf_rows writes over the input passes get01 against
+    the matrices in float64/complex128, with LAPACK's pivots; piv and info, poisoned first (two runs,
+    two poisons), are written everywhere; and the result is the out-of-place one, bit for bit."""
     from batchlu.kernels._gpu import _getrf
 
-    a = matrices.generate("random", 64, np.float64, seed=4, start=0, stop=50)
-    d = cupy.asarray(a)
-    piv = cupy.empty((50, 64), np.int32)
-    info = cupy.empty((50,), np.int32)
-    _getrf.launch(d, d, piv, info, _getrf.rows_plan(64, 1, 1))
-    ref_lu, ref_piv, _ = _getrf.getrf(cupy.asarray(a))
-    np.testing.assert_array_equal(d.get(), ref_lu.get())
-    np.testing.assert_array_equal(piv.get(), ref_piv.get())
+    n, count = 64, 50
+    plan = _getrf.rows_plan(n, *IN_PLACE_TILES[dtype])
+    a = matrices.generate("random", n, dtype, seed=4, start=0, stop=count)
+    runs = []
+    for poison in (0, 1):
+        d = cupy.asarray(a)
+        piv = cupy.full((count, n), (-7, 123456)[poison], dtype=np.int32)
+        info = cupy.full((count,), (-99, 777)[poison], dtype=np.int32)
+        _getrf.launch(d, d, piv, info, plan)
+        runs.append((d.get(), piv.get(), info.get()))
+    for x, y, what in zip(runs[0], runs[1], ("lu", "piv", "info")):
+        assert (x.view(np.uint8) == y.view(np.uint8)).all(), f"{what}: some elements keep the poison"
+    lu, piv, info = runs[0]
+    assert lu.dtype == dtype and lu.shape == a.shape and piv.shape == (count, n) and info.shape == (count,)
+    assert (info == 0).all()
+    assert get01(a, lu, piv).max() < THRESHOLD  # an element left as the input's would fail it
+    _check_pivots(a, piv, dtype)
+    out_lu, out_piv, out_info = _factor(a, plan)
+    assert lu.tobytes() == out_lu.tobytes() and piv.tobytes() == out_piv.tobytes()
+    assert info.tobytes() == out_info.tobytes()
 
 
 @pytest.mark.parametrize("batch", [1, 5, 33, 1000])
@@ -375,12 +399,97 @@ def test_public_api_agrees_with_cpu(dtype, n):
     np.testing.assert_array_equal(piv_f.get(), piv_g)
 
 
-def test_runs_on_the_current_stream():
-    from batchlu.kernels._gpu import _getrf
+# A kernel that holds a stream: thread 0 spins until *flag is set (or max_cycles pass: status 2,
+# never a hang), then the block copies src to dst; and the kernel that sets the flag.
+_GATE = r"""
+extern "C" __global__ void gate_copy(const volatile int* flag, int* status, const unsigned int* src,
+                                     unsigned int* dst, long long words, long long max_cycles) {
+    if (threadIdx.x == 0) {
+        const long long start = clock64();
+        int seen = 0;
+        while (!(seen = *flag) && clock64() - start < max_cycles) {
+        }
+        *status = seen ? 1 : 2;
+    }
+    __syncthreads();
+    for (long long i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+}
 
-    a = cupy.asarray(matrices.generate("random", 40, np.float32, seed=0, start=0, stop=64))
-    stream = cupy.cuda.Stream(non_blocking=True)
+extern "C" __global__ void release(int* flag) {
+    atomicExch(flag, 1);
+}
+"""
+_GATE_CYCLES = 20_000_000_000  # ~10 s at the H100's clock: the gate opens by itself if the test stops
+
+
+def _on_stream(op: str, how: str, stream, x, piv, b):
+    """Run public ``op`` on input ``x`` (``lu`` for lu_solve) on ``stream``: made current
+    (``how="current"``) or passed as ``stream=``. Returns the CuPy results."""
+    call = {"lu_factor": lambda **kw: kernels.lu_factor(x, **kw),
+            "inv": lambda **kw: kernels.inv(x, **kw),
+            "solve": lambda **kw: kernels.solve(x, b, **kw),
+            "slogdet": lambda **kw: kernels.slogdet(x, **kw),
+            "lu_solve": lambda **kw: (kernels.lu_solve(x, piv, b, **kw),)}[op]
+    if how == "argument":
+        return call(stream=stream)
     with stream:
-        lu, piv, info = _getrf.getrf(a)
+        return call()
+
+
+@pytest.mark.parametrize("how", ["current", "argument"])
+@pytest.mark.parametrize("op", ["lu_factor", "inv", "solve", "slogdet", "lu_solve"])
+def test_runs_on_the_current_stream(op, how):
+    """The kernels launch on CuPy's current stream (or the ``stream=`` given), so they are ordered after
+    work queued there before them. On a non-blocking stream, a gate kernel that waits for the host
+    fills the op's input (NaN until then) from the real matrices; the op is queued behind it, then the
+    host waits 0.2 s and opens the gate from another stream. On the right stream the op reads the real
+    matrices; launched on any other stream it would have run at once on the NaNs: info -1, NaN
+    results. The op runs once ungated on the same streams first, so its kernels are compiled and
+    CuPy's pool holds its buffers (no cudaMalloc while the gate holds the stream)."""
+    n, count, k = 24, 64, 2
+    a = matrices.generate("random", n, np.float64, seed=6, start=0, stop=count)
+    b_host = matrices.rhs(n, k, np.float64, seed=7, start=0, stop=count)
+    lu_host, piv_host, _ = kernels.lu_factor(a)
+    source = lu_host if op == "lu_solve" else a
+    src = cupy.asarray(source)
+    piv, b = cupy.asarray(piv_host), cupy.asarray(b_host)
+    gated = cupy.full(source.shape, np.nan, dtype=source.dtype)
+    flag, status = cupy.zeros(1, np.int32), cupy.zeros(1, np.int32)
+    module = cupy.RawModule(code=_GATE)
+    gate, release = module.get_function("gate_copy"), module.get_function("release")
+    stream, other = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+
+    warm = _on_stream(op, how, stream, src.copy(), piv, b)  # compile, and fill the pool, ungated
     stream.synchronize()
-    assert get01(a.get(), lu.get(), piv.get()).max() < THRESHOLD
+    del warm
+    cupy.cuda.Device().synchronize()
+
+    with stream:
+        gate((1,), (256,), (flag, status, src, gated, np.int64(src.nbytes // 4), np.int64(_GATE_CYCLES)))
+    try:
+        result = _on_stream(op, how, stream, gated, piv, b)
+        time.sleep(0.2)  # an op launched on another stream has long finished, on the NaNs
+        held = not stream.done
+    finally:
+        with other:
+            release((1,), (1,), (flag,))
+        other.synchronize()
+        stream.synchronize()
+    assert held, "the gate did not hold its stream: the test would prove nothing"
+    assert int(status.get()[0]) == 1, "the gate opened by itself: something waited on the held stream"
+
+    host = [x.get() for x in result]
+    if op == "lu_solve":
+        assert get02(a, host[0], b_host).max() < THRESHOLD
+        return
+    info = host[-1]
+    assert (info == 0).all(), f"info {np.unique(info)}: the op ran before its input was written"
+    if op == "lu_factor":
+        assert get01(a, host[0], host[1]).max() < THRESHOLD
+    elif op == "inv":
+        assert get03(a, host[0]).max() < THRESHOLD
+    elif op == "solve":
+        assert get02(a, host[0], b_host).max() < THRESHOLD
+    else:
+        sign, _ = np.linalg.slogdet(a)  # random float64 matrices: det far from 0, the sign exact
+        assert (host[0] == sign).all() and np.isfinite(host[1]).all()

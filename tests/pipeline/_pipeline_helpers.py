@@ -31,14 +31,23 @@ def assert_nothing_complete(path) -> None:
         assert not np.asarray(group["_complete"][...]).any()
 
 
-
-
 def complete_flags(path) -> np.ndarray:
-    """An output's per-chunk ledger (``_complete``), or an empty array while it cannot be read yet."""
+    """An output's per-chunk ledger (``_complete``): one bool per chunk, never empty. Raises when it
+    cannot be read (zarr's error) or holds no chunk (AssertionError), so that ``.all()`` cannot pass
+    on nothing."""
+    flags = np.asarray(zarr.open_array(str(path), path="_complete", mode="r")[...])
+    assert flags.dtype == bool and flags.ndim == 1 and flags.size > 0, \
+        f"expected a non-empty bool ledger at {path}, got {flags.dtype} {flags.shape}"
+    return flags
+
+
+def complete_flags_once_created(path) -> np.ndarray | None:
+    """:func:`complete_flags`, or None while the output or its ledger does not exist yet (a run that
+    is starting); any other failure to read it raises."""
     try:
-        return np.asarray(zarr.open_array(str(path), path="_complete", mode="r")[...])
-    except Exception:
-        return np.zeros(0, bool)
+        return complete_flags(path)
+    except FileNotFoundError:  # zarr's ArrayNotFoundError too: the ledger is not created yet
+        return None
 
 
 def wait_partly_complete(path, timeout: float = 120) -> None:
@@ -46,7 +55,7 @@ def wait_partly_complete(path, timeout: float = 120) -> None:
     (or ``timeout`` seconds pass; the caller asserts on what it then finds)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = complete_flags(path)
-        if done.size and 3 <= done.sum() < done.size // 2:
+        done = complete_flags_once_created(path)
+        if done is not None and 3 <= done.sum() < done.size // 2:
             return
         time.sleep(0.05)

@@ -29,12 +29,14 @@ def test_overrides_nested_dotted_dashes_underscores():
 
 
 def test_options_are_frozen_and_json_able():
+    import dataclasses
     import json
 
     opts = pipeline.options()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         opts.backend = "gpu"
-    json.dumps(opts.as_dict())
+    assert opts.backend == "auto"
+    assert json.loads(json.dumps(opts.as_dict())) == opts.as_dict()
 
 
 @pytest.mark.parametrize("bad,pattern", [

@@ -22,7 +22,8 @@ import pytest
 import zarr
 
 from batchlu import pipeline
-from _pipeline_helpers import complete_flags as _complete, wait_partly_complete
+from _pipeline_helpers import assert_nothing_complete, complete_flags as _complete, \
+    complete_flags_once_created, wait_partly_complete
 from batchlu.pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
 from batchlu.pipeline.errors import BackendError
 
@@ -88,7 +89,8 @@ def test_worker_killed_mid_run_cpu(matrices, tmp_path):
             client, matrices, tmp_path / "killed.zarr", "cpu", config)
     assert 0 < done_at_kill < n_chunks  # the kill really happened mid-run
     assert report.status == "complete"
-    assert _complete(tmp_path / "killed.zarr").all()
+    done = _complete(tmp_path / "killed.zarr")
+    assert done.size == n_chunks and done.all()
     _assert_identical(tmp_path / "killed.zarr", reference)
 
 
@@ -106,7 +108,7 @@ def test_backend_gpu_without_a_visible_gpu_is_a_clear_error(matrices, tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "ERROR: Expected a CUDA GPU for --backend gpu. Got none instead" in out.stdout, out.stdout + out.stderr
-    assert not (tmp_path / "out.zarr").exists() or not _complete(tmp_path / "out.zarr").any()
+    assert_nothing_complete(tmp_path / "out.zarr")
 
 
 def test_explicit_gpus_that_do_not_exist_are_refused():
@@ -174,8 +176,8 @@ def test_resume_after_whole_run_killed_gpu(matrices, tmp_path):
                             stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:
-        done = _complete(out)
-        if done.size and 3 <= done.sum() < done.size // 2:
+        done = complete_flags_once_created(out)
+        if done is not None and 3 <= done.sum() < done.size // 2:
             break
         time.sleep(0.05)
     assert proc.poll() is None, proc.stdout.read().decode()[-2000:]

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import re
 import shutil
+import ssl
 import subprocess
 
 import numpy as np
 import pytest
 import zarr
+from _pipeline_helpers import assert_nothing_complete
 
 from batchlu import pipeline
 from batchlu.testing.matrices import generate
@@ -67,15 +70,20 @@ def _with_openssl(folder):
         "-days", "1", "-out", "cert.pem")
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tls")
+def _make_certificates(folder) -> None:
+    """A fresh CA, and a certificate for 127.0.0.1 signed by it, in ``folder``."""
     try:
         _with_cryptography(folder)
     except ImportError:
         if shutil.which("openssl") is None:
             pytest.skip("needs the cryptography package or the openssl command to make certificates")
         _with_openssl(folder)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tls")
+    _make_certificates(folder)
     return {"tls.ca-file": str(folder / "ca.pem"), "tls.cert": str(folder / "cert.pem"),
             "tls.key": str(folder / "key.pem")}
 
@@ -121,14 +129,48 @@ def test_scheduler_file_with_tls(secured_cluster, certs, matrices, tmp_path):
     assert report.processed == a.shape[0]
 
 
-def test_plain_client_is_refused_by_a_secured_scheduler(secured_cluster, matrices, tmp_path):
+def _reasons(exc: BaseException, address: str) -> tuple[str, list[BaseException]]:
+    """The messages of ``exc`` and of the exceptions it came from, with the scheduler's ``address``
+    cut out (it holds "tls://", so a match on it would prove nothing), and those exceptions."""
+    chain: list[BaseException] = []
+    while exc is not None and all(exc is not seen for seen in chain):
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    text = " | ".join(f"{type(e).__name__}: {e}" for e in chain).replace(address, "<scheduler>")
+    return text, chain
+
+
+def test_client_without_tls_settings_cannot_reach_a_secured_scheduler(secured_cluster, matrices, tmp_path):
     path, _ = matrices
     out = tmp_path / "refused.zarr"
-    with pytest.raises(Exception, match="(?i)tls|ssl|security"):
-        pipeline.run(path, str(out), op="inv", backend="cpu", scheduler=secured_cluster.scheduler_address,
-                     progress=False, config={"cluster.dashboard-address": "127.0.0.1:0"})
-    # nothing recorded complete
-    assert not out.exists() or not zarr.open_array(str(out), path="_complete")[...].any()
+    address = secured_cluster.scheduler_address
+    with pytest.raises((TypeError, BatchluError)) as caught:
+        pipeline.run(path, str(out), op="inv", backend="cpu", scheduler=address, progress=False,
+                     config={"cluster.dashboard-address": "127.0.0.1:0"})
+    reasons, _ = _reasons(caught.value, address)
+    assert "tls://" not in reasons
+    # distributed refuses a tls:// address without an SSL context: the client has no TLS settings
+    assert re.search(r"ssl_context|SSLContext", reasons), reasons
+    assert_nothing_complete(out)
+
+
+def test_client_with_another_cas_certificate_is_refused(secured_cluster, matrices, tmp_path):
+    path, _ = matrices
+    folder = tmp_path / "other-ca"
+    folder.mkdir()
+    _make_certificates(folder)
+    other = {"tls.ca-file": str(folder / "ca.pem"), "tls.cert": str(folder / "cert.pem"),
+             "tls.key": str(folder / "key.pem")}
+    out = tmp_path / "refused.zarr"
+    address = secured_cluster.scheduler_address
+    with pytest.raises((OSError, BatchluError)) as caught:
+        pipeline.run(path, str(out), op="inv", backend="cpu", scheduler=address, progress=False,
+                     config={**other, "cluster.dashboard-address": "127.0.0.1:0"})
+    reasons, chain = _reasons(caught.value, address)
+    # the TLS handshake itself failed, on the certificate
+    assert any(isinstance(e, ssl.SSLCertVerificationError) for e in chain), reasons
+    assert "CERTIFICATE_VERIFY_FAILED" in reasons, reasons
+    assert_nothing_complete(out)
 
 
 def test_embedded_cluster_listens_with_tls_on_loopback(certs):

@@ -177,13 +177,33 @@ def test_existing_output_needs_overwrite_or_resume(invoke, stores, scheduler_add
     np.testing.assert_array_equal(zarr.open_group(out, mode="r")["inv"][...], first)
 
 
-def test_embedded_cluster_with_config_overrides(invoke, stores, tmp_path):
-    """No --scheduler: the run starts its own local cluster, sized by the CLI flags."""
+def test_embedded_cluster_with_config_overrides(invoke, stores, tmp_path, monkeypatch):
+    """No --scheduler: the run starts its own local cluster, sized by the CLI flags: LocalCluster is
+    asked for them, and its scheduler sees exactly that many workers with that many threads each
+    (1 x 3 is never distributed's default sizing, whatever the machine's core count)."""
+    import distributed
+
+    clusters = []
+
+    class Spy(distributed.LocalCluster):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            clusters.append(({key: kwargs.get(key) for key in ("n_workers", "threads_per_worker")},
+                             {address: worker["nthreads"]
+                              for address, worker in self.scheduler_info["workers"].items()}))
+
+    monkeypatch.setattr(distributed, "LocalCluster", Spy)
     out = tmp_path / "slogdet.zarr"
-    result = invoke("run", stores[0], out, "--op", "slogdet", "--workers", 1, "--threads-per-worker", 1,
-                    "--memory-budget", "64KiB", "--backend", "cpu")
+    result = invoke("run", stores[0], out, "--op", "slogdet", "--workers", 1, "--threads-per-worker", 3,
+                    "--memory-budget", "64KiB", "--backend", "cpu",
+                    "--config", "cluster.dashboard-address=127.0.0.1:0")
     assert result.exit_code == 0, result.output
+    assert len(clusters) == 1, clusters
+    asked, workers = clusters[0]
+    assert asked == {"n_workers": 1, "threads_per_worker": 3} and list(workers.values()) == [3], clusters
     assert zarr.open_group(out, mode="r")["info"].shape == (COUNT,)
+    record = zarr.open_group(out, mode="r").attrs["batchlu"]
+    assert record["status"] == "complete" and record["counts"]["ok"] == COUNT
 
 
 # ------------------------------------------------------------------------------------------ bad input
