@@ -17,9 +17,10 @@ from batchlu.kernels import _cpu, _cpu_lapack, _cpu_vectorised
 from batchlu.testing import matrices
 from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
 
+from _overflow import GROUP, check_codes, expected_info, finite, overflow_batch, same
+
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 SIZES = [6, 16]    # either side of _cpu.LAPACK_MIN_N
-GROUP = 12         # matrices per kind in a batch
 
 
 class _PoisonedNumpy:
@@ -46,42 +47,6 @@ def poisoned(monkeypatch):
         monkeypatch.setattr(module, "np", _PoisonedNumpy())
 
 
-def overflow_batch(n: int, dtype, seed: int = 0) -> np.ndarray:
-    """Four groups of fresh random matrices: plain; scaled to tiny/16 (their inverse and solutions
-    overflow); scaled to 0.9 * max (their LU factors and determinants overflow); singular-mix
-    (singular, zero, NaN and Inf matrices among plain ones)."""
-    fi = np.finfo(dtype)
-    a = matrices.generate("random", n, dtype, seed=seed, start=0, stop=3 * GROUP)
-    a[GROUP:2 * GROUP] *= fi.tiny / 16
-    a[2 * GROUP:] *= fi.max * 0.9
-    mix = matrices.generate("singular-mix", n, dtype, seed=seed + 1, start=0, stop=GROUP)
-    return np.concatenate([a, mix]).astype(dtype)
-
-
-def _finite(x: np.ndarray) -> np.ndarray:
-    return np.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
-
-
-def expected_info(raw_info: np.ndarray, *raw_results) -> np.ndarray:
-    """The rule: -2 exactly where the backend said 0 and some result is not finite."""
-    finite = np.logical_and.reduce([_finite(x) for x in raw_results])
-    return np.where((raw_info == 0) & ~finite, np.int32(-2), raw_info).astype(np.int32)
-
-
-def _same(x, y) -> bool:
-    return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
-
-
-def _check_codes(info, a, *results):
-    """-2 only on finite inputs with a non-finite result; 0 only with finite results; both occur."""
-    finite_in = _finite(a)
-    finite_out = np.logical_and.reduce([_finite(x) for x in results])
-    assert (info == -2).any() and (info == 0).any(), np.unique(info)
-    assert (finite_in & ~finite_out)[info == -2].all()
-    assert finite_out[info == 0].all()
-    assert not finite_in[info == -1].any() and finite_in[info != -1].all()
-
-
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_inv_flags_overflow(dtype, n, poisoned):
@@ -90,8 +55,8 @@ def test_inv_flags_overflow(dtype, n, poisoned):
     ainv, info = kernels.inv(a)
     assert info.dtype == np.int32 and info.shape == (a.shape[0],)
     np.testing.assert_array_equal(info, expected_info(raw_info, raw))
-    assert _same(ainv, raw), "the outputs of a -2 matrix must be kept as computed"
-    _check_codes(info, a, ainv)
+    assert same(ainv, raw), "the outputs of a -2 matrix must be kept as computed"
+    check_codes(info, a, ainv)
     plain = info[:GROUP] == 0
     assert plain.all() and get03(a[:GROUP], ainv[:GROUP]).max() < THRESHOLD
 
@@ -107,8 +72,8 @@ def test_solve_flags_overflow(dtype, n, k, poisoned):
     x, info = kernels.solve(a, b)
     assert x.shape == b.shape and x.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(info, expected_info(raw_info, raw))
-    assert _same(x, raw.reshape(b.shape))
-    _check_codes(info, a, x)
+    assert same(x, raw.reshape(b.shape))
+    check_codes(info, a, x)
     assert get02(a[:GROUP], x[:GROUP], b[:GROUP]).max() < THRESHOLD
 
 
@@ -119,8 +84,8 @@ def test_lu_factor_flags_overflow(dtype, n, poisoned):
     raw_lu, raw_piv, raw_info = _cpu.getrf(a.copy())
     lu, piv, info = kernels.lu_factor(a)
     np.testing.assert_array_equal(info, expected_info(raw_info, raw_lu))
-    assert _same(lu, raw_lu) and _same(piv, raw_piv)
-    _check_codes(info, a, lu)
+    assert same(lu, raw_lu) and same(piv, raw_piv)
+    check_codes(info, a, lu)
     assert (info[:GROUP] == 0).all() and get01(a[:GROUP], lu[:GROUP], piv[:GROUP]).max() < THRESHOLD
 
 
@@ -131,8 +96,8 @@ def test_slogdet_flags_overflow(dtype, n, poisoned):
     raw_sign, raw_log, raw_info = _cpu.slogdet(a.copy())
     sign, logabsdet, info = kernels.slogdet(a)
     np.testing.assert_array_equal(info, expected_info(raw_info, raw_sign, raw_log))
-    assert _same(sign, raw_sign) and _same(logabsdet, raw_log)
-    _check_codes(info, a, sign, logabsdet)
+    assert same(sign, raw_sign) and same(logabsdet, raw_log)
+    check_codes(info, a, sign, logabsdet)
     # singular matrices keep their code and their by-design outputs (sign 0, logabsdet -inf)
     singular = info > 0
     assert singular.any() and (sign[singular] == 0).all() and (logabsdet[singular] == -np.inf).all()
@@ -143,12 +108,12 @@ def test_issue_example_8x8_float64_scaled_by_1e_308():
     rng = np.random.default_rng(16)
     a = rng.uniform(-1, 1, (1000, 8, 8)) * 1e-308
     ainv, info = kernels.inv(a)
-    bad = ~_finite(ainv)
+    bad = ~finite(ainv)
     assert bad.sum() > 900
     np.testing.assert_array_equal(info[bad], -2)
     assert (info[~bad] == 0).all()
     x, info = kernels.solve(a, rng.standard_normal((1000, 8)))
-    np.testing.assert_array_equal(info == -2, ~_finite(x))
+    np.testing.assert_array_equal(info == -2, ~finite(x))
     assert (info == -2).sum() > 500
 
 
@@ -168,7 +133,7 @@ def test_solve_nonfinite_rhs_is_a_nonfinite_input(dtype, k):
     clean, clean_info = kernels.solve(a[[0, 1, 3, 4]], b[[0, 1, 3, 4]])
     assert info[[2, 5, 7]].tolist() == [-1, -1, -1] and info[6] > 0
     assert np.isnan(x[[2, 5, 6, 7]]).all()
-    assert _same(x[[0, 1, 3, 4]], clean) and (clean_info == 0).all() and (info[[0, 1, 3, 4]] == 0).all()
+    assert same(x[[0, 1, 3, 4]], clean) and (clean_info == 0).all() and (info[[0, 1, 3, 4]] == 0).all()
     with pytest.raises(np.linalg.LinAlgError, match=re.escape("(2,) holds NaN or Inf (it or its right-hand side)")):
         kernels.solve(a, b, check=True)
 
