@@ -89,8 +89,8 @@ class TaskIO:
         for ref, array, what in ((self.job.input, self.input, "input"), (self.job.rhs, self.rhs, "right-hand side")):
             if array is None:
                 continue
-            gaps = _missing.check(array, os.path.join(ref.path, ref.array), start, stop,
-                                  self.job.missing_chunks, what)
+            where = os.path.join(ref.path, ref.array) if ref.array else ref.path
+            gaps = _missing.check(array, where, start, stop, self.job.missing_chunks, what)
             if gaps is not None:
                 rows = gaps if rows is None else rows | gaps
         return rows
