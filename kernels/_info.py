@@ -1,19 +1,15 @@
 """The per-matrix ``info`` codes, defined once, and the check that flags a finite input whose result
 is not finite (``INFO_NONFINITE_RESULT``).
 
-======================  =====  ===========================================================
-name                    code   meaning
-======================  =====  ===========================================================
-``INFO_OK``                0   the result is finite and is what the op computes
-(LAPACK's ``k``)         k > 0  ``U[k-1, k-1]`` is exactly zero: singular
-``INFO_NONFINITE_INPUT``  -1   the input (the matrix, for ``solve`` also its right-hand side)
-                               holds NaN or Inf; its results are NaN
-``INFO_NONFINITE_RESULT`` -2   the input is finite but the result is not (overflow): the
-                               results are kept as computed and hold an Inf or NaN
-======================  =====  ===========================================================
-
-The pipeline adds one more, for matrices whose input chunk is missing from the store
-(``batchlu.pipeline._ops.INFO_MISSING_INPUT``).
+- ``INFO_OK`` (0): the result is finite and is what the op computes;
+- LAPACK's ``k > 0``: ``U[k-1, k-1]`` is exactly zero, singular;
+- ``INFO_NONFINITE_INPUT`` (-1): the input (the matrix; for ``solve`` also its right-hand side)
+  holds NaN or Inf; its results are NaN;
+- ``INFO_NONFINITE_RESULT`` (-2): the input is finite but the result is not (overflow); the results
+  are kept as computed and hold an Inf or NaN;
+- ``INFO_MISSING_INPUT`` (-3): set by the pipeline, never by the kernels: the matrix's input chunk is
+  missing from its store and the run was told to go on (``batchlu.missing-chunks: fill``); results
+  as for -1.
 
 The check runs after the backend, on NumPy or CuPy arrays alike (``xp``): a few elementwise passes
 over the results on the current stream, no device synchronisation.
@@ -23,12 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["INFO_NONFINITE_INPUT", "INFO_NONFINITE_RESULT", "INFO_OK", "describe", "flag_nonfinite",
-           "nonfinite_rhs"]
+__all__ = ["INFO_MISSING_INPUT", "INFO_NONFINITE_INPUT", "INFO_NONFINITE_RESULT", "INFO_OK", "describe",
+           "flag_nonfinite", "nonfinite_rhs"]
 
 INFO_OK = 0
 INFO_NONFINITE_INPUT = -1
 INFO_NONFINITE_RESULT = -2
+INFO_MISSING_INPUT = -3
 
 
 def describe(code: int, rhs: bool = False) -> str:
@@ -39,6 +36,8 @@ def describe(code: int, rhs: bool = False) -> str:
         return "holds NaN or Inf" + (" (it or its right-hand side)" if rhs else "")
     if code == INFO_NONFINITE_RESULT:
         return "is finite but its result is not (overflow)"
+    if code == INFO_MISSING_INPUT:
+        return "is in an input chunk missing from its store"
     return f"has info {code}"
 
 

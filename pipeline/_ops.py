@@ -9,14 +9,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK
+from batchlu.kernels._info import INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK
 
 from .errors import ConfigError
 
 OPS = ("lu", "inv", "solve", "slogdet")
 INFO_NOT_COMPUTED = np.iinfo(np.int32).min  # fill of ``info``: a chunk no task has written yet
-INFO_MISSING_INPUT = -3   # the matrix's input (or right-hand side) chunk is missing from the store
-                          # and the run was told to go on (batchlu.missing-chunks: fill)
 
 
 class InfoCounts(NamedTuple):

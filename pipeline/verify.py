@@ -20,7 +20,7 @@ import zarr
 
 from . import _ledger, _missing
 from ._config import options as make_options
-from ._ops import INFO_MISSING_INPUT, info_counts
+from ._ops import INFO_MISSING_INPUT, INFO_NONFINITE_RESULT, info_counts
 from ._output import read_provenance
 from ._store import ArrayRef, open_array_info, parse_ref
 from .errors import InputError
@@ -126,10 +126,9 @@ def _semantics(op, info, out, nonfinite_in, missing_in) -> np.ndarray:
     allnan = lambda x: np.isnan(x).all(axis=axes(x)) if x.ndim > 1 else np.isnan(x)  # noqa: E731
     allfinite = lambda x: np.isfinite(x).all(axis=axes(x)) if x.ndim > 1 else np.isfinite(x)  # noqa: E731
     # -2 exactly where a finite input would have info 0 but its outputs are not all finite
-    results = {"lu": ("lu",), "inv": ("inv",), "solve": ("x",), "slogdet": ("sign", "logabsdet")}[op]
-    finite_out = np.logical_and.reduce([allfinite(out[name]) for name in results])
-    rule = ~missing_in & ~nonfinite_in & ((info == 0) | (info == -2))
-    bad |= rule & ((info == -2) == finite_out)
+    finite_out = np.logical_and.reduce([allfinite(x) for name, x in out.items() if name not in ("info", "piv")])
+    rule = ~missing_in & ~nonfinite_in & ((info == 0) | (info == INFO_NONFINITE_RESULT))
+    bad |= rule & ((info == INFO_NONFINITE_RESULT) == finite_out)
     if op == "lu":
         n = out["piv"].shape[-1]
         bad |= nf & ~(allnan(out["lu"]) & (out["piv"] == np.arange(n)).all(-1))
