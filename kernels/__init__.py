@@ -7,13 +7,23 @@ Both follow the same conventions:
   input dtype;
 * ``lu`` and ``piv`` mean exactly what :func:`scipy.linalg.lu_factor` returns for each matrix, with
   ``piv`` 0-based int32;
-* ``info`` is int32 of shape ``(...)``: 0 ok, ``k > 0`` when ``U[k-1, k-1]`` is exactly zero (the
-  factorization still completes), -1 when the matrix holds NaN or Inf;
+* ``info`` is int32 of shape ``(...)``, one code per matrix (named in ``batchlu.kernels``):
+
+  - 0 (``INFO_OK``): the result is finite;
+  - ``k > 0``: ``U[k-1, k-1]`` is exactly zero (the factorization still completes; ``inv`` and
+    ``solve`` give NaN, ``slogdet`` sign 0 and logabsdet -inf);
+  - -1 (``INFO_NONFINITE_INPUT``): the matrix, or for ``solve`` its right-hand side, holds NaN or
+    Inf; results NaN, ``piv`` the identity;
+  - -2 (``INFO_NONFINITE_RESULT``): the input is finite but the result is not (it overflowed:
+    ``lu``, the inverse, ``x``, ``sign`` or ``logabsdet`` holds Inf or NaN); the results are kept as
+    computed. ``lu_solve`` returns no ``info`` and flags nothing;
 * a singular or non-finite matrix never raises and never spoils its neighbours; ``check=True``
   raises :class:`numpy.linalg.LinAlgError` naming the first bad index.
 """
 
 from ._api import inv, lu_factor, lu_solve, slogdet, solve
+from ._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK
 from ._validate import SUPPORTED_DTYPES
 
-__all__ = ["SUPPORTED_DTYPES", "inv", "lu_factor", "lu_solve", "slogdet", "solve"]
+__all__ = ["INFO_NONFINITE_INPUT", "INFO_NONFINITE_RESULT", "INFO_OK", "SUPPORTED_DTYPES", "inv",
+           "lu_factor", "lu_solve", "slogdet", "solve"]

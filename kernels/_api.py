@@ -9,13 +9,17 @@ already C-contiguous, of a supported dtype, with one flat batch axis:
     solve(a, b)   -> x (B,n,k), info (B,)
     slogdet(a)    -> sign (B,), logabsdet (B,) real, info (B,)
 
-with B >= 1 and n >= 1; empty batches and n = 0 are answered here.
+with B >= 1 and n >= 1; empty batches and n = 0 are answered here. So is the one check every backend
+shares (``batchlu.kernels._info``): a finite input whose result is not finite gets
+``INFO_NONFINITE_RESULT`` (-2), and for ``solve`` a right-hand side holding NaN or Inf makes the input
+non-finite (-1, all-NaN ``x``). The backends' kernels themselves are left as they are.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _info
 from ._validate import check_dtype, check_piv, check_rhs, check_square
 
 
@@ -58,8 +62,7 @@ def _raise_on_bad(info, batch, op: str) -> None:
     if bad.size:
         i = int(bad[0])
         index = np.unravel_index(i, batch) if batch else ()
-        code = int(host.reshape(-1)[i])
-        why = "holds NaN or Inf" if code < 0 else f"is singular: U[{code - 1}, {code - 1}] is exactly zero"
+        why = _info.describe(int(host.reshape(-1)[i]), rhs=op == "solve")
         raise np.linalg.LinAlgError(
             f"{op}: matrix at index {tuple(int(j) for j in index)} {why} "
             f"({int(bad.size)} bad matrices in the batch of {host.size}).")
@@ -80,21 +83,25 @@ def _prepare_a(a, op):
     return xp, backend, a, dtype, n, a.shape[:-2]
 
 
+def _getrf(xp, backend, a, dtype, n, batch, stream, flag: bool):
+    """``lu``, ``piv``, ``info`` shaped as ``a``; ``flag``: overflowed factors get -2."""
+    if n == 0 or 0 in batch:
+        return xp.empty(a.shape, dtype), xp.empty(batch + (n,), np.int32), xp.zeros(batch, np.int32)
+    with _stream_ctx(xp, stream):
+        lu, piv, info = backend.getrf(_flat(a, xp, dtype, 2))
+        if flag:
+            info = _info.flag_nonfinite(xp, info, lu)
+    return lu.reshape(a.shape), piv.reshape(batch + (n,)), info.reshape(batch)
+
+
 def lu_factor(a, *, check: bool = False, stream=None):
     """LU factorization with partial pivoting of each matrix in ``a`` (..., n, n).
 
     Returns ``lu`` (..., n, n), ``piv`` (..., n) int32 (0-based, as :func:`scipy.linalg.lu_factor`)
-    and ``info`` (...) int32.
+    and ``info`` (...) int32 (-2 where the factors of a finite matrix overflowed).
     """
     xp, backend, a, dtype, n, batch = _prepare_a(a, "lu_factor")
-    if n == 0 or 0 in batch:
-        lu = xp.empty(a.shape, dtype)
-        piv = xp.empty(batch + (n,), np.int32)
-        info = xp.zeros(batch, np.int32)
-    else:
-        with _stream_ctx(xp, stream):
-            lu, piv, info = backend.getrf(_flat(a, xp, dtype, 2))
-        lu, piv, info = lu.reshape(a.shape), piv.reshape(batch + (n,)), info.reshape(batch)
+    lu, piv, info = _getrf(xp, backend, a, dtype, n, batch, stream, flag=True)
     if check:
         _raise_on_bad(info, batch, "lu_factor")
     return lu, piv, info
@@ -105,6 +112,8 @@ def lu_solve(lu, piv, b, *, stream=None):
 
     ``b`` is (..., n) for one right-hand side per matrix or (..., n, k) for k of them; the batch
     shape must equal that of ``lu``. Matrices with a zero pivot give inf/NaN in their own ``x``.
+    Returns ``x`` only: there is no ``info`` here (it is :func:`lu_factor`'s), so an ``x`` that
+    overflows is not flagged; :func:`solve` flags it.
     """
     xp, backend = _backend(lu, piv, b)
     lu, piv, b = (_as_array(x, xp) for x in (lu, piv, b))
@@ -129,7 +138,7 @@ def lu_solve(lu, piv, b, *, stream=None):
 def inv(a, *, check: bool = False, stream=None):
     """Inverse of each matrix in ``a`` (..., n, n); NaN for a singular or non-finite matrix.
 
-    Returns ``ainv`` and ``info``.
+    Returns ``ainv`` and ``info`` (-2 where the inverse of a finite matrix is not finite).
     """
     xp, backend, a, dtype, n, batch = _prepare_a(a, "inv")
     if n == 0 or 0 in batch:
@@ -137,6 +146,7 @@ def inv(a, *, check: bool = False, stream=None):
     else:
         with _stream_ctx(xp, stream):
             ainv, info = backend.inv(_flat(a, xp, dtype, 2))
+            info = _info.flag_nonfinite(xp, info, ainv)
         ainv, info = ainv.reshape(a.shape), info.reshape(batch)
     if check:
         _raise_on_bad(info, batch, "inv")
@@ -147,7 +157,8 @@ def solve(a, b, *, check: bool = False, stream=None):
     """Solve ``a x = b`` for each matrix; ``b`` is (..., n) or (..., n, k).
 
     Returns ``x`` (NaN for a singular or non-finite matrix) and ``info``. Mixed dtypes are computed
-    in ``numpy.result_type(a, b)``.
+    in ``numpy.result_type(a, b)``. A right-hand side holding NaN or Inf counts as a non-finite input
+    (info -1, ``x`` all NaN); a finite input whose ``x`` is not finite gets info -2.
     """
     xp, backend = _backend(a, b)
     a, b = _as_array(a, xp), _as_array(b, xp)
@@ -158,12 +169,14 @@ def solve(a, b, *, check: bool = False, stream=None):
     dtype = check_dtype(np.result_type(a.dtype, b.dtype), "the result")
     if n == 0 or 0 in batch or (not vector and b.shape[-1] == 0):
         x, info = xp.empty(b.shape, dtype), xp.zeros(batch, np.int32)
-        if n and 0 not in batch:
-            _, _, info = lu_factor(a, stream=stream)
+        if n and 0 not in batch:  # no x to overflow: the factorization's info, unflagged
+            _, _, info = _getrf(xp, backend, a, a.dtype, n, batch, stream, flag=False)
     else:
         b3 = _flat(b[..., None] if vector else b, xp, dtype, 2)
         with _stream_ctx(xp, stream):
             x, info = backend.solve(_flat(a, xp, dtype, 2), b3)
+            info, x = _info.nonfinite_rhs(xp, info, x, b3)
+            info = _info.flag_nonfinite(xp, info, x)
         x, info = x.reshape(b.shape), info.reshape(batch)
     if check:
         _raise_on_bad(info, batch, "solve")
@@ -174,7 +187,8 @@ def slogdet(a, *, check: bool = False, stream=None):
     """Sign and natural log of the absolute determinant of each matrix, in the input's precision.
 
     For complex input the sign is complex with modulus 1. An exactly singular matrix gives sign 0 and
-    logabsdet -inf (as :func:`numpy.linalg.slogdet`); a non-finite one gives NaN for both.
+    logabsdet -inf (as :func:`numpy.linalg.slogdet`); a non-finite one gives NaN for both. A finite
+    matrix whose sign or logabsdet comes out non-finite (its factors overflowed) gets info -2.
     Returns ``sign``, ``logabsdet`` and ``info``.
     """
     xp, backend, a, dtype, n, batch = _prepare_a(a, "slogdet")
@@ -185,6 +199,7 @@ def slogdet(a, *, check: bool = False, stream=None):
     else:
         with _stream_ctx(xp, stream):
             sign, logabsdet, info = backend.slogdet(_flat(a, xp, dtype, 2))
+            info = _info.flag_nonfinite(xp, info, sign, logabsdet)
         sign, logabsdet, info = sign.reshape(batch), logabsdet.reshape(batch), info.reshape(batch)
     if check:
         _raise_on_bad(info, batch, "slogdet")

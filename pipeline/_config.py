@@ -12,6 +12,7 @@ import dask.config
 import yaml
 from dask.utils import parse_bytes
 
+from ._missing import POLICIES as MISSING_CHUNKS
 from .errors import ConfigError
 
 _DEFAULTS = pathlib.Path(__file__).with_name("batchlu.yaml")
@@ -50,6 +51,7 @@ class Options:
     task_delay: float = 0.0
     io_processes: int | None = None    # I/O processes per worker; None: auto (see pipeline._gpu_path.io_settings)
     io_threads: int | None = None      # threads per I/O process; None: auto
+    missing_chunks: str = "error"      # a chunk missing from the input: "error", or "fill" (info -3)
     generate_chunk_bytes: int = 32 * 2**20
     verify_threshold: float = 30.0
     verify_block_bytes: int = 64 * 2**20
@@ -135,6 +137,14 @@ def _path(value, what: str) -> str | None:
     return str(value)
 
 
+def _choice(value, what: str, choices: tuple[str, ...]) -> str:
+    text = str(value).strip().lower() if isinstance(value, str) else value
+    if text not in choices:
+        raise ConfigError(f"Expected batchlu.{what} to be one of {', '.join(choices)}. "
+                          f"Got {value!r} instead.")
+    return text
+
+
 def _bool(value, what: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -189,6 +199,7 @@ def _from_mapping(cfg: Mapping) -> Options:
         task_delay=float(_get(cfg, "task-delay", 0) or 0),
         io_processes=_auto_int(_get(cfg, "io-processes", "auto"), "io-processes", minimum=0),
         io_threads=_auto_int(_get(cfg, "io-threads", "auto"), "io-threads", minimum=1),
+        missing_chunks=_choice(_get(cfg, "missing-chunks", "error"), "missing-chunks", MISSING_CHUNKS),
         generate_chunk_bytes=_bytes(_get(generate, "chunk-bytes", "32MiB"), "generate.chunk-bytes"),
         verify_threshold=float(_get(verify, "threshold", 30)),
         verify_block_bytes=_bytes(_get(verify, "block-bytes", "64MiB"), "verify.block-bytes"),
@@ -215,6 +226,9 @@ def _checked(opts: Options) -> Options:
     if opts.backend not in BACKENDS:
         raise ConfigError(f"Expected backend to be one of {', '.join(BACKENDS)}. "
                           f"Got {opts.backend!r} instead.")
+    if opts.missing_chunks not in MISSING_CHUNKS:
+        raise ConfigError(f"Expected batchlu.missing-chunks to be one of {', '.join(MISSING_CHUNKS)}. "
+                          f"Got {opts.missing_chunks!r} instead.")
     if opts.task_delay < 0:
         raise ConfigError(f"Expected batchlu.task-delay >= 0. Got {opts.task_delay} instead.")
     return opts

@@ -16,6 +16,9 @@ threads only send requests: the worker's :class:`batchlu.pipeline._io_pool.IOPoo
 chunks straight into the slot (shared memory, page-locked on the GPU) and encode the outputs straight
 from it, so that Zarr's CPU work is spread over several processes while this process keeps one GPU,
 its streams and the bookkeeping (the chunks are recorded complete here, after every write returned).
+Either way, the reader thread first asks the store whether every chunk of the batch is there
+(:mod:`batchlu.pipeline._missing`), so a missing chunk is caught before any process reads it as
+the fill value.
 
 A task that covers one output chunk is one batch; then reading, computing and writing overlap across
 the worker's tasks in flight (its threads), each on its own CUDA stream. A task of several chunks
@@ -320,7 +323,10 @@ class BatchIO:
 
     ``mark(start, stop)`` is called (in the writer thread, in order) once every output of matrices
     ``[start, stop)`` is written; ``read_error(array, start, stop, exc)`` turns a failed read into a
-    clear error (e.g. naming the corrupt chunk file).
+    clear error (e.g. naming the corrupt chunk file); ``missing(start, stop)`` runs (in the reader
+    thread) before each read, whether this process or an I/O process then reads: it raises on a
+    chunk missing from the store, or returns the mask of matrices whose outputs get ``info`` -3
+    (:meth:`batchlu.pipeline._tasks.TaskIO.missing`), or None.
 
     With ``pool`` (a :class:`batchlu.pipeline._io_pool.IOPool`), the reads and writes run in its I/O
     processes, straight between the Zarr stores and the slot buffers; ``where`` then gives the
@@ -335,6 +341,7 @@ class BatchIO:
     read_error: object = None
     pool: object = None
     where: dict | None = None
+    missing: object = None
 
 
 @dataclasses.dataclass
@@ -345,6 +352,8 @@ class PathStats:
     ok: int = 0
     singular: int = 0
     nonfinite: int = 0
+    nonfinite_result: int = 0
+    missing: int = 0
     pieces: int = 0          # kernel launches (batch pieces) run
     oom_splits: int = 0      # pieces halved after an out-of-memory error
     read_s: float = 0.0
@@ -445,10 +454,8 @@ def _compute(engine, op: str, slot: Slot, piece: int, stats: PathStats) -> int:
 
 
 def _count_info(info: np.ndarray, stats: PathStats) -> None:
-    ok, singular, nonfinite = _ops.info_counts(info)
-    stats.ok += ok
-    stats.singular += singular
-    stats.nonfinite += nonfinite
+    for name, value in zip(_ops.InfoCounts._fields, _ops.info_counts(info)):
+        setattr(stats, name, getattr(stats, name) + value)
 
 
 def run_batches(engine, op: str, io: BatchIO, batches: list[tuple[int, int]], *,
@@ -478,10 +485,12 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
     lock = threading.Lock()
     pooled = io.pool is not None and all(_shared(slot) for slot in slots)
 
-    def read(index: int) -> None:
+    def read(index: int):
+        """Read batch ``index`` into its slot; returns the mask of matrices in missing chunks, or None."""
         start, stop = batches[index]
         slot = slots[index % 2].view(stop - start)
         t = time.perf_counter()
+        gaps = io.missing(start, stop) if io.missing is not None else None
         if pooled:
             _pool_read(io, start, stop, slot)
         else:
@@ -491,6 +500,7 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
         with lock:
             stats.read_s += time.perf_counter() - t
             stats.bytes_in += slot.a.nbytes + (0 if slot.b is None else slot.b.nbytes)
+        return gaps
 
     def write(index: int) -> None:
         start, stop = batches[index]
@@ -513,7 +523,7 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
         writes: deque = deque()
         try:
             for i, (start, stop) in enumerate(batches):
-                pending_read.result()
+                gaps = pending_read.result()
                 # slot (i + 1) % 2's input was consumed by batch i - 1's compute: refill it now
                 if i + 1 < len(batches):
                     pending_read = reader.submit(read, i + 1)
@@ -525,6 +535,8 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
                     time.sleep(delay)
                 t = time.perf_counter()
                 piece = _compute(engine, op, slot, piece, stats)
+                if gaps is not None:   # batchlu.missing-chunks: fill
+                    _ops.mark_missing(slot.outs, gaps)
                 stats.compute_s += time.perf_counter() - t
                 stats.matrices += stop - start
                 if "info" in slot.outs:
@@ -701,10 +713,10 @@ class PathBackend:
         if job.rhs is not None:
             where["b"] = (job.rhs.path, job.rhs.array)
         batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error,
-                           pool=io_pool_for(job, engine), where=where)
+                           pool=io_pool_for(job, engine), where=where, missing=io.missing)
         stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
-        return TaskResult(c0, c1, matrices=stats.matrices, ok=stats.ok, singular=stats.singular,
-                          nonfinite=stats.nonfinite, bytes_in=stats.bytes_in,
+        counts = {name: getattr(stats, name) for name in _ops.InfoCounts._fields}
+        return TaskResult(c0, c1, matrices=stats.matrices, **counts, bytes_in=stats.bytes_in,
                           bytes_out=stats.bytes_out, seconds=stats.wall_s,
                           worker=self.label(engine), backend=self.name)
 

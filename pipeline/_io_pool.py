@@ -22,6 +22,8 @@ So a worker hands its Zarr I/O to a few child processes of its own, and keeps on
 * **Faults.** A child that dies fails its requests with :class:`IOProcessError` and is replaced on
   the next request. Errors raised in a child (a corrupt chunk, a full disk) come back as the same
   exception. Only the worker records chunks complete, after every write of the batch succeeded.
+  A chunk missing from the input store is caught by the worker before it sends the read
+  (:mod:`batchlu.pipeline._missing`): a child never reads one as the fill value unnoticed.
 
 Linux only (``memfd_create`` and ``/proc``): :func:`supported` says so; elsewhere the data path does
 its I/O in the worker process as before.

@@ -1,16 +1,41 @@
 """The four ops: which arrays each writes (name, shape after N, dtype, fill) and how one batch of
-each is computed with :mod:`kernels` (NumPy or CuPy arrays alike)."""
+each is computed with :mod:`kernels` (NumPy or CuPy arrays alike); the ``info`` categories a run
+counts."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
+
+from batchlu.kernels._info import INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK
 
 from .errors import ConfigError
 
 OPS = ("lu", "inv", "solve", "slogdet")
 INFO_NOT_COMPUTED = np.iinfo(np.int32).min  # fill of ``info``: a chunk no task has written yet
+
+
+class InfoCounts(NamedTuple):
+    """How many matrices have each kind of ``info``: one category per code (``k > 0`` together)."""
+
+    ok: int = 0                 # 0
+    singular: int = 0           # k > 0
+    nonfinite: int = 0          # -1: the input holds NaN or Inf
+    nonfinite_result: int = 0   # -2: finite input, non-finite result (overflow)
+    missing: int = 0            # -3: input chunk missing, filled (batchlu.missing-chunks: fill)
+
+    def plus(self, other: InfoCounts) -> InfoCounts:
+        return InfoCounts(*(x + y for x, y in zip(self, other)))
+
+    def describe(self) -> str:
+        """``ok 1,000   singular 0   non-finite input 0   non-finite result 3   missing input 0``."""
+        return "   ".join(f"{INFO_LABELS[name]} {value:,}" for name, value in zip(self._fields, self))
+
+
+INFO_LABELS = {"ok": "ok", "singular": "singular", "nonfinite": "non-finite input",
+               "nonfinite_result": "non-finite result", "missing": "missing input"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,11 +73,26 @@ def output_specs(op: str, n: int, dtype, rhs_dtype=None, k: int | None = None) -
     return [OutputSpec("sign", (), dtype, nan), OutputSpec("logabsdet", (), real, nan), info]
 
 
-def info_counts(info) -> tuple[int, int, int]:
-    """(ok, singular, non-finite) counts of an ``info`` array: 0, > 0 and < 0."""
+def info_counts(info) -> InfoCounts:
+    """The :class:`InfoCounts` of an ``info`` array."""
     info = np.asarray(info)
-    return (int(np.count_nonzero(info == 0)), int(np.count_nonzero(info > 0)),
-            int(np.count_nonzero(info < 0)))
+    return InfoCounts(int(np.count_nonzero(info == INFO_OK)), int(np.count_nonzero(info > 0)),
+                      int(np.count_nonzero(info == INFO_NONFINITE_INPUT)),
+                      int(np.count_nonzero(info == INFO_NONFINITE_RESULT)),
+                      int(np.count_nonzero(info == INFO_MISSING_INPUT)))
+
+
+def mark_missing(outputs: dict, rows) -> None:
+    """Give the matrices ``rows`` (a mask or indices along N) of one batch's ``outputs`` (name ->
+    host array, written in place) the outputs of a missing input: ``info`` -3, NaN results and
+    ``piv`` the identity, as for a non-finite input."""
+    for name, value in outputs.items():
+        if name == "info":
+            value[rows] = INFO_MISSING_INPUT
+        elif name == "piv":
+            value[rows] = np.arange(value.shape[-1], dtype=value.dtype)
+        else:
+            value[rows] = np.nan
 
 
 def compute(op: str, a, b=None) -> dict:

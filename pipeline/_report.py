@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ._ops import InfoCounts
+
 
 @dataclasses.dataclass
 class Report:
@@ -14,7 +16,9 @@ class Report:
     skipped: int = 0           # matrices already complete (resume)
     ok: int = 0                # info == 0, over the whole output
     singular: int = 0          # info > 0
-    nonfinite: int = 0         # info == -1
+    nonfinite: int = 0         # info == -1: the input holds NaN or Inf
+    nonfinite_result: int = 0  # info == -2: finite input, non-finite result (overflow)
+    missing: int = 0           # info == -3: input chunk missing (batchlu.missing-chunks: fill)
     elapsed: float = 0.0       # seconds from submitting the tasks to the last result
     submitted: bool = False    # tasks were handed to the cluster (internal: decides cleanup on failure)
     startup: float = 0.0       # seconds to connect (or start the embedded cluster) and set it up
@@ -26,6 +30,16 @@ class Report:
     per_worker: dict[str, int] = dataclasses.field(default_factory=dict)  # matrices per worker
     status: str = "complete"
     dashboard: str | None = None
+
+    @property
+    def counts(self) -> InfoCounts:
+        """The ``info`` counts, one per category (ok, singular, non-finite input, ...)."""
+        return InfoCounts(*(getattr(self, name) for name in InfoCounts._fields))
+
+    @counts.setter
+    def counts(self, value: InfoCounts) -> None:
+        for name, number in zip(InfoCounts._fields, value):
+            setattr(self, name, int(number))
 
     @property
     def matrices_per_s(self) -> float:
@@ -51,7 +65,7 @@ class Report:
     def __repr__(self) -> str:
         lines = [
             f"batchlu {self.op}: {self.status}, {self.count:,} matrices -> {self.output}",
-            f"  ok {self.ok:,}   singular {self.singular:,}   non-finite {self.nonfinite:,}",
+            f"  {self.counts.describe()}",
             f"  computed {self.processed:,} in {self.elapsed:.2f} s ({self.matrices_per_s:,.0f} "
             f"matrices/s, {self.gb_in_per_s:.3f} GB/s in, {self.gb_out_per_s:.3f} GB/s out), "
             f"{self.tasks:,} tasks",

@@ -12,7 +12,7 @@ import zarr
 
 from . import _backends, _cluster, _live, _ledger, _output
 from ._config import options as make_options
-from ._ops import INFO_NOT_COMPUTED, check_op, info_counts, output_specs
+from ._ops import INFO_NOT_COMPUTED, InfoCounts, check_op, info_counts, output_specs
 from ._plan import bytes_per_matrix, make_plan
 from ._report import Report
 from ._store import check_matrices, check_output_path, check_rhs, open_array_info, parse_ref
@@ -20,7 +20,7 @@ from ._tasks import Job, process_range
 from .errors import InputError
 
 
-def _count_info(path: str) -> tuple[int, int, int]:
+def _count_info(path: str) -> InfoCounts:
     info = np.asarray(zarr.open_array(store=path, path="info", mode="r")[...])
     return info_counts(info[info != INFO_NOT_COMPUTED])
 
@@ -90,7 +90,8 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="
 
     job = Job(op=op, input=matrices.ref, rhs=rhs_info.ref if rhs_info else None, output=out_path,
               outputs=tuple(s.name for s in specs), plan=plan, backend=opts.backend,
-              task_delay=opts.task_delay, io_processes=opts.io_processes, io_threads=opts.io_threads)
+              task_delay=opts.task_delay, io_processes=opts.io_processes, io_threads=opts.io_threads,
+              missing_chunks=opts.missing_chunks)
     report = Report(output=out_path, op=op, count=matrices.count, backend=opts.backend)
     try:
         complete = _ledger.read(out_path)
@@ -115,14 +116,13 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="
         _fail(out_path, provenance, runs, run_started, report, exc)
         raise exc
     if report.skipped:
-        report.ok, report.singular, report.nonfinite = _count_info(out_path)
+        report.counts = _count_info(out_path)
     used = sorted(set(provenance["backends_used"]) | set(report.backends))
     _output.update(out_path, status="complete", finished=_output.now(), backends_used=used,
                    runs=runs + [{"started": run_started, "finished": _output.now(),
                                  "resume": bool(record), "status": "complete",
                                  "matrices": report.processed, "seconds": report.elapsed}],
-                   counts={"ok": report.ok, "singular": report.singular,
-                           "nonfinite": report.nonfinite})
+                   counts=report.counts._asdict())
     report.status = "complete"
     return report
 
@@ -162,11 +162,11 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
         try:
             for future in as_completed(futures):
                 result = future.result()
+                if result.error is not None:   # raised on purpose in the task (missing chunk, ...)
+                    raise result.error
                 bar.update(result.matrices)
                 report.processed += result.matrices
-                report.ok += result.ok
-                report.singular += result.singular
-                report.nonfinite += result.nonfinite
+                report.counts = report.counts.plus(result.counts)
                 report.bytes_in += result.bytes_in
                 report.bytes_out += result.bytes_out
                 report.per_worker[result.worker] = report.per_worker.get(result.worker, 0) + result.matrices

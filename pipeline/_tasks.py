@@ -1,18 +1,28 @@
 """What runs on a worker: one task = a run of whole output chunks, processed batch by batch as
-read → compute → write every output → record the chunks complete."""
+read → compute → write every output → record the chunks complete.
+
+Before a batch is read, the chunks it needs are looked up in the input's store
+(:mod:`batchlu.pipeline._missing`): a missing one stops the task with a
+:class:`batchlu.pipeline.errors.MissingChunkError`, or (``batchlu.missing-chunks: fill``) its
+matrices get ``info`` -3. An error raised on purpose (:class:`BatchluError`: a missing or corrupt
+chunk) comes back to the client inside the :class:`TaskResult`, which raises it there: the task
+does not fail on the worker, so the worker logs no traceback of it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import numpy as np
 
-from . import _backends, _ledger
+from . import _backends, _ledger, _missing
 from ._io_pool import open_array
-from ._ops import info_counts
+from ._ops import InfoCounts, info_counts, mark_missing
 from ._plan import Plan
 from ._store import ArrayRef, read_range
+from .errors import BatchluError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +39,7 @@ class Job:
     task_delay: float = 0.0
     io_processes: int | None = None   # I/O processes per worker (batchlu.io-processes); None: auto
     io_threads: int | None = None     # threads per I/O process (batchlu.io-threads); None: auto
+    missing_chunks: str = "error"     # batchlu.missing-chunks: "error" or "fill"
 
 
 @dataclasses.dataclass
@@ -41,18 +52,23 @@ class TaskResult:
     ok: int = 0
     singular: int = 0
     nonfinite: int = 0
+    nonfinite_result: int = 0
+    missing: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
     worker: str = ""
     backend: str = ""
+    error: BaseException | None = None   # an error raised on purpose in the task: the client raises it
+
+    @property
+    def counts(self) -> InfoCounts:
+        return InfoCounts(*(getattr(self, name) for name in InfoCounts._fields))
 
     def count_info(self, info: np.ndarray) -> None:
-        ok, singular, nonfinite = info_counts(info)
         self.matrices += int(np.size(info))
-        self.ok += ok
-        self.singular += singular
-        self.nonfinite += nonfinite
+        for name, value in zip(InfoCounts._fields, info_counts(info)):
+            setattr(self, name, getattr(self, name) + value)
 
 
 class TaskIO:
@@ -64,6 +80,20 @@ class TaskIO:
         self.input = open_array(job.input.path, job.input.array, "r")
         self.rhs = open_array(job.rhs.path, job.rhs.array, "r") if job.rhs is not None else None
         self.out = {name: open_array(job.output, name, "r+") for name in job.outputs}
+
+    def missing(self, start: int, stop: int) -> np.ndarray | None:
+        """Look up the chunks matrices ``[start, stop)`` need, in the input and the right-hand side:
+        None when all are stored, else (``fill``) the mask of the matrices in missing chunks;
+        ``error`` raises :class:`batchlu.pipeline.errors.MissingChunkError`."""
+        rows = None
+        for ref, array, what in ((self.job.input, self.input, "input"), (self.job.rhs, self.rhs, "right-hand side")):
+            if array is None:
+                continue
+            where = os.path.join(ref.path, ref.array) if ref.array else ref.path
+            gaps = _missing.check(array, where, start, stop, self.job.missing_chunks, what)
+            if gaps is not None:
+                rows = gaps if rows is None else rows | gaps
+        return rows
 
     def read(self, start: int, stop: int):
         a = read_range(self.job.input, self.input, start, stop)
@@ -103,8 +133,12 @@ def run_batches(job: Job, c0: int, c1: int, compute) -> TaskResult:
         start, stop = job.plan.chunk_range(b0, b1)
         if job.task_delay:
             time.sleep(job.task_delay)
+        gaps = io.missing(start, stop)
         a, b = io.read(start, stop)
         results = compute(job.op, a, b)
+        if gaps is not None:
+            results = {name: np.array(value) for name, value in results.items()}
+            mark_missing(results, gaps)
         result.bytes_in += a.nbytes + (b.nbytes if b is not None else 0)
         result.bytes_out += io.write(start, stop, results)
         io.mark(b0, b1)
@@ -117,6 +151,9 @@ def process_range(job: Job, c0: int, c1: int) -> TaskResult:
     """Task body: output chunks ``[c0, c1)`` of ``job``, on the backend chosen here, on the worker."""
     backend = _backends.resolve(job.backend)
     custom = getattr(backend, "process_range", None)
-    result = custom(job, c0, c1) if custom is not None else run_batches(job, c0, c1, backend.compute)
+    try:
+        result = custom(job, c0, c1) if custom is not None else run_batches(job, c0, c1, backend.compute)
+    except BatchluError as exc:   # the client raises it (see the module docstring)
+        result = TaskResult(c0, c1, worker=_worker_address(), error=exc)
     result.backend = backend.name
     return result

@@ -15,6 +15,7 @@ __all__ = [
     "CorruptInputError",
     "InputError",
     "InputNotFoundError",
+    "MissingChunkError",
     "OutputError",
     "OutputExistsError",
     "ResumeError",
@@ -43,6 +44,11 @@ class InputNotFoundError(InputError, FileNotFoundError):
 
 class CorruptInputError(InputError):
     """A chunk of the input could not be read or decoded; the message names the chunk file."""
+
+
+class MissingChunkError(InputError):
+    """A chunk (or shard, or a chunk inside a shard) of the input or right-hand side is missing from its
+    store: Zarr would read it as the fill value. The message names the chunk and its matrices."""
 
 
 class OutputError(BatchluError, OSError):

@@ -27,9 +27,7 @@ def _info_counts(info: zarr.Array, complete: np.ndarray | None, chunk: int) -> s
     if complete is not None:
         values = values[_ledger.matrix_mask(complete, chunk, values.size)]
     values = values[values != INFO_NOT_COMPUTED]
-    ok, singular, nonfinite = info_counts(values)
-    return (f"  info: ok {ok:,}   singular {singular:,}   non-finite {nonfinite:,}"
-            f"   (of {values.size:,} computed)")
+    return f"  info: {info_counts(values).describe()}   (of {values.size:,} computed)"
 
 
 def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:

@@ -5,8 +5,10 @@ dget01 for ``lu``, dget03 for ``inv``, dget02 for ``solve`` (via :mod:`batchlu.t
 by ``n * eps * cond1(A)``, the first-order bound of a backward-stable determinant. Singular and
 non-finite matrices are counted, not failed, but their outputs must follow the agreed semantics
 (NaN inverse/solution, sign 0 and -inf, NaN lu and identity piv, ...), and ``info == -1`` must match
-the matrices that hold NaN or Inf. Only chunks recorded complete are checked; an incomplete output
-is reported as such and is never ``ok``.
+the matrices that hold NaN or Inf (for ``solve``, in the matrix or its right-hand side). ``info == -2``
+must match the finite inputs whose outputs (computed as for ``info == 0``) are not finite; ``info ==
+-3`` the matrices whose input chunk is missing from the store, with the outputs of -1. Only chunks
+recorded complete are checked; an incomplete output is reported as such and is never ``ok``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import dataclasses
 import numpy as np
 import zarr
 
-from . import _ledger
+from . import _ledger, _missing
 from ._config import options as make_options
-from ._ops import info_counts
+from ._ops import INFO_MISSING_INPUT, INFO_NONFINITE_RESULT, info_counts
 from ._output import read_provenance
 from ._store import ArrayRef, open_array_info, parse_ref
 from .errors import InputError
@@ -39,6 +41,8 @@ class VerifyReport:
     over_threshold: int = 0
     singular: int = 0
     nonfinite: int = 0
+    nonfinite_result: int = 0     # info -2
+    missing: int = 0              # info -3
     semantic_errors: int = 0      # bad matrices whose outputs break the agreed semantics
     first_failures: list = dataclasses.field(default_factory=list)  # (index, why), a few
     complete_chunks: int = 0
@@ -62,7 +66,8 @@ class VerifyReport:
                  f"matrices in {self.output}",
                  f"  {what} ratio: max {self.max_ratio:.3g}, median {self.median_ratio:.3g}, "
                  f"{self.over_threshold:,} over {self.threshold:g} (of {self.ratios:,} ratios)",
-                 f"  singular {self.singular:,}   non-finite {self.nonfinite:,}   "
+                 f"  singular {self.singular:,}   non-finite input {self.nonfinite:,}   "
+                 f"non-finite result {self.nonfinite_result:,}   missing input {self.missing:,}   "
                  f"semantic errors {self.semantic_errors:,}"]
         if not self.complete:
             lines.append(f"  INCOMPLETE output: status {self.status!r}, {self.complete_chunks:,} of "
@@ -112,12 +117,18 @@ def _block_ratios(op, a, out, b) -> np.ndarray:
     return _slogdet_ratio(a, out["sign"], out["logabsdet"])
 
 
-def _semantics(op, info, out, nonfinite_in) -> np.ndarray:
+def _semantics(op, info, out, nonfinite_in, missing_in) -> np.ndarray:
     """Per matrix: True where the outputs of a singular / non-finite matrix break the agreement."""
-    bad = (info == -1) != nonfinite_in
-    nf, sg = info < 0, info > 0
+    bad = (info == INFO_MISSING_INPUT) != missing_in
+    bad |= ~missing_in & ((info == -1) != nonfinite_in)
+    nf, sg = (info == -1) | (info == INFO_MISSING_INPUT), info > 0
     axes = lambda x: tuple(range(1, x.ndim))  # noqa: E731
     allnan = lambda x: np.isnan(x).all(axis=axes(x)) if x.ndim > 1 else np.isnan(x)  # noqa: E731
+    allfinite = lambda x: np.isfinite(x).all(axis=axes(x)) if x.ndim > 1 else np.isfinite(x)  # noqa: E731
+    # -2 exactly where a finite input would have info 0 but its outputs are not all finite
+    finite_out = np.logical_and.reduce([allfinite(x) for name, x in out.items() if name not in ("info", "piv")])
+    rule = ~missing_in & ~nonfinite_in & ((info == 0) | (info == INFO_NONFINITE_RESULT))
+    bad |= rule & ((info == INFO_NONFINITE_RESULT) == finite_out)
     if op == "lu":
         n = out["piv"].shape[-1]
         bad |= nf & ~(allnan(out["lu"]) & (out["piv"] == np.arange(n)).all(-1))
@@ -192,11 +203,24 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
         info = out["info"]
         index = np.arange(count)[sel]
         report.checked += info.size
-        _, singular, nonfinite = info_counts(info)
-        report.singular += singular
-        report.nonfinite += nonfinite
+        counts = info_counts(info)
+        report.singular += counts.singular
+        report.nonfinite += counts.nonfinite
+        report.nonfinite_result += counts.nonfinite_result
+        report.missing += counts.missing
         nonfinite_in = ~np.isfinite(a).all(axis=(1, 2))
-        wrong = _semantics(op, info, out, nonfinite_in)
+        if b is not None:   # solve: a NaN or Inf in the right-hand side makes the input non-finite
+            nonfinite_in |= ~np.isfinite(b).reshape(b.shape[0], -1).all(axis=1)
+        missing_in = np.zeros(info.shape, bool)
+        if (info == INFO_MISSING_INPUT).any():   # -3 must sit on matrices whose chunk is missing
+            lo, hi = int(index.min()), int(index.max()) + 1
+            for array in filter(None, (a_arr, b_arr)):
+                gaps = _missing.find(array, lo, hi)
+                rows = np.zeros(hi - lo, bool)
+                for gap in gaps:
+                    rows[max(gap.lo, lo) - lo:min(gap.hi, hi) - lo] = True
+                missing_in |= rows[index - lo]
+        wrong = _semantics(op, info, out, nonfinite_in, missing_in)
         report.semantic_errors += int(wrong.sum())
         for i in np.flatnonzero(wrong)[:5 - len(report.first_failures)]:
             report.first_failures.append((int(index[i]), f"info {int(info[i])}: outputs break the "

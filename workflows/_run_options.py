@@ -86,6 +86,9 @@ CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
                  "Save Dask's performance report of the run to this HTML file."),
     ConfigOption("--output-compressor", "batchlu.output-compressor", click.STRING,
                  "Codec of the output arrays: zstd (default), zstd:LEVEL or none (fastest)."),
+    ConfigOption("--missing-chunks", "batchlu.missing-chunks", click.Choice(("error", "fill")),
+                 "A chunk missing from the input or right-hand side store: error (default: name it "
+                 "and stop), or fill (go on; its matrices get info -3 and NaN results)."),
 )
 
 

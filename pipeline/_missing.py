@@ -1,0 +1,142 @@
+"""Missing input chunks: which stored objects a range of matrices needs are absent from the store.
+
+Zarr reads a chunk that is not in the store as the array's fill value, so a deleted or never-written
+chunk file would turn into zero (or NaN) matrices and a "complete" run. Before a task reads matrices
+``[start, stop)`` of the input (and of the right-hand side), it asks the store about exactly the
+objects that hold them:
+
+* unsharded arrays (v2 and v3): one ``store.exists`` per chunk overlapping the range (a ``stat`` on
+  a local store), all of them at once on zarr's event loop;
+* sharded v3 arrays: the same per shard, then, for each shard that is there, its index (a ranged
+  read of 16 bytes per inner chunk plus a checksum) says which inner chunks it holds; an inner chunk
+  absent from the index is missing too (inner chunks wholly outside the array are never stored and
+  are not asked about).
+
+What to do then is ``batchlu.missing-chunks`` (:data:`POLICIES`): ``error`` raises
+:class:`batchlu.pipeline.errors.MissingChunkError` naming the first missing chunk and its matrices;
+``fill`` lets the read go on and returns the rows, whose outputs the task then overwrites with those
+of ``info`` -3 (:func:`batchlu.pipeline._ops.mark_missing`).
+
+Note: zarr-python 3 skips writing chunks that hold only the fill value unless the array is written
+with ``write_empty_chunks=True``, so such an input needs ``fill`` (those matrices then get -3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import os
+
+import numpy as np
+
+from .errors import MissingChunkError
+
+POLICIES = ("error", "fill")
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """One missing object: ``key`` (chunk or shard, relative to the array), ``inner`` (the chunk's
+    coordinates in the array's chunk grid when it is absent from a shard that is there), and the
+    matrices ``[lo, hi)`` it covers along N."""
+
+    key: str
+    inner: tuple[int, ...] | None
+    lo: int
+    hi: int
+
+    def describe(self, where: str) -> str:
+        path = os.path.join(where, self.key)
+        if self.inner is None:
+            return f"chunk file {path} (matrices {self.lo}:{self.hi})"
+        return f"chunk {self.inner} inside shard {path} (matrices {self.lo}:{self.hi})"
+
+
+def _sharding_codec(array):
+    from zarr.codecs.sharding import ShardingCodec
+
+    for codec in getattr(array.metadata, "codecs", ()):
+        if isinstance(codec, ShardingCodec):
+            return codec
+    return None
+
+
+def _grid(shape, unit) -> tuple[int, ...]:
+    return tuple(-(-int(s) // int(u)) for s, u in zip(shape, unit))
+
+
+async def _find(array, start: int, stop: int) -> list[Gap]:
+    shape = tuple(array.shape)
+    unit = tuple(array.shards or array.chunks)
+    grid = _grid(shape, unit)
+    rows = range(start // unit[0], (stop - 1) // unit[0] + 1)
+    coords = [c for c in itertools.product(rows, *(range(g) for g in grid[1:]))]
+    keys = [array.metadata.encode_chunk_key(c) for c in coords]
+    store, prefix = array.store_path.store, array.store_path.path
+
+    def full(key: str) -> str:
+        return f"{prefix}/{key}" if prefix else key
+
+    present = await asyncio.gather(*(store.exists(full(key)) for key in keys))
+    span = lambda i, size: (i * size, min((i + 1) * size, shape[0]))  # noqa: E731
+    gaps = [Gap(key, None, *span(c[0], unit[0])) for c, key, there in zip(coords, keys, present) if not there]
+    codec = _sharding_codec(array)
+    if codec is None or not hasattr(codec, "_load_shard_index_maybe"):
+        return gaps
+    chunks = tuple(array.chunks)
+    per_shard = tuple(u // c for u, c in zip(unit, chunks))
+    kept = [(c, key) for c, key, there in zip(coords, keys, present) if there]
+    indexes = await asyncio.gather(*(_shard_index(codec, array.store_path / key, per_shard) for _, key in kept))
+    for (shard, key), index in zip(kept, indexes):
+        if index is None:   # unreadable index: the read itself reports the corrupt shard
+            continue
+        stored = np.asarray(index.get_full_chunk_map())
+        for local in itertools.product(*(range(p) for p in per_shard)):
+            inner = tuple(s * p + i for s, p, i in zip(shard, per_shard, local))
+            first = [i * c for i, c in zip(inner, chunks)]
+            if any(f >= s for f, s in zip(first, shape)):
+                continue    # wholly outside the array: never stored
+            lo, hi = span(inner[0], chunks[0])
+            if hi <= start or lo >= stop or stored[local]:
+                continue
+            gaps.append(Gap(key, inner, lo, hi))
+    return sorted(gaps, key=lambda g: (g.lo, g.key, g.inner or ()))
+
+
+async def _shard_index(codec, byte_getter, per_shard):
+    try:
+        return await codec._load_shard_index_maybe(byte_getter, per_shard)
+    except Exception:
+        return None
+
+
+def find(array, start: int, stop: int) -> list[Gap]:
+    """The objects holding matrices ``[start, stop)`` of the zarr ``array`` that the store lacks."""
+    if stop <= start or 0 in tuple(array.shape):
+        return []
+    from zarr.core.sync import sync
+
+    return sync(_find(array, int(start), int(stop)))
+
+
+def check(array, where: str, start: int, stop: int, policy: str, what: str = "input") -> np.ndarray | None:
+    """Look for missing chunks before reading matrices ``[start, stop)`` of ``array`` (stored at
+    ``where``, a path for messages).
+
+    Returns None when every chunk is there, else (policy ``fill``) a mask over ``[start, stop)`` of
+    the matrices held by missing chunks. Policy ``error`` raises :class:`MissingChunkError` instead.
+    """
+    gaps = find(array, start, stop)
+    if not gaps:
+        return None
+    if policy != "fill":
+        more = f" ({len(gaps) - 1} more missing in matrices {start}:{stop})" if len(gaps) > 1 else ""
+        raise MissingChunkError(
+            f"Expected every chunk of the {what} {where} to be stored. Got {gaps[0].describe(where)} "
+            f"missing instead{more}; Zarr would read it as the fill value. Restore it, or pass "
+            f"--missing-chunks fill (batchlu.missing-chunks: fill) to give those matrices info -3.")
+    rows = np.zeros(stop - start, bool)
+    for gap in gaps:
+        rows[max(gap.lo, start) - start:min(gap.hi, stop) - start] = True
+    return rows

@@ -1,0 +1,161 @@
+"""``info`` -2 (INFO_NONFINITE_RESULT) on the CPU backend: a finite matrix whose result overflows is
+flagged, never reported as 0, for every op, dtype and both CPU engines (n = 6: vectorised NumPy,
+n = 16: LAPACK); a right-hand side holding NaN or Inf makes ``solve``'s input non-finite (-1).
+
+Issue 16, item 4: 8x8 float64 matrices scaled by 1e-308 gave inf/NaN inverses with info 0.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from batchlu import kernels
+from batchlu.kernels import _cpu, _cpu_lapack, _cpu_vectorised
+from batchlu.testing import matrices
+from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
+
+from _overflow import GROUP, check_codes, expected_info, finite, overflow_batch, same
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+SIZES = [6, 16]    # either side of _cpu.LAPACK_MIN_N
+
+
+class _PoisonedNumpy:
+    """``numpy`` inside the CPU backend with fresh buffers full of NaN (-7 for integers): an output
+    element left unwritten would read as a non-finite result."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def _poison(dtype):
+        return np.nan if np.dtype(dtype).kind in "fc" else -7
+
+    def empty(self, shape, dtype=float, *args, **kwargs):
+        return np.full(shape, self._poison(dtype), dtype)
+
+    def empty_like(self, x, dtype=None, *args, **kwargs):
+        return np.full(np.shape(x), self._poison(dtype or x.dtype), dtype or x.dtype)
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    for module in (_cpu, _cpu_lapack, _cpu_vectorised):
+        monkeypatch.setattr(module, "np", _PoisonedNumpy())
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_inv_flags_overflow(dtype, n, poisoned):
+    a = overflow_batch(n, dtype)
+    raw, raw_info = _cpu.inv(a.copy())
+    ainv, info = kernels.inv(a)
+    assert info.dtype == np.int32 and info.shape == (a.shape[0],)
+    np.testing.assert_array_equal(info, expected_info(raw_info, raw))
+    assert same(ainv, raw), "the outputs of a -2 matrix must be kept as computed"
+    check_codes(info, a, ainv)
+    plain = info[:GROUP] == 0
+    assert plain.all() and get03(a[:GROUP], ainv[:GROUP]).max() < THRESHOLD
+
+
+@pytest.mark.parametrize("k", [None, 3])
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_solve_flags_overflow(dtype, n, k, poisoned):
+    a = overflow_batch(n, dtype, seed=5)
+    b = matrices.rhs(n, k, dtype, seed=6, stop=a.shape[0])
+    b3 = b[..., None] if k is None else b
+    raw, raw_info = _cpu.solve(a.copy(), b3.copy())
+    x, info = kernels.solve(a, b)
+    assert x.shape == b.shape and x.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(info, expected_info(raw_info, raw))
+    assert same(x, raw.reshape(b.shape))
+    check_codes(info, a, x)
+    assert get02(a[:GROUP], x[:GROUP], b[:GROUP]).max() < THRESHOLD
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lu_factor_flags_overflow(dtype, n, poisoned):
+    a = overflow_batch(n, dtype, seed=7)
+    raw_lu, raw_piv, raw_info = _cpu.getrf(a.copy())
+    lu, piv, info = kernels.lu_factor(a)
+    np.testing.assert_array_equal(info, expected_info(raw_info, raw_lu))
+    assert same(lu, raw_lu) and same(piv, raw_piv)
+    check_codes(info, a, lu)
+    assert (info[:GROUP] == 0).all() and get01(a[:GROUP], lu[:GROUP], piv[:GROUP]).max() < THRESHOLD
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_slogdet_flags_overflow(dtype, n, poisoned):
+    a = overflow_batch(n, dtype, seed=9)
+    raw_sign, raw_log, raw_info = _cpu.slogdet(a.copy())
+    sign, logabsdet, info = kernels.slogdet(a)
+    np.testing.assert_array_equal(info, expected_info(raw_info, raw_sign, raw_log))
+    assert same(sign, raw_sign) and same(logabsdet, raw_log)
+    check_codes(info, a, sign, logabsdet)
+    # singular matrices keep their code and their by-design outputs (sign 0, logabsdet -inf)
+    singular = info > 0
+    assert singular.any() and (sign[singular] == 0).all() and (logabsdet[singular] == -np.inf).all()
+
+
+def test_issue_example_8x8_float64_scaled_by_1e_308():
+    """The reproduction from the issue: 1,000 inverses, none of them finite, none reported ok."""
+    rng = np.random.default_rng(16)
+    a = rng.uniform(-1, 1, (1000, 8, 8)) * 1e-308
+    ainv, info = kernels.inv(a)
+    bad = ~finite(ainv)
+    assert bad.sum() > 900
+    np.testing.assert_array_equal(info[bad], -2)
+    assert (info[~bad] == 0).all()
+    x, info = kernels.solve(a, rng.standard_normal((1000, 8)))
+    np.testing.assert_array_equal(info == -2, ~finite(x))
+    assert (info == -2).sum() > 500
+
+
+@pytest.mark.parametrize("k", [None, 2])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_solve_nonfinite_rhs_is_a_nonfinite_input(dtype, k):
+    """A NaN or Inf in b: info -1 and all-NaN x, as for a NaN in a; neighbours untouched."""
+    n = 5
+    a = matrices.generate("random", n, dtype, seed=11, start=0, stop=8)
+    b = matrices.rhs(n, k, dtype, seed=12, stop=8)
+    b[2].flat[1] = np.nan
+    b[5].flat[-1] = np.inf
+    a[6, :, 1] = 0.0            # singular a, finite b: stays singular
+    b[7].flat[0] = -np.inf
+    a[7, 0, 0] = np.nan         # both non-finite: -1
+    x, info = kernels.solve(a, b)
+    clean, clean_info = kernels.solve(a[[0, 1, 3, 4]], b[[0, 1, 3, 4]])
+    assert info[[2, 5, 7]].tolist() == [-1, -1, -1] and info[6] > 0
+    assert np.isnan(x[[2, 5, 6, 7]]).all()
+    assert same(x[[0, 1, 3, 4]], clean) and (clean_info == 0).all() and (info[[0, 1, 3, 4]] == 0).all()
+    with pytest.raises(np.linalg.LinAlgError, match=re.escape("(2,) holds NaN or Inf (it or its right-hand side)")):
+        kernels.solve(a, b, check=True)
+
+
+def test_check_names_a_nonfinite_result():
+    a = np.random.default_rng(3).uniform(-1, 1, (3, 4, 4))
+    a[1] *= 1e-308
+    with pytest.raises(np.linalg.LinAlgError, match=re.escape("(1,) is finite but its result is not")):
+        kernels.inv(a, check=True)
+
+
+def test_codes_are_named_in_the_public_api():
+    assert (kernels.INFO_OK, kernels.INFO_NONFINITE_INPUT, kernels.INFO_NONFINITE_RESULT) == (0, -1, -2)
+
+
+def test_solve_without_right_hand_sides_is_not_flagged_for_its_factors():
+    """k = 0: there is no x to overflow; info is the factorization's, never -2."""
+    a = np.random.default_rng(4).uniform(-1, 1, (8, 4, 4)) * (np.finfo(np.float64).max * 0.9)
+    _, _, lu_info = kernels.lu_factor(a)
+    assert (lu_info == -2).any()
+    _, _, raw_info = _cpu.getrf(a.copy())
+    x, info = kernels.solve(a, np.ones((8, 4, 0)))
+    assert x.shape == (8, 4, 0)
+    np.testing.assert_array_equal(info, raw_info)
+    assert not (info == -2).any()
