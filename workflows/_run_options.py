@@ -116,7 +116,10 @@ RUN_OPTIONS = (
                  help="Right-hand sides for --op solve: shape (N, n) or (N, n, k)."),
     click.option("--resume", is_flag=True,
                  help="Finish an interrupted run: skip the chunks already complete in OUT."),
-    click.option("--overwrite", is_flag=True, help="Replace an existing OUT."),
+    click.option("--overwrite", is_flag=True,
+                 help="Replace an existing OUT (a batchlu output; any other Zarr store needs --force)."),
+    click.option("--force", is_flag=True,
+                 help="With --overwrite: replace OUT even if batchlu run did not write it."),
     click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
                  help="cpu: SciPy/LAPACK; gpu: batchlu's CUDA kernels; auto: gpu where there is one."),
     click.option("--progress/--no-progress", default=None,
@@ -183,28 +186,54 @@ def config_overrides(params: dict) -> dict:
     return config
 
 
-def _known_keys(mapping, prefix="batchlu") -> list[str]:
-    keys = []
-    for name, value in mapping.items():
-        keys.append(f"{prefix}.{name}")
-        if isinstance(value, dict):
-            keys += _known_keys(value, f"{prefix}.{name}")
-    return keys
-
-
 def _check_known(config: dict) -> None:
     """Refuse ``--config`` keys that no default declares: a typo would otherwise be ignored silently."""
     if not config:
         return
-    import dask.config
+    from batchlu.pipeline._config import check_keys
+    from batchlu.pipeline.errors import ConfigError
 
-    import batchlu.pipeline._config  # noqa: F401  (loads the batchlu YAML defaults into dask.config)
+    try:
+        check_keys(config)
+    except ConfigError as exc:
+        raise click.UsageError(f"--config: {exc}") from None
 
-    known = _known_keys(dask.config.get("batchlu", default={}))
-    for key in config:
-        if key not in known:
-            raise click.UsageError(f"Expected --config KEY to be one of {', '.join(known)}. "
-                                   f"Got {key!r} instead.")
+
+# Settings of the embedded cluster only: with --scheduler / --scheduler-file the cluster's own workers
+# run the tasks, and these would be ignored.
+EMBEDDED_ONLY = ("batchlu.cluster.n-workers", "batchlu.cluster.threads-per-worker", "batchlu.cluster.processes",
+                 "batchlu.cluster.host", "batchlu.cluster.dashboard-address", "batchlu.cluster.gpus",
+                 "batchlu.cluster.log-file")
+# Settings fixed when the output is created: --resume keeps the output's own.
+FIXED_AT_CREATION = {"batchlu.chunk": "the chunking", "batchlu.output-compressor": "the codec"}
+
+
+def _flag_of(key: str) -> str:
+    for option in CONFIG_OPTIONS:
+        if option.key == key:
+            return option.flag
+    return f"--config {key[len('batchlu.'):]}"
+
+
+def _check_context(params: dict, config: dict) -> None:
+    """Refuse options the context would ignore; warn where ignoring them is what the user wants."""
+    config = {key.replace("_", "-") for key in config}
+    if params.get("force") and not params.get("overwrite"):
+        raise click.UsageError("--force only goes with --overwrite: add --overwrite, or drop --force.")
+    remote = "--scheduler" if params.get("scheduler") else "--scheduler-file" if params.get("scheduler_file") \
+        else None
+    if remote:
+        ignored = [_flag_of(key) for key in EMBEDDED_ONLY if key in config]
+        if ignored:
+            flags = ", ".join(ignored)
+            verb = "set" if len(ignored) > 1 else "sets"
+            raise click.UsageError(f"{flags} only {verb} up the embedded local cluster; with {remote} the "
+                                   f"scheduler's own workers run the tasks. Drop {flags}.")
+    if params.get("resume"):
+        for key, what in FIXED_AT_CREATION.items():
+            if key in config:
+                click.echo(f"Warning: {_flag_of(key)} is ignored with --resume: the output keeps {what} "
+                           f"it was created with.", err=True)
 
 
 def pipeline_kwargs(params: dict) -> dict:
@@ -216,6 +245,8 @@ def pipeline_kwargs(params: dict) -> dict:
         raise click.UsageError(f"--rhs is only used by --op solve. Got --op {op} instead.")
     if op == "solve" and not params.get("rhs"):
         raise click.UsageError("--op solve needs the right-hand sides: add --rhs B.zarr.")
+    config = config_overrides(params)
+    _check_context(params, config)
     progress = params.get("progress")
     if progress is None:
         progress = stderr_is_terminal()
@@ -224,9 +255,10 @@ def pipeline_kwargs(params: dict) -> dict:
         rhs=params.get("rhs"),
         resume=bool(params.get("resume")),
         overwrite=bool(params.get("overwrite")),
+        force=bool(params.get("force")),
         backend=params.get("backend") or "auto",
         scheduler=params.get("scheduler"),
         scheduler_file=params.get("scheduler_file"),
         progress=bool(progress),
-        config=config_overrides(params) or None,
+        config=config or None,
     )

@@ -45,7 +45,12 @@ def test_options_are_frozen_and_json_able():
     ({"max-tasks": "many"}, "max-tasks"),
     ({"backend": "tpu"}, "backend"),
     ({"progress": "sometimes"}, "progress"),
-    ({"task-delay": -1}, "task-delay"),
+    ({"output-compressor": "zstd:99"}, "output-compressor"),
+    ({"output-compressor": "lz4"}, "output-compressor"),
+    ({"connect-timeout": "soon"}, "connect-timeout"),
+    ({"connect-timeout": 0}, "connect-timeout"),
+    ({"task-delay": 0.1}, "task-delay"),  # test-only, not a batchlu setting (see TESTING_TASK_DELAY)
+    ({"memory-budjet": "1GiB"}, "memory-budjet"),
 ])
 def test_bad_settings(bad, pattern):
     with pytest.raises(errors.ConfigError, match=pattern) as caught:
