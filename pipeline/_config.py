@@ -165,18 +165,17 @@ def _seconds(value, what: str) -> float:
     return float(seconds)
 
 
-def _report_path(value) -> str | None:
-    """The performance report's file: its folder must exist (a run never creates folders for it)."""
-    path = _path(value, "performance-report")
+def _new_file(value, what: str) -> str | None:
+    """A file a run writes (report, log): its folder must exist (a run never creates folders)."""
+    path = _path(value, what)
     if path is None:
         return None
     target = pathlib.Path(path).expanduser().absolute()
     if target.is_dir():
-        raise ConfigError(f"Expected batchlu.performance-report to be a file path. Got the folder "
-                          f"{target} instead.")
+        raise ConfigError(f"Expected batchlu.{what} to be a file path. Got the folder {target} instead.")
     if not target.parent.is_dir():
-        raise ConfigError(f"Expected the folder of the performance report {target} to exist. "
-                          f"Got no folder {target.parent} instead.")
+        raise ConfigError(f"Expected the folder of batchlu.{what} {target} to exist. Got no folder "
+                          f"{target.parent} instead.")
     return str(target)
 
 
@@ -263,7 +262,7 @@ def _from_mapping(cfg: Mapping) -> Options:
         generate_chunk_bytes=_bytes(_get(generate, "chunk-bytes", "32MiB"), "generate.chunk-bytes"),
         verify_threshold=float(_get(verify, "threshold", 30)),
         verify_block_bytes=_bytes(_get(verify, "block-bytes", "64MiB"), "verify.block-bytes"),
-        performance_report=_report_path(_get(cfg, "performance-report")),
+        performance_report=_new_file(_get(cfg, "performance-report"), "performance-report"),
         cluster=ClusterOptions(
             n_workers=_int(_get(cluster, "n-workers"), "cluster.n-workers", minimum=1,
                            allow_none=True),
@@ -272,7 +271,7 @@ def _from_mapping(cfg: Mapping) -> Options:
             processes=_bool(_get(cluster, "processes", True), "cluster.processes"),
             host=str(_get(cluster, "host", "127.0.0.1")),
             dashboard_address=str(_get(cluster, "dashboard-address", "127.0.0.1:8787")),
-            log_file=_path(_get(cluster, "log-file"), "cluster.log-file"),
+            log_file=_new_file(_get(cluster, "log-file"), "cluster.log-file"),
             gpus=None if gpus is None else ",".join(str(g) for g in gpus) if isinstance(gpus, (list, tuple))
             else str(gpus),
             rmm_pool_size=None if rmm_pool is None else _bytes(rmm_pool, "cluster.rmm-pool-size"),

@@ -208,22 +208,23 @@ EMBEDDED_ONLY = ("batchlu.cluster.n-workers", "batchlu.cluster.threads-per-worke
 FIXED_AT_CREATION = {"batchlu.chunk": "the chunking", "batchlu.output-compressor": "the codec"}
 
 
-def _flag_of(key: str) -> str:
+def _given_as(params: dict, key: str) -> str | None:
+    """How the command line set ``key``: its flag, ``--config KEY``, or None when it did not."""
     for option in CONFIG_OPTIONS:
-        if option.key == key:
+        if option.key == key and params.get(option.dest) is not None:
             return option.flag
-    return f"--config {key[len('batchlu.'):]}"
+    pairs = {k.replace("_", "-") for k in params.get("config_pairs") or {}}
+    return f"--config {key[len('batchlu.'):]}" if key in pairs else None
 
 
-def _check_context(params: dict, config: dict) -> None:
+def _check_context(params: dict) -> None:
     """Refuse options the context would ignore; warn where ignoring them is what the user wants."""
-    config = {key.replace("_", "-") for key in config}
     if params.get("force") and not params.get("overwrite"):
         raise click.UsageError("--force only goes with --overwrite: add --overwrite, or drop --force.")
     remote = "--scheduler" if params.get("scheduler") else "--scheduler-file" if params.get("scheduler_file") \
         else None
     if remote:
-        ignored = [_flag_of(key) for key in EMBEDDED_ONLY if key in config]
+        ignored = [flag for flag in (_given_as(params, key) for key in EMBEDDED_ONLY) if flag]
         if ignored:
             flags = ", ".join(ignored)
             verb = "set" if len(ignored) > 1 else "sets"
@@ -231,9 +232,10 @@ def _check_context(params: dict, config: dict) -> None:
                                    f"scheduler's own workers run the tasks. Drop {flags}.")
     if params.get("resume"):
         for key, what in FIXED_AT_CREATION.items():
-            if key in config:
-                click.echo(f"Warning: {_flag_of(key)} is ignored with --resume: the output keeps {what} "
-                           f"it was created with.", err=True)
+            flag = _given_as(params, key)
+            if flag:
+                click.echo(f"Warning: {flag} is ignored with --resume: the output keeps {what} it was "
+                           f"created with.", err=True)
 
 
 def pipeline_kwargs(params: dict) -> dict:
@@ -246,7 +248,7 @@ def pipeline_kwargs(params: dict) -> dict:
     if op == "solve" and not params.get("rhs"):
         raise click.UsageError("--op solve needs the right-hand sides: add --rhs B.zarr.")
     config = config_overrides(params)
-    _check_context(params, config)
+    _check_context(params)
     progress = params.get("progress")
     if progress is None:
         progress = stderr_is_terminal()
