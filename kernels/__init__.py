@@ -5,8 +5,8 @@ Both follow the same conventions:
 
 * arrays are C-order ``(..., n, n)``; float32, float64, complex64 and complex128; results keep the
   input dtype;
-* ``lu`` and ``piv`` mean exactly what :func:`scipy.linalg.lu_factor` returns for each matrix, with
-  ``piv`` 0-based int32;
+* ``lu`` and ``piv`` mean what :func:`scipy.linalg.lu_factor` returns for each matrix, ``piv`` 0-based
+  int32: ``piv`` is SciPy's but for near ties, ``lu`` SciPy's to rounding (README: How close);
 * ``info`` is int32 of shape ``(...)``: 0 ok, ``k > 0`` when ``U[k-1, k-1]`` is exactly zero (the
   factorization still completes), -1 when the matrix holds NaN or Inf;
 * a singular or non-finite matrix never raises and never spoils its neighbours; ``check=True``

@@ -10,23 +10,17 @@ one worker per GPU) and TLS security plug in here.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import logging
 import os
-import sys
 import threading
 from collections.abc import Iterator
 
-from . import _gpu_cluster, _logs
+from . import _gpu_cluster, _guard, _logs
 from ._config import Options
+from ._guard import check_not_bootstrapping  # noqa: F401  (pipeline.run's first check)
 from .errors import BatchluError, ClusterError, ConfigError
-
-GUARD = 'if __name__ == "__main__":'
-_RERUN = ("the local cluster's worker processes start by importing the main script again, and "
-          "rerun what it does at the top level")
-
 
 def _local_cluster(options: Options, security=None):
     from distributed import LocalCluster
@@ -52,89 +46,6 @@ def _embedded_cluster(options: Options, security=None):
     threads = spec.threads_per_worker or _gpu_cluster.default_gpu_threads(len(devices))
     return _gpu_cluster.make_gpu_cluster(devices, threads_per_worker=threads, security=security,
                                          dashboard_address=spec.dashboard_address)
-
-
-def check_not_bootstrapping(what: str) -> None:
-    """Refuse to run ``what`` in a worker process that is still importing the parent's main script.
-
-    Without the ``__main__`` guard, each worker process that multiprocessing spawns re-runs the
-    script's top level, and with it ``batchlu.run`` or ``batchlu.generate``: say so, instead of
-    multiprocessing's "bootstrapping phase" error and distributed's "Nanny failed to start".
-    """
-    import multiprocessing
-
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise ClusterError(f"Expected the batchlu calls of a script under `{GUARD}`. Got {what} called "
-                           f"by a worker process while it imported the main script instead: {_RERUN}.")
-
-
-def _main_guarded(stmt: ast.stmt) -> bool:
-    """Whether ``stmt`` is ``if __name__ == "__main__":`` (either way round)."""
-    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare):
-        return False
-    test = stmt.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
-        return False
-    sides = [test.left, test.comparators[0]]
-    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
-    mains = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
-    return len(names) == 1 and len(mains) == 1
-
-
-def _rerun_main_script() -> str | None:
-    """The main script that spawned worker processes would run again, or None.
-
-    Mirrors what multiprocessing's spawn does with ``__main__``: a script run by path (or a module
-    run with ``-m``) is re-run; a package's ``__main__`` (``python -m batchlu``), an interactive
-    session or ``-c`` is not. Other start methods do not re-run it.
-    """
-    import dask.config
-
-    if str(dask.config.get("distributed.worker.multiprocessing-method", "spawn")) != "spawn":
-        return None
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
-    if not path or not str(path).endswith(".py") or os.path.basename(path) == "ipython.py":
-        return None
-    if spec_name is not None and (spec_name == "__main__" or spec_name.endswith(".__main__")):
-        return None
-    return str(path)
-
-
-def unguarded_call() -> str | None:
-    """``SCRIPT:LINE`` when this call comes from the top level of the main script, outside
-    ``if __name__ == "__main__":``, and spawned worker processes would re-run that line; else None."""
-    path = _rerun_main_script()
-    if path is None:
-        return None
-    main = sys.modules["__main__"]
-    line, frame = None, sys._getframe(1)
-    while frame is not None:
-        if frame.f_globals is vars(main) and frame.f_code.co_name == "<module>":
-            line = frame.f_lineno
-        frame = frame.f_back
-    if line is None:
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for stmt in tree.body:
-        if stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno):
-            return None if _main_guarded(stmt) else f"{path}:{line}"
-    return None
-
-
-def _refuse_unguarded(options: Options) -> None:
-    """Fail before any process starts when the worker processes would re-run the caller."""
-    if not options.cluster.processes:
-        return
-    where = unguarded_call()
-    if where is not None:
-        raise ClusterError(f"Expected the batchlu calls of a script under `{GUARD}`. Got a call at "
-                           f"the top level of {where} instead: {_RERUN}.")
 
 
 def _scheduler_address(path: str) -> str:
@@ -206,7 +117,8 @@ def _note_log(exc: BatchluError, log: str) -> BatchluError:
 @contextlib.contextmanager
 def _embedded(options: Options, security) -> Iterator:
     """The embedded cluster and its client; their logs go to the run's log file."""
-    _refuse_unguarded(options)
+    if options.cluster.processes:
+        _guard.refuse_unguarded()
     log = _logs.log_file(options.cluster.log_file)
     restore = _logs.redirect(log)
     try:
@@ -215,9 +127,9 @@ def _embedded(options: Options, security) -> Iterator:
         except BatchluError:
             raise
         except Exception as exc:
-            script = _rerun_main_script()
-            hint = (f" If {script} calls batchlu at its top level, put those calls under `{GUARD}`: "
-                    f"{_RERUN}." if script else "")
+            script = _guard.rerun_main_script()
+            hint = (f" If {script} calls batchlu at its top level, put those calls under "
+                    f"`{_guard.GUARD}`: {_guard.RERUN}." if script else "")
             raise _note_log(ClusterError(f"Expected the embedded local cluster to start. Got "
                                          f"{type(exc).__name__}: {exc} instead.{hint}"), log) from exc
         from distributed import Client

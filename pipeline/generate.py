@@ -16,7 +16,7 @@ import shutil
 import numpy as np
 import zarr
 
-from ._cluster import check_not_bootstrapping
+from ._guard import check_not_bootstrapping
 from ._config import options as make_options
 from ._output import remove, version
 from ._store import SUPPORTED_DTYPES, check_output_path, check_replaceable

@@ -83,3 +83,13 @@ def test_the_python_example_runs_as_a_script(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "batchlu inv: complete, 2,000 matrices" in proc.stdout
     assert "batchlu output" in proc.stdout and "status: complete" in proc.stdout  # inspect
+
+
+def test_the_names_the_readme_uses_resolve_after_import_batchlu():
+    code = ("import batchlu\n"
+            "names = [batchlu.testing.ratios.get01, batchlu.testing.ratios.get02, batchlu.testing.ratios.get03,\n"
+            "         batchlu.testing.matrices.generate, batchlu.pipeline.errors.BatchluError,\n"
+            "         batchlu.kernels.lu_factor, batchlu.run, batchlu.generate, batchlu.verify, batchlu.inspect]\n"
+            "print(len(names))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "10", proc.stderr

@@ -50,7 +50,7 @@ def test_without_the_guard_the_error_names_it_before_any_worker_starts(tmp_path)
 def test_a_worker_that_reruns_the_script_says_what_to_do(tmp_path):
     """The fallback: when the top-level call is not recognised (here: the check is switched off in
     the script), the spawned worker refuses to rerun batchlu and the run's error names the guard."""
-    off = "import batchlu.pipeline._cluster as c\nc.unguarded_call = lambda: None\n"
+    off = "import batchlu.pipeline._guard as g\ng.unguarded_call = lambda: None\n"
     proc = _run_script(tmp_path, "import batchlu\n" + off + CALLS)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     last = _last_line(proc)
