@@ -65,7 +65,8 @@ CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
     ConfigOption("--memory-budget", "batchlu.memory-budget", ByteSize(),
                  "Memory one task may use for its batch (input, outputs and workspace), e.g. 256MiB."),
     ConfigOption("--chunk", "batchlu.chunk", click.IntRange(min=1),
-                 "Output chunk length along N, in matrices (default: the input's, capped by the budget)."),
+                 "Output chunk length along N, in matrices (default: the input's, capped by the budget). "
+                 "Fixed when OUT is created: --resume keeps OUT's."),
     ConfigOption("--workers", "batchlu.cluster.n-workers", click.IntRange(min=1),
                  "Number of worker processes of the embedded local cluster."),
     ConfigOption("--threads-per-worker", "batchlu.cluster.threads-per-worker", click.IntRange(min=1),
@@ -83,9 +84,10 @@ CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
     ConfigOption("--tls-key", "batchlu.tls.key", click.Path(dir_okay=False, exists=True),
                  "Private key (PEM) of --tls-cert, unless the certificate file holds it."),
     ConfigOption("--report", "batchlu.performance-report", click.Path(dir_okay=False),
-                 "Save Dask's performance report of the run to this HTML file."),
+                 "Save Dask's performance report of the run to this HTML file (its folder must exist)."),
     ConfigOption("--output-compressor", "batchlu.output-compressor", click.STRING,
-                 "Codec of the output arrays: zstd (default), zstd:LEVEL or none (fastest)."),
+                 "Codec of the output arrays: zstd (default), zstd:LEVEL (LEVEL up to 22) or none "
+                 "(fastest). Fixed when OUT is created: --resume keeps OUT's."),
 )
 
 
@@ -128,7 +130,8 @@ RUN_OPTIONS = (
 
 CLUSTER_OPTIONS = (
     click.option("--scheduler", metavar="ADDRESS", default=None,
-                 help="Address of a running Dask scheduler, e.g. tcp://10.0.0.1:8786."),
+                 help="Address of a running Dask scheduler, e.g. tcp://10.0.0.1:8786; it must answer "
+                      "within batchlu.connect-timeout (30s)."),
     click.option("--scheduler-file", type=click.Path(dir_okay=False, exists=True), default=None,
                  help="Scheduler file written by `dask scheduler --scheduler-file`."),
 )

@@ -1,7 +1,7 @@
 """``batchlu``: the command line over :mod:`pipeline`.
 
     batchlu generate OUT.zarr --count N --size n [--dtype ...] [--chunk C] [--kind ...] [--seed S]
-                              [--rhs-out B.zarr --rhs-columns K]
+                              [--rhs-out B.zarr --rhs-columns K] [--overwrite [--force]]
     batchlu run IN.zarr OUT.zarr --op lu|inv|solve|slogdet [...]   (options: workflows/_run_options.py)
     batchlu verify IN.zarr OUT.zarr [--sample K] [--rhs B.zarr]
     batchlu inspect STORE.zarr
@@ -99,10 +99,11 @@ def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns, o
             raise click.UsageError(f"Expected --rhs-out apart from OUT.zarr. Got the same or a nested "
                                    f"path instead: {a} and {b}.")
     for path in filter(None, (out, rhs_out)):  # both checked before either is written
-        if os.path.exists(path) and not overwrite:
+        target = str(pathlib.Path(path).expanduser().resolve())
+        if os.path.exists(target) and not overwrite:
             raise click.ClickException(f"Expected {path} not to exist. Got an existing path instead; "
                                        f"pass --overwrite to replace it.")
-        check_replaceable(os.path.abspath(path), writer="generate", force=force)
+        check_replaceable(target, writer="generate", force=force)
 
     where = pipeline.generate(out, count=count, size=size, dtype=dtype, chunk=chunk, kind=kind, seed=seed,
                               overwrite=overwrite, force=force)
