@@ -13,6 +13,7 @@ and ``batchlu.inspect`` work on stores; ``batchlu.lu_factor``, ``batchlu.lu_solv
 top-level folders ``kernels/``, ``pipeline/`` and ``workflows/`` (``pyproject.toml`` maps them).
 """
 
+from . import testing
 from .kernels import inv, lu_factor, lu_solve, slogdet, solve
 from .pipeline import generate, inspect, run, verify
 

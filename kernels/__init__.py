@@ -5,8 +5,8 @@ Both follow the same conventions:
 
 * arrays are C-order ``(..., n, n)``; float32, float64, complex64 and complex128; results keep the
   input dtype;
-* ``lu`` and ``piv`` mean exactly what :func:`scipy.linalg.lu_factor` returns for each matrix, with
-  ``piv`` 0-based int32;
+* ``lu`` and ``piv`` mean what :func:`scipy.linalg.lu_factor` returns for each matrix, ``piv`` 0-based
+  int32: ``piv`` is SciPy's but for near ties, ``lu`` SciPy's to rounding (README: How close);
 * ``info`` is int32 of shape ``(...)``, one code per matrix (named in ``batchlu.kernels``):
 
   - 0 (``INFO_OK``): the result is finite;

@@ -1,21 +1,26 @@
 """Where the tasks run: a client passed in, an existing scheduler, or an embedded LocalCluster.
 
-:func:`connect` is the one entry point. The embedded cluster listens on 127.0.0.1 only (scheduler
-and dashboard) and is sized by ``Options.cluster`` (distributed's own sizing where unset). GPU
-clusters (LocalCUDACluster, one worker per GPU) and TLS security plug in here.
+:func:`connect` is the one entry point. A scheduler given by address or file must answer as a Dask
+scheduler within ``batchlu.connect-timeout`` (distributed's own Client waits forever on a port that
+accepts the connection but speaks another protocol). The embedded cluster listens on 127.0.0.1 only
+(scheduler and dashboard), is sized by ``Options.cluster`` (distributed's own sizing where unset) and
+logs to a file (:mod:`batchlu.pipeline._logs`), not to the terminal. GPU clusters (LocalCUDACluster,
+one worker per GPU) and TLS security plug in here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import threading
 from collections.abc import Iterator
 
-from . import _gpu_cluster
+from . import _gpu_cluster, _guard, _logs
 from ._config import Options
-from .errors import ConfigError
-
+from ._guard import check_not_bootstrapping  # noqa: F401  (pipeline.run's first check)
+from .errors import BatchluError, ClusterError, ConfigError
 
 def _local_cluster(options: Options, security=None):
     from distributed import LocalCluster
@@ -43,6 +48,106 @@ def _embedded_cluster(options: Options, security=None):
                                          dashboard_address=spec.dashboard_address)
 
 
+def _scheduler_address(path: str) -> str:
+    """The ``address`` of a scheduler file written by ``dask scheduler --scheduler-file``."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"Expected the scheduler file {path} to exist. Got no such file instead.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"Expected the scheduler file {path} to be the JSON that `dask scheduler "
+                          f"--scheduler-file` writes. Got unreadable JSON instead ({exc}).") from None
+    address = record.get("address") if isinstance(record, dict) else None
+    if not isinstance(address, str) or not address.strip():
+        got = (f"address {record['address']!r}" if isinstance(record, dict) and "address" in record
+               else "no address" if isinstance(record, dict) else f"a JSON {type(record).__name__}")
+        raise ConfigError(f"Expected the scheduler file {path} to hold a scheduler \"address\" "
+                          f"(written by `dask scheduler --scheduler-file`). Got {got} instead.")
+    return address.strip()
+
+
+def _check_scheduler(address: str, security, timeout: float) -> None:
+    """Ask ``address`` who it is; refuse silence, a refusal or anything but a Dask scheduler."""
+    import asyncio
+
+    from distributed.core import rpc
+
+    async def identity():
+        args = security.get_connection_args("client") if security is not None else {}
+        remote = rpc(address, timeout=timeout, connection_args=args)
+        try:
+            return await remote.identity()
+        finally:
+            await remote.close_rpc()
+
+    box: dict = {}
+
+    def ask() -> None:  # a thread of its own: the caller may run an event loop (Jupyter)
+        try:
+            box["answer"] = asyncio.run(asyncio.wait_for(identity(), timeout))
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=ask, name="batchlu-scheduler-check", daemon=True)
+    thread.start()
+    thread.join(timeout + 5)
+    error = box.get("error")
+    if thread.is_alive() or isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        raise ClusterError(f"Expected a Dask scheduler to answer at {address} within {timeout:g} s "
+                           f"(batchlu.connect-timeout). Got no answer instead: is it the address of "
+                           f"a Dask scheduler?")
+    if error is not None:
+        raise ClusterError(f"Expected a Dask scheduler at {address}. Got {type(error).__name__}: "
+                           f"{error} instead.")
+    answer = box.get("answer")
+    kind = answer.get("type") if isinstance(answer, dict) else None
+    if kind != "Scheduler":
+        raise ClusterError(f"Expected a Dask scheduler at {address}. Got {kind or 'another server'} "
+                           f"instead.")
+
+
+def _note_log(exc: BatchluError, log: str) -> BatchluError:
+    """``exc`` with the worker log named at the end of its message, when something was logged."""
+    if not os.path.isfile(log) or os.path.getsize(log) == 0:
+        return exc
+    return type(exc)(f"{exc} (Worker log: {log})")
+
+
+@contextlib.contextmanager
+def _embedded(options: Options, security) -> Iterator:
+    """The embedded cluster and its client; their logs go to the run's log file."""
+    if options.cluster.processes:
+        _guard.refuse_unguarded()
+    log = _logs.log_file(options.cluster.log_file)
+    restore = _logs.redirect(log)
+    try:
+        try:
+            cluster = _embedded_cluster(options, security)
+        except BatchluError:
+            raise
+        except Exception as exc:
+            script = _guard.rerun_main_script()
+            hint = (f" If {script} calls batchlu at its top level, put those calls under "
+                    f"`{_guard.GUARD}`: {_guard.RERUN}." if script else "")
+            raise _note_log(ClusterError(f"Expected the embedded local cluster to start. Got "
+                                         f"{type(exc).__name__}: {exc} instead.{hint}"), log) from exc
+        from distributed import Client
+
+        from .plugins import WorkerLog
+
+        with cluster, Client(cluster, security=security) as client:
+            client.register_plugin(WorkerLog(log))
+            yield client
+    except BatchluError as exc:
+        noted = _note_log(exc, log)
+        if noted is exc:
+            raise
+        raise noted from exc
+    finally:
+        restore()
+
+
 @contextlib.contextmanager
 def connect(options: Options, *, client=None, scheduler: str | None = None,
             scheduler_file: str | None = None) -> Iterator:
@@ -60,17 +165,13 @@ def connect(options: Options, *, client=None, scheduler: str | None = None,
     security = _gpu_cluster.make_security(options.cluster.tls_ca_file, options.cluster.tls_cert,
                                           options.cluster.tls_key)
     if scheduler_file is not None:
-        if not os.path.isfile(scheduler_file):
-            raise ConfigError(f"Expected the scheduler file {scheduler_file} to exist. "
-                              f"Got no such file instead.")
-        with Client(scheduler_file=scheduler_file, security=security) as connected:
-            yield connected
-        return
+        scheduler = _scheduler_address(scheduler_file)
     if scheduler is not None:
-        with Client(scheduler, security=security) as connected:
+        _check_scheduler(scheduler, security, options.connect_timeout)
+        with Client(scheduler, security=security, timeout=options.connect_timeout) as connected:
             yield connected
         return
-    with _embedded_cluster(options, security) as cluster, Client(cluster, security=security) as embedded:
+    with _embedded(options, security) as embedded:
         yield embedded
 
 

@@ -17,9 +17,14 @@ from .errors import ConfigError
 
 _DEFAULTS = pathlib.Path(__file__).with_name("batchlu.yaml")
 with _DEFAULTS.open() as _f:
-    dask.config.update_defaults(yaml.safe_load(_f))
+    _SHIPPED = yaml.safe_load(_f)
+dask.config.update_defaults(_SHIPPED)
 
 BACKENDS = ("auto", "cpu", "gpu")
+# Not a product setting, hence outside the ``batchlu`` namespace and absent from batchlu.yaml: seconds
+# slept before each batch, for the tests that interrupt a run (``dask.config.set`` or the environment
+# variable DASK_BATCHLU_TESTING__TASK_DELAY=0.1).
+TESTING_TASK_DELAY = "batchlu-testing.task-delay"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +36,7 @@ class ClusterOptions:
     processes: bool = True
     host: str = "127.0.0.1"
     dashboard_address: str = "127.0.0.1:8787"
+    log_file: str | None = None        # the embedded cluster's worker log; None: see pipeline._cluster
     gpus: str | None = None            # GPU backend: "0,1"; None: CUDA_VISIBLE_DEVICES or all
     rmm_pool_size: int | None = None   # GPU backend: RMM pool bytes per GPU; None: CuPy's pool
     tls_ca_file: str | None = None
@@ -48,7 +54,7 @@ class Options:
     chunk: int | None = None
     max_tasks: int = 20000
     progress: bool = True
-    task_delay: float = 0.0
+    connect_timeout: float = 30.0      # seconds to reach a scheduler given by address or file
     io_processes: int | None = None    # I/O processes per worker; None: auto (see pipeline._gpu_path.io_settings)
     io_threads: int | None = None      # threads per I/O process; None: auto
     missing_chunks: str = "error"      # a chunk missing from the input: "error", or "fill" (info -3)
@@ -66,12 +72,42 @@ class Options:
         return dataclasses.replace(self, **changes)
 
 
-def _flatten(mapping: Mapping, prefix: str = "") -> dict[str, Any]:
+def task_delay() -> float:
+    """The test-only delay before each batch (see ``TESTING_TASK_DELAY``); 0 unless a test sets it."""
+    value = dask.config.get(TESTING_TASK_DELAY, 0) or 0
+    try:
+        delay = float(value)
+    except (TypeError, ValueError):
+        delay = -1.0
+    if not delay >= 0:
+        raise ConfigError(f"Expected {TESTING_TASK_DELAY} to be a number of seconds >= 0. "
+                          f"Got {value!r} instead.")
+    return delay
+
+
+def known_keys() -> list[str]:
+    """Every ``batchlu.*`` key the shipped YAML declares (sections included), dashed."""
+    return sorted(f"batchlu.{key}" for key in _flatten(_SHIPPED["batchlu"], sections=True))
+
+
+def check_keys(keys) -> None:
+    """Refuse a ``batchlu`` key that no default declares: a typo would otherwise be ignored."""
+    known = set(known_keys())
+    for key in keys:
+        name = key if key.startswith("batchlu.") else f"batchlu.{key}"
+        if name.replace("_", "-") not in known:
+            raise ConfigError(f"Expected a batchlu setting, one of {', '.join(sorted(known))}. "
+                              f"Got {name!r} instead.")
+
+
+def _flatten(mapping: Mapping, prefix: str = "", *, sections: bool = False) -> dict[str, Any]:
     flat = {}
     for key, value in mapping.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            flat.update(_flatten(value, name + "."))
+            if sections:
+                flat[name] = value
+            flat.update(_flatten(value, name + ".", sections=sections))
         else:
             flat[name] = value
     return flat
@@ -103,13 +139,46 @@ def _bytes(value, what: str) -> int:
     return number
 
 
+ZSTD_LEVELS = range(-(1 << 17), 23)  # Zstandard's levels: ZSTD_minCLevel() to ZSTD_maxCLevel()
+
+
 def _compressor(value) -> str:
     text = "none" if value is None or value is False else str(value).strip().lower()
     name, _, level = text.partition(":")
-    if name in ("zstd", "none") and (not level or (name == "zstd" and level.lstrip("-").isdigit())):
+    if name == "none" and not level:
         return text
-    raise ConfigError(f"Expected batchlu.output-compressor to be zstd, zstd:LEVEL or none. "
-                      f"Got {value!r} instead.")
+    if name == "zstd" and (not level or (level.lstrip("-").isdigit() and int(level) in ZSTD_LEVELS)):
+        return text
+    raise ConfigError(f"Expected batchlu.output-compressor to be zstd, zstd:LEVEL with LEVEL from "
+                      f"{ZSTD_LEVELS[0]} to {ZSTD_LEVELS[-1]}, or none. Got {value!r} instead.")
+
+
+def _seconds(value, what: str) -> float:
+    """A duration: seconds as a number, or text dask understands (``30s``, ``2 minutes``)."""
+    from dask.utils import parse_timedelta
+
+    try:
+        seconds = parse_timedelta(value, default="seconds")
+    except (TypeError, ValueError, KeyError):
+        seconds = None
+    if seconds is None or isinstance(value, bool) or not seconds > 0:
+        raise ConfigError(f"Expected batchlu.{what} to be a positive duration such as 30s. "
+                          f"Got {value!r} instead.")
+    return float(seconds)
+
+
+def _new_file(value, what: str) -> str | None:
+    """A file a run writes (report, log): its folder must exist (a run never creates folders)."""
+    path = _path(value, what)
+    if path is None:
+        return None
+    target = pathlib.Path(path).expanduser().absolute()
+    if target.is_dir():
+        raise ConfigError(f"Expected batchlu.{what} to be a file path. Got the folder {target} instead.")
+    if not target.parent.is_dir():
+        raise ConfigError(f"Expected the folder of batchlu.{what} {target} to exist. Got no folder "
+                          f"{target.parent} instead.")
+    return str(target)
 
 
 def _auto_int(value, what: str, *, minimum: int) -> int | None:
@@ -169,6 +238,7 @@ def options(overrides: Mapping | Options | None = None, **changes) -> Options:
                               f"Got {type(overrides).__name__} instead.")
         flat = _flatten(overrides or {})
         flat = {k[len("batchlu."):] if k.startswith("batchlu.") else k: v for k, v in flat.items()}
+        check_keys(flat)
         with dask.config.set({f"batchlu.{k}": v for k, v in flat.items()}):
             base = _from_mapping(dask.config.get("batchlu"))
     opts = dataclasses.replace(base, **changes) if changes else base
@@ -196,14 +266,14 @@ def _from_mapping(cfg: Mapping) -> Options:
         chunk=_int(_get(cfg, "chunk"), "chunk", minimum=1, allow_none=True),
         max_tasks=_int(_get(cfg, "max-tasks", 20000), "max-tasks", minimum=1),
         progress=_bool(_get(cfg, "progress", True), "progress"),
-        task_delay=float(_get(cfg, "task-delay", 0) or 0),
+        connect_timeout=_seconds(_get(cfg, "connect-timeout", "30s"), "connect-timeout"),
         io_processes=_auto_int(_get(cfg, "io-processes", "auto"), "io-processes", minimum=0),
         io_threads=_auto_int(_get(cfg, "io-threads", "auto"), "io-threads", minimum=1),
         missing_chunks=_choice(_get(cfg, "missing-chunks", "error"), "missing-chunks", MISSING_CHUNKS),
         generate_chunk_bytes=_bytes(_get(generate, "chunk-bytes", "32MiB"), "generate.chunk-bytes"),
         verify_threshold=float(_get(verify, "threshold", 30)),
         verify_block_bytes=_bytes(_get(verify, "block-bytes", "64MiB"), "verify.block-bytes"),
-        performance_report=_path(_get(cfg, "performance-report"), "performance-report"),
+        performance_report=_new_file(_get(cfg, "performance-report"), "performance-report"),
         cluster=ClusterOptions(
             n_workers=_int(_get(cluster, "n-workers"), "cluster.n-workers", minimum=1,
                            allow_none=True),
@@ -212,6 +282,7 @@ def _from_mapping(cfg: Mapping) -> Options:
             processes=_bool(_get(cluster, "processes", True), "cluster.processes"),
             host=str(_get(cluster, "host", "127.0.0.1")),
             dashboard_address=str(_get(cluster, "dashboard-address", "127.0.0.1:8787")),
+            log_file=_new_file(_get(cluster, "log-file"), "cluster.log-file"),
             gpus=None if gpus is None else ",".join(str(g) for g in gpus) if isinstance(gpus, (list, tuple))
             else str(gpus),
             rmm_pool_size=None if rmm_pool is None else _bytes(rmm_pool, "cluster.rmm-pool-size"),
@@ -229,6 +300,4 @@ def _checked(opts: Options) -> Options:
     if opts.missing_chunks not in MISSING_CHUNKS:
         raise ConfigError(f"Expected batchlu.missing-chunks to be one of {', '.join(MISSING_CHUNKS)}. "
                           f"Got {opts.missing_chunks!r} instead.")
-    if opts.task_delay < 0:
-        raise ConfigError(f"Expected batchlu.task-delay >= 0. Got {opts.task_delay} instead.")
     return opts

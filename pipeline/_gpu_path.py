@@ -464,7 +464,7 @@ def run_batches(engine, op: str, io: BatchIO, batches: list[tuple[int, int]], *,
 
     Reads, compute and writes overlap as described in the module docstring. Returns the counts
     of the ``info`` values written, the bytes moved and the time each stage took. ``delay`` sleeps
-    before each batch (``batchlu.task-delay``: only for tests that interrupt a run).
+    before each batch (``batchlu-testing.task-delay``: only for tests that interrupt a run).
     """
     stats = PathStats()
     if not batches:

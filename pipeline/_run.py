@@ -11,11 +11,12 @@ import numpy as np
 import zarr
 
 from . import _backends, _cluster, _live, _ledger, _output
-from ._config import options as make_options
+from ._config import options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, check_op, info_counts, output_specs
 from ._plan import bytes_per_matrix, make_plan
 from ._report import Report
-from ._store import check_matrices, check_output_path, check_rhs, open_array_info, parse_ref
+from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
+                     parse_ref)
 from ._tasks import Job, process_range
 from .errors import InputError
 
@@ -25,19 +26,20 @@ def _count_info(path: str) -> InfoCounts:
     return info_counts(info[info != INFO_NOT_COMPUTED])
 
 
-def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="auto", client=None,
-        scheduler=None, scheduler_file=None, progress=True, config=None) -> Report:
+def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend="auto",
+        client=None, scheduler=None, scheduler_file=None, progress=True, config=None) -> Report:
     """Compute ``op`` (``lu``, ``inv``, ``solve`` or ``slogdet``) for every matrix of ``input``.
 
     ``input`` (and ``rhs`` for ``solve``) is ``PATH`` or ``PATH:ARRAY`` of a Zarr v2 or v3 array
     (N, n, n) (right-hand side (N, n) or (N, n, k)). ``output`` becomes a Zarr v3 group with one
     array per result and ``info``. ``resume`` finishes an interrupted run (same input and op);
-    ``overwrite`` replaces an existing output. ``backend`` ``"auto"`` takes ``batchlu.backend``
-    from the config (itself ``auto`` by default: the GPU where a worker has one); ``progress``
-    False hides the bar. Tasks run on ``client``, on the cluster at ``scheduler`` /
+    ``overwrite`` replaces an existing output that batchlu wrote (any Zarr store with ``force``).
+    ``backend`` ``"auto"`` takes ``batchlu.backend`` from the config (itself ``auto`` by default: the
+    GPU where a worker has one); ``progress`` False hides the bar. Tasks run on ``client``, on the cluster at ``scheduler`` /
     ``scheduler_file``, or on an embedded LocalCluster. ``config`` holds ``batchlu`` settings
     (mapping or :class:`batchlu.pipeline.Options`). Returns a :class:`batchlu.pipeline.Report`.
     """
+    _cluster.check_not_bootstrapping("batchlu.run")
     opts = make_options(config, backend=None if backend == "auto" else backend)
     show = bool(progress) and opts.progress
     check_op(op)
@@ -55,6 +57,8 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="
                          f"Got rhs={rhs!r} instead.")
     refs = [matrices.ref] + ([rhs_info.ref] if rhs_info else [])
     out_path = check_output_path(output, refs)
+    if overwrite:
+        check_replaceable(out_path, writer="run", force=force)
     specs = output_specs(op, n, matrices.dtype, rhs_info.dtype if rhs_info else None, k)
 
     provenance = {
@@ -90,7 +94,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, backend="
 
     job = Job(op=op, input=matrices.ref, rhs=rhs_info.ref if rhs_info else None, output=out_path,
               outputs=tuple(s.name for s in specs), plan=plan, backend=opts.backend,
-              task_delay=opts.task_delay, io_processes=opts.io_processes, io_threads=opts.io_threads,
+              task_delay=task_delay(), io_processes=opts.io_processes, io_threads=opts.io_threads,
               missing_chunks=opts.missing_chunks)
     report = Report(output=out_path, op=op, count=matrices.count, backend=opts.backend)
     try:

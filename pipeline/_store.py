@@ -201,3 +201,35 @@ def read_range(ref: ArrayRef, array: zarr.Array, start: int, stop: int) -> np.nd
                     f"{type(inner).__name__}: {inner}") from None
         raise CorruptInputError(f"Expected matrices {start}:{stop} of {ref} to be readable. "
                                 f"Got {type(exc).__name__}: {exc} instead.") from None
+
+
+# Who wrote a store, from the attributes at its root: a run's output group, or a generated array
+# (the second name marks one still being written, or killed while it was).
+WRITERS = {"batchlu": "run", "batchlu_generate": "generate", "batchlu_generate_incomplete": "generate"}
+
+
+def written_by(path: str) -> str | None:
+    """``"run"`` or ``"generate"`` for a store batchlu wrote at ``path``; None for anything else."""
+    if not is_zarr_store(path):
+        return None
+    try:
+        attrs = dict(zarr.open(store=path, mode="r").attrs)
+    except Exception:
+        return None
+    for key, writer in WRITERS.items():
+        if isinstance(attrs.get(key), dict):
+            return writer
+    return None
+
+
+def check_replaceable(path: str, *, writer: str, force: bool) -> None:
+    """Before ``overwrite`` deletes ``path``: refuse a Zarr store that ``batchlu <writer>`` did not
+    write, unless ``force`` (a user's own array is never deleted without a word)."""
+    if force or not os.path.exists(path) or not is_zarr_store(path):
+        return  # nothing there, an empty folder, or no Zarr store (that one is refused later)
+    found = written_by(path)
+    if found == writer:
+        return
+    got = f"the output of batchlu {found}" if found else "a Zarr store that batchlu did not write"
+    raise OutputError(f"Expected {path} to be written by batchlu {writer} before overwrite replaces it. "
+                      f"Got {got} instead; pass force=True (--force) with overwrite to delete it anyway.")

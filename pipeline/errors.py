@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "BatchluError",
+    "ClusterError",
     "ConfigError",
     "CorruptInputError",
     "InputError",
@@ -61,3 +62,8 @@ class OutputExistsError(OutputError, FileExistsError):
 
 class ResumeError(OutputError):
     """``resume`` was asked for an output written from another input, right-hand side or op."""
+
+
+class ClusterError(BatchluError, OSError):
+    """The cluster cannot be used: the scheduler of ``scheduler`` / ``scheduler_file`` does not answer
+    or is not a Dask scheduler, or the embedded local cluster cannot start."""

@@ -84,6 +84,9 @@ def inspect(path) -> str:
         generated = node.attrs.get("batchlu_generate")
         if generated:
             lines.append(f"  generated: {generated}")
+        elif node.attrs.get("batchlu_generate_incomplete"):
+            lines.append("  INCOMPLETE: batchlu generate did not finish writing it (generate it again "
+                         "with --overwrite)")
         return "\n".join(lines)
     record = node.attrs.get(ATTR)
     if isinstance(record, dict) and not ref.array:

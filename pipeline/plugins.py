@@ -14,7 +14,7 @@ import os
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["GPUSetup", "WarmUp"]
+__all__ = ["GPUSetup", "WarmUp", "WorkerLog"]
 
 logger = logging.getLogger("batchlu.plugins")
 
@@ -116,3 +116,25 @@ def _use_rmm_pool(device: int, size: int) -> None:
 
     rmm.reinitialize(pool_allocator=True, initial_pool_size=size, devices=device)
     cupy.cuda.set_allocator(rmm_cupy_allocator)
+
+
+class WorkerLog(WorkerPlugin):
+    """Send the worker's log to the run's log file (see :mod:`batchlu.pipeline._logs`), not to the
+    terminal it inherited from the client: the embedded cluster's workers share ``batchlu run``'s."""
+
+    name = "batchlu-log"
+    idempotent = True
+
+    def __init__(self, path: str):
+        self.path = path
+        self._restore = None
+
+    def setup(self, worker):
+        from ._logs import redirect
+
+        self._restore = redirect(self.path)
+
+    def teardown(self, worker):
+        if self._restore is not None:
+            self._restore()
+            self._restore = None

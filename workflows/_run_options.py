@@ -65,7 +65,8 @@ CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
     ConfigOption("--memory-budget", "batchlu.memory-budget", ByteSize(),
                  "Memory one task may use for its batch (input, outputs and workspace), e.g. 256MiB."),
     ConfigOption("--chunk", "batchlu.chunk", click.IntRange(min=1),
-                 "Output chunk length along N, in matrices (default: the input's, capped by the budget)."),
+                 "Output chunk length along N, in matrices (default: the input's, capped by the budget). "
+                 "Fixed when OUT is created: --resume keeps OUT's."),
     ConfigOption("--workers", "batchlu.cluster.n-workers", click.IntRange(min=1),
                  "Number of worker processes of the embedded local cluster."),
     ConfigOption("--threads-per-worker", "batchlu.cluster.threads-per-worker", click.IntRange(min=1),
@@ -83,9 +84,10 @@ CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
     ConfigOption("--tls-key", "batchlu.tls.key", click.Path(dir_okay=False, exists=True),
                  "Private key (PEM) of --tls-cert, unless the certificate file holds it."),
     ConfigOption("--report", "batchlu.performance-report", click.Path(dir_okay=False),
-                 "Save Dask's performance report of the run to this HTML file."),
+                 "Save Dask's performance report of the run to this HTML file (its folder must exist)."),
     ConfigOption("--output-compressor", "batchlu.output-compressor", click.STRING,
-                 "Codec of the output arrays: zstd (default), zstd:LEVEL or none (fastest)."),
+                 "Codec of the output arrays: zstd (default), zstd:LEVEL (LEVEL up to 22) or none "
+                 "(fastest). Fixed when OUT is created: --resume keeps OUT's."),
     ConfigOption("--missing-chunks", "batchlu.missing-chunks", click.Choice(("error", "fill")),
                  "A chunk missing from the input or right-hand side store: error (default: name it "
                  "and stop), or fill (go on; its matrices get info -3 and NaN results)."),
@@ -119,7 +121,10 @@ RUN_OPTIONS = (
                  help="Right-hand sides for --op solve: shape (N, n) or (N, n, k)."),
     click.option("--resume", is_flag=True,
                  help="Finish an interrupted run: skip the chunks already complete in OUT."),
-    click.option("--overwrite", is_flag=True, help="Replace an existing OUT."),
+    click.option("--overwrite", is_flag=True,
+                 help="Replace an existing OUT (a batchlu output; any other Zarr store needs --force)."),
+    click.option("--force", is_flag=True,
+                 help="With --overwrite: replace OUT even if batchlu run did not write it."),
     click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
                  help="cpu: SciPy/LAPACK; gpu: batchlu's CUDA kernels; auto: gpu where there is one."),
     click.option("--progress/--no-progress", default=None,
@@ -128,7 +133,8 @@ RUN_OPTIONS = (
 
 CLUSTER_OPTIONS = (
     click.option("--scheduler", metavar="ADDRESS", default=None,
-                 help="Address of a running Dask scheduler, e.g. tcp://10.0.0.1:8786."),
+                 help="Address of a running Dask scheduler, e.g. tcp://10.0.0.1:8786; it must answer "
+                      "within batchlu.connect-timeout (30s)."),
     click.option("--scheduler-file", type=click.Path(dir_okay=False, exists=True), default=None,
                  help="Scheduler file written by `dask scheduler --scheduler-file`."),
 )
@@ -186,28 +192,56 @@ def config_overrides(params: dict) -> dict:
     return config
 
 
-def _known_keys(mapping, prefix="batchlu") -> list[str]:
-    keys = []
-    for name, value in mapping.items():
-        keys.append(f"{prefix}.{name}")
-        if isinstance(value, dict):
-            keys += _known_keys(value, f"{prefix}.{name}")
-    return keys
-
-
 def _check_known(config: dict) -> None:
     """Refuse ``--config`` keys that no default declares: a typo would otherwise be ignored silently."""
     if not config:
         return
-    import dask.config
+    from batchlu.pipeline._config import check_keys
+    from batchlu.pipeline.errors import ConfigError
 
-    import batchlu.pipeline._config  # noqa: F401  (loads the batchlu YAML defaults into dask.config)
+    try:
+        check_keys(config)
+    except ConfigError as exc:
+        raise click.UsageError(f"--config: {exc}") from None
 
-    known = _known_keys(dask.config.get("batchlu", default={}))
-    for key in config:
-        if key not in known:
-            raise click.UsageError(f"Expected --config KEY to be one of {', '.join(known)}. "
-                                   f"Got {key!r} instead.")
+
+# Settings of the embedded cluster only: with --scheduler / --scheduler-file the cluster's own workers
+# run the tasks, and these would be ignored.
+EMBEDDED_ONLY = ("batchlu.cluster.n-workers", "batchlu.cluster.threads-per-worker", "batchlu.cluster.processes",
+                 "batchlu.cluster.host", "batchlu.cluster.dashboard-address", "batchlu.cluster.gpus",
+                 "batchlu.cluster.log-file")
+# Settings fixed when the output is created: --resume keeps the output's own.
+FIXED_AT_CREATION = {"batchlu.chunk": "the chunking", "batchlu.output-compressor": "the codec"}
+
+
+def _given_as(params: dict, key: str) -> str | None:
+    """How the command line set ``key``: its flag, ``--config KEY``, or None when it did not."""
+    for option in CONFIG_OPTIONS:
+        if option.key == key and params.get(option.dest) is not None:
+            return option.flag
+    pairs = {k.replace("_", "-") for k in params.get("config_pairs") or {}}
+    return f"--config {key[len('batchlu.'):]}" if key in pairs else None
+
+
+def _check_context(params: dict) -> None:
+    """Refuse options the context would ignore; warn where ignoring them is what the user wants."""
+    if params.get("force") and not params.get("overwrite"):
+        raise click.UsageError("--force only goes with --overwrite: add --overwrite, or drop --force.")
+    remote = "--scheduler" if params.get("scheduler") else "--scheduler-file" if params.get("scheduler_file") \
+        else None
+    if remote:
+        ignored = [flag for flag in (_given_as(params, key) for key in EMBEDDED_ONLY) if flag]
+        if ignored:
+            flags = ", ".join(ignored)
+            verb = "set" if len(ignored) > 1 else "sets"
+            raise click.UsageError(f"{flags} only {verb} up the embedded local cluster; with {remote} the "
+                                   f"scheduler's own workers run the tasks. Drop {flags}.")
+    if params.get("resume"):
+        for key, what in FIXED_AT_CREATION.items():
+            flag = _given_as(params, key)
+            if flag:
+                click.echo(f"Warning: {flag} is ignored with --resume: the output keeps {what} it was "
+                           f"created with.", err=True)
 
 
 def pipeline_kwargs(params: dict) -> dict:
@@ -219,6 +253,8 @@ def pipeline_kwargs(params: dict) -> dict:
         raise click.UsageError(f"--rhs is only used by --op solve. Got --op {op} instead.")
     if op == "solve" and not params.get("rhs"):
         raise click.UsageError("--op solve needs the right-hand sides: add --rhs B.zarr.")
+    config = config_overrides(params)
+    _check_context(params)
     progress = params.get("progress")
     if progress is None:
         progress = stderr_is_terminal()
@@ -227,9 +263,10 @@ def pipeline_kwargs(params: dict) -> dict:
         rhs=params.get("rhs"),
         resume=bool(params.get("resume")),
         overwrite=bool(params.get("overwrite")),
+        force=bool(params.get("force")),
         backend=params.get("backend") or "auto",
         scheduler=params.get("scheduler"),
         scheduler_file=params.get("scheduler_file"),
         progress=bool(progress),
-        config=config_overrides(params) or None,
+        config=config or None,
     )

@@ -1,7 +1,7 @@
 """``batchlu``: the command line over :mod:`pipeline`.
 
     batchlu generate OUT.zarr --count N --size n [--dtype ...] [--chunk C] [--kind ...] [--seed S]
-                              [--rhs-out B.zarr --rhs-columns K]
+                              [--rhs-out B.zarr --rhs-columns K] [--overwrite [--force]]
     batchlu run IN.zarr OUT.zarr --op lu|inv|solve|slogdet [...]   (options: workflows/_run_options.py)
     batchlu verify IN.zarr OUT.zarr [--sample K] [--rhs B.zarr]
     batchlu inspect STORE.zarr
@@ -15,6 +15,7 @@ Singular or non-finite matrices are results, not failures: they are counted in t
 from __future__ import annotations
 
 import os
+import pathlib
 import sys
 import tempfile
 
@@ -81,21 +82,35 @@ def cli(ctx, traceback):
               help="Also write right-hand sides for `batchlu run --op solve --rhs B.zarr`.")
 @click.option("--rhs-columns", "-k", type=click.IntRange(min=1), default=1, show_default=True,
               help="Columns per right-hand side: 1 gives B of shape (N, n), k > 1 gives (N, n, k).")
-@click.option("--overwrite", is_flag=True, help="Replace OUT.zarr (and B.zarr) if they exist.")
-def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns, overwrite):
+@click.option("--overwrite", is_flag=True,
+              help="Replace OUT.zarr (and B.zarr) if they exist and batchlu generate wrote them.")
+@click.option("--force", is_flag=True,
+              help="With --overwrite: replace them even if batchlu generate did not write them.")
+def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns, overwrite, force):
     """Write N random n x n matrices to OUT.zarr (a Zarr v3 array of shape (N, n, n))."""
     from batchlu import pipeline
+    from batchlu.pipeline._store import check_replaceable
 
-    for path in filter(None, (out, rhs_out)):
-        if os.path.exists(path) and not overwrite:
+    if force and not overwrite:
+        raise click.UsageError("--force only goes with --overwrite: add --overwrite, or drop --force.")
+    if rhs_out:
+        a, b = (pathlib.Path(p).expanduser().resolve() for p in (out, rhs_out))
+        if a == b or a in b.parents or b in a.parents:
+            raise click.UsageError(f"Expected --rhs-out apart from OUT.zarr. Got the same or a nested "
+                                   f"path instead: {a} and {b}.")
+    for path in filter(None, (out, rhs_out)):  # both checked before either is written
+        target = str(pathlib.Path(path).expanduser().resolve())
+        if os.path.exists(target) and not overwrite:
             raise click.ClickException(f"Expected {path} not to exist. Got an existing path instead; "
                                        f"pass --overwrite to replace it.")
+        check_replaceable(target, writer="generate", force=force)
 
-    where = pipeline.generate(out, count=count, size=size, dtype=dtype, chunk=chunk, kind=kind, seed=seed)
+    where = pipeline.generate(out, count=count, size=size, dtype=dtype, chunk=chunk, kind=kind, seed=seed,
+                              overwrite=overwrite, force=force)
     click.echo(f"Wrote {count} {kind} {dtype} matrices of size {size}x{size} to {where}")
     if rhs_out:
         where = pipeline.generate_rhs(rhs_out, count=count, size=size, k=rhs_columns, dtype=dtype,
-                                      chunk=chunk, seed=seed)
+                                      chunk=chunk, seed=seed, overwrite=overwrite, force=force)
         shape = (count, size) if rhs_columns == 1 else (count, size, rhs_columns)
         click.echo(f"Wrote right-hand sides of shape {shape} to {where}")
 
@@ -120,6 +135,8 @@ def run(input, output, **params):
     kwargs = pipeline_kwargs(params)
     report = pipeline.run(join_array(input, params.get("array")), output, **kwargs)
     click.echo(report)
+    if params.get("report"):
+        click.echo(f"Performance report: {pathlib.Path(params['report']).expanduser().absolute()}")
 
 
 # ---------------------------------------------------------------------------------------------- verify
@@ -140,7 +157,13 @@ def verify(input, output, array, rhs, sample, seed):
     must follow the info conventions. An incomplete output is never OK.
     """
     from batchlu import pipeline
+    from batchlu.pipeline._output import read_provenance
 
+    if rhs:
+        op = (read_provenance(os.path.abspath(output)) or {}).get("op")
+        if op is not None and op != "solve":
+            raise click.UsageError(f"--rhs is only used to verify a solve output. Got an output of "
+                                   f"--op {op} instead: drop --rhs.")
     result = pipeline.verify(join_array(input, array), output, rhs=rhs, sample=sample, seed=seed)
     click.echo(result.summary())
     if not result.ok:
@@ -174,7 +197,7 @@ def demo(count, size, keep):
         target = os.path.join(root, f"{DEMO_OP}.zarr")
         chunk = max(1, count // 8)
         click.echo(f"1/3 generate: {count} random float64 matrices of size {size}x{size} -> {source}")
-        pipeline.generate(source, count=count, size=size, chunk=chunk)
+        pipeline.generate(source, count=count, size=size, chunk=chunk, overwrite=keep is not None)
         click.echo(f"2/3 run --op {DEMO_OP} on the local cluster -> {target}")
         report = pipeline.run(source, target, op=DEMO_OP, overwrite=keep is not None,
                               progress=stderr_is_terminal())

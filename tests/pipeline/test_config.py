@@ -47,7 +47,12 @@ def test_options_are_frozen_and_json_able():
     ({"max-tasks": "many"}, "max-tasks"),
     ({"backend": "tpu"}, "backend"),
     ({"progress": "sometimes"}, "progress"),
-    ({"task-delay": -1}, "task-delay"),
+    ({"output-compressor": "zstd:99"}, "output-compressor"),
+    ({"output-compressor": "lz4"}, "output-compressor"),
+    ({"connect-timeout": "soon"}, "connect-timeout"),
+    ({"connect-timeout": 0}, "connect-timeout"),
+    ({"task-delay": 0.1}, "task-delay"),  # test-only, not a batchlu setting (see TESTING_TASK_DELAY)
+    ({"memory-budjet": "1GiB"}, "memory-budjet"),
 ])
 def test_bad_settings(bad, pattern):
     with pytest.raises(errors.ConfigError, match=pattern) as caught:
@@ -58,3 +63,15 @@ def test_bad_settings(bad, pattern):
 def test_config_must_be_a_mapping():
     with pytest.raises(errors.ConfigError, match="mapping"):
         pipeline.options(["chunk", 3])
+
+
+def test_task_delay_is_a_test_only_setting_outside_the_batchlu_namespace():
+    from batchlu.pipeline._config import TESTING_TASK_DELAY, known_keys, task_delay
+
+    assert not [key for key in known_keys() if "delay" in key]
+    assert not [name for name in pipeline.options().as_dict() if "delay" in name]
+    assert task_delay() == 0
+    with dask.config.set({TESTING_TASK_DELAY: 0.25}):
+        assert task_delay() == 0.25
+    with dask.config.set({TESTING_TASK_DELAY: -1}), pytest.raises(errors.ConfigError, match="task-delay"):
+        task_delay()

@@ -43,15 +43,66 @@ def test_generate_rhs_shapes(tmp_path):
     assert np.array_equal(arr[...], matrices.rhs(4, 3, "complex64", seed=3, start=0, stop=9))
 
 
-def test_generate_replaces_a_store_but_not_other_folders(tmp_path):
+def test_generate_replaces_only_its_own_store_and_only_with_overwrite(tmp_path):
     path = pipeline.generate(tmp_path / "a.zarr", count=5, size=3, seed=1)
-    pipeline.generate(path, count=6, size=3, seed=1)
+    with pytest.raises(errors.OutputExistsError, match="overwrite"):
+        pipeline.generate(path, count=6, size=3, seed=1)
+    assert zarr.open_array(path).shape == (5, 3, 3)  # untouched
+    pipeline.generate(path, count=6, size=3, seed=1, overwrite=True)
     assert zarr.open_array(path).shape == (6, 3, 3)
+
+    mine = tmp_path / "mine.zarr"  # a user's own array: overwrite alone does not delete it
+    zarr.create_array(mine, shape=(4,), dtype="float64")[...] = np.arange(4.0)
+    with pytest.raises(errors.OutputError, match="force"):
+        pipeline.generate(mine, count=5, size=3, overwrite=True)
+    np.testing.assert_array_equal(zarr.open_array(mine)[...], np.arange(4.0))
+    pipeline.generate(mine, count=5, size=3, overwrite=True, force=True)
+    assert zarr.open_array(mine).shape == (5, 3, 3)
+
     (tmp_path / "keep").mkdir()
     (tmp_path / "keep" / "notes.txt").write_text("x")
     with pytest.raises(errors.OutputError, match="refusing"):
-        pipeline.generate(tmp_path / "keep", count=5, size=3)
+        pipeline.generate(tmp_path / "keep", count=5, size=3, overwrite=True, force=True)
     assert (tmp_path / "keep" / "notes.txt").exists()
+
+
+def test_a_store_too_large_for_the_disk_is_refused_before_writing(tmp_path):
+    with pytest.raises(errors.OutputError, match="room for 1,000,000,000,000 x 64 x 64 float64"):
+        pipeline.generate(tmp_path / "a.zarr", count=10**12, size=64)
+    assert not (tmp_path / "a.zarr").exists()
+    with pytest.raises(errors.OutputError, match="room"):
+        pipeline.generate_rhs(tmp_path / "b.zarr", count=10**15, size=64)
+    assert not (tmp_path / "b.zarr").exists()
+
+
+def test_a_chunk_too_large_for_the_memory_is_refused_before_writing(tmp_path, monkeypatch):
+    import psutil
+
+    real = psutil.virtual_memory()
+    small = real._replace(available=2**20)  # 1 MiB: one chunk of 64 matrices 64x64 needs more
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: small)
+    with pytest.raises(errors.OutputError, match="memory"):
+        pipeline.generate(tmp_path / "a.zarr", count=640, size=64, chunk=64)
+    assert not (tmp_path / "a.zarr").exists()
+
+
+def test_a_failed_generate_leaves_no_store(tmp_path, monkeypatch):
+    """A store is marked generated only when complete; a failure midway removes it."""
+    real = matrices.generate
+
+    def fail_after_the_first_chunk(kind, n, dtype, *, seed, start, stop):
+        if start > 0:
+            raise RuntimeError("disk gone")
+        return real(kind, n, dtype, seed=seed, start=start, stop=stop)
+
+    monkeypatch.setattr(matrices, "generate", fail_after_the_first_chunk)
+    with pytest.raises(RuntimeError, match="disk gone"):
+        pipeline.generate(tmp_path / "a.zarr", count=40, size=3, chunk=8)
+    assert not (tmp_path / "a.zarr").exists()
+    monkeypatch.setattr(matrices, "generate", real)
+    path = pipeline.generate(tmp_path / "a.zarr", count=40, size=3, chunk=8)
+    assert "generated:" in pipeline.inspect(path)
+    assert zarr.open_array(path).attrs["batchlu_generate"]["kind"] == "random"
 
 
 @pytest.mark.parametrize("kwargs,pattern", [

@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 import zarr
@@ -21,6 +22,7 @@ from batchlu import pipeline
 from _pipeline_helpers import complete_flags as _complete, wait_partly_complete
 from batchlu.testing.matrices import generate, rhs as make_rhs
 from batchlu.pipeline import _io_pool
+from batchlu.pipeline._config import TESTING_TASK_DELAY
 from batchlu.pipeline._gpu_path import BatchIO, HostEngine, io_settings, run_batches
 from batchlu.pipeline._ops import output_specs
 
@@ -307,10 +309,11 @@ def test_worker_with_io_processes_killed_mid_run(client, tmp_path):
     reference = tmp_path / "reference.zarr"
     pipeline.run(matrices, str(reference), op="lu", backend="cpu", client=client, progress=False,
                  config={"io-processes": 0, "memory-budget": "16KiB"})
-    config = {"task-delay": 0.1, "memory-budget": "16KiB", "io-processes": 1, "io-threads": 1}
+    config = {"memory-budget": "16KiB", "io-processes": 1, "io-threads": 1}
     out = tmp_path / "killed.zarr"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as cl:
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as cl, \
+            dask.config.set({TESTING_TASK_DELAY: 0.1}):  # slowed down: the kill lands mid-run
         import threading
 
         pids = cl.run(os.getpid)

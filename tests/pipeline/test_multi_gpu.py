@@ -17,11 +17,13 @@ import threading
 import time
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 import zarr
 
 from batchlu import pipeline
+from batchlu.pipeline._config import TESTING_TASK_DELAY
 from _pipeline_helpers import assert_nothing_complete, complete_flags as _complete, \
     complete_flags_once_created, wait_partly_complete
 from batchlu.pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
@@ -59,8 +61,9 @@ def _kill_one_worker_mid_run(client, matrices, out, backend, config):
 
     def target():
         try:
-            box["report"] = pipeline.run(matrices, str(out), op="lu", backend=backend, client=client,
-                                         progress=False, config=config)
+            with dask.config.set({TESTING_TASK_DELAY: 0.1}):  # slowed down: the kill lands mid-run
+                box["report"] = pipeline.run(matrices, str(out), op="lu", backend=backend, client=client,
+                                             progress=False, config=config)
         except BaseException as exc:  # pragma: no cover - reported below
             box["error"] = exc
 
@@ -82,7 +85,7 @@ def test_worker_killed_mid_run_cpu(matrices, tmp_path):
     reference = tmp_path / "reference.zarr"
     pipeline.run(matrices, str(reference), op="lu", backend="cpu", progress=False,
                  config={**QUIET, "cluster.n-workers": 1, "cluster.threads-per-worker": 1})
-    config = {"task-delay": 0.1, "memory-budget": "64KiB"}
+    config = {"memory-budget": "64KiB"}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         report, done_at_kill, n_chunks, _ = _kill_one_worker_mid_run(
@@ -168,9 +171,9 @@ def test_resume_after_whole_run_killed_gpu(matrices, tmp_path):
     pipeline.run(matrices, str(reference), op="lu", backend="gpu", progress=False,
                  config={**QUIET, "cluster.gpus": visible_gpus()[0]})
     out = tmp_path / "killed.zarr"
-    env = dict(os.environ)
+    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.15")
     cmd = [sys.executable, "-m", "batchlu", "run", str(matrices), str(out), "--op", "lu", "--backend", "gpu",
-           "--memory-budget", "64KiB", "--config", "task-delay=0.15",
+           "--memory-budget", "64KiB",
            "--config", "cluster.dashboard-address=127.0.0.1:0", "--config", f"cluster.gpus={visible_gpus()[0]}"]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
@@ -244,7 +247,7 @@ def test_gpu_worker_killed_mid_run(matrices, tmp_path):
     reference = tmp_path / "reference.zarr"
     pipeline.run(matrices, str(reference), op="lu", backend="gpu", progress=False,
                  config={**QUIET, "cluster.gpus": "0"})
-    config = {"task-delay": 0.1, "memory-budget": "64KiB"}
+    config = {"memory-budget": "64KiB"}
     with make_gpu_cluster(visible_gpus()[:2], threads_per_worker=1,
                           dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         report, done_at_kill, n_chunks, victim = _kill_one_worker_mid_run(

@@ -19,8 +19,10 @@ from batchlu import pipeline
 from batchlu.pipeline import errors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# One chunk of 4 matrices per task and per batch, slowed down: the run takes a few seconds.
-SLOW = {"chunk": 4, "memory-budget": 1, "task-delay": 0.08}
+# One chunk of 4 matrices per task and per batch, slowed down (a test-only setting, outside the
+# batchlu namespace, set through the environment of the runner): the run takes a few seconds.
+SLOW = {"chunk": 4, "memory-budget": 1}
+SLOW_ENV = {"DASK_BATCHLU_TESTING__TASK_DELAY": "0.08"}
 
 RUNNER = textwrap.dedent("""
     import sys
@@ -45,7 +47,7 @@ def ledger(path) -> np.ndarray | None:
 def start_and_kill(tmp_path, source, out, op, rhs="", *, wait_for=5):
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
-    env = dict(os.environ)
+    env = dict(os.environ, **SLOW_ENV)
     proc = subprocess.Popen([sys.executable, str(script), source, str(out), op, rhs], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60

@@ -26,10 +26,8 @@ def calls(monkeypatch):
 
 
 def test_every_option_reaches_pipeline_run(invoke, calls, tmp_path):
-    sched = tmp_path / "sched.json"
-    sched.write_text("{}")
-    result = invoke("run", "in.zarr", "out.zarr", "--op", "lu", "--array", "A", "--resume",
-                    "--scheduler-file", sched, "--backend", "cpu", "--no-progress",
+    result = invoke("run", "in.zarr", "out.zarr", "--op", "lu", "--array", "A", "--overwrite", "--force",
+                    "--backend", "cpu", "--no-progress",
                     "--memory-budget", "64MiB", "--workers", 3, "--threads-per-worker", 2,
                     "--chunk", 500, "--config", "batchlu.max-tasks=100", "--config", "cluster.processes=no")
     assert result.exit_code == 0, result.output
@@ -37,11 +35,23 @@ def test_every_option_reaches_pipeline_run(invoke, calls, tmp_path):
     (input, output, kwargs), = calls
     assert (input, output) == ("in.zarr:A", "out.zarr")
     assert kwargs == dict(
-        op="lu", rhs=None, resume=True, overwrite=False, backend="cpu", scheduler=None,
-        scheduler_file=str(sched), progress=False,
+        op="lu", rhs=None, resume=False, overwrite=True, force=True, backend="cpu", scheduler=None,
+        scheduler_file=None, progress=False,
         config={"batchlu.memory-budget": 64 * 2**20, "batchlu.cluster.n-workers": 3,
                 "batchlu.cluster.threads-per-worker": 2, "batchlu.chunk": 500,
                 "batchlu.max-tasks": 100, "batchlu.cluster.processes": False})
+
+
+def test_scheduler_file_and_resume_reach_pipeline_run(invoke, calls, tmp_path):
+    sched = tmp_path / "sched.json"
+    sched.write_text("{}")
+    result = invoke("run", "in.zarr", "out.zarr", "--op", "inv", "--resume", "--scheduler-file", sched,
+                    "--memory-budget", "64MiB")
+    assert result.exit_code == 0, result.output
+    (_, _, kwargs), = calls
+    assert kwargs["resume"] is True and kwargs["scheduler_file"] == str(sched)
+    assert kwargs["config"] == {"batchlu.memory-budget": 64 * 2**20}
+    assert result.stderr == ""  # nothing ignored, nothing to warn about
 
 
 def test_defaults_reach_pipeline_run(invoke, calls):
