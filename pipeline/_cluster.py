@@ -98,8 +98,13 @@ def _check_scheduler(address: str, security, timeout: float) -> None:
                            f"(batchlu.connect-timeout). Got no answer instead: is it the address of "
                            f"a Dask scheduler?")
     if error is not None:
-        raise ClusterError(f"Expected a Dask scheduler at {address}. Got {type(error).__name__}: "
-                           f"{error} instead.")
+        root = error
+        while root.__cause__ is not None or root.__context__ is not None:
+            root = root.__cause__ or root.__context__
+        why = f"{type(error).__name__}: {error}"
+        if root is not error:  # e.g. the TLS handshake's own reason under distributed's comm error
+            why += f" ({type(root).__name__}: {root})"
+        raise ClusterError(f"Expected a Dask scheduler at {address}. Got {why} instead.") from error
     answer = box.get("answer")
     kind = answer.get("type") if isinstance(answer, dict) else None
     if kind != "Scheduler":
