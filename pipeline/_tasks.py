@@ -12,6 +12,7 @@ does not fail on the worker, so the worker logs no traceback of it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 
@@ -23,6 +24,8 @@ from ._ops import InfoCounts, info_counts, mark_missing
 from ._plan import Plan
 from ._store import ArrayRef, read_range
 from .errors import BatchluError
+
+logger = logging.getLogger("batchlu.tasks")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +156,8 @@ def process_range(job: Job, c0: int, c1: int) -> TaskResult:
     custom = getattr(backend, "process_range", None)
     try:
         result = custom(job, c0, c1) if custom is not None else run_batches(job, c0, c1, backend.compute)
-    except BatchluError as exc:   # the client raises it (see the module docstring)
+    except BatchluError as exc:   # the client raises it (see the module docstring); the log keeps the rest
+        logger.error("chunks %d:%d of %s failed", c0, c1, job.output, exc_info=True)
         result = TaskResult(c0, c1, worker=_worker_address(), error=exc)
     result.backend = backend.name
     return result
