@@ -11,6 +11,9 @@ Both follow the same conventions:
   factorization still completes), -1 when the matrix holds NaN or Inf;
 * a singular or non-finite matrix never raises and never spoils its neighbours; ``check=True``
   raises :class:`numpy.linalg.LinAlgError` naming the first bad index.
+
+The GPU kernels' dispatch tables, plans and launchers are public in :mod:`batchlu.kernels.tuning`
+(for benchmarks; it imports CuPy, so it is not imported here).
 """
 
 from ._api import inv, lu_factor, lu_solve, slogdet, solve
