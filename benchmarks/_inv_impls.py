@@ -1,5 +1,5 @@
 """Implementations of batched inverse (op ``inv``) and solve with 16 right-hand sides (op ``solve``)
-timed by ``benchmarks/kernels.py``, with the same :class:`Case` interface as ``_lu_impls``.
+timed by ``benchmarks/bench_kernels.py``, with the same :class:`Case` interface as ``_lu_impls``.
 
 Flop counts are LAWN 41's (MAGMA's ``flops.h``): inv = getrf + getri, with getri
 ``FMULS = 2n^3/3 + n^2/2 + 5n/6``, ``FADDS = 2n^3/3 - 3n^2/2 + 5n/6``; solve = getrf + getrs with
@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
-    from ._lu_impls import Case, _sources, _torch, getrf_flops
-except ImportError:  # loaded by path from benchmarks/kernels.py, which registers _lu_impls first
-    from _lu_impls import Case, _sources, _torch, getrf_flops
+from _lu_impls import Case, _sources, _torch, getrf_flops
 
 SOLVE_RHS = 16
 
@@ -66,7 +63,7 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
     "getri-dynamic")."""
     import cupy
 
-    from batchlu.kernels._gpu import _getrf, _getri
+    from batchlu.kernels import tuning
 
     src = _sources(dtype, n, batch)
     a = cupy.empty_like(src[0])
@@ -74,7 +71,7 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
     lu = cupy.empty_like(a)
     piv = cupy.empty((batch, n), np.int32)
     info = cupy.empty((batch,), np.int32)
-    path = path or ("fused" if _getri.inv_plan(dtype, n) == "fused" else "getri")  # getri: getri_plan
+    path = path or ("fused" if tuning.inv_plan(dtype, n) == "fused" else "getri")  # getri: getri_plan
 
     def prepare(k):
         a[...] = src[k % len(src)]
@@ -86,13 +83,13 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
             raise ValueError(f"Expected a tile that holds n = {n} in registers. Got {tile} instead.")
 
         def run():
-            _getri.launch_inv_gje(a, out, info, tile)
+            tuning.launch_inv_gje(a, out, info, tile)
     else:
         mode = path.split("-")[1] if "-" in path else None
 
         def run():
-            _getrf.launch(a, lu, piv, info)
-            _getri.launch_getri(lu, piv, info, out, mode=mode)
+            tuning.launch_getrf(a, lu, piv, info)
+            tuning.launch_getri(lu, piv, info, out, mode=mode)
 
     return Case(prepare, run)
 
@@ -190,7 +187,7 @@ def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
     "getrs")."""
     import cupy
 
-    from batchlu.kernels._gpu import _getrf, _getri
+    from batchlu.kernels import tuning
 
     src = _sources(dtype, n, batch)
     b = _rhs(dtype, n, batch, (n, SOLVE_RHS))
@@ -199,23 +196,23 @@ def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
     x = cupy.empty_like(b)
     piv = cupy.empty((batch, n), np.int32)
     info = cupy.empty((batch,), np.int32)
-    path = path or _getri.solve_plan(dtype, n, SOLVE_RHS)
+    path = path or tuning.solve_plan(dtype, n, SOLVE_RHS)
 
     def prepare(k):
         a[...] = src[k % len(src)]
 
     if path.startswith("rows"):
         rr_tj = tuple(int(t) for t in path.split("-")[1].split("x")) if "-" in path else None
-        tile = _getri.gesv_rows_tile(dtype, n, SOLVE_RHS, rr_tj)
+        tile = tuning.gesv_rows_tile(dtype, n, SOLVE_RHS, rr_tj)
         if tile is None or tile[2] * (tile[3] + tile[4]) * np.dtype(dtype).itemsize // 4 > 192:
             raise ValueError(f"Expected a gesv_rows tile that holds n = {n} in registers. Got {tile}.")
 
         def run():
-            _getri.launch_gesv_rows(a, b, x, info, tile)
+            tuning.launch_gesv_rows(a, b, x, info, tile)
     else:
         def run():
-            _getrf.launch(a, lu, piv, info)
-            _getri.launch_getrs(lu, piv, b, x, info)
+            tuning.launch_getrf(a, lu, piv, info)
+            tuning.launch_getrs(lu, piv, b, x, info)
 
     return Case(prepare, run)
 

@@ -1,4 +1,4 @@
-"""Implementations of batched LU (op ``lu``) timed by ``benchmarks/kernels.py``.
+"""Implementations of batched LU (op ``lu``) timed by ``benchmarks/bench_kernels.py``.
 
 Each factory takes ``(dtype, n, batch)`` and returns a :class:`Case`: ``prepare(k)`` copies fresh
 input set ``k`` into the implementation's work buffer (untimed), ``run()`` does one factorization of
@@ -55,20 +55,20 @@ def _sources(dtype, n, batch, sets: int = 2):
 def ours(dtype, n, batch, plan=None) -> Case:
     import cupy
 
-    from batchlu.kernels._gpu import _getrf
+    from batchlu.kernels import tuning
 
     src = _sources(dtype, n, batch)
     a = cupy.empty_like(src[0])
     lu = cupy.empty_like(a)
     piv = cupy.empty((batch, n), np.int32)
     info = cupy.empty((batch,), np.int32)
-    p = plan or _getrf.plan(dtype, n)
+    p = plan or tuning.getrf_plan(dtype, n)
 
     def prepare(k):
         a[...] = src[k % len(src)]
 
     def run():
-        _getrf.launch(a, lu, piv, info, p)
+        tuning.launch_getrf(a, lu, piv, info, p)
 
     return Case(prepare, run)
 
@@ -154,16 +154,16 @@ FLOPS = {"lu": getrf_flops}
 def variant(op: str, name: str):
     """Factories for names outside IMPLS: ``ours:small-8``, ``ours:blocked-16``,
     ``ours:blocked_smem-8`` (a fixed plan) and ``ours:rows-RRxTJ`` (the register-resident kernel with
-    RR rows per thread and TJ threads per row, its tile sized for each n by ``_getrf.rows_plan``)."""
+    RR rows per thread and TJ threads per row, its tile sized for each n by ``tuning.rows_plan``)."""
     if op != "lu" or not name.startswith("ours:"):
         return None
     kind, tile = name[5:].split("-")
 
     def factory(dtype, n, batch):
-        from batchlu.kernels._gpu import _getrf
+        from batchlu.kernels import tuning
 
         if kind == "rows":
             rr, tj = (int(x) for x in tile.split("x"))
-            return ours(dtype, n, batch, _getrf.rows_plan(n, rr, tj))
-        return ours(dtype, n, batch, _getrf.Plan(kind, int(tile)))
+            return ours(dtype, n, batch, tuning.rows_plan(n, rr, tj))
+        return ours(dtype, n, batch, tuning.Plan(kind, int(tile)))
     return factory

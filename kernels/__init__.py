@@ -19,6 +19,9 @@ Both follow the same conventions:
     computed. ``lu_solve`` returns no ``info`` and flags nothing;
 * a singular or non-finite matrix never raises and never spoils its neighbours; ``check=True``
   raises :class:`numpy.linalg.LinAlgError` naming the first bad index.
+
+The GPU kernels' dispatch tables, plans and launchers are public in :mod:`batchlu.kernels.tuning`
+(for benchmarks; it imports CuPy, so it is not imported here).
 """
 
 from ._api import inv, lu_factor, lu_solve, slogdet, solve

@@ -1,54 +1,40 @@
-"""GPU getrf: batched LU with partial pivoting through batchlu's own CUDA kernels.
+"""GPU getrf: batched LU with partial pivoting, the family of ``kernels/cuda/getrf.cu``.
 
-Three kernel families (``kernels/cuda``):
+Three kernels:
 
 * ``getrf_small`` (n <= 32): NP lanes per matrix, one row per lane in registers, lazy swaps;
-* ``getrf_rows`` (n <= 64, float32 n <= 96, where it measured fastest; any tile up to ~190 works):
-  one block per matrix, the whole matrix in registers (RR rows of CC elements per thread, TJ threads
-  per row), right-looking, one barrier per column (none for one-warp tiles);
+* ``getrf_rows`` (any tile up to ~190 in float32; dispatched where it measured fastest): one block
+  per matrix, the whole matrix in registers (RR rows of CC elements per thread, TJ threads per row),
+  right-looking, one barrier per column (none for one-warp tiles);
 * ``getrf_blocked`` (any n): one block per matrix, blocked left-looking LU with the current panel of
   NB columns in shared memory (paper 000's design, in C-order).
 
-:func:`plan` picks the kernel and its tile size from (dtype, n), from measurements on the H100
-(``docs/kernels-notes.md``). :func:`launch` runs one plan on preallocated outputs, so tests can poison
-the outputs and benchmarks can reuse buffers; :func:`getrf` is the backend entry point.
+:func:`getrf_plan` picks the kernel and its tile from (dtype, n) by :data:`GETRF_DISPATCH`.
+:func:`launch_getrf` runs one plan on preallocated outputs, so tests can poison the outputs and
+benchmarks can reuse buffers; :func:`getrf` is the backend entry point.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import cupy
 import numpy as np
 
-from ._module import get_function
+from ._runtime import kernel, smem_optin, smem_per_sm, template
 
-_SCALAR = {
-    np.dtype(np.float32): "float",
-    np.dtype(np.float64): "double",
-    np.dtype(np.complex64): "blu::c64",
-    np.dtype(np.complex128): "blu::c128",
-}
-_SMALL_NP = (2, 4, 8, 16, 32)
+FAMILY = "getrf"
+SMALL_NP = (2, 4, 8, 16, 32)
 # NB by itemsize (NB * itemsize % 16 == 0, NB <= 32: one warp solves the NB columns of U_b).
-_BLOCKED_NB = {4: (8, 16, 32), 8: (8, 16, 32), 16: (4, 8, 16)}
+BLOCKED_NB = {4: (8, 16, 32), 8: (8, 16, 32), 16: (4, 8, 16)}
 _SMALL_THREADS = 128
 _MAX_THREADS = 512
 _MAX_GRID = 1 << 20
-# Dispatch from the H100 measurements (docs/kernels-notes.md; run 6: the new getrf_rows on each candidate
-# tile at n = 16, 24, 33, 48, 64, 96 (128 for float32/float64) and the fastest kept for (previous n, n];
-# above that the blocked kernels, re-swept in session 5 with benchmarks/blocked_sweep.py at n = 96, 128,
-# 160, 190, 256 (complex128 also 64) (kind, NB and blocks per SM), and in session 6 at n = 128, 190
-# (complex128 also 64) after the row-major staging of L, and in session 8 at n = 96, 128, 160, 190, 256
-# (complex128 also 64) over the plans whose blocks of L are narrower than the panel (kb < NB; the
-# double / complex128 update on FP64 mma): per dtype, (largest n, kind, tile) rows, first match wins.
-# "small" = registers, one lane per row; "rows" = getrf_rows, tile (RR, TJ): RR rows per thread, TJ
-# threads per row; "blocked" = left-looking, panel factored with rows in registers; "blocked_smem" = the
-# same with the panel factored in shared memory; their tile is NB, (NB, minb) or (NB, minb, kb): minb
-# blocks per SM in __launch_bounds__ (fewer registers per thread, some spills; 0 = no bound), kb columns
-# per block of L in the left-looking steps (default NB).
-_DISPATCH = {
+# Per dtype, (largest n, kind, tile) rows, first match wins; see docs/design.md#getrf-dispatch.
+# "small": tile unused (NP = n rounded up to a power of two); "rows": (RR, TJ), see rows_plan; "blocked"
+# (panel rows in registers) and "blocked_smem" (panel in shared memory): NB, (NB, minb) or (NB, minb,
+# kb), minb blocks per SM in __launch_bounds__ (0: no bound), kb columns per block of L (default NB).
+GETRF_DISPATCH = {
     np.dtype(np.float32): ((8, "small", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
                            (33, "rows", (5, 4)), (48, "rows", (6, 4)), (64, "rows", (4, 4)),
                            (96, "blocked_smem", (16, 6, 8)), (128, "blocked_smem", (16, 8)),
@@ -100,7 +86,7 @@ def rows_min_blocks(dtype, tile) -> int:
     """Blocks per SM that ``getrf_rows`` is compiled for (__launch_bounds__' second argument): the
     most whose warps, spread over the 4 sub-partitions (16K registers each), leave every thread the
     tile's data registers + 56 (float64), 64 (complex64), 72 (complex128) or 64 + CC (float32) (ptxas
-    -v on the tiles swept in run 6: no spills)."""
+    -v on the swept tiles: no spills)."""
     ti, tj, rr, cc = tile
     dtype = np.dtype(dtype)
     extra = {"f4": 64 + cc, "f8": 56, "c8": 64, "c16": 72}[f"{dtype.kind}{dtype.itemsize}"]
@@ -133,16 +119,6 @@ def _smem_bytes(item: int, n: int, nb: int, ldp: int, kb: int = 0) -> int:
     return (nb * ldp + 2 * n * (kb or nb)) * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
 
 
-@functools.lru_cache(maxsize=None)
-def _device_attribute(name: str, number: int, device: int) -> int:
-    """A device attribute, queried once per device (the launch path asks on every call)."""
-    return int(cupy.cuda.runtime.deviceGetAttribute(getattr(cupy.cuda.runtime, name, number), device))
-
-
-def _sm_smem() -> int:
-    return _device_attribute("cudaDevAttrMaxSharedMemoryPerMultiprocessor", 81, cupy.cuda.runtime.getDevice())
-
-
 def blocked_ldp(dtype, n: int, nb: int, sm_smem: int | None = None, kb: int = 0) -> int:
     """Column stride of ``getrf_blocked``'s panel buffers: padded (n rounded up to 4, plus 4: fewer bank
     conflicts) unless the tight one (n rounded up to 16 bytes) lets more blocks share an SM's shared
@@ -151,7 +127,7 @@ def blocked_ldp(dtype, n: int, nb: int, sm_smem: int | None = None, kb: int = 0)
     item = np.dtype(dtype).itemsize
     per16 = 16 // item if item < 16 else 1
     padded, tight = _ldp(n), -(-n // per16) * per16
-    sm_smem = sm_smem or _sm_smem()
+    sm_smem = sm_smem or smem_per_sm()
 
     def blocks(ldp):
         return sm_smem // (_smem_bytes(item, n, nb, ldp, kb) + 16 + 1024)
@@ -165,21 +141,17 @@ def blocked_smem(dtype, n: int, nb: int, ldp: int | None = None, kb: int = 0) ->
     return _smem_bytes(np.dtype(dtype).itemsize, n, nb, _ldp(n) if ldp is None else ldp, kb)
 
 
-def _smem_limit() -> int:
-    return _device_attribute("cudaDevAttrMaxSharedMemoryPerBlockOptin", 97, cupy.cuda.runtime.getDevice())
-
-
-def plan(dtype, n: int) -> Plan:
+def getrf_plan(dtype, n: int) -> Plan:
     """The measured-best kernel for (dtype, n) that fits this device's shared memory."""
     dtype = np.dtype(dtype)
-    kind, nb = next((kind, tile) for bound, kind, tile in _DISPATCH[dtype] if n <= bound)
+    kind, nb = next((kind, tile) for bound, kind, tile in GETRF_DISPATCH[dtype] if n <= bound)
     if kind == "rows":
         return rows_plan(n, *nb)
     if kind == "small":
-        return Plan("small", next(p for p in _SMALL_NP if p >= n))
+        return Plan("small", next(p for p in SMALL_NP if p >= n))
     nb, minb, kb = (tuple(nb) + (0, 0))[:3] if isinstance(nb, tuple) else (nb, 0, 0)
-    limit = _smem_limit()
-    for candidate in sorted(_BLOCKED_NB[dtype.itemsize], reverse=True):
+    limit = smem_optin()
+    for candidate in sorted(BLOCKED_NB[dtype.itemsize], reverse=True):
         ckb = kb if candidate == nb else 0
         if candidate <= nb and blocked_smem(dtype, n, candidate, kb=ckb) <= limit:
             return Plan(kind, candidate, minb if candidate == nb else 0, ckb)
@@ -187,32 +159,33 @@ def plan(dtype, n: int) -> Plan:
                      f"({limit} bytes). Got n = {n} for {dtype} instead.")
 
 
-def _blocked_name(kind: str, dtype, nb: int, threads: int, minb: int, kb: int = 0) -> str:
-    """``getrf_blocked``'s name expression: the defaults (at most 512 threads, no blocks-per-SM bound,
-    blocks of L nb wide) unless ``minb`` (then __launch_bounds__(threads, minb)) or ``kb``."""
-    reg = "true" if kind == "blocked" else "false"
-    if kb and kb != nb:
-        bounds = f"{threads}, {minb}" if minb else "512, 1"
-        return f"getrf_blocked<{_SCALAR[np.dtype(dtype)]}, {nb}, {reg}, {bounds}, {kb}>"
-    if minb:
-        return f"getrf_blocked<{_SCALAR[np.dtype(dtype)]}, {nb}, {reg}, {threads}, {minb}>"
-    return f"getrf_blocked<{_SCALAR[np.dtype(dtype)]}, {nb}{'' if kind == 'blocked' else ', false'}>"
+def _threads(p: Plan, n: int) -> int:
+    """Threads per block of a launch of ``p`` for order n."""
+    if p.kind == "rows":
+        return p.tile[0] * p.tile[1]
+    if p.kind == "small":
+        return _SMALL_THREADS
+    return min(-(-n // 32) * 32, _MAX_THREADS)
 
 
-def _kernel(family: str, dtype, tile, smem: int = 0, name: str | None = None):
-    if name is not None:
-        func = get_function(family, name)
-    elif family == "getrf_rows":
-        func = get_function(family, f"blu::getrf_rows<{_SCALAR[np.dtype(dtype)]}, "
-                                    f"{', '.join(map(str, tile))}, {rows_min_blocks(dtype, tile)}>")
-    else:
-        func = get_function(family, f"{family}<{_SCALAR[np.dtype(dtype)]}, {tile}>")
-    if smem > 48 * 1024 and func.max_dynamic_shared_size_bytes < smem:
-        func.max_dynamic_shared_size_bytes = smem
-    return func
+def kernel_name(p: Plan, dtype, n: int) -> str:
+    """The name expression of ``p``'s kernel for order n (what :func:`launch_getrf` compiles).
+
+    ``getrf_blocked`` keeps its defaults (at most 512 threads, no blocks-per-SM bound, blocks of L NB
+    wide) unless ``minb`` (then __launch_bounds__(threads, minb)) or ``kb`` is given."""
+    if p.kind == "rows":
+        return template("getrf_rows", dtype, *p.tile, rows_min_blocks(dtype, p.tile))
+    if p.kind == "small":
+        return template("getrf_small", dtype, p.tile)
+    nb, reg, threads = p.tile, p.kind == "blocked", _threads(p, n)
+    if p.kb and p.kb != nb:
+        return template("getrf_blocked", dtype, nb, reg, threads if p.minb else 512, p.minb or 1, p.kb)
+    if p.minb:
+        return template("getrf_blocked", dtype, nb, reg, threads, p.minb)
+    return template("getrf_blocked", dtype, nb) if reg else template("getrf_blocked", dtype, nb, False)
 
 
-def launch(a, lu, piv, info, p: Plan | None = None) -> None:
+def launch_getrf(a, lu, piv, info, p: Plan | None = None) -> None:
     """Factor ``a`` (B, n, n) into preallocated ``lu``, ``piv`` (B, n) int32, ``info`` (B,) int32.
 
     Every element of the outputs is written. ``lu`` may be ``a`` itself (in-place factorization).
@@ -229,7 +202,7 @@ def launch(a, lu, piv, info, p: Plan | None = None) -> None:
         raise ValueError("Expected a C-contiguous input. Got a non-contiguous array instead.")
     if batch == 0 or n == 0:
         return
-    p = p or plan(dtype, n)
+    p = p or getrf_plan(dtype, n)
     args = (a, lu, piv, info, np.int32(n), np.int64(batch))
     if p.kind == "rows":
         ti, tj, rr, cc = p.tile
@@ -237,24 +210,22 @@ def launch(a, lu, piv, info, p: Plan | None = None) -> None:
             raise ValueError(f"Expected a rows tile (TI, TJ, RR, CC) of whole warps holding n = {n}. "
                              f"Got {p.tile} instead.")
         # One block per matrix (grid.x allows 2^31 - 1 blocks, more than memory holds).
-        _kernel("getrf_rows", dtype, p.tile)((batch,), (ti * tj,), (a, lu, piv, info, np.int32(n)))
+        kernel(FAMILY, kernel_name(p, dtype, n))((batch,), (ti * tj,), (a, lu, piv, info, np.int32(n)))
     elif p.kind == "small":
         if p.tile < n:
             raise ValueError(f"Expected NP >= n for the small kernel. Got NP = {p.tile}, n = {n} instead.")
         per_block = _SMALL_THREADS // p.tile
         grid = min(-(-batch // per_block), _MAX_GRID)
-        _kernel("getrf_small", dtype, p.tile)((grid,), (_SMALL_THREADS,), args)
+        kernel(FAMILY, kernel_name(p, dtype, n))((grid,), (_SMALL_THREADS,), args)
     else:
         if p.kb and (p.tile % p.kb or p.kb * np.dtype(dtype).itemsize % 16):
             raise ValueError(f"Expected a block of L (kb) that divides NB in whole 16-byte chunks. Got NB = "
                              f"{p.tile}, kb = {p.kb} for {np.dtype(dtype)} instead.")
         ldp = blocked_ldp(dtype, n, p.tile, kb=p.kb)
         smem = blocked_smem(dtype, n, p.tile, ldp, p.kb)
-        threads = min(-(-n // 32) * 32, _MAX_THREADS)
         grid = min(batch, _MAX_GRID)
-        name = _blocked_name(p.kind, dtype, p.tile, threads, p.minb, p.kb)
-        _kernel("getrf_blocked", dtype, p.tile, smem, name)((grid,), (threads,), args + (np.int32(ldp),),
-                                                            shared_mem=smem)
+        func = kernel(FAMILY, kernel_name(p, dtype, n), smem=smem)
+        func((grid,), (_threads(p, n),), args + (np.int32(ldp),), shared_mem=smem)
 
 
 def getrf(a):
@@ -263,5 +234,5 @@ def getrf(a):
     lu = cupy.empty_like(a)
     piv = cupy.empty((batch, n), dtype=np.int32)
     info = cupy.empty((batch,), dtype=np.int32)
-    launch(a, lu, piv, info)
+    launch_getrf(a, lu, piv, info)
     return lu, piv, info

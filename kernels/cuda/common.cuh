@@ -1,12 +1,13 @@
 // Shared device helpers for batchlu's CUDA kernels: complex types, scalar traits, arithmetic,
 // LAPACK's cabs1, finiteness tests and warp shuffles for every supported scalar type.
 //
-// STABLE INTERFACE: getrf*.cu and getri.cu both include this header. Add to it freely; do not rename
-// or change the meaning of anything below without telling the owners of both (issue 3 / issue 4).
+// Every kernel family (getrf.cu, getri.cu, getrs.cu, gesv.cu, slogdet.cu) includes this header: add to
+// it freely, but a change of meaning here changes every family's kernels.
 //
 // Scalar types, matching the NumPy/CuPy dtypes bit for bit (C-order arrays are passed as raw pointers):
 //   float, double, blu::c64 (complex64: {float re, im}), blu::c128 (complex128: {double re, im}).
-// Name expressions in Python use these spellings: "kernel<float, 16>", "kernel<blu::c64, 16>".
+// Every kernel lives in namespace blu; name expressions in Python read "blu::kernel<float, 16>",
+// "blu::kernel<blu::c64, 16>" (kernels/_gpu/_runtime.py renders them).
 #ifndef BATCHLU_COMMON_CUH
 #define BATCHLU_COMMON_CUH
 

@@ -10,8 +10,8 @@
 // read from global memory once per right-hand-side chunk. The correction is spread over all 256
 // threads as (row r, column c, part) with the dot product split into P = 256 / (NB*KC) strided parts,
 // four partial sums in flight; the diagonal block is solved by one thread per column from shared
-// memory. (Session 4: the previous version read L and U from global memory inside the dot products
-// and the diagonal solves, latency-bound at 6-10x the memory floor: docs/getri-notes.md.) The interchanges become the row
+// memory. (Reading L and U from global memory inside the dot products and the diagonal solves instead
+// was latency-bound at 6-10x the memory floor: docs/design.md.) The interchanges become the row
 // order rp once per matrix (`perm_from_piv`, one thread per matrix), so no block runs a serial chain of
 // swaps; getri uses the same rp for its column interchange.
 // With `info` given (solve), matrices with info != 0 get NaN; without it (lu_solve), a zero pivot
@@ -40,7 +40,7 @@ perm_from_piv(const int* __restrict__ piv, int* __restrict__ rp, int n, long lon
 }
 
 // Columns of one staged chunk of L or U rows (NB x GETRS_TW elements, 16 KB), and its row stride
-// (padded by 16 bytes: the rows a warp reads fall in different banks). Mirrored in _getri.py.
+// (padded by 16 bytes: the rows a warp reads fall in different banks). Mirrored in _getrs.py.
 template <typename T, int NB> __host__ __device__ constexpr int getrs_tw() { return 16384 / (NB * int(sizeof(T))); }
 template <typename T, int NB> __host__ __device__ constexpr int getrs_ldt() {
     return getrs_tw<T, NB>() + (sizeof(T) >= 16 ? 1 : 16 / int(sizeof(T)));

@@ -1,6 +1,6 @@
-"""The GPU getrf kernels (``kernels/_gpu/_getrf.py``): LAPACK accuracy for every dtype and every path,
-pivots identical to LAPACK's, info semantics, every output element written, and agreement with the
-CPU backend. Run on a machine with a CUDA GPU:
+"""The GPU getrf kernels (``kernels/_gpu/_getrf.py``, launched through ``batchlu.kernels.tuning``):
+LAPACK accuracy for every dtype and every path, pivots identical to LAPACK's, info semantics, every
+output element written, and agreement with the CPU backend. Run on a machine with a CUDA GPU:
 ``BATCHLU_REQUIRE_GPU=1 pytest -m gpu tests/kernels/test_gpu_getrf.py``."""
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ def _count(n: int) -> int:
 
 def _gpu_launch(a: np.ndarray, plan=None, poison: int = 0):
     """Run the GPU kernel on ``a`` with outputs pre-filled with one of two poisons; return host arrays."""
-    from batchlu.kernels._gpu import _getrf
+    from batchlu.kernels import tuning
 
     d = cupy.asarray(a)
     fill = (7.25e30, -3.5e29)[poison]
     lu = cupy.full(a.shape, fill, dtype=a.dtype)
     piv = cupy.full(a.shape[:-1], (-7, 123456)[poison], dtype=np.int32)
     info = cupy.full(a.shape[:1], (-99, 777)[poison], dtype=np.int32)
-    _getrf.launch(d, lu, piv, info, plan)
+    tuning.launch_getrf(d, lu, piv, info, plan)
     assert d.get().tobytes() == a.tobytes(), "the kernel changed its input"
     return lu.get(), piv.get(), info.get()
 
@@ -112,13 +112,13 @@ def test_random_accuracy_and_pivots(dtype, n):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_path(dtype, n):
     """The small kernel and the blocked kernel with each NB give LAPACK accuracy at sizes they share."""
-    from batchlu.kernels._gpu import _getrf
+    from batchlu.kernels import tuning
 
     a = matrices.generate("random", n, dtype, seed=5, start=0, stop=97)
-    plans = [_getrf.Plan(kind, nb) for nb in _getrf._BLOCKED_NB[np.dtype(dtype).itemsize]
+    plans = [tuning.Plan(kind, nb) for nb in tuning.BLOCKED_NB[np.dtype(dtype).itemsize]
              for kind in ("blocked", "blocked_smem")]
     if n <= 32:
-        plans += [_getrf.Plan("small", p) for p in _getrf._SMALL_NP if p >= n]
+        plans += [tuning.Plan("small", p) for p in tuning.SMALL_NP if p >= n]
     for plan in plans:
         lu, piv, info = _factor(a, plan)
         assert (info == 0).all(), plan
@@ -146,13 +146,13 @@ def _check_with_bad_matrices(a, plan, dtype):
 def test_blocked_min_blocks(dtype, n):
     """The blocked kernels compiled with a blocks-per-SM bound (fewer registers, spills allowed) give
     the same LAPACK accuracy and pivots; exact zero pivots and NaN still give info k and -1."""
-    from batchlu.kernels._gpu import _getrf
+    from batchlu.kernels import tuning
 
     a = matrices.generate("random", n, dtype, seed=11, start=0, stop=40)
     a[3, :, 0] = 0  # a zero first column: info 1
     a[5, n // 2, n // 3] = np.nan
-    for plan in [_getrf.Plan(kind, nb, minb) for kind in ("blocked", "blocked_smem")
-                 for nb in _getrf._BLOCKED_NB[np.dtype(dtype).itemsize][:2] for minb in (2, 3)]:
+    for plan in [tuning.Plan(kind, nb, minb) for kind in ("blocked", "blocked_smem")
+                 for nb in tuning.BLOCKED_NB[np.dtype(dtype).itemsize][:2] for minb in (2, 3)]:
         piv = _check_with_bad_matrices(a, plan, dtype)
         ref_lu, ref_piv = _scipy(a[3:4])
         assert (piv[3] == ref_piv[0]).all(), plan
@@ -164,28 +164,28 @@ def test_blocked_narrow_l_blocks(dtype, n):
     """Blocks of L narrower than the panel (kb < NB, the left-looking steps KB columns at a time): the
     same accuracy, pivots and info, at sizes below, across and above a panel, and past the block size
     (n = 600 > 512 threads: rows looped over)."""
-    from batchlu.kernels._gpu import _getrf
+    from batchlu.kernels import tuning
 
     item = np.dtype(dtype).itemsize
-    nbs = _getrf._BLOCKED_NB[item]
+    nbs = tuning.BLOCKED_NB[item]
     a = matrices.generate("random", n, dtype, seed=13, start=0, stop=24)
     a[3, :, 0] = 0  # a zero first column: info 1
     a[5, n // 2, n // 3] = np.inf
-    plans = [_getrf.Plan(kind, nb, minb, kb) for kind in ("blocked", "blocked_smem") for nb in nbs
+    plans = [tuning.Plan(kind, nb, minb, kb) for kind in ("blocked", "blocked_smem") for nb in nbs
              for kb in nbs if kb < nb for minb in (0, 2)]
     for plan in plans:
-        if _getrf.blocked_smem(dtype, n, plan.tile, kb=plan.kb) > _getrf._smem_limit():
+        if tuning.blocked_smem(dtype, n, plan.tile, kb=plan.kb) > tuning.smem_optin():
             continue
         _check_with_bad_matrices(a, plan, dtype)
 
 
 def test_blocked_rejects_bad_l_block():
-    from batchlu.kernels._gpu import _getrf
+    from batchlu.kernels import tuning
 
     a = cupy.asarray(matrices.generate("random", 40, np.float64, seed=1, start=0, stop=2))
     out = (cupy.empty_like(a), cupy.empty((2, 40), np.int32), cupy.empty((2,), np.int32))
     with pytest.raises(ValueError, match="kb"):
-        _getrf.launch(a, *out, _getrf.Plan("blocked", 16, 0, 6))
+        tuning.launch_getrf(a, *out, tuning.Plan("blocked", 16, 0, 6))
 
 
 # (dtype, n, RR, TJ): the register-resident kernel's tiles that the dispatch or the benchmark uses,
@@ -216,9 +216,9 @@ ROWS_CASES = [
 def test_rows_tiles(dtype, n, rr, tj):
     """getrf_rows with each tile: LAPACK accuracy and pivots on random and ill-conditioned input, a
     zero column (info, no swap there, the factorization completed) and one NaN (info = -1)."""
-    from batchlu.kernels._gpu import _getrf
+    from batchlu.kernels import tuning
 
-    plan = _getrf.rows_plan(n, rr, tj)
+    plan = tuning.rows_plan(n, rr, tj)
     a = matrices.generate("random", n, dtype, seed=n + rr, start=0, stop=64)
     a[32:48] = matrices.generate("illcond", n, dtype, seed=n, start=0, stop=16)
     a[48:56, :, n // 3] = 0
@@ -273,17 +273,17 @@ def test_rows_in_place(dtype):
     """lu may be the input array itself: what getrf_rows writes over the input passes get01 against
     the matrices in float64/complex128, with LAPACK's pivots; piv and info, poisoned first (two runs,
     two poisons), are written everywhere; and the result is the out-of-place one, bit for bit."""
-    from batchlu.kernels._gpu import _getrf
+    from batchlu.kernels import tuning
 
     n, count = 64, 50
-    plan = _getrf.rows_plan(n, *IN_PLACE_TILES[dtype])
+    plan = tuning.rows_plan(n, *IN_PLACE_TILES[dtype])
     a = matrices.generate("random", n, dtype, seed=4, start=0, stop=count)
     runs = []
     for poison in (0, 1):
         d = cupy.asarray(a)
         piv = cupy.full((count, n), (-7, 123456)[poison], dtype=np.int32)
         info = cupy.full((count,), (-99, 777)[poison], dtype=np.int32)
-        _getrf.launch(d, d, piv, info, plan)
+        tuning.launch_getrf(d, d, piv, info, plan)
         runs.append((d.get(), piv.get(), info.get()))
     for x, y, what in zip(runs[0], runs[1], ("lu", "piv", "info")):
         assert (x.view(np.uint8) == y.view(np.uint8)).all(), f"{what}: some elements keep the poison"

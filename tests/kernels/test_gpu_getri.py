@@ -1,4 +1,5 @@
-"""The GPU inverse, solve and slogdet kernels (``kernels/_gpu/_getri.py``): LAPACK test ratios for
+"""The GPU inverse, solve and slogdet kernels (``kernels/_gpu/_getri.py``, ``_getrs.py``, ``_gesv.py``,
+``_slogdet.py``, launched through ``batchlu.kernels.tuning``): LAPACK test ratios for
 every dtype, size and path (inverse: fused Gauss-Jordan, getri static, merged and dynamic; solve: the
 fused gesv_rows and getrf + getrs), info and NaN semantics on
 bad matrices, every output element written, and agreement with the CPU backend.
@@ -31,37 +32,38 @@ def _count(n: int) -> int:
 
 
 def _paths(dtype, n: int) -> list[str]:
-    from batchlu.kernels._gpu import _getri
+    from batchlu.kernels import tuning
 
     paths = ["getri-static", "getri-merged", "getri-dynamic"]
     if n <= 512:  # the sums on tensor cores; block rows twice the default height (getri_plan's choices)
-        tall = f"nb{2 * _getri._nb(dtype)}"
+        tall = f"nb{2 * tuning.default_nb(dtype)}"
         paths += ["getri-static-m0-mma", "getri-merged-m0-mma", "getri-static-m3-mma", "getri-merged-m2-mma",
                   "getri-dynamic-m0-mma", f"getri-static-m0-{tall}", f"getri-dynamic-m0-{tall}",
                   f"getri-merged-m2-mma-{tall}", f"getri-dynamic-m0-mma-{tall}",
                   f"getri-dynamic-m3-{tall}", f"getri-dynamic-m2-mma-{tall}"]
-        mode, minb, mma, nb = _getri.getri_plan(dtype, n)  # the dispatched plan by name, too
+        mode, minb, mma, nb = tuning.getri_plan(dtype, n)  # the dispatched plan by name, too
         paths.append(f"getri-{mode}-m{minb}" + "-mma" * mma + f"-nb{nb}")
-    if _getri.gje_tile(dtype, n) is not None:
+    if tuning.gje_tile(dtype, n) is not None:
         paths.insert(0, "fused")
     return paths
 
 
 def _launch_inv(a: np.ndarray, path: str, poison: int):
     """Inverse of host matrices ``a`` on the GPU by ``path``, outputs poisoned first; host results."""
-    from batchlu.kernels._gpu import _getrf, _getri
+    from batchlu.kernels import tuning
+    from batchlu.kernels._gpu import _getrf
 
     d = cupy.asarray(a)
     out = cupy.full(a.shape, POISONS[poison], dtype=a.dtype)
     info = cupy.full(a.shape[:1], (-99, 777)[poison], dtype=np.int32)
     if path == "fused":
-        _getri.launch_inv_gje(d, out, info)
+        tuning.launch_inv_gje(d, out, info)
     else:
         lu, piv, info = _getrf.getrf(d)
         parts = path.split("-")  # getri-<mode>[-m<minb>[-mma][-nb<nb>]]
         minb = int(parts[2][1:]) if len(parts) > 2 else 0
         nb = int(parts[-1][2:]) if parts[-1].startswith("nb") else None
-        _getri.launch_getri(lu, piv, info, out, mode=parts[1], minb=minb, mma="mma" in parts, nb=nb)
+        tuning.launch_getri(lu, piv, info, out, mode=parts[1], minb=minb, mma="mma" in parts, nb=nb)
     assert d.get().tobytes() == a.tobytes(), "the kernel changed its input"
     return out.get(), info.get()
 
@@ -133,22 +135,23 @@ def test_illconditioned(dtype, n):
 
 
 def _solve_paths(dtype, n: int, k: int) -> list[str]:
-    from batchlu.kernels._gpu import _getri
+    from batchlu.kernels import tuning
 
-    rows = _getri.gesv_rows_tile(dtype, n, k) is not None
+    rows = tuning.gesv_rows_tile(dtype, n, k) is not None
     return (["rows"] if rows else []) + ["getrs"]
 
 
 def _solve_launch(a, b, poison, path="getrs", tile=None):
-    from batchlu.kernels._gpu import _getrf, _getri
+    from batchlu.kernels import tuning
+    from batchlu.kernels._gpu import _getrf
 
     x = cupy.full(b.shape, POISONS[poison], dtype=a.dtype)
     if path == "rows":
         info = cupy.full(a.shape[:1], (-99, 777)[poison], dtype=np.int32)
-        _getri.launch_gesv_rows(cupy.asarray(a), cupy.asarray(b), x, info, tile)
+        tuning.launch_gesv_rows(cupy.asarray(a), cupy.asarray(b), x, info, tile)
     else:
         lu, piv, info = _getrf.getrf(cupy.asarray(a))
-        _getri.launch_getrs(lu, piv, cupy.asarray(b), x, info)
+        tuning.launch_getrs(lu, piv, cupy.asarray(b), x, info)
     return x.get(), info.get()
 
 
@@ -181,12 +184,12 @@ def test_solve(dtype, n):
 @pytest.mark.parametrize("rr_tj", [(1, 2), (2, 4), (5, 4), (4, 8), (2, 16)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gesv_rows_tiles(dtype, rr_tj):
-    from batchlu.kernels._gpu import _getri
+    from batchlu.kernels import tuning
 
     for n in (1, 5, 40):
         a = matrices.generate("random", n, dtype, seed=n + 3, start=0, stop=40)
         for k in (3, 40):
-            tile = _getri.gesv_rows_tile(dtype, n, k, rr_tj)
+            tile = tuning.gesv_rows_tile(dtype, n, k, rr_tj)
             if tile[2] * (tile[3] + tile[4]) * np.dtype(dtype).itemsize // 4 > 160:
                 continue  # the data would not fit the registers
             b = matrices.rhs(n, k, dtype, seed=k, start=0, stop=40)
@@ -257,31 +260,33 @@ def test_gpu_and_cpu_backends_agree(dtype, n):
 
 
 def test_mma_where_it_cannot_run_is_refused():
-    from batchlu.kernels._gpu import _getrf, _getri
+    from batchlu.kernels import tuning
+    from batchlu.kernels._gpu import _getrf
 
     for dtype, n, mode in ((np.float32, 600, "dynamic"), (np.complex128, 600, "static")):
         a = cupy.asarray(matrices.generate("random", n, dtype, seed=2, start=0, stop=2))
         lu, piv, info = _getrf.getrf(a)
         with pytest.raises(ValueError, match="mma"):
-            _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode=mode, mma=True)
+            tuning.launch_getri(lu, piv, info, cupy.empty_like(lu), mode=mode, mma=True)
 
 
 def test_bad_block_row_height_is_refused():
-    from batchlu.kernels._gpu import _getrf, _getri
+    from batchlu.kernels import tuning
+    from batchlu.kernels._gpu import _getrf
 
     a = cupy.asarray(matrices.generate("random", 40, np.float64, seed=2, start=0, stop=2))
     lu, piv, info = _getrf.getrf(a)
     with pytest.raises(ValueError, match="block-row height nb"):
-        _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nb=12)
+        tuning.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nb=12)
     a = cupy.asarray(matrices.generate("random", 1024, np.complex128, seed=2, start=0, stop=1))
     lu, piv, info = _getrf.getrf(a)
     with pytest.raises(ValueError, match="fit in shared memory: n = 1024 with nb = 32"):
-        _getri.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nb=32)
+        tuning.launch_getri(lu, piv, info, cupy.empty_like(lu), mode="static", nb=32)
 
 
 def test_too_large_is_refused():
-    from batchlu.kernels._gpu import _getri
+    from batchlu.kernels._gpu import _getrs
 
     a = cupy.zeros((1, 1025, 1025), np.float64)
     with pytest.raises(ValueError, match="Expected n <= 1024"):
-        _getri.solve(a, cupy.zeros((1, 1025, 1), np.float64))
+        _getrs.solve(a, cupy.zeros((1, 1025, 1), np.float64))

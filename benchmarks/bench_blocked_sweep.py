@@ -1,33 +1,28 @@
 """Plan sweep of the blocked getrf kernels (GPU machine, repo root):
 
-    python3 benchmarks/blocked_sweep.py --dtypes float32,float64,complex64,complex128 --sizes 128,190 \\
+    python3 benchmarks/bench_blocked_sweep.py --dtypes float32,float64,complex64,complex128 --sizes 128,190 \\
         --rev HEAD
 
-``--op getri`` instead times ``_getri.launch_getri`` in each mode and blocks-per-SM bound (minb) on
-the factors of one random batch. For ``--op lu`` (the default): for each (dtype, n), every blocked plan -- kind ``blocked`` (panel rows in registers) or
-``blocked_smem``, NB from ``_getrf._BLOCKED_NB`` but 32, and ``minb`` (``__launch_bounds__``' blocks
-per SM; 0 = none) among those whose shared memory and registers (>= 64 per thread) allow it -- is
-compiled in parallel first (16 processes, CuPy's disk cache), then run on the same fresh random batch
-(``benchmarks/kernels.py``'s ``time_case``: L2 scrubbed, median of ``--reps``). With ``--rev``, the
-``getrf_blocked.cu`` of that git revision runs too, on the minb = 0 plans (the kernel names are the
-same), and its outputs are compared bit for bit with the working tree's. Prints the best plan per point
-and a Markdown table; the LAPACK ratio get01 of the best plan on 32 matrices is checked (< 30).
+``--op getri`` instead times ``tuning.launch_getri`` in each mode and blocks-per-SM bound (minb) on
+the factors of one random batch. For ``--op lu`` (the default): for each (dtype, n), every blocked
+plan -- kind ``blocked`` (panel rows in registers) or ``blocked_smem``, NB from ``tuning.BLOCKED_NB``
+but 32, and ``minb`` (``__launch_bounds__``' blocks per SM; 0 = none) among those whose shared memory
+and registers (>= 64 per thread) allow it -- is compiled in parallel first (16 processes, CuPy's disk
+cache), then run on the same fresh random batch (``_harness.time_case``: L2 scrubbed, median of
+``--reps``). With ``--rev``, the getrf family's source at that git revision (``--path``: its file
+there, e.g. ``kernels/cuda/getrf_blocked.cu`` before one ``.cu`` per family) runs too, on the minb = 0
+plans (``tuning.source_override``: the kernel names are the same), and its outputs are compared bit
+for bit with the working tree's. Prints the best plan per point and a Markdown table; the LAPACK ratio
+get01 of the best plan on 32 matrices is checked (< 30).
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "benchmarks"))
-
-from gesv_sweep import _time_case, precompile  # noqa: E402  (shared with the gesv_rows sweep)
+from _harness import old_source, precompile, random_batch, same_bits, time_case
 
 SMEM_SM = 228 * 1024  # H100: shared memory per SM (each block also reserves 1 KB; 16 B static)
 
@@ -35,93 +30,51 @@ SMEM_SM = 228 * 1024  # H100: shared memory per SM (each block also reserves 1 K
 def plans(dtype, n: int, split: bool = False) -> list:
     """Every blocked plan (kind, NB but 32, minb); with ``split`` also those whose blocks of L are
     narrower than the panel (kb < NB, NB 32 included), and only those."""
-    from batchlu.kernels._gpu import _getrf
+    from batchlu.kernels import tuning
 
     item, warps = np.dtype(dtype).itemsize, -(-n // 32)
-    nbs = _getrf._BLOCKED_NB[item]
+    nbs = tuning.BLOCKED_NB[item]
     out = []
     for kind in ("blocked", "blocked_smem"):
         for nb in nbs:
             for kb in [k for k in nbs if k < nb] if split else [0]:
                 if nb == 32 and not split:
                     continue
-                smem = _getrf.blocked_smem(dtype, n, nb, _getrf.blocked_ldp(dtype, n, nb, SMEM_SM, kb), kb)
+                smem = tuning.blocked_smem(dtype, n, nb, tuning.blocked_ldp(dtype, n, nb, SMEM_SM, kb), kb)
                 if smem + 16 + 1024 > SMEM_SM:
                     continue
-                out.append(_getrf.Plan(kind, nb, 0, kb))
+                out.append(tuning.Plan(kind, nb, 0, kb))
                 for minb in range(2, 9):
                     per_partition = -(-minb * warps // 4)
                     regs = min(255, 16384 // (per_partition * 32) // 8 * 8)
                     if minb * (smem + 16 + 1024) <= SMEM_SM and regs >= 64 and minb * warps <= 64:
-                        out.append(_getrf.Plan(kind, nb, minb, kb))
+                        out.append(tuning.Plan(kind, nb, minb, kb))
     return out
 
 
-def _name(dtype, n: int, plan) -> str:
-    from batchlu.kernels._gpu import _getrf
-
-    return _getrf._blocked_name(plan.kind, dtype, plan.tile, -(-n // 32) * 32, plan.minb, plan.kb)
-
-
-def _prev_smem(dtype, n: int, nb: int, ldp: int, layout: str) -> int:
-    """Shared memory of an older getrf_blocked.cu, so that such a source gets what it needs: layout
-    "3buf" = three NB x ldp buffers (commits 1764154 .. 58ef887), "pre1764154" = that and int
-    bookkeeping with the padded stride (e6ed8ac .. the parent of 1764154)."""
-    from batchlu.kernels._gpu import _getrf
-
-    item = np.dtype(dtype).itemsize
-    if layout == "3buf":
-        return 3 * nb * ldp * item + n * (4 + 2 * 2) + 16 + 32 * 16 + 64 * item
-    return 3 * nb * _getrf._ldp(n) * item + 3 * n * 4 + 16 + 64 * 16 + 128 * item
-
-
-class _OldSmem:
-    """Switches ``_getrf.blocked_smem`` to max(current, previous layout) while the old source runs."""
-
-    def __init__(self, sources, layout: str):
-        from batchlu.kernels._gpu import _getrf
-
-        self.sources, self.getrf, self.current, self.layout = sources, _getrf, _getrf.blocked_smem, layout
-
-    def use(self, which: str) -> None:
-        self.sources.use(which)
-        cur = self.current
-        self.getrf.blocked_smem = cur if which == "new" else (
-            lambda d, n, nb, ldp=None: max(cur(d, n, nb, ldp),
-                                           _prev_smem(d, n, nb, self.getrf._ldp(n) if ldp is None else ldp,
-                                                      self.layout)))
-
-
-def _old_text(rev: str) -> str:
-    """The old getrf_blocked.cu: a file path (the GPU machine's copy has no .git) or a git revision."""
-    if Path(rev).is_file():
-        return Path(rev).read_text()
-    from kernel_ab import old_source
-
-    return old_source("getrf_blocked", rev)
-
-
 def compile_one(job):
-    dtype, n, plan, rev = job
-    from batchlu.kernels._gpu._module import get_function
+    """Compile one plan's kernel, from the working tree's source or (``old`` not empty) that text."""
+    dtype, n, plan, old = job
+    from batchlu.kernels import tuning
 
-    if rev:
-        from kernel_ab import Sources
-
-        Sources("getrf_blocked", _old_text(rev)).use("old")
     t0 = time.time()
+    name = tuning.getrf_kernel_name(plan, dtype, n)
     try:
-        get_function("getrf_blocked", _name(dtype, n, plan))
+        if old:
+            with tuning.source_override("getrf", old):
+                tuning.compile_kernels("getrf", [name])
+        else:
+            tuning.compile_kernels("getrf", [name])
     except Exception as e:  # reported, the sweep goes on without it
-        return f"{dtype} {n} {plan.describe()} {'old' if rev else ''}: {type(e).__name__} {str(e)[-400:]}"
-    return f"{dtype} {n} {plan.describe()} {'old' if rev else 'new'} {time.time() - t0:.1f}s"
+        return f"{dtype} {n} {plan.describe()} {'old' if old else ''}: {type(e).__name__} {str(e)[-400:]}"
+    return f"{dtype} {n} {plan.describe()} {'old' if old else 'new'} {time.time() - t0:.1f}s"
 
 
 def getri_plans(dtype, n: int, nbs=None) -> list[tuple[str, int, bool, int]]:
-    """(mode, minb, mma, nb) of ``_getri.launch_getri``: every mode at minb = 0 and with each
+    """(mode, minb, mma, nb) of ``tuning.launch_getri``: every mode at minb = 0 and with each
     minb whose registers (>= 64 per thread) allow it; for n <= 512 each of them with mma too; each for
-    every block-row height in ``nbs`` (default: ``_getri._nb``'s)."""
-    from batchlu.kernels._gpu import _getri
+    every block-row height in ``nbs`` (default: ``tuning.default_nb``'s)."""
+    from batchlu.kernels import tuning
 
     warps = -(-n // 32)
     out = [("static", 0), ("merged", 0), ("dynamic", 0)]
@@ -131,17 +84,16 @@ def getri_plans(dtype, n: int, nbs=None) -> list[tuple[str, int, bool, int]]:
     plans = [(mode, minb, False) for mode, minb in out]
     if n <= 512:
         plans += [(mode, minb, True) for mode, minb in out]
-    return [p + (nb,) for nb in (nbs or [_getri._nb(dtype)]) for p in plans]
+    return [p + (nb,) for nb in (nbs or [tuning.default_nb(dtype)]) for p in plans]
 
 
 def compile_getri(job):
     dtype, n, mode, minb, mma, nb = job
-    from batchlu.kernels._gpu import _getri
-    from batchlu.kernels._gpu._module import get_function
+    from batchlu.kernels import tuning
 
-    _, names = _getri.getri_kernels(dtype, -(-n // 32) * 32, mode, minb, mma, nb)
+    _, names = tuning.getri_kernels(dtype, -(-n // 32) * 32, mode, minb, mma, nb)
     t0 = time.time()
-    get_function("getri", names[0], names=names)
+    tuning.compile_kernels("getri", names)
     return f"{dtype} {n} {mode} minb {minb} mma {mma} nb {nb} {time.time() - t0:.1f}s"
 
 
@@ -150,8 +102,8 @@ def sweep_getri(dtypes, sizes, args) -> None:
     import cupy
 
     from _lu_impls import Case
-    from kernel_ab import random_batch
-    from batchlu.kernels._gpu import _getrf, _getri
+    from batchlu import kernels
+    from batchlu.kernels import tuning
     from batchlu.testing.ratios import get03
 
     nbs = [int(x) for x in args.nbs.split(",") if x] or None
@@ -159,24 +111,23 @@ def sweep_getri(dtypes, sizes, args) -> None:
     for d in dtypes:
         for n in sizes:
             for plan in getri_plans(d, n, nbs):
-                jobs.setdefault(_getri.getri_kernels(d, -(-n // 32) * 32, *plan)[1], (d, n) + plan)
+                jobs.setdefault(tuning.getri_kernels(d, -(-n // 32) * 32, *plan)[1], (d, n) + plan)
     precompile(compile_getri, sorted(jobs.values(), key=str))
-    time_case = _time_case()
     table = []
     for d in dtypes:
         for n in sizes:
             batch = max(1, min(args.batch, int(args.max_bytes // (np.dtype(d).itemsize * n * n))))
             a = random_batch((batch, n, n), d, seed=n)
-            lu, piv, info = _getrf.getrf(a)
+            lu, piv, info = kernels.lu_factor(a)
             work, out = cupy.empty_like(lu), cupy.empty_like(lu)
             res = {}
             plans = {}
             for mode, minb, mma, nb in getri_plans(d, n, nbs):
-                def prepare(k):
+                def prepare(k, work=work, lu=lu):
                     work[...] = lu
 
-                def run(mode=mode, minb=minb, mma=mma, nb=nb):
-                    _getri.launch_getri(work, piv, info, out, mode, minb, mma, nb)
+                def run(mode=mode, minb=minb, mma=mma, nb=nb, work=work, piv=piv, info=info, out=out):
+                    tuning.launch_getri(work, piv, info, out, mode, minb, mma, nb)
 
                 key = f"{mode}-m{minb}{'-mma' if mma else ''}" + (f"-nb{nb}" if nbs else "")
                 plans[key] = (mode, minb, mma, nb)
@@ -187,13 +138,14 @@ def sweep_getri(dtypes, sizes, args) -> None:
             best = min(res, key=res.get)
             out[...] = np.nan
             work[...] = lu
-            _getri.launch_getri(work, piv, info, out, *plans[best])
+            tuning.launch_getri(work, piv, info, out, *plans[best])
             assert not bool(cupy.isnan(out).any()), f"{d} n={n} {best}: elements left unwritten"
             ratio = float(get03(cupy.asnumpy(a[:32]), cupy.asnumpy(out[:32])).max())
-            ref = res[min((k for k in res if k.startswith(f"{_getri.GETRI_MODE[np.dtype(d)]}-m0")), key=len)]
+            mode = tuning.GETRI_MODE[np.dtype(d)]
+            ref = res[min((k for k in res if k.startswith(f"{mode}-m0")), key=len)]
             print(f"{d:10s} n={n:3d} batch={batch} " + " ".join(f"{k}={v:.3f}" for k, v in res.items()), flush=True)
-            table.append((d, n, batch, _getri.GETRI_MODE[np.dtype(d)], ref, best, res[best], ratio))
-            del a, lu, piv, info, work, out
+            table.append((d, n, batch, mode, ref, best, res[best], ratio))
+            del a, lu, piv, info, work, out, prepare, run
             cupy.get_default_memory_pool().free_all_blocks()
     print("\n| dtype | n | batch | dispatched mode | ms | best (mode-minb) | ms | gain | get03 |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -208,74 +160,69 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=10000)
     ap.add_argument("--max-bytes", type=float, default=3e9, help="cap on one input batch's bytes")
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--rev", default="", help="git revision (or a file) of the old getrf_blocked.cu "
+    ap.add_argument("--rev", default="", help="git revision (or a file) of the old getrf source "
                                               "(minb = 0 plans)")
-    ap.add_argument("--old-layout", choices=("current", "3buf", "pre1764154"), default="current",
-                    help="shared-memory layout of the --rev source (_prev_smem): it gets max(current, that) "
-                         "bytes")
+    ap.add_argument("--path", default=None,
+                    help="the old source's path in that revision (default kernels/cuda/getrf.cu)")
     ap.add_argument("--plans", choices=("all", "dispatched"), default="all",
-                    help="all: every blocked plan; dispatched: only _getrf.plan's (old and new source on it, "
-                         "for a quick A/B with --rev)")
+                    help="all: every blocked plan; dispatched: only tuning.getrf_plan's (old and new source "
+                         "on it, for a quick A/B with --rev)")
     ap.add_argument("--split", action="store_true",
                     help="sweep the plans whose blocks of L are narrower than the panel (kb < NB) instead")
     ap.add_argument("--op", choices=("lu", "getri"), default="lu",
                     help="lu: the getrf_blocked plans; getri: launch_getri's modes and minb")
-    ap.add_argument("--nbs", default="", help="getri: block-row heights to sweep (default: _getri._nb's)")
+    ap.add_argument("--nbs", default="", help="getri: block-row heights to sweep (default: tuning.default_nb's)")
     args = ap.parse_args(argv)
     dtypes = [d for d in args.dtypes.split(",") if d]
     sizes = [int(x) for x in args.sizes.split(",") if x]
     if args.op == "getri":
         return sweep_getri(dtypes, sizes, args)
 
+    from batchlu.kernels import tuning
+
     def swept(d, n):
         if args.plans == "dispatched":
-            from batchlu.kernels._gpu import _getrf
-
-            return [_getrf.plan(d, n)]
+            return [tuning.getrf_plan(d, n)]
         if args.split:  # the dispatched plan too, for reference
-            from batchlu.kernels._gpu import _getrf
-
-            return [_getrf.plan(d, n)] + plans(d, n, True)
+            return [tuning.getrf_plan(d, n)] + plans(d, n, True)
         return plans(d, n)
 
     def old_too(p):  # every plan runs the old source too when only the dispatched one is swept
         return args.rev and not p.kb and (args.plans == "dispatched" or not p.minb)
 
+    old = old_source("getrf", args.rev, args.path) if args.rev else ""
     jobs = [(d, n, p, "") for d in dtypes for n in sizes for p in swept(d, n)]
-    jobs += [(d, n, p, args.rev) for d in dtypes for n in sizes for p in swept(d, n) if old_too(p)]
+    jobs += [(d, n, p, old) for d in dtypes for n in sizes for p in swept(d, n) if old_too(p)]
     precompile(compile_one, jobs)
 
     import cupy
 
     from _lu_impls import ours
-    from kernel_ab import Sources, same_bits
-    from batchlu.kernels._gpu import _getrf
     from batchlu.testing.ratios import get01
 
-    time_case = _time_case()
-    sources = None
-    if args.rev:
-        sources = Sources("getrf_blocked", _old_text(args.rev))
-        sources = _OldSmem(sources, args.old_layout) if args.old_layout != "current" else sources
+    def on(which, fn):
+        """fn() with the old (--rev) or the working tree's getrf source."""
+        if which == "new":
+            return fn()
+        with tuning.source_override("getrf", old):
+            return fn()
+
     table = []
     for d in dtypes:
         for n in sizes:
             batch = max(1, min(args.batch, int(args.max_bytes // (np.dtype(d).itemsize * n * n))))
-            dispatched = _getrf.plan(d, n)
+            dispatched = tuning.getrf_plan(d, n)
             res = {}
             for p in swept(d, n):
                 for which in (("old", "new") if old_too(p) else ("new",)):
                     key = p.describe() + (" (old)" if which == "old" else "")
-                    if sources:
-                        sources.use(which)
                     try:
                         case = ours(d, n, batch, p)
-                        res[key] = time_case(case, args.reps)
+                        res[key] = on(which, lambda case=case: time_case(case, args.reps))
+                        del case
                     except Exception as e:
                         print(d, n, key, "FAILED", type(e).__name__, str(e)[:300], flush=True)
                     cupy.get_default_memory_pool().free_all_blocks()
-            if sources:
-                sources.use("new")
             new = {k: v for k, v in res.items() if not k.endswith("(old)")}
             best = min(new, key=new.get)
             ref = res.get(dispatched.describe() + " (old)", res.get(dispatched.describe(), float("nan")))
@@ -291,7 +238,7 @@ def main(argv=None) -> None:
 
             def factor(plan):
                 out = (cupy.full_like(ga, np.nan), cupy.full((256, n), -7, np.int32), cupy.full((256,), -9, np.int32))
-                _getrf.launch(ga, *out, plan)
+                tuning.launch_getrf(ga, *out, plan)
                 return out
 
             lu, piv, info = factor(next(p for p in swept(d, n) if p.describe() == best))
@@ -299,10 +246,7 @@ def main(argv=None) -> None:
             ratio = ratio if bool((info == 0).all()) else float("inf")
             bitwise = ""
             if args.rev:
-                sources.use("old")
-                old = factor(dispatched)
-                sources.use("new")
-                bitwise = str(same_bits(old, factor(dispatched)))
+                bitwise = str(same_bits(on("old", lambda: factor(dispatched)), factor(dispatched)))
             print(f"  BEST {best} {new[best]:.3f} ms; dispatched {dispatched.describe()} "
                   f"{res.get(dispatched.describe(), float('nan')):.3f} (old {ref:.3f}); get01 {ratio:.3f}"
                   f" bitwise {bitwise}", flush=True)

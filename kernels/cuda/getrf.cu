@@ -1,3 +1,142 @@
+// Batched LU with partial pivoting (xGETRF) of C-order matrices: one family, three kernels.
+//
+//   getrf_small   n <= 32: NP lanes per matrix, one row per lane in registers, lazy swaps;
+//   getrf_rows    the whole matrix in one block's registers (rows_run, rows.cuh), one barrier per column;
+//   getrf_blocked any n: blocked left-looking LU, the current panel in shared memory.
+//
+// kernels/_gpu/_getrf.py picks the kernel and its tile for each (dtype, n): see docs/design.md#getrf-dispatch.
+// Every kernel writes lu (LAPACK's L and U, rows in LAPACK's final order), piv (0-based interchanges, as
+// scipy.linalg.lu_factor) and info: 0, the first k + 1 with an exactly zero pivot (the factorization
+// goes on), or -1 when the input holds NaN/Inf (then lu is all NaN and piv is 0..n-1).
+#include "common.cuh"
+#include "rows.cuh"
+
+namespace blu {
+
+// ====================================================================================================
+// getrf_small
+// ====================================================================================================
+//
+// Batched LU with partial pivoting for n <= 32: the whole matrix in registers.
+//
+// A group of NP lanes (NP a power of two, n <= NP <= 32) factors one matrix; a warp holds 32 / NP
+// matrices. Lane i owns row i in NP registers (statically indexed: every loop over k and j is
+// unrolled). Swaps are lazy: rows never move, each lane tracks the position `pos` of its row in
+// LAPACK's current row order, and rows are written to their final positions at the end.
+//
+// Step k: the pivot is the row of largest cabs1(a[pos, k]) among positions >= k, ties going to the
+// smallest position (LAPACK's i?amax on the swapped order); the pivot row is broadcast with
+// shuffles and every row below it takes its rank-1 update.
+//
+// Outputs: lu (C-order, row `pos` <- the row of the lane that holds position pos), piv[k] = the
+// position swapped with k (0-based), info = 0, the first k+1 with an exactly zero pivot, or -1
+// when the input holds NaN/Inf (then lu is all NaN and piv is 0..n-1).
+
+struct Cand {
+    double key;  // cabs1 of the candidate (double holds every float exactly)
+    int pos;     // its position in the current row order (INT_MAX: not a candidate)
+    int lane;
+};
+
+__device__ __forceinline__ bool better(const Cand& a, const Cand& b) {
+    if (a.key != b.key) return a.key > b.key;
+    if (a.pos != b.pos) return a.pos < b.pos;
+    return a.lane < b.lane;
+}
+
+template <typename T, int NP>
+__global__ void __launch_bounds__(128) getrf_small(const T* a, T* lu, int* piv, int* info, int n,
+                                                   long long batch) {
+    static_assert(NP >= 1 && NP <= 32 && (NP & (NP - 1)) == 0, "NP must be a power of two <= 32");
+    const int lane = threadIdx.x & (NP - 1);
+    const int per_block = blockDim.x / NP;
+    const unsigned group_mask =
+        (NP == 32 ? 0xffffffffu : ((1u << NP) - 1u)) << ((threadIdx.x & 31) & ~(NP - 1));
+
+    for (long long base = (long long)blockIdx.x * per_block; base < batch;
+         base += (long long)gridDim.x * per_block) {
+        const long long m = base + threadIdx.x / NP;
+        const bool active = m < batch;
+        const bool valid = active && lane < n;
+        const size_t off = (size_t)(active ? m : 0) * n * n;
+
+        T r[NP];
+        bool bad = false;
+#pragma unroll
+        for (int j = 0; j < NP; ++j) {
+            r[j] = zero<T>();
+            if (valid && j < n) {
+                r[j] = a[off + (size_t)lane * n + j];
+                bad |= !is_finite(r[j]);
+            }
+        }
+        bad = (__ballot_sync(0xffffffffu, bad) & group_mask) != 0;
+
+        int pos = lane;
+        int first_zero = 0;
+#pragma unroll
+        for (int k = 0; k < NP; ++k) {
+            if (k < n) {
+                const bool cand = valid && pos >= k;
+                double key = cand ? (double)cabs1(r[k]) : -1.0;
+                if (!(key >= 0.0) && cand) key = __longlong_as_double(0x7ff0000000000000LL);
+                Cand best{key, cand ? pos : 0x7fffffff, lane};
+#pragma unroll
+                for (int o = NP / 2; o >= 1; o >>= 1) {
+                    Cand other{__shfl_xor_sync(0xffffffffu, best.key, o, NP),
+                               __shfl_xor_sync(0xffffffffu, best.pos, o, NP),
+                               __shfl_xor_sync(0xffffffffu, best.lane, o, NP)};
+                    if (better(other, best)) best = other;
+                }
+                const T v = shfl(r[k], best.lane, NP);
+                if (lane == 0 && active && !bad) piv[(size_t)m * n + k] = best.pos;
+                const bool zero_pivot = is_zero(v);
+                if (zero_pivot && first_zero == 0) first_zero = k + 1;
+
+                if (lane == best.lane) pos = k;
+                else if (pos == k) pos = best.pos;
+                const bool upd = valid && pos > k && !zero_pivot;
+                const pivot_scale<T> scale(zero_pivot ? one<T>() : v);
+                const T l = scale(r[k]);
+                if (upd) r[k] = l;
+#pragma unroll
+                for (int j = k + 1; j < NP; ++j) {
+                    if (j < n) {
+                        const T pj = shfl(r[j], best.lane, NP);
+                        if (upd) r[j] = fms(r[j], l, pj);
+                    }
+                }
+            }
+        }
+
+        if (valid) {
+            T* out = lu + off + (size_t)(bad ? lane : pos) * n;
+#pragma unroll
+            for (int j = 0; j < NP; ++j)
+                if (j < n) out[j] = bad ? nan_value<T>() : r[j];
+            if (bad) piv[(size_t)m * n + lane] = lane;
+            if (lane == 0) info[m] = bad ? -1 : first_zero;
+        }
+    }
+}
+
+// ====================================================================================================
+// getrf_rows
+// ====================================================================================================
+//
+// LU of A by rows_run (rows.cuh) with no right-hand sides: L, U, piv and info as above.
+template <typename T, int TI, int TJ, int RR, int CC, int MINB>
+__global__ void __launch_bounds__(TI * TJ, MINB)
+getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out, int n) {
+    const long long mat = blockIdx.x, nn = (long long)n * n;
+    rows_run<T, TI, TJ, RR, CC, 0>(a + mat * nn, nullptr, n, 0, lu + mat * nn, piv + mat * n, nullptr,
+                                   info_out + mat);
+}
+
+// ====================================================================================================
+// getrf_blocked
+// ====================================================================================================
+//
 // Batched LU with partial pivoting, any n: blocked left-looking LU after paper 000 (Alg. 9),
 // adapted to C-order storage. One thread block per matrix, one thread per row (rows are looped over
 // when n exceeds the block), the whole factorization in one kernel.
@@ -27,9 +166,6 @@
 //
 // Shared memory (dynamic): NB * ldp scalars (P), 2 n KB scalars (the two staging buffers of L), n ints
 // and 2 n shorts (row bookkeeping), the pivot records; ldp: see ldp_padded.
-#include "common.cuh"
-
-namespace {
 
 template <typename T> struct Vec16 {
     static constexpr int N = 16 / sizeof(T);
@@ -53,7 +189,6 @@ template <typename T> struct Pivot {
 template <typename T>
 __device__ __forceinline__ Pivot<T> pivot_pick(blu::RowsKey key, int pos, int row, T v, T rp, int4* cb,
                                                T* vb, int warp, int lane, int nw) {
-    using namespace blu;
     constexpr bool WIDE = sizeof(real_t<T>) == 8;
     const int wl = rows_argmax<WIDE>(key, pos);
     if (lane == wl) {
@@ -180,7 +315,7 @@ __device__ __forceinline__ void permute_rows(T* LU, T* G, const int* perm, int n
 // loop (measured bit-identical); complex: the real and imaginary products are summed in another order.
 // Where it is used: double and complex128, NB a multiple of 8, KB of 4 (B fragments: at most 16 per
 // lane); not complex128 NB 8 without a blocks-per-SM bound, measured 0.97x with mma at n = 128 and 160
-// (1.01-1.02x at 64 and 96, and with a bound; session 8, s8-c128-nomma.txt).
+// (1.01-1.02x at 64 and 96, and with a bound; docs/design.md#getrf-dispatch).
 template <typename T, int NB, int KB, int MINB> struct UpdateMma {
     static constexpr bool ok = sizeof(blu::real_t<T>) == 8 && NB % 8 == 0 && KB % 4 == 0 && NB * KB <= 256 &&
                                !(blu::traits<T>::is_complex && NB == 8 && MINB == 1);
@@ -251,14 +386,11 @@ __device__ __forceinline__ void update_mma(T* P, const T* Lc, int ldp, int j0, i
 // measured at n = 128); tight: n rounded up to 16 bytes, used where it lets more blocks share an SM.
 template <typename T> __host__ __device__ constexpr int ldp_padded(int n) { return ((n + 3) & ~3) + 4; }
 
-}  // namespace
-
 // REG: factor the panel with each thread's row in registers (n <= 512); otherwise in shared memory.
 // MAXT, MINB: __launch_bounds__ (at most MAXT threads, MINB blocks per SM).
 template <typename T, int NB, bool REG = true, int MAXT = 512, int MINB = 1, int KB = NB>
 __global__ void __launch_bounds__(MAXT, MINB) getrf_blocked(const T* a, T* lu, int* piv, int* info, int n,
                                                       long long batch, int ldp) {
-    using namespace blu;
     static_assert((NB * sizeof(T)) % 16 == 0, "NB * sizeof(T) must be a multiple of 16 bytes");
     // NB divides 32, so it divides the block size (CopyLanes). Offsets within one matrix are ints: the
     // shared memory bounds n to a few thousand.
@@ -508,3 +640,5 @@ template <typename T, int NB, int KB = NB> __host__ __device__ constexpr size_t 
     return ((size_t)NB * ldp + 2 * (size_t)n * KB) * sizeof(T) + (size_t)n * (sizeof(int) + 2 * sizeof(short)) +
            16 + 32 * sizeof(int4) + 64 * sizeof(T);
 }
+
+}  // namespace blu

@@ -2,7 +2,7 @@
 encode + decode (numcodecs, zarr's default codec). The pipeline benchmark's numbers are host-bound;
 this says by how much the host's throughput grows from one GPU's share of threads to all of them.
 
-    python benchmarks/host_io.py [--dir /tmp/bench] [--threads 8,16,32]
+    python benchmarks/bench_host_io.py [--dir /tmp/bench] [--threads 8,16,32]
 
 The page-cache read test reads the chunk files of ``DIR/in.zarr`` (the pipeline benchmark's input)
 when it exists.

@@ -1,8 +1,10 @@
+// The register-tile elimination shared by getrf_rows (getrf.cu) and gesv_rows (gesv.cu).
+//
 // Batched LU with partial pivoting, the whole matrix in registers: right-looking, unblocked, one
 // barrier per column. Any n whose tile fits one block's registers works (up to ~190 in float32);
 // kernels/_gpu/_getrf.py dispatches it where it measured fastest on the H100 (n <= 64).
 // gesv_rows is the same elimination with the right-hand sides B riding along in more register
-// columns, followed by a backward substitution sweep (kernels/_gpu/_getri.py: the fused solve).
+// columns, followed by a backward substitution sweep (kernels/_gpu/_gesv.py: the fused solve).
 //
 // One thread block per matrix. Thread (ti, tj) of a TI x TJ block (tid = ti * TJ + tj) owns the
 // RR x CC elements (ti + TI r, tj + TJ c) of the (padded) matrix in a statically indexed register
@@ -36,6 +38,9 @@
 // Loads and stores: a warp touches TJ consecutive elements of 32 / TJ rows per instruction (whole
 // 32-byte sectors for TJ * sizeof(T) >= 32). `rowv` rows are padded to an odd number of 16-byte
 // words so the TJ readers' vector loads hit distinct banks.
+#ifndef BATCHLU_ROWS_CUH
+#define BATCHLU_ROWS_CUH
+
 #include "common.cuh"
 
 namespace blu {
@@ -267,7 +272,7 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
         // (times the reciprocal kept by the forward sweep where that is safe) and put it in rowv, the
         // owners of column k put u_ik in colv; then y_i -= u_ik x_k for the rows at positions i < k.
         // (A variant with one barrier per TJ columns, each thread solving the TJ x TJ diagonal block
-        // for its columns, measured 1.0-1.5x slower on the H100: docs/getri-notes.md.)
+        // for its columns, measured 1.0-1.5x slower on the H100: docs/design.md.)
 #pragma unroll
         for (int kc = CC - 1; kc >= 0; --kc) {
 #pragma unroll 1
@@ -328,22 +333,6 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
     }
 }
 
-template <typename T, int TI, int TJ, int RR, int CC, int MINB>
-__global__ void __launch_bounds__(TI * TJ, MINB)
-getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out, int n) {
-    const long long mat = blockIdx.x, nn = (long long)n * n;
-    rows_run<T, TI, TJ, RR, CC, 0>(a + mat * nn, nullptr, n, 0, lu + mat * nn, piv + mat * n, nullptr,
-                                   info_out + mat);
-}
-
-// Fused solve A X = B, b and x (B, n, nrhs) with nrhs <= TJ * CB: LU with B in registers, then the
-// backward sweep; info as getrf_rows (-1 non-finite A, k + 1 exact zero pivot: X all NaN).
-template <typename T, int TI, int TJ, int RR, int CC, int CB, int MINB>
-__global__ void __launch_bounds__(TI * TJ, MINB)
-gesv_rows(const T* a, const T* b, T* x, int* __restrict__ info_out, int n, int nrhs) {
-    const long long mat = blockIdx.x, nn = (long long)n * n, nb = (long long)n * nrhs;
-    rows_run<T, TI, TJ, RR, CC, CB>(a + mat * nn, b + mat * nb, n, nrhs, nullptr, nullptr, x + mat * nb,
-                                    info_out + mat);
-}
-
 }  // namespace blu
+
+#endif  // BATCHLU_ROWS_CUH

@@ -1,20 +1,18 @@
-"""Tile sweep of the fused solve gesv_rows (GPU machine, repo root): ``python3 benchmarks/gesv_sweep.py``.
+"""Tile sweep of the fused solve gesv_rows (GPU machine, repo root): ``python3 benchmarks/bench_gesv_sweep.py``.
 
 Every (RR, TJ) candidate of CANDS per dtype and n of DT, compiled in parallel first (16 processes,
-CuPy's disk cache), then timed with ``benchmarks/kernels.py``'s ``time_case`` (median of 7, batch
-10000, 16 right-hand sides) against getrf + getrs; prints the best tile per point (the source of
-``GESV_ROWS`` in kernels/_gpu/_getri.py; docs/getri-notes.md, "gesv_rows"). Session 4's third run
-used these candidates; its first two runs also had 1x8, 2x8, 2x16, 4x16 and float64 n = 128.
+CuPy's disk cache), then timed with ``_harness.time_case`` (median of 7, batch 10000, 16 right-hand
+sides) against getrf + getrs; prints the best tile per point (the source of ``GESV_ROWS`` in
+``batchlu.kernels.tuning``; docs/design.md#gesv-dispatch).
 """
-import sys, time, concurrent.futures as cf, multiprocessing as mp
-from pathlib import Path
+from __future__ import annotations
+
+import argparse
+import time
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]  # the repo's kernels package, not benchmarks/kernels.py
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "benchmarks"))
+from _harness import precompile, time_case
 
 CANDS = {
     16: [(1, 2), (2, 4)],
@@ -29,50 +27,33 @@ DT = {"float32": [16, 33, 48, 64, 96, 128], "float64": [16, 33, 48, 64, 96],
 
 
 def fits(dtype, n, rr_tj):
-    from batchlu.kernels._gpu import _getri
-    t = _getri.gesv_rows_tile(dtype, n, 16, rr_tj)
+    from batchlu.kernels import tuning
+
+    t = tuning.gesv_rows_tile(dtype, n, 16, rr_tj)
     return t if t[2] * (t[3] + t[4]) * np.dtype(dtype).itemsize // 4 <= 192 and t[0] * t[1] <= 1024 else None
 
 
 def compile_one(job):
     dtype, n, rr_tj = job
-    from batchlu.kernels._gpu import _getri
-    from batchlu.kernels._gpu._module import get_function
+    from batchlu.kernels import tuning
+
     t = fits(dtype, n, rr_tj)
     t0 = time.time()
     try:
-        get_function("getrf_rows", _getri._gesv_rows_name(dtype, t))
+        tuning.compile_kernels("gesv", [tuning.gesv_rows_name(dtype, t)])
     except Exception as e:
         return f"{job}: {type(e).__name__} {str(e)[-300:]}"
     return f"{job} {t} {time.time() - t0:.1f}s"
 
 
-def precompile(compile_fn, jobs) -> None:
-    """``compile_fn`` over ``jobs`` in 16 spawned processes (CuPy's disk cache keeps the results),
-    printing each job's report line and the total time."""
-    t0 = time.time()
-    with cf.ProcessPoolExecutor(16, mp_context=mp.get_context("spawn")) as ex:
-        for r in ex.map(compile_fn, jobs):
-            print("compiled", r, flush=True)
-    print(f"compile {len(jobs)} in {time.time() - t0:.0f}s", flush=True)
+def main(argv=None) -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
 
-
-def _time_case():
-    """``time_case`` of benchmarks/kernels.py (loaded by path: ``kernels`` is the package here)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks" / "kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.time_case
-
-
-def main() -> None:
     import cupy
+
     from _inv_impls import ours_solve
 
     precompile(compile_one, [(d, n, c) for d, ns in DT.items() for n in ns for c in CANDS[n] if fits(d, n, c)])
-    time_case = _time_case()
     rows = []
     for d, ns in DT.items():
         for n in ns:

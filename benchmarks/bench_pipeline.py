@@ -1,7 +1,7 @@
 """End-to-end pipeline throughput on the GPU machine: batchlu vs the hand-written dask + CuPy pipeline
 vs the I/O floor, on the same Zarr input (issue 5).
 
-    python benchmarks/pipeline.py --gpus 1 --gpus 2 --out benchmarks/results/pipeline-h200x2.json
+    python benchmarks/bench_pipeline.py --gpus 1 --gpus 2 --out benchmarks/results/pipeline-h200x2.json
 
 Input: ``--count`` float64 matrices of order ``--size`` (default 40,000 x 128 x 128, 5.2 GB), random
 normal entries drawn afresh per chunk, in a zstd Zarr v3 array on local disk (``--dir``, made once
@@ -36,15 +36,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def device_name() -> str:
@@ -55,6 +51,30 @@ def device_name() -> str:
         return f"{len(names)}x {names[0]}" if names else "no GPU"
     except OSError:
         return "no GPU"
+
+
+def visible_gpus() -> tuple[str, ...]:
+    """``CUDA_VISIBLE_DEVICES``' tokens where it is set, else every GPU nvidia-smi lists."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return tuple(t.strip() for t in env.split(",") if t.strip())
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except OSError:
+        return ()
+    return tuple(line.strip() for line in out.split("\n") if line.strip())
+
+
+def make_gpu_cluster(use, threads_per_worker, dashboard_address):
+    """One dask-cuda worker per GPU in ``use``, on 127.0.0.1 (batchlu sets its workers up itself)."""
+    import logging
+
+    from dask_cuda import LocalCUDACluster
+
+    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(use), n_workers=len(use),
+                            threads_per_worker=threads_per_worker, host="127.0.0.1",
+                            dashboard_address=dashboard_address, silence_logs=logging.ERROR)
 
 
 def generate(path: Path, count: int, n: int, chunk: int, seed: int) -> None:
@@ -237,21 +257,19 @@ def main(argv=None):
 
     from distributed import Client
 
-    from batchlu.pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
-
     if args.dry_run_cpu or args.host_noop:
-        global DRY_RUN, HOST_NOOP
+        global DRY_RUN, HOST_NOOP, make_gpu_cluster, visible_gpus
         from distributed import LocalCluster
 
         DRY_RUN, HOST_NOOP = True, bool(args.host_noop)
         if HOST_NOOP:
             args.skip += ",dask-cupy"
 
-        def make_gpu_cluster(use, threads_per_worker, dashboard_address):  # noqa: F811
+        def make_gpu_cluster(use, threads_per_worker, dashboard_address):
             return LocalCluster(n_workers=len(use), threads_per_worker=threads_per_worker,
                                 host="127.0.0.1", dashboard_address=dashboard_address)
 
-        def visible_gpus():  # noqa: F811
+        def visible_gpus():
             return ("0", "1")
 
     work = Path(args.dir)

@@ -1,29 +1,22 @@
 """Tile sweep of the fused inverse inv_gje (GPU machine, repo root):
 
-    python3 benchmarks/gje_sweep.py --dtypes complex64,complex128 --sizes 33,64
+    python3 benchmarks/bench_gje_sweep.py --dtypes complex64,complex128 --sizes 33,64
 
 Every tile (TI, TJ, RR, CC, MINB) that holds n (TI x TJ threads of whole warps, TI <= 32, each thread
 RR x CC elements in at most 160 registers, MINB blocks per SM where the registers allow it) is compiled
-in parallel first (16 processes, CuPy's disk cache), then timed with ``benchmarks/kernels.py``'s
-``time_case`` (median of ``--reps``, batch 10000) on the same fresh random batches; prints every time,
-the best tile per point against the dispatched one (``_getri.gje_tile``, the source of ``GJE_TILES`` in
-kernels/_gpu/_getri.py) and get03 of the best on 32 matrices (< 30).
+in parallel first (16 processes, CuPy's disk cache), then timed with ``_harness.time_case`` (median
+of ``--reps``, batch 10000) on the same fresh random batches; prints every time, the best tile per
+point against the dispatched one (``tuning.gje_tile``, the source of ``GJE_TILES`` in
+``batchlu.kernels.tuning``) and get03 of the best on 32 matrices (< 30).
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]  # the repo's kernels package, not benchmarks/kernels.py
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "benchmarks"))
-
-from gesv_sweep import _time_case, precompile  # noqa: E402
+from _harness import precompile, random_batch, time_case
 
 
 def tiles(dtype, n: int) -> list[tuple[int, int, int, int, int]]:
@@ -43,12 +36,11 @@ def tiles(dtype, n: int) -> list[tuple[int, int, int, int, int]]:
 
 def compile_one(job):
     dtype, tile = job
-    from batchlu.kernels._gpu import _getri
-    from batchlu.kernels._gpu._module import get_function
+    from batchlu.kernels import tuning
 
     t0 = time.time()
     try:
-        get_function("inv_gje", _getri._gje_name(dtype, tile))
+        tuning.compile_kernels("getri", [tuning.gje_name(dtype, tile)])
     except Exception as e:  # reported, the sweep goes on without it
         return f"{dtype} {tile}: {type(e).__name__} {str(e)[-300:]}"
     return f"{dtype} {tile} {time.time() - t0:.1f}s"
@@ -67,12 +59,10 @@ def main(argv=None) -> None:
     import cupy
 
     from _inv_impls import ours_inv
-    from kernel_ab import random_batch
-    from batchlu.kernels._gpu import _getri
+    from batchlu.kernels import tuning
     from batchlu.testing.ratios import get03
 
     precompile(compile_one, sorted({(d, t) for d in dtypes for n in sizes for t in tiles(d, n)}))
-    time_case = _time_case()
     rows = []
     for d in dtypes:
         for n in sizes:
@@ -84,12 +74,12 @@ def main(argv=None) -> None:
                 except Exception as e:
                     print(d, n, key, "FAILED", type(e).__name__, str(e)[:200], flush=True)
                 cupy.get_default_memory_pool().free_all_blocks()
-            ref_key = "x".join(map(str, _getri.gje_tile(d, n)))
+            ref_key = "x".join(map(str, tuning.gje_tile(d, n)))
             best = min(res, key=res.get)
             a = random_batch((32, n, n), d, seed=n)
             out = cupy.full_like(a, np.nan)
             info = cupy.empty((32,), np.int32)
-            _getri.launch_inv_gje(a, out, info, tuple(int(x) for x in best.split("x")))
+            tuning.launch_inv_gje(a, out, info, tuple(int(x) for x in best.split("x")))
             ratio = float(get03(cupy.asnumpy(a), cupy.asnumpy(out)).max())
             print(f"{d:10s} n={n:3d} " + " ".join(f"{k}={v:.3f}" for k, v in sorted(res.items(), key=lambda kv: kv[1])),
                   flush=True)

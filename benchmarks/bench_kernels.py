@@ -1,9 +1,9 @@
 """Benchmark driver for batchlu's GPU kernels against cuBLAS, torch (MAGMA / default) and JAX.
 
-    python3 benchmarks/kernels.py --ops lu --dtypes float32,float64,complex64,complex128 \\
+    python3 benchmarks/bench_kernels.py --ops lu --dtypes float32,float64,complex64,complex128 \\
         --sizes 16,33,64,96,128,160,190,256,512 --batch 10000 --out benchmarks/results
 
-Implementations come from per-op registries, modules beside this file that expose
+Implementations come from per-op registries, private modules beside this file that expose
 ``IMPLS = {op: {name: factory(dtype, n, batch) -> Case}}`` and ``FLOPS = {op: fn(n, batch, dtype)}``
 (optionally ``BYTES`` for the memory floor and ``variant(op, name)`` for extra names such as
 ``ours:blocked-16``): ``_lu_impls`` (op ``lu``) and ``_inv_impls`` (ops ``inv``, ``solve``).
@@ -22,24 +22,20 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
-import importlib.util
 import json
 import math
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
+
+import numpy as np
+
+from _harness import time_case
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # JAX's default allocator keeps what it once took: the next points then run out of memory.
 os.environ.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
-# This file's folder must not shadow the `kernels` package: registries are loaded by path instead.
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
-sys.path.insert(0, str(BENCH_DIR.parent))
-
-import numpy as np  # noqa: E402
 
 REGISTRIES = ("_lu_impls", "_inv_impls")
 BAR_SIZES = (33, 64, 128, 190)
@@ -50,15 +46,7 @@ PEAK = {"float32": 66.9e12, "complex64": 66.9e12, "float64": 33.5e12, "complex12
 def load_registries():
     impls, flops, nbytes, variants = {}, {}, {}, []
     for name in REGISTRIES:
-        path = BENCH_DIR / f"{name}.py"
-        if not path.exists():
-            continue
-        mod = sys.modules.get(name)
-        if mod is None:
-            spec = importlib.util.spec_from_file_location(name, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
+        mod = importlib.import_module(name)
         for op, table in mod.IMPLS.items():
             impls.setdefault(op, {}).update(table)
         flops.update(mod.FLOPS)
@@ -108,34 +96,6 @@ def free_memory() -> None:
     cupy.get_default_memory_pool().free_all_blocks()
     if "torch" in sys.modules:
         sys.modules["torch"].cuda.empty_cache()
-
-
-def time_case(case, reps: int) -> float:
-    import cupy
-
-    scrub = cupy.empty(1 << 26, np.float32)
-    case.prepare(0)
-    case.run()
-    case.prepare(1)
-    case.run()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for r in range(reps):
-        case.prepare(r)
-        scrub.fill(r)
-        if case.sync == "events":
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record()
-            case.run()
-            end.record()
-            end.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, end))
-        else:
-            cupy.cuda.Device().synchronize()
-            t0 = time.perf_counter()
-            case.run()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def run(args) -> list[dict]:
@@ -281,7 +241,7 @@ def main(argv=None) -> None:
     merged = merge(base, records)
     json_path.write_text(json.dumps(merged, indent=1) + "\n")
     _, _, nbytes, _ = load_registries()
-    md = [f"Command: `python3 benchmarks/kernels.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
+    md = [f"Command: `python3 benchmarks/bench_kernels.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
           f"Device: {device_name()}; measured copy bandwidth {bw / 1e12:.2f} TB/s.", ""]
     for op in sorted({r["op"] for r in merged}):
         plot(merged, op, out / f"kernels-{tag}-{op}.png")

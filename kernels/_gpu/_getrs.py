@@ -1,0 +1,115 @@
+"""GPU getrs and solve: forward / back substitution from the LU factors, the family of
+``kernels/cuda/getrs.cu``.
+
+* ``perm_from_piv`` turns LAPACK's interchanges into the row order of P^T A, one thread per matrix
+  (getri uses it for its column interchange too);
+* ``getrs_kernel`` solves (B, n, k) right-hand sides, KC columns per block, block rows of NB rows with
+  delayed correction, the rows of L and U staged in shared memory.
+
+:func:`solve` (``A X = B``) goes to the fused ``gesv_rows`` (``_gesv``) where :func:`solve_plan`
+says so, else to getrf + getrs. :func:`launch_getrs` and :func:`launch_perm` run on preallocated
+outputs on CuPy's current stream with no host synchronisation.
+"""
+
+from __future__ import annotations
+
+import cupy
+import numpy as np
+
+from ._gesv import gesv_rows_tile, launch_gesv_rows
+from ._getrf import getrf
+from ._runtime import check, check_n, kernel, template
+
+FAMILY = "getrs"
+_PERM = "blu::perm_from_piv"
+GETRS_KC = (1, 2, 4, 8, 16)  # right-hand-side columns per block
+_GETRS_SMEM = 96 * 1024
+
+
+def default_nb(dtype) -> int:
+    """Block-row height of getrs, and getri's default: NB values of T fill whole 16-byte vectors."""
+    return 8 if np.dtype(dtype).itemsize == 16 else 16
+
+
+def launch_perm(piv, rp=None):
+    """Row order ``rp`` (B, n) int32 of P^T A from LAPACK's interchanges ``piv`` (one thread per
+    matrix); shared by getri (column interchange) and getrs (gathered right-hand sides)."""
+    batch, n = piv.shape
+    rp = cupy.empty((batch, n), np.int32) if rp is None else rp
+    check("rp", rp, (batch, n), np.int32)
+    if batch:
+        func = kernel(FAMILY, _PERM, (_PERM,))
+        func((-(-batch // 128),), (128,), (piv, rp, np.int32(n), np.int64(batch)))
+    return rp
+
+
+def getrs_names(dtype) -> tuple[str, ...]:
+    """The getrs instantiations compiled together for ``dtype``: one per KC."""
+    return tuple(template("getrs_kernel", dtype, default_nb(dtype), c) for c in GETRS_KC)
+
+
+def _getrs_kc(dtype, n: int, k: int) -> int:
+    """Right-hand-side columns per block: the fewest powers of two covering k (at most 16), while the
+    block's copy of them (npad x KC) stays within 96 KB."""
+    nb = default_nb(dtype)
+    npad = -(-n // nb) * nb
+    kc = next(c for c in GETRS_KC if c >= min(k, 16))
+    while kc > 1 and npad * kc * np.dtype(dtype).itemsize > _GETRS_SMEM:
+        kc //= 2
+    return kc
+
+
+def launch_getrs(lu, piv, b, x, info=None) -> None:
+    """Solve into ``x`` (B, n, k) from ``lu``, ``piv`` and ``b`` (B, n, k); ``info`` given: NaN where
+    info != 0 (solve); not given: a zero pivot gives inf/NaN in that matrix's x (lu_solve)."""
+    batch, n = lu.shape[0], lu.shape[-1]
+    k = b.shape[-1]
+    dtype = lu.dtype
+    check("lu", lu, (batch, n, n), dtype)
+    check("piv", piv, (batch, n), np.int32)
+    check("b", b, (batch, n, k), dtype)
+    check("x", x, (batch, n, k), dtype)
+    if info is not None:
+        check("info", info, (batch,), np.int32)
+    check_n(n)
+    if batch == 0 or k == 0:
+        return
+    nb = default_nb(dtype)
+    kc = _getrs_kc(dtype, n, k)
+    npad = -(-n // nb) * nb
+    # Y (npad x KC), the partial sums (256), a staged chunk of NB rows (getrs_tw / getrs_ldt in
+    # getrs.cu: 16 KB, rows padded by 16 bytes) and the NB x NB diagonal block
+    ldt = 16384 // (nb * dtype.itemsize) + max(1, 16 // dtype.itemsize)
+    smem = (npad * kc + 256 + nb * ldt + nb * nb) * dtype.itemsize
+    func = kernel(FAMILY, template("getrs_kernel", dtype, nb, kc), getrs_names(dtype), smem)
+    rp = launch_perm(piv)
+    info_arg = info if info is not None else np.uint64(0)
+    func((batch, -(-k // kc)), (256,), (lu, rp, info_arg, b, x, np.int32(n), np.int32(k)),
+         shared_mem=smem)
+
+
+# ---- backend entry points ---------------------------------------------------------------------
+
+def solve_plan(dtype, n: int, k: int) -> str:
+    """"rows" (gesv_rows) or "getrs" (getrf + getrs) for this dtype, n and k right-hand sides."""
+    return "rows" if gesv_rows_tile(dtype, n, k) is not None else "getrs"
+
+
+def getrs(lu, piv, b):
+    x = cupy.empty(b.shape, lu.dtype)
+    launch_getrs(lu, piv, b.astype(lu.dtype, copy=False), x)
+    return x
+
+
+def solve(a, b):
+    batch, n, k = a.shape[0], a.shape[-1], b.shape[-1]
+    b = b.astype(a.dtype, copy=False)
+    x = cupy.empty(b.shape, a.dtype)
+    if solve_plan(a.dtype, n, k) == "rows":
+        info = cupy.empty((batch,), np.int32)
+        launch_gesv_rows(a, b, x, info)
+        return x, info
+    check_n(n)
+    lu, piv, info = getrf(a)
+    launch_getrs(lu, piv, b, x, info)
+    return x, info

@@ -1,0 +1,108 @@
+"""The tuning surface of batchlu's GPU kernels: dispatch tables, the plans they give, launchers that
+take an explicit plan, and control over compilation. For benchmarks and sweeps (``benchmarks/``);
+everyday code uses :mod:`batchlu.kernels`, which dispatches by these tables itself.
+
+Importing this module imports CuPy: it is for machines with a GPU. Why each dispatch row is what it
+is: ``docs/design.md``. Arrays are CuPy arrays, C-contiguous, (B, n, n) with one flat batch axis; the
+launchers write into preallocated outputs on CuPy's current stream and never synchronise.
+
+Dispatch tables (first matching row wins):
+
+* getrf: :data:`GETRF_DISPATCH` ((largest n, kind, tile) rows per dtype), :data:`BLOCKED_NB`,
+  :data:`SMALL_NP`;
+* inverse: :data:`FUSED_MAX_N` and :data:`GJE_TILES` (the fused ``inv_gje``), :data:`GETRI_MODE`,
+  :data:`GETRI_PLANS` and :data:`GETRI_NBS` (getrf + ``getri``);
+* solve: :data:`GESV_ROWS` and :data:`GESV_ROWS_MAX_RHS` (the fused ``gesv_rows``), else getrf +
+  ``getrs``.
+
+Plans: :func:`getrf_plan` / :func:`rows_plan` / :class:`Plan`; :func:`inv_plan`, :func:`gje_tile`,
+:func:`getri_plan`; :func:`solve_plan`, :func:`gesv_rows_tile`.
+
+Launchers: :func:`launch_getrf` (``plan``), :func:`launch_inv_gje` (``tile``), :func:`launch_getri`
+(``mode``, ``minb``, ``mma``, ``nb``), :func:`launch_gesv_rows` (``tile``), :func:`launch_getrs`,
+:func:`launch_slogdet`; each takes the dispatched plan when none is given.
+
+Compilation: every kernel family is one ``kernels/cuda/<family>.cu`` (:data:`FAMILIES`), compiled at
+first use by NVRTC. :func:`getrf_kernel_name`, :func:`gje_name`, :func:`gesv_rows_name` and
+:func:`getri_kernels` give the instantiations a launch compiles; :func:`compile_kernels` compiles a
+set ahead of use (e.g. in parallel processes before timing: CuPy's disk cache keeps the binaries);
+:func:`source_override` compiles a family from another text inside a ``with`` block, for A/B timings
+of an edit (:func:`kernel_source` gives the text compiled now). Shared-memory sizes:
+:func:`blocked_smem`, :func:`blocked_ldp`, :func:`smem_optin`, :func:`smem_per_sm`.
+"""
+
+from ._gpu._gesv import GESV_ROWS, GESV_ROWS_MAX_RHS, gesv_rows_name, gesv_rows_tile, launch_gesv_rows
+from ._gpu._getrf import (
+    BLOCKED_NB,
+    GETRF_DISPATCH,
+    SMALL_NP,
+    Plan,
+    blocked_ldp,
+    blocked_smem,
+    getrf_plan,
+    launch_getrf,
+    rows_plan,
+)
+from ._gpu._getrf import kernel_name as getrf_kernel_name
+from ._gpu._getri import (
+    FUSED_MAX_N,
+    GETRI_MODE,
+    GETRI_NBS,
+    GETRI_PLANS,
+    GJE_TILES,
+    getri_kernels,
+    getri_plan,
+    gje_name,
+    gje_tile,
+    inv_plan,
+    launch_getri,
+    launch_inv_gje,
+)
+from ._gpu._getrs import default_nb, launch_getrs, solve_plan
+from ._gpu._runtime import KernelCompileError, compile_kernels, families, smem_optin, smem_per_sm
+from ._gpu._runtime import source as kernel_source
+from ._gpu._runtime import source_override
+from ._gpu._slogdet import launch_slogdet
+
+FAMILIES = families()
+
+__all__ = [
+    "BLOCKED_NB",
+    "FAMILIES",
+    "FUSED_MAX_N",
+    "GESV_ROWS",
+    "GESV_ROWS_MAX_RHS",
+    "GETRF_DISPATCH",
+    "GETRI_MODE",
+    "GETRI_NBS",
+    "GETRI_PLANS",
+    "GJE_TILES",
+    "SMALL_NP",
+    "KernelCompileError",
+    "Plan",
+    "blocked_ldp",
+    "blocked_smem",
+    "compile_kernels",
+    "default_nb",
+    "gesv_rows_name",
+    "gesv_rows_tile",
+    "getrf_kernel_name",
+    "getrf_plan",
+    "getri_kernels",
+    "getri_plan",
+    "gje_name",
+    "gje_tile",
+    "inv_plan",
+    "kernel_source",
+    "launch_gesv_rows",
+    "launch_getrf",
+    "launch_getri",
+    "launch_getrs",
+    "launch_inv_gje",
+    "launch_slogdet",
+    "rows_plan",
+    "smem_optin",
+    "smem_per_sm",
+    "solve_plan",
+    "source_override",
+]
