@@ -318,9 +318,11 @@ def _get_async(value, out: np.ndarray, stream) -> None:
 class BatchIO:
     """Where a task reads and writes: open Zarr arrays plus the completion hook.
 
-    ``mark(start, stop)`` is called (in the writer thread, in order) once every output of matrices
-    ``[start, stop)`` is written; ``read_error(array, start, stop, exc)`` turns a failed read into a
-    clear error (e.g. naming the corrupt chunk file).
+    ``on_read(start, stop, a, b)`` is called (in the reader thread) once the inputs of matrices
+    ``[start, stop)`` are in the slot (``a``, ``b``), before they are computed (the pipeline takes
+    their checksums there); ``mark(start, stop)`` is called (in the writer thread, in order) once
+    every output of those matrices is written; ``read_error(array, start, stop, exc)`` turns a failed
+    read into a clear error (e.g. naming the corrupt chunk file).
 
     With ``pool`` (a :class:`batchlu.pipeline._io_pool.IOPool`), the reads and writes run in its I/O
     processes, straight between the Zarr stores and the slot buffers; ``where`` then gives the
@@ -335,6 +337,7 @@ class BatchIO:
     read_error: object = None
     pool: object = None
     where: dict | None = None
+    on_read: object = None
 
 
 @dataclasses.dataclass
@@ -488,6 +491,8 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
             _read_into(io.source, start, stop, slot.a, io.read_error)
             if io.rhs is not None:
                 _read_into(io.rhs, start, stop, slot.b, io.read_error)
+        if io.on_read is not None:
+            io.on_read(start, stop, slot.a, slot.b)
         with lock:
             stats.read_s += time.perf_counter() - t
             stats.bytes_in += slot.a.nbytes + (0 if slot.b is None else slot.b.nbytes)
@@ -678,6 +683,7 @@ class PathBackend:
         return address if engine.name == "cpu" else f"{address} {engine.describe()}"
 
     def process_range(self, job, c0: int, c1: int):
+        from . import _fingerprint
         from ._store import read_range
         from ._tasks import TaskIO, TaskResult
 
@@ -691,8 +697,13 @@ class PathBackend:
         if io.rhs is not None:
             refs[id(io.rhs)] = job.rhs
 
+        digests = {}  # batch start -> CRC-32 of its chunks' inputs, from the reader to the writer
+
+        def on_read(start: int, stop: int, a, b) -> None:
+            digests[start] = _fingerprint.chunk_digests(plan.chunk, start, stop, a, b)
+
         def mark(start: int, stop: int) -> None:
-            io.mark(start // plan.chunk, -(-stop // plan.chunk))
+            io.mark(start // plan.chunk, -(-stop // plan.chunk), digests.pop(start))
 
         def read_error(array, start, stop, exc):
             read_range(refs[id(array)], array, start, stop)  # raises CorruptInputError naming the file
@@ -701,7 +712,7 @@ class PathBackend:
         if job.rhs is not None:
             where["b"] = (job.rhs.path, job.rhs.array)
         batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error,
-                           pool=io_pool_for(job, engine), where=where)
+                           pool=io_pool_for(job, engine), where=where, on_read=on_read)
         stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
         return TaskResult(c0, c1, matrices=stats.matrices, ok=stats.ok, singular=stats.singular,
                           nonfinite=stats.nonfinite, bytes_in=stats.bytes_in,

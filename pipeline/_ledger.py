@@ -7,6 +7,10 @@ on a local store the records are read by listing the objects, not by opening tho
 A chunk is recorded only after every output array of that chunk was written (zarr's local store
 writes each object to a temporary file and renames it into place), so a SIGKILL at any moment
 leaves either a complete chunk that is recorded, or a chunk that is redone on resume.
+
+Beside each record, ``_input_crc32`` keeps the CRC-32 of the input (and right-hand side) values the
+chunk was computed from (:mod:`batchlu.pipeline._fingerprint`), written just before the record, so that
+``--resume`` can tell whether the input changed since.
 """
 
 from __future__ import annotations
@@ -17,9 +21,13 @@ import numpy as np
 import zarr
 
 NAME = "_complete"
+DIGESTS = "_input_crc32"
 
 
 def create(group: zarr.Group, n_chunks: int) -> zarr.Array:
+    """The digests, then the records (made last: :func:`exists` means both are there)."""
+    group.create_array(DIGESTS, shape=(n_chunks,), chunks=(1,), dtype="uint32", fill_value=0,
+                       compressors=None, overwrite=True)
     return group.create_array(NAME, shape=(n_chunks,), chunks=(1,), dtype="bool", fill_value=False,
                               compressors=None, overwrite=True)
 
@@ -44,8 +52,20 @@ def read(path: str) -> np.ndarray:
     return done
 
 
-def mark(path: str, c0: int, c1: int) -> None:
-    """Record chunks ``[c0, c1)`` complete. Call only after all their outputs are written."""
+def read_digests(path: str) -> np.ndarray | None:
+    """The input CRC-32 recorded per output chunk (0 where none), or None for an output without them."""
+    try:
+        array = zarr.open_array(store=path, path=DIGESTS, mode="r")
+    except (FileNotFoundError, KeyError):
+        return None
+    return np.asarray(array[...], dtype=np.uint32)
+
+
+def mark(path: str, c0: int, c1: int, digests=None) -> None:
+    """Record chunks ``[c0, c1)`` complete, with the CRC-32 of their inputs (``digests``, one per
+    chunk). Call only after all their outputs are written."""
+    if digests is not None:
+        zarr.open_array(store=path, path=DIGESTS, mode="r+")[c0:c1] = digests
     zarr.open_array(store=path, path=NAME, mode="r+")[c0:c1] = True
 
 

@@ -1,5 +1,5 @@
 """What runs on a worker: one task = a run of whole output chunks, processed batch by batch as
-read → compute → write every output → record the chunks complete."""
+read (and checksum the input read) → compute → write every output → record the chunks complete."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from . import _backends, _ledger
+from . import _backends, _fingerprint, _ledger
 from ._io_pool import open_array
 from ._ops import info_counts
 from ._plan import Plan
@@ -63,7 +63,9 @@ class TaskIO:
         self.job = job
         self.input = open_array(job.input.path, job.input.array, "r")
         self.rhs = open_array(job.rhs.path, job.rhs.array, "r") if job.rhs is not None else None
-        self.out = {name: open_array(job.output, name, "r+") for name in job.outputs}
+        # write_empty: a chunk whose values all equal the fill value (the NaN inverses of a chunk of
+        # singular matrices) is stored too, so that resume can check every complete chunk is there
+        self.out = {name: open_array(job.output, name, "r+", write_empty=True) for name in job.outputs}
 
     def read(self, start: int, stop: int):
         a = read_range(self.job.input, self.input, start, stop)
@@ -78,8 +80,10 @@ class TaskIO:
             written += value.nbytes
         return written
 
-    def mark(self, c0: int, c1: int) -> None:
-        """Record chunks ``[c0, c1)`` complete (as :func:`batchlu.pipeline._ledger.mark`, on the cached array)."""
+    def mark(self, c0: int, c1: int, digests) -> None:
+        """Record chunks ``[c0, c1)`` complete with the CRC-32 of their inputs, ``digests`` (as
+        :func:`batchlu.pipeline._ledger.mark`, on the cached arrays)."""
+        open_array(self.job.output, _ledger.DIGESTS, "r+")[c0:c1] = digests
         open_array(self.job.output, _ledger.NAME, "r+")[c0:c1] = True
 
 
@@ -104,10 +108,11 @@ def run_batches(job: Job, c0: int, c1: int, compute) -> TaskResult:
         if job.task_delay:
             time.sleep(job.task_delay)
         a, b = io.read(start, stop)
+        digests = _fingerprint.chunk_digests(job.plan.chunk, start, stop, a, b)
         results = compute(job.op, a, b)
         result.bytes_in += a.nbytes + (b.nbytes if b is not None else 0)
         result.bytes_out += io.write(start, stop, results)
-        io.mark(b0, b1)
+        io.mark(b0, b1, digests)
         result.count_info(results["info"])
     result.seconds = time.perf_counter() - started
     return result

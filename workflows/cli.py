@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import warnings
 
 import click
 
@@ -37,6 +38,17 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None,
+                  _default=warnings.showwarning):
+    """batchlu's own warnings as one line ``Warning: ...`` on stderr; others as Python shows them."""
+    from batchlu.pipeline.errors import BatchluWarning
+
+    if issubclass(category, BatchluWarning):
+        click.echo(f"Warning: {_one_line(message)}", err=True)
+    else:
+        _default(message, category, filename, lineno, file, line)
 
 
 class _Commands(click.Group):
@@ -62,6 +74,7 @@ class _Commands(click.Group):
 def cli(ctx, traceback):
     """batchlu: LU, inverse, solve and log-determinant of many small dense matrices stored in Zarr."""
     ctx.obj = {"traceback": traceback}
+    warnings.showwarning = _show_warning
 
 
 # --------------------------------------------------------------------------------------------- generate
