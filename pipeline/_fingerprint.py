@@ -97,8 +97,7 @@ def check_unchanged(out_path: str, record: dict, now: dict, plan, complete, matr
     signatures of the input files now (:func:`signatures`), ``complete`` the ledger."""
     if complete is None or not np.any(complete):
         return
-    recorded = _ledger.read_digests(out_path)
-    if recorded is None or "input_files" not in record:
+    if not _ledger.has_digests(out_path) or "input_files" not in record:
         raise ResumeError(f"Expected checksums of the input recorded in {out_path} for resume. Got an "
                           f"output without them (batchlu {record.get('version')}) instead; use "
                           f"overwrite (--overwrite) to start again.")
@@ -106,12 +105,12 @@ def check_unchanged(out_path: str, record: dict, now: dict, plan, complete, matr
     if now.get("input") is not None and before.get("input") == now["input"] and \
             (rhs is None or (now.get("rhs") is not None and before.get("rhs") == now["rhs"])):
         return  # no file written since the run started
-    compare_content(out_path, plan, complete, recorded, matrices, rhs, memory_budget)
+    compare_content(out_path, plan, complete, matrices, rhs, memory_budget)
 
 
-def compare_content(out_path: str, plan, complete, recorded, matrices: ArrayRef, rhs: ArrayRef | None,
+def compare_content(out_path: str, plan, complete, matrices: ArrayRef, rhs: ArrayRef | None,
                     memory_budget: int) -> None:
-    """Read the input of every completed chunk again and compare its CRC-32 with ``recorded``."""
+    """Read the input of every completed chunk again and compare its CRC-32 with the recorded one."""
     a = matrices.open()
     b = rhs.open() if rhs is not None else None
     per_matrix = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
@@ -119,6 +118,8 @@ def compare_content(out_path: str, plan, complete, recorded, matrices: ArrayRef,
         per_matrix += b.dtype.itemsize * int(np.prod(b.shape[1:], dtype=np.int64))
     per_read = max(1, int(memory_budget) // max(1, per_matrix * plan.chunk))  # chunks per read
     done = np.flatnonzero(np.asarray(complete, bool))
+    recorded = np.zeros(plan.n_chunks, np.uint32)
+    recorded[done] = _ledger.read_digests(out_path, done)
     edges = np.flatnonzero(np.diff(done) != 1) + 1
     for span in np.split(done, edges):
         for c0 in range(int(span[0]), int(span[-1]) + 1, per_read):

@@ -52,13 +52,32 @@ def read(path: str) -> np.ndarray:
     return done
 
 
-def read_digests(path: str) -> np.ndarray | None:
-    """The input CRC-32 recorded per output chunk (0 where none), or None for an output without them."""
-    try:
-        array = zarr.open_array(store=path, path=DIGESTS, mode="r")
-    except (FileNotFoundError, KeyError):
-        return None
-    return np.asarray(array[...], dtype=np.uint32)
+def has_digests(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, DIGESTS, "zarr.json"))
+
+
+def read_digests(path: str, chunks=None) -> np.ndarray:
+    """The input CRC-32 recorded for output chunks ``chunks`` (default all; 0 where none).
+
+    On a local store the 4-byte objects are read as files (zarr takes about a millisecond per
+    object, a minute for 50,000 chunks)."""
+    array = zarr.open_array(store=path, path=DIGESTS, mode="r")
+    index = np.arange(array.shape[0]) if chunks is None else np.asarray(chunks, np.int64)
+    codecs = array.metadata.codecs if array.metadata.zarr_format == 3 else ()
+    raw = (len(codecs) == 1 and getattr(codecs[0], "endian", None) is not None
+           and codecs[0].endian.value == "little" and array.metadata.chunk_key_encoding.name == "default"
+           and array.chunks == (1,) and np.dtype(array.dtype) == np.uint32)
+    if not raw:
+        return np.asarray(array.get_coordinate_selection(index), dtype=np.uint32)
+    folder = os.path.join(path, DIGESTS, "c")
+    out = np.zeros(index.size, np.uint32)
+    for i, c in enumerate(index):
+        try:
+            with open(os.path.join(folder, str(int(c))), "rb") as f:
+                out[i] = np.frombuffer(f.read(4), "<u4")[0]
+        except FileNotFoundError:
+            pass  # never written, or written as the fill value 0
+    return out
 
 
 def mark(path: str, c0: int, c1: int, digests=None) -> None:

@@ -19,10 +19,27 @@ import zarr
 from _pipeline_helpers import complete_flags, outputs_of
 
 from batchlu import pipeline
-from batchlu.pipeline import _fingerprint, errors
+from batchlu.pipeline import _backends, _fingerprint, errors
 
 POOL = {"io-processes": 2, "io-threads": 2}  # the size tests/pipeline/test_io_pool.py uses: no restart
-IO_PATHS = {"in-worker": {"io-processes": 0}, "io-processes": POOL}
+
+
+@pytest.fixture(params=["in-worker", "io-processes", "plain-loop"])
+def io(request):
+    """The three places a task reads its input (and takes its checksums): the data path with I/O in
+    the worker, the data path with I/O processes, and the plain loop of a backend without its own
+    ``process_range`` (:func:`batchlu.pipeline._tasks.run_batches`). Yields the config to run with."""
+    if request.param != "plain-loop":
+        yield {"io-processes": 0} if request.param == "in-worker" else POOL
+        return
+    original = _backends._REGISTRY["cpu"]
+    _backends._REGISTRY["cpu"] = _backends.CPUBackend  # in-process workers: the same registry
+    _backends._instance.cache_clear()
+    try:
+        yield {"io-processes": 0}
+    finally:
+        _backends._REGISTRY["cpu"] = original
+        _backends._instance.cache_clear()
 
 
 def _forget(out, chunks: slice) -> None:
@@ -161,7 +178,6 @@ def test_resume_refuses_an_input_regenerated_in_place_after_a_kill(client, tmp_p
     assert _snapshot(out) == before
 
 
-@pytest.mark.parametrize("io", IO_PATHS.values(), ids=IO_PATHS.keys())
 def test_resume_refuses_one_value_changed_in_the_input(client, tmp_path, io):
     """One matrix entry written in place, same shape and dtype: refused, naming that chunk; the
     checksums come from the tasks' reads, in the worker or in the I/O processes alike."""
@@ -170,14 +186,16 @@ def test_resume_refuses_one_value_changed_in_the_input(client, tmp_path, io):
     pipeline.run(source, out, op="lu", backend="cpu", client=client, progress=False,
                  config={"chunk": 6, **io})
     _forget(out, slice(8, 10))
+    recorded = zarr.open_array(str(out), path="_input_crc32", mode="r")[...]
+    assert recorded.dtype == np.uint32 and np.count_nonzero(recorded) == 10  # one per chunk
     array = zarr.open_array(source, mode="r+")
+    assert recorded[5] == _fingerprint.digest(array[30:36])
     array[33, 2, 4] = array[33, 2, 4] + 0.5  # chunk 5 (matrices 30:36)
     with pytest.raises(errors.ResumeError, match=r"other values in matrices 30:36 instead"):
         pipeline.run(source, out, op="lu", backend="cpu", resume=True, client=client, progress=False,
                      config=io)
 
 
-@pytest.mark.parametrize("io", IO_PATHS.values(), ids=IO_PATHS.keys())
 def test_resume_accepts_an_input_rewritten_with_the_same_values(client, tmp_path, io):
     """New files, same values (e.g. restored from a backup): the checksums match, resume finishes
     the run, bit for bit as an uninterrupted one."""
