@@ -11,7 +11,8 @@
                                        [--chunks input,500,100] [--repeat 5]
 
 One in-process LocalCluster (2 workers x 1 thread), so that the "without" can be patched into the
-workers; with and without alternate, and the medians are printed (and written as JSON with --out).
+workers; with and without alternate, and the medians of the wall time and of the process's CPU
+time (all its threads: the client and both workers) are printed (and written as JSON with --out).
 """
 
 from __future__ import annotations
@@ -54,12 +55,12 @@ def _run_once(client, source, out, chunk, checks: bool) -> float:
     shutil.rmtree(out, ignore_errors=True)
     config = {} if chunk is None else {"chunk": chunk}
     with (contextlib.nullcontext() if checks else _without_checksums()):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         report = pipeline.run(source, out, op="inv", backend="cpu", client=client, progress=False,
                               config=config)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     assert report.status == "complete"
-    return elapsed
+    return elapsed, cpu
 
 
 def _resume_checks(source, out) -> dict:
@@ -130,12 +131,18 @@ def main(argv=None) -> None:
             _run_once(client, source, out, chunk, True)
             n_chunks = zarr.open_group(out, mode="r").attrs["batchlu"]["plan"]["n_chunks"]
             entry = {"chunk": label, "n_chunks": n_chunks,
-                     "with_s": statistics.median(timings[True]), "without_s": statistics.median(timings[False]),
+                     "with_s": statistics.median(t for t, _ in timings[True]),
+                     "without_s": statistics.median(t for t, _ in timings[False]),
+                     "with_cpu_s": statistics.median(c for _, c in timings[True]),
+                     "without_cpu_s": statistics.median(c for _, c in timings[False]),
                      **_resume_checks(source, out)}
             entry["overhead"] = entry["with_s"] / entry["without_s"] - 1
+            entry["cpu_overhead"] = entry["with_cpu_s"] / entry["without_cpu_s"] - 1
             results["runs"].append(entry)
             print(f"chunk {label:>6} ({n_chunks} chunks): run {entry['with_s']:.3f} s with checksums, "
-                  f"{entry['without_s']:.3f} s without ({100 * entry['overhead']:+.1f} %); before a resume: "
+                  f"{entry['without_s']:.3f} s without ({100 * entry['overhead']:+.1f} %), CPU time "
+                  f"{entry['with_cpu_s']:.2f} / {entry['without_cpu_s']:.2f} s "
+                  f"({100 * entry['cpu_overhead']:+.1f} %); before a resume: "
                   f"stored chunks {1e3 * entry['stored_chunks_s']:.1f} ms, input untouched "
                   f"{1e3 * entry['input_untouched_s']:.1f} ms, input rewritten "
                   f"{1e3 * entry['input_rewritten_s']:.1f} ms", flush=True)

@@ -288,3 +288,27 @@ def test_chunk_digests_match_per_chunk_and_byte_order(dtype):
     changed = a.copy()
     changed.flat[40] = changed.flat[40] * 2 + 1
     assert _fingerprint.digest(changed) != _fingerprint.digest(a)
+
+
+@pytest.mark.gpu
+def test_gpu_run_records_the_same_checksums_and_stores_fill_chunks(tmp_path):
+    """On the GPU data path (pinned buffers, I/O processes by default): each chunk's recorded CRC-32
+    is the one of its input values, a chunk of all-NaN inverses is stored, and resume refuses a value
+    changed in the input."""
+    rng = np.random.default_rng(43)
+    a = rng.standard_normal((96, 8, 8))
+    a[16:32, :, 5] = 0.0  # chunk 1: random matrices with a zero column, exactly singular
+    source = zarr.create_array(str(tmp_path / "a.zarr"), shape=a.shape, chunks=(16, 8, 8), dtype="f8")
+    source[...] = a
+    out = tmp_path / "o.zarr"
+    report = pipeline.run(str(tmp_path / "a.zarr"), out, op="inv", backend="gpu", progress=False,
+                          config={"chunk": 16})
+    assert report.backends == ("gpu",) and report.singular == 16
+    recorded = zarr.open_array(str(out), path="_input_crc32", mode="r")[...]
+    assert [int(x) for x in recorded] == [_fingerprint.digest(a[lo:lo + 16]) for lo in range(0, 96, 16)]
+    assert (out / "inv" / "c" / "1" / "0" / "0").is_file()
+    _forget(out, slice(4, 6))
+    source[70, 1, 1] = source[70, 1, 1] + 1.0  # chunk 4: not complete any more, not checked
+    source[40, 3, 2] = source[40, 3, 2] - 1.0  # chunk 2: complete
+    with pytest.raises(errors.ResumeError, match=r"other values in matrices 32:48 instead"):
+        pipeline.run(str(tmp_path / "a.zarr"), out, op="inv", backend="gpu", resume=True, progress=False)
