@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import _io_pool, _ops
+from . import _fingerprint, _io_pool, _ops
 
 logger = logging.getLogger("batchlu.path")
 
@@ -683,7 +683,6 @@ class PathBackend:
         return address if engine.name == "cpu" else f"{address} {engine.describe()}"
 
     def process_range(self, job, c0: int, c1: int):
-        from . import _fingerprint
         from ._store import read_range
         from ._tasks import TaskIO, TaskResult
 

@@ -24,10 +24,14 @@ NAME = "_complete"
 DIGESTS = "_input_crc32"
 
 
+def create_digests(group: zarr.Group, n_chunks: int) -> zarr.Array:
+    return group.create_array(DIGESTS, shape=(n_chunks,), chunks=(1,), dtype="uint32", fill_value=0,
+                              compressors=None, overwrite=True)
+
+
 def create(group: zarr.Group, n_chunks: int) -> zarr.Array:
     """The digests, then the records (made last: :func:`exists` means both are there)."""
-    group.create_array(DIGESTS, shape=(n_chunks,), chunks=(1,), dtype="uint32", fill_value=0,
-                       compressors=None, overwrite=True)
+    create_digests(group, n_chunks)
     return group.create_array(NAME, shape=(n_chunks,), chunks=(1,), dtype="bool", fill_value=False,
                               compressors=None, overwrite=True)
 

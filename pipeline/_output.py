@@ -130,9 +130,8 @@ def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan) -> Non
                            config={"write_empty_chunks": True})
     if not _ledger.exists(group):
         _ledger.create(group, plan.n_chunks)
-    elif _ledger.DIGESTS not in group:  # an output of an older batchlu (resume refuses it if any is complete)
-        group.create_array(_ledger.DIGESTS, shape=(plan.n_chunks,), chunks=(1,), dtype="uint32",
-                           fill_value=0, compressors=None)
+    elif _ledger.DIGESTS not in group:  # an older batchlu's output, with no chunk complete (resume checked)
+        _ledger.create_digests(group, plan.n_chunks)
 
 
 def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Plan, complete) -> None:
@@ -160,14 +159,13 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
             raise ResumeError(f"Expected the output array {spec.name} in {path} to have shape {want[0]}, "
                               f"dtype {want[1]} and chunks {want[2]}, as recorded. Got {found} instead; "
                               f"{hint}")
-        folder = os.path.join(path, spec.name)
-        missing = [int(c) for c in done if not os.path.isfile(os.path.join(folder, stored_key(node, int(c))))]
+        files = {int(c): os.path.join(path, spec.name, stored_key(node, int(c))) for c in done}
+        missing = [c for c, file in files.items() if not os.path.isfile(file)]
         if missing:
             lo, hi = plan.chunk_range(missing[0], missing[0] + 1)
             raise ResumeError(f"Expected every chunk recorded complete in {path} to be stored. Got "
                               f"{len(missing):,} of {done.size:,} missing from {spec.name} instead (first: "
-                              f"{os.path.join(folder, stored_key(node, missing[0]))}, matrices {lo}:{hi}); "
-                              f"{hint}")
+                              f"{files[missing[0]]}, matrices {lo}:{hi}); {hint}")
 
 
 def compressors(group: zarr.Group):
