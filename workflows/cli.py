@@ -15,6 +15,7 @@ Singular or non-finite matrices are results, not failures: they are counted in t
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 import warnings
@@ -201,8 +202,18 @@ def demo(count, size, keep):
             click.echo(f"Stores kept in {root}")
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM (``kill``, a SLURM time limit) ends the command as Ctrl-C does: a run records its
+    failure and gives its output's lock back (only SIGKILL leaves a stale lock)."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv=None) -> None:
     """Console entry point ``batchlu``."""
+    _exit_on_sigterm()
     cli.main(args=argv, prog_name="batchlu")
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import zarr
@@ -90,3 +92,42 @@ def test_resume_with_the_input_regenerated(invoke, source, scheduler_address, tm
     _one_line_error(_run(invoke, source, out, scheduler_address, "--resume"),
                     "other values in matrices 0:10", "--overwrite")
     assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "running"
+
+
+def test_two_real_processes_and_sigterm(source, scheduler_address, tmp_path):
+    """Two ``batchlu run`` processes on one output: the second is refused with one line naming the
+    first; SIGTERM (``kill``, a SLURM time limit) ends the first as Ctrl-C does: status failed, lock
+    given back, so that ``--resume`` starts without a stale-lock warning."""
+    out = tmp_path / "o.zarr"
+    base = [sys.executable, "-m", "batchlu", "run", str(source), str(out), "--op", "inv",
+            "--scheduler", scheduler_address, "--no-progress"]
+    first = subprocess.Popen(base + ["--chunk", "2", "--config", "task-delay=0.25"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        done = 0
+        while time.monotonic() < deadline and done < 2 and first.poll() is None:
+            try:
+                done = int(zarr.open_array(str(out), path="_complete", mode="r")[...].sum())
+            except Exception:
+                pass
+            time.sleep(0.05)
+        assert first.poll() is None, first.communicate()
+        second = subprocess.run(base + ["--overwrite"], capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1, second.stdout + second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: ") and f"PID {first.pid}" in lines[0], lines
+        assert first.poll() is None  # unharmed, still running
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 128 + signal.SIGTERM, err
+    assert not os.path.exists(str(out) + ".lock")
+    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "failed"
+    resumed = subprocess.run(base + ["--resume"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0 and "Warning" not in resumed.stderr, resumed.stderr
+    assert "complete" in resumed.stdout
+    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "complete"
