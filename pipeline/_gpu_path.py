@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import _io_pool, _ops
+from . import _fingerprint, _io_pool, _ops
 
 logger = logging.getLogger("batchlu.path")
 
@@ -321,9 +321,12 @@ def _get_async(value, out: np.ndarray, stream) -> None:
 class BatchIO:
     """Where a task reads and writes: open Zarr arrays plus the completion hook.
 
-    ``mark(start, stop)`` is called (in the writer thread, in order) once every output of matrices
-    ``[start, stop)`` is written; ``read_error(array, start, stop, exc)`` turns a failed read into a
-    clear error (e.g. naming the corrupt chunk file); ``missing(start, stop)`` runs (in the reader
+    ``on_read(start, stop, a, b)`` is called (in the reader thread) once the inputs of matrices
+    ``[start, stop)`` are in the slot (``a``, ``b``), before they are computed (the pipeline takes
+    their checksums there); ``mark(start, stop)`` is called (in the writer thread, in order) once
+    every output of those matrices is written; ``read_error(array, start, stop, exc)`` turns a failed
+    read into a clear error (e.g. naming the corrupt chunk file).
+    ``missing(start, stop)`` runs (in the reader
     thread) before each read, whether this process or an I/O process then reads: it raises on a
     chunk missing from the store, or returns the mask of matrices whose outputs get ``info`` -3
     (:meth:`batchlu.pipeline._tasks.TaskIO.missing`), or None.
@@ -342,6 +345,7 @@ class BatchIO:
     pool: object = None
     where: dict | None = None
     missing: object = None
+    on_read: object = None
 
 
 @dataclasses.dataclass
@@ -497,6 +501,8 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
             _read_into(io.source, start, stop, slot.a, io.read_error)
             if io.rhs is not None:
                 _read_into(io.rhs, start, stop, slot.b, io.read_error)
+        if io.on_read is not None:
+            io.on_read(start, stop, slot.a, slot.b)
         with lock:
             stats.read_s += time.perf_counter() - t
             stats.bytes_in += slot.a.nbytes + (0 if slot.b is None else slot.b.nbytes)
@@ -703,8 +709,13 @@ class PathBackend:
         if io.rhs is not None:
             refs[id(io.rhs)] = job.rhs
 
+        digests = {}  # batch start -> CRC-32 of its chunks' inputs, from the reader to the writer
+
+        def on_read(start: int, stop: int, a, b) -> None:
+            digests[start] = _fingerprint.chunk_digests(plan.chunk, start, stop, a, b)
+
         def mark(start: int, stop: int) -> None:
-            io.mark(start // plan.chunk, -(-stop // plan.chunk))
+            io.mark(start // plan.chunk, -(-stop // plan.chunk), digests.pop(start))
 
         def read_error(array, start, stop, exc):
             read_range(refs[id(array)], array, start, stop)  # raises CorruptInputError naming the file
@@ -713,7 +724,8 @@ class PathBackend:
         if job.rhs is not None:
             where["b"] = (job.rhs.path, job.rhs.array)
         batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error,
-                           pool=io_pool_for(job, engine), where=where, missing=io.missing)
+                           pool=io_pool_for(job, engine), where=where, missing=io.missing,
+                           on_read=on_read)
         stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
         counts = {name: getattr(stats, name) for name in _ops.InfoCounts._fields}
         return TaskResult(c0, c1, matrices=stats.matrices, **counts, bytes_in=stats.bytes_in,

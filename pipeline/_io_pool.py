@@ -159,19 +159,22 @@ def _signature(store: str, path: str) -> tuple:
     return ()
 
 
-def open_array(store: str, path: str, mode: str):
+def open_array(store: str, path: str, mode: str, write_empty: bool = False):
     """``zarr.open_array``, cached in this process (worker or I/O process) while the array's metadata
     file is the same file with the same modification time: an output deleted and made again, or an
-    input replaced, is opened afresh; a missing one raises as zarr does."""
+    input replaced, is opened afresh; a missing one raises as zarr does. ``write_empty``: store
+    every chunk written, even one whose values all equal the fill value (zarr skips those)."""
     import zarr
 
-    key = (str(store), str(path), mode)
+    key = (str(store), str(path), mode, bool(write_empty))
     signature = _signature(store, path)
     with _OPENED_LOCK:
         cached = _OPENED.get(key)
     if cached is not None and signature and cached[0] == signature:
         return cached[1]
     array = zarr.open_array(store=store, path=path, mode=mode)
+    if write_empty:
+        array = array.with_config({"write_empty_chunks": True})
     with _OPENED_LOCK:
         if len(_OPENED) >= 256:
             _OPENED.clear()
@@ -395,8 +398,8 @@ def _serve(state: _ChildState, kind, store, path, start, stop, where) -> None:
     view = state.view(where)
     if kind == "read":
         read_into(open_array(store, path, "r"), start, stop, view)
-    elif kind == "write":
-        open_array(store, path, "r+")[start:stop] = view
+    elif kind == "write":  # outputs only (the worker records chunks complete itself)
+        open_array(store, path, "r+", write_empty=True)[start:stop] = view
     else:
         raise ValueError(f"Expected an I/O request read or write. Got {kind!r} instead.")
 

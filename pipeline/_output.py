@@ -11,12 +11,13 @@ import datetime
 import os
 import shutil
 
+import numpy as np
 import zarr
 
 from . import _ledger
 from ._ops import OutputSpec
 from ._plan import Plan
-from ._store import is_zarr_store
+from ._store import is_zarr_store, stored_key
 from .errors import OutputError, OutputExistsError, ResumeError
 
 ATTR = "batchlu"
@@ -129,6 +130,42 @@ def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan) -> Non
                            config={"write_empty_chunks": True})
     if not _ledger.exists(group):
         _ledger.create(group, plan.n_chunks)
+    elif _ledger.DIGESTS not in group:  # an older batchlu's output, with no chunk complete (resume checked)
+        _ledger.create_digests(group, plan.n_chunks)
+
+
+def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Plan, complete) -> None:
+    """Before resume trusts the ledger ``complete`` (None: no ledger yet): each output array has the
+    shape, dtype and chunks of the plan, and each chunk recorded complete is stored in every array.
+    A missing array is made again (by :func:`ensure_arrays`) only while no chunk is complete."""
+    done = np.flatnonzero(np.asarray(complete, bool)) if complete is not None else np.zeros(0, np.int64)
+    hint = "use overwrite (--overwrite) to start again."
+    if complete is not None and np.size(complete) != plan.n_chunks:
+        raise ResumeError(f"Expected {plan.n_chunks:,} completion records in {path}, one per chunk of "
+                          f"{plan.chunk:,} matrices. Got {np.size(complete):,} instead; {hint}")
+    for spec in specs:
+        node = group.get(spec.name)
+        if node is None:
+            if done.size:
+                raise ResumeError(f"Expected the output array {spec.name} in {path}, where {done.size:,} "
+                                  f"of {plan.n_chunks:,} chunks are recorded complete. Got no such array "
+                                  f"instead; {hint}")
+            continue
+        want = ((plan.count,) + spec.tail, np.dtype(spec.dtype), (plan.chunk,) + spec.tail)
+        got = ((tuple(node.shape), np.dtype(node.dtype), tuple(node.chunks))
+               if isinstance(node, zarr.Array) else None)
+        if got != want:
+            found = (f"shape {got[0]}, dtype {got[1]}, chunks {got[2]}" if got else "a group")
+            raise ResumeError(f"Expected the output array {spec.name} in {path} to have shape {want[0]}, "
+                              f"dtype {want[1]} and chunks {want[2]}, as recorded. Got {found} instead; "
+                              f"{hint}")
+        files = {int(c): os.path.join(path, spec.name, stored_key(node, int(c))) for c in done}
+        missing = [c for c, file in files.items() if not os.path.isfile(file)]
+        if missing:
+            lo, hi = plan.chunk_range(missing[0], missing[0] + 1)
+            raise ResumeError(f"Expected every chunk recorded complete in {path} to be stored. Got "
+                              f"{len(missing):,} of {done.size:,} missing from {spec.name} instead (first: "
+                              f"{files[missing[0]]}, matrices {lo}:{hi}); {hint}")
 
 
 def compressors(group: zarr.Group):

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import zarr
 
-from . import _backends, _cluster, _live, _ledger, _output
+from . import _backends, _cluster, _fingerprint, _live, _ledger, _lock, _output
 from ._config import options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, check_op, info_counts, output_specs
 from ._plan import bytes_per_matrix, make_plan
@@ -26,6 +26,7 @@ def _count_info(path: str) -> InfoCounts:
     return info_counts(info[info != INFO_NOT_COMPUTED])
 
 
+@_lock.releases_locks
 def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend="auto",
         client=None, scheduler=None, scheduler_file=None, progress=True, config=None) -> Report:
     """Compute ``op`` (``lu``, ``inv``, ``solve`` or ``slogdet``) for every matrix of ``input``.
@@ -68,7 +69,9 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         "outputs": [s.name for s in specs], "backend": opts.backend, "backends_used": [],
         "version": _output.version(), "started": _output.now(), "finished": None,
         "settings": opts.as_dict(),
+        "input_files": _fingerprint.signatures(matrices.ref, rhs_info.ref if rhs_info else None),
     }
+    _lock.acquire(out_path)  # one writer per output, before overwrite deletes anything; held until return
     record = _output.check_existing(out_path, resume=resume, overwrite=overwrite)
     if record is not None:
         _output.check_resume(record, provenance)
@@ -83,8 +86,14 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         _output.create(out_path, provenance, specs, plan)
         runs = []
     else:
+        group = zarr.open_group(store=out_path, mode="r+")
+        # before trusting the ledger: every output and complete chunk stored, the same input values
+        complete = _ledger.read(out_path) if _ledger.exists(group) else None
+        _output.check_stored(out_path, group, specs, plan, complete)
+        _fingerprint.check_unchanged(out_path, record, provenance["input_files"], plan, complete,
+                                     matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
         _output.clean_partials(out_path)
-        _output.ensure_arrays(zarr.open_group(store=out_path, mode="r+"), specs, plan)
+        _output.ensure_arrays(group, specs, plan)
         runs = list(record.get("runs", []))
         provenance["started"] = record.get("started", provenance["started"])
         provenance["backends_used"] = list(record.get("backends_used", []))

@@ -1,5 +1,5 @@
 """What runs on a worker: one task = a run of whole output chunks, processed batch by batch as
-read → compute → write every output → record the chunks complete.
+read (and checksum the input read) → compute → write every output → record the chunks complete.
 
 Before a batch is read, the chunks it needs are looked up in the input's store
 (:mod:`batchlu.pipeline._missing`): a missing one stops the task with a
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from . import _backends, _ledger, _missing
+from . import _backends, _fingerprint, _ledger, _missing
 from ._io_pool import open_array
 from ._ops import InfoCounts, info_counts, mark_missing
 from ._plan import Plan
@@ -82,7 +82,9 @@ class TaskIO:
         self.job = job
         self.input = open_array(job.input.path, job.input.array, "r")
         self.rhs = open_array(job.rhs.path, job.rhs.array, "r") if job.rhs is not None else None
-        self.out = {name: open_array(job.output, name, "r+") for name in job.outputs}
+        # write_empty: a chunk whose values all equal the fill value (the NaN inverses of a chunk of
+        # singular matrices) is stored too, so that resume can check every complete chunk is there
+        self.out = {name: open_array(job.output, name, "r+", write_empty=True) for name in job.outputs}
 
     def missing(self, start: int, stop: int) -> np.ndarray | None:
         """Look up the chunks matrices ``[start, stop)`` need, in the input and the right-hand side:
@@ -111,8 +113,10 @@ class TaskIO:
             written += value.nbytes
         return written
 
-    def mark(self, c0: int, c1: int) -> None:
-        """Record chunks ``[c0, c1)`` complete (as :func:`batchlu.pipeline._ledger.mark`, on the cached array)."""
+    def mark(self, c0: int, c1: int, digests) -> None:
+        """Record chunks ``[c0, c1)`` complete with the CRC-32 of their inputs, ``digests`` (as
+        :func:`batchlu.pipeline._ledger.mark`, on the cached arrays)."""
+        open_array(self.job.output, _ledger.DIGESTS, "r+")[c0:c1] = digests
         open_array(self.job.output, _ledger.NAME, "r+")[c0:c1] = True
 
 
@@ -138,13 +142,14 @@ def run_batches(job: Job, c0: int, c1: int, compute) -> TaskResult:
             time.sleep(job.task_delay)
         gaps = io.missing(start, stop)
         a, b = io.read(start, stop)
+        digests = _fingerprint.chunk_digests(job.plan.chunk, start, stop, a, b)
         results = compute(job.op, a, b)
         if gaps is not None:
             results = {name: np.array(value) for name, value in results.items()}
             mark_missing(results, gaps)
         result.bytes_in += a.nbytes + (b.nbytes if b is not None else 0)
         result.bytes_out += io.write(start, stop, results)
-        io.mark(b0, b1)
+        io.mark(b0, b1, digests)
         result.count_info(results["info"])
     result.seconds = time.perf_counter() - started
     return result

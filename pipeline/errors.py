@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "BatchluError",
+    "BatchluWarning",
     "ClusterError",
     "ConfigError",
     "CorruptInputError",
@@ -19,6 +20,7 @@ __all__ = [
     "MissingChunkError",
     "OutputError",
     "OutputExistsError",
+    "OutputLockedError",
     "ResumeError",
 ]
 
@@ -58,6 +60,14 @@ class OutputError(BatchluError, OSError):
 
 class OutputExistsError(OutputError, FileExistsError):
     """The output exists and neither ``resume`` nor ``overwrite`` was asked for."""
+
+
+class OutputLockedError(OutputError):
+    """Another batchlu run holds the output's lock (``OUT.zarr.lock``): one writer per output."""
+
+
+class BatchluWarning(UserWarning):
+    """Something the user should know that does not stop the run (e.g. a stale lock taken over)."""
 
 
 class ResumeError(OutputError):

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import sys
 import tempfile
+import warnings
 
 import click
 
@@ -38,6 +40,17 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None,
+                  _default=warnings.showwarning):
+    """batchlu's own warnings as one line ``Warning: ...`` on stderr; others as Python shows them."""
+    from batchlu.pipeline.errors import BatchluWarning
+
+    if issubclass(category, BatchluWarning):
+        click.echo(f"Warning: {_one_line(message)}", err=True)
+    else:
+        _default(message, category, filename, lineno, file, line)
 
 
 class _Commands(click.Group):
@@ -63,6 +76,7 @@ class _Commands(click.Group):
 def cli(ctx, traceback):
     """batchlu: LU, inverse, solve and log-determinant of many small dense matrices stored in Zarr."""
     ctx.obj = {"traceback": traceback}
+    warnings.showwarning = _show_warning
 
 
 # --------------------------------------------------------------------------------------------- generate
@@ -211,8 +225,18 @@ def demo(count, size, keep):
             click.echo(f"Stores kept in {root}")
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM (``kill``, a SLURM time limit) ends the command as Ctrl-C does: a run records its
+    failure and gives its output's lock back (only SIGKILL leaves a stale lock)."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv=None) -> None:
     """Console entry point ``batchlu``."""
+    _exit_on_sigterm()
     cli.main(args=argv, prog_name="batchlu")
 
 

@@ -1,0 +1,155 @@
+"""What the integrity checks of ``batchlu run`` / ``--resume`` cost on the CPU path (issue 16):
+
+* during a run, each task takes the CRC-32 of every output chunk's input and stores it beside the
+  chunk's completion record: the run's time with and without that (the "without" replaces the
+  checksum by nothing and skips its store, i.e. the code before the checks);
+* before a resume, the stored-chunk check and the input check: with the input's files untouched (one
+  stat per file) and after they were rewritten with the same values (every completed chunk read
+  again and its CRC-32 compared).
+
+    python benchmarks/resume_checks.py [--dir /tmp/bench-resume] [--count 40000] [--size 16]
+                                       [--chunks input,500,100] [--repeat 5]
+
+One in-process LocalCluster (2 workers x 1 thread), so that the "without" can be patched into the
+workers; with and without alternate, and the medians of the wall time and of the process's CPU
+time (all its threads: the client and both workers) are printed (and written as JSON with --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+
+@contextlib.contextmanager
+def _without_checksums():
+    from batchlu.pipeline import _fingerprint, _ledger, _tasks
+    from batchlu.pipeline._io_pool import open_array
+
+    def no_digests(chunk, start, stop, a, b=None):
+        return None
+
+    def mark(self, c0, c1, digests):
+        open_array(self.job.output, _ledger.NAME, "r+")[c0:c1] = True
+
+    saved = _fingerprint.chunk_digests, _tasks.TaskIO.mark
+    _fingerprint.chunk_digests, _tasks.TaskIO.mark = no_digests, mark
+    try:
+        yield
+    finally:
+        _fingerprint.chunk_digests, _tasks.TaskIO.mark = saved
+
+
+def _run_once(client, source, out, chunk, checks: bool) -> float:
+    from batchlu import pipeline
+
+    shutil.rmtree(out, ignore_errors=True)
+    config = {} if chunk is None else {"chunk": chunk}
+    with (contextlib.nullcontext() if checks else _without_checksums()):
+        start, cpu = time.perf_counter(), time.process_time()
+        report = pipeline.run(source, out, op="inv", backend="cpu", client=client, progress=False,
+                              config=config)
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    assert report.status == "complete"
+    return elapsed, cpu
+
+
+def _resume_checks(source, out) -> dict:
+    """Time the checks resume runs before it trusts the ledger, on a complete output."""
+    from batchlu import pipeline
+    from batchlu.pipeline import _fingerprint, _ledger, _ops, _plan, _store
+
+    record = zarr.open_group(out, mode="r").attrs["batchlu"]
+    ref = _store.parse_ref(source)
+    info = _store.open_array_info(ref)
+    specs = _ops.output_specs("inv", info.shape[1], info.dtype)
+    plan = _plan.Plan(**{k: record["plan"][k] for k in ("count", "chunk", "batch", "chunks_per_task")})
+    group = zarr.open_group(out, mode="r")
+    times = {}
+    start = time.perf_counter()
+    complete = _ledger.read(out)
+    pipeline._output.check_stored(out, group, specs, plan, complete)
+    times["stored_chunks_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    now = _fingerprint.signatures(ref, None)
+    _fingerprint.check_unchanged(out, record, now, plan, complete, ref, None, 256 << 20)
+    times["input_untouched_s"] = time.perf_counter() - start
+    assert now["input"] is not None and now == record["input_files"]
+    start = time.perf_counter()
+    _fingerprint.compare_content(out, plan, complete, ref, None, 256 << 20)
+    times["input_rewritten_s"] = time.perf_counter() - start
+    return times
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", default="/tmp/bench-resume")
+    parser.add_argument("--count", type=int, default=40000)
+    parser.add_argument("--size", type=int, default=16)
+    parser.add_argument("--chunks", default="input,500,100")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", default=None, help="write the medians as JSON here")
+    args = parser.parse_args(argv)
+
+    from distributed import Client, LocalCluster
+
+    from batchlu import pipeline
+    from batchlu.pipeline import _fingerprint
+
+    work = Path(args.dir)
+    work.mkdir(parents=True, exist_ok=True)
+    source = str(work / "a.zarr")
+    shutil.rmtree(source, ignore_errors=True)
+    pipeline.generate(source, count=args.count, size=args.size, dtype="float64", seed=0)
+    old = time.time() - 60
+    for folder, _, names in os.walk(source):  # the input's times older than FRESH_SECONDS
+        for name in names:
+            os.utime(os.path.join(folder, name), (old, old))
+    time.sleep(_fingerprint.FRESH_SECONDS + 0.5)  # ... and their ctimes too
+
+    results = {"count": args.count, "size": args.size, "dtype": "float64", "op": "inv",
+               "cores": os.cpu_count(), "runs": []}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        out = str(work / "o.zarr")
+        for label in args.chunks.split(","):
+            chunk = None if label == "input" else int(label)
+            _run_once(client, source, out, chunk, True)  # warm-up
+            timings = {True: [], False: []}
+            for _ in range(args.repeat):
+                for checks in (True, False):
+                    timings[checks].append(_run_once(client, source, out, chunk, checks))
+            _run_once(client, source, out, chunk, True)
+            n_chunks = zarr.open_group(out, mode="r").attrs["batchlu"]["plan"]["n_chunks"]
+            entry = {"chunk": label, "n_chunks": n_chunks,
+                     "with_s": statistics.median(t for t, _ in timings[True]),
+                     "without_s": statistics.median(t for t, _ in timings[False]),
+                     "with_cpu_s": statistics.median(c for _, c in timings[True]),
+                     "without_cpu_s": statistics.median(c for _, c in timings[False]),
+                     **_resume_checks(source, out)}
+            entry["overhead"] = entry["with_s"] / entry["without_s"] - 1
+            entry["cpu_overhead"] = entry["with_cpu_s"] / entry["without_cpu_s"] - 1
+            results["runs"].append(entry)
+            print(f"chunk {label:>6} ({n_chunks} chunks): run {entry['with_s']:.3f} s with checksums, "
+                  f"{entry['without_s']:.3f} s without ({100 * entry['overhead']:+.1f} %), CPU time "
+                  f"{entry['with_cpu_s']:.2f} / {entry['without_cpu_s']:.2f} s "
+                  f"({100 * entry['cpu_overhead']:+.1f} %); before a resume: "
+                  f"stored chunks {1e3 * entry['stored_chunks_s']:.1f} ms, input untouched "
+                  f"{1e3 * entry['input_untouched_s']:.1f} ms, input rewritten "
+                  f"{1e3 * entry['input_rewritten_s']:.1f} ms", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()

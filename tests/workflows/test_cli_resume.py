@@ -1,0 +1,133 @@
+"""``batchlu run`` refuses to report wrong data as complete (issue 16, items 1 to 3), each refusal one
+line ``Error: ...`` with exit status 1: a resume whose output lost an array, a second writer on an
+output, a resume whose input changed. A stale lock is taken over with one ``Warning: ...`` line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import zarr
+
+
+def _one_line_error(result, *words):
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture()
+def source(invoke, tmp_path):
+    a = tmp_path / "a.zarr"
+    assert invoke("generate", a, "--count", 40, "--size", 5, "--chunk", 10, "--seed", 3).exit_code == 0
+    return a
+
+
+def _run(invoke, source, out, scheduler, *extra):
+    return invoke("run", source, out, "--op", "inv", "--scheduler", scheduler, "--no-progress", *extra)
+
+
+def test_resume_with_a_deleted_output_array(invoke, source, scheduler_address, tmp_path):
+    out = tmp_path / "o.zarr"
+    assert _run(invoke, source, out, scheduler_address).exit_code == 0
+    shutil.rmtree(out / "inv")
+    _one_line_error(_run(invoke, source, out, scheduler_address, "--resume"),
+                    "output array inv", "4 of 4 chunks", "--overwrite")
+    assert not (out / "inv").exists()
+
+
+def test_second_writer_is_refused_naming_the_owner(invoke, source, scheduler_address, tmp_path):
+    out = tmp_path / "o.zarr"
+    assert _run(invoke, source, out, scheduler_address).exit_code == 0
+    stamp = (out / "zarr.json").read_bytes()
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        from batchlu.pipeline import _lock
+
+        with open(str(out) + ".lock", "w") as f:
+            json.dump({"host": socket.gethostname(), "pid": owner.pid, "token": "t" * 32,
+                       "started": "2020-01-02T03:04:05+00:00", "pid_start": _lock._process_start(owner.pid)}, f)
+        for flag in ("--overwrite", "--resume"):
+            _one_line_error(_run(invoke, source, out, scheduler_address, flag),
+                            f"PID {owner.pid} on host {socket.gethostname()}", "o.zarr.lock")
+    finally:
+        owner.kill()
+        owner.wait()
+    assert (out / "zarr.json").read_bytes() == stamp and (out / "inv").is_dir()
+
+
+def test_stale_lock_is_one_warning_line(invoke, source, scheduler_address, tmp_path):
+    out = tmp_path / "o.zarr"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with open(str(out) + ".lock", "w") as f:
+        json.dump({"host": socket.gethostname(), "pid": dead.pid, "token": "t" * 32,
+                   "started": "2020-01-02T03:04:05+00:00"}, f)
+    result = _run(invoke, source, out, scheduler_address)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning: ")]
+    assert len(warnings) == 1 and f"stale lock {out}.lock of PID {dead.pid}" in warnings[0], result.stderr
+    assert not os.path.exists(str(out) + ".lock")
+
+
+def test_resume_with_the_input_regenerated(invoke, source, scheduler_address, tmp_path):
+    out = tmp_path / "o.zarr"
+    assert _run(invoke, source, out, scheduler_address, "--chunk", 10).exit_code == 0
+    zarr.open_array(str(out), path="_complete", mode="r+")[2:] = False  # as if killed half-way
+    group = zarr.open_group(str(out), mode="r+")
+    group.attrs["batchlu"] = {**group.attrs["batchlu"], "status": "running"}
+    shutil.rmtree(source)
+    assert invoke("generate", source, "--count", 40, "--size", 5, "--chunk", 10, "--seed", 4).exit_code == 0
+    _one_line_error(_run(invoke, source, out, scheduler_address, "--resume"),
+                    "other values in matrices 0:10", "--overwrite")
+    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "running"
+
+
+def test_two_real_processes_and_sigterm(source, scheduler_address, tmp_path):
+    """Two ``batchlu run`` processes on one output: the second is refused with one line naming the
+    first; SIGTERM (``kill``, a SLURM time limit) ends the first as Ctrl-C does: status failed, lock
+    given back, so that ``--resume`` starts without a stale-lock warning."""
+    out = tmp_path / "o.zarr"
+    base = [sys.executable, "-m", "batchlu", "run", str(source), str(out), "--op", "inv",
+            "--scheduler", scheduler_address, "--no-progress"]
+    first = subprocess.Popen(base + ["--chunk", "2", "--config", "task-delay=0.25"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        done = 0
+        while time.monotonic() < deadline and done < 2 and first.poll() is None:
+            try:
+                done = int(zarr.open_array(str(out), path="_complete", mode="r")[...].sum())
+            except Exception:
+                pass
+            time.sleep(0.05)
+        assert first.poll() is None, first.communicate()
+        second = subprocess.run(base + ["--overwrite"], capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1, second.stdout + second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: ") and f"PID {first.pid}" in lines[0], lines
+        assert first.poll() is None  # unharmed, still running
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 128 + signal.SIGTERM, err
+    assert not os.path.exists(str(out) + ".lock")
+    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "failed"
+    resumed = subprocess.run(base + ["--resume"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0 and "Warning" not in resumed.stderr, resumed.stderr
+    assert "complete" in resumed.stdout
+    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "complete"
