@@ -50,6 +50,12 @@ def complete_flags_once_created(path) -> np.ndarray | None:
         return None
 
 
+def completed_count(path) -> int:
+    """How many chunks of a run in progress are complete (0 while its ledger does not exist yet)."""
+    flags = complete_flags_once_created(path)
+    return 0 if flags is None else int(flags.sum())
+
+
 def wait_partly_complete(path, timeout: float = 120) -> None:
     """Poll the ledger of a run in progress until at least 3 but under half of its chunks are complete
     (or ``timeout`` seconds pass; the caller asserts on what it then finds)."""

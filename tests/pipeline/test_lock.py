@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import complete_flags, outputs_of
+from _pipeline_helpers import complete_flags, completed_count, outputs_of
 
 from batchlu import pipeline
 from batchlu.pipeline import _lock, errors
@@ -28,13 +28,15 @@ from batchlu.pipeline import _lock, errors
 RUNNER = textwrap.dedent("""
     import sys
     from distributed import Client, LocalCluster
+    import dask
     from batchlu import pipeline
 
     if __name__ == "__main__":
+        dask.config.set({"batchlu-testing.task-delay": 0.25})  # slowed down: it is still running when killed
         with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
                           dashboard_address=None) as cluster, Client(cluster) as client:
             report = pipeline.run(sys.argv[1], sys.argv[2], op="inv", client=client, progress=False,
-                                  config={"chunk": 4, "memory-budget": 1, "task-delay": 0.25})
+                                  config={"chunk": 4, "memory-budget": 1})
             print(report.status, report.processed)
 """)
 
@@ -67,7 +69,7 @@ def test_second_run_is_refused_and_the_first_completes_unharmed(client, stores, 
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and complete_flags(out).sum() < 2 and first.poll() is None:
+        while time.monotonic() < deadline and completed_count(out) < 2 and first.poll() is None:
             time.sleep(0.02)
         assert first.poll() is None, first.stdout.read().decode()
         owner = json.loads(open(_lock_file(out)).read())
@@ -264,7 +266,7 @@ def test_killed_run_leaves_a_lock_that_resume_takes_over(client, stores, tmp_pat
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and complete_flags(out).sum() < 2 and proc.poll() is None:
+        while time.monotonic() < deadline and completed_count(out) < 2 and proc.poll() is None:
             time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import complete_flags, outputs_of
+from _pipeline_helpers import complete_flags, completed_count, outputs_of
 
 from batchlu import pipeline
 from batchlu.pipeline import _backends, _fingerprint, errors
@@ -136,13 +136,15 @@ def test_resume_makes_a_missing_array_again_while_nothing_is_complete(client, st
 RUNNER = textwrap.dedent("""
     import sys
     from distributed import Client, LocalCluster
+    import dask
     from batchlu import pipeline
 
     if __name__ == "__main__":
+        dask.config.set({"batchlu-testing.task-delay": 0.15})  # slowed down: it is still running when killed
         with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
                           dashboard_address=None) as cluster, Client(cluster) as client:
             pipeline.run(sys.argv[1], sys.argv[2], op="inv", client=client, progress=False,
-                         config={"chunk": 500, "memory-budget": 1, "task-delay": 0.15})
+                         config={"chunk": 500, "memory-budget": 1})
 """)
 
 
@@ -157,7 +159,7 @@ def test_resume_refuses_an_input_regenerated_in_place_after_a_kill(client, tmp_p
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and complete_flags(out).sum() < 3 and proc.poll() is None:
+        while time.monotonic() < deadline and completed_count(out) < 3 and proc.poll() is None:
             time.sleep(0.02)
         assert proc.poll() is None, proc.stdout.read().decode()
         proc.send_signal(signal.SIGKILL)

@@ -101,8 +101,8 @@ def test_two_real_processes_and_sigterm(source, scheduler_address, tmp_path):
     out = tmp_path / "o.zarr"
     base = [sys.executable, "-m", "batchlu", "run", str(source), str(out), "--op", "inv",
             "--scheduler", scheduler_address, "--no-progress"]
-    first = subprocess.Popen(base + ["--chunk", "2", "--config", "task-delay=0.25"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(base + ["--chunk", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.25"))
     try:
         deadline = time.monotonic() + 120
         done = 0
