@@ -113,10 +113,10 @@ def recorded(monkeypatch, request):
             self.out = {name: _LoggedArray(array, name, self.log) for name, array in self.out.items()}
             tasks.append(self)
 
-        def mark(self, c0: int, c1: int) -> None:
+        def mark(self, c0: int, c1: int, *digests) -> None:
             self.unwritten += _unwritten(self.job, c0, c1)
             self.log.append(("mark", c0, c1))
-            super().mark(c0, c1)
+            super().mark(c0, c1, *digests)
 
     real_pool_for = _gpu_path.io_pool_for
 
