@@ -205,7 +205,7 @@ def slogdet_ratios(a, sign, logabsdet) -> SlogdetRatios:
     a64 = _wide(a).reshape((count, n, n))
     ref_sign = np.ones(count, a64.dtype)
     ref_log, scale, kappa = np.zeros(count), np.zeros(count), np.zeros(count)
-    if n and count:
+    if count:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
             lu, piv = scipy.linalg.lu_factor(a64, check_finite=False)
