@@ -210,7 +210,8 @@ RULES: tuple[Rule, ...] = (
          "info -1 (non-finite input), but the input is finite"),
     *(Rule("nan-outputs", (op,), _nan_code_outputs_not_nan, "info {info}: " + says)
       for op, says in _NAN_OUTPUTS.items()),
-    # (rules of the further negative codes go here)
+    # rules of the further negative codes go here (issue 16: -2, a finite input with a non-finite
+    # result; -3, a missing input chunk read as its fill under --missing-chunks fill)
     # info > 0 (exactly singular)
     Rule("singular-claim", _ALL, _singular_claim_ratio,
          "info {info} says singular, but the matrix is not: sigma_min/sigma_max = {value:.3g} n eps "
