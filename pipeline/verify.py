@@ -1,14 +1,15 @@
-"""``batchlu.pipeline.verify``: recompute LAPACK's test ratios of a run's output against its input.
+"""``batchlu.pipeline.verify``: check a run's output against its input, matrix by matrix.
 
-dget01 for ``lu``, dget03 for ``inv``, dget02 for ``solve`` (via :mod:`batchlu.testing.ratios`), and for
-``slogdet`` a ratio of the same kind: the difference to a float64/complex128 recomputation divided
-by ``n * eps * cond1(A)``, the first-order bound of a backward-stable determinant. Singular and
-non-finite matrices are counted, not failed, but their outputs must follow the agreed semantics
-(NaN inverse/solution, sign 0 and -inf, NaN lu and identity piv, ...), and ``info == -1`` must match
-the matrices that hold NaN or Inf (for ``solve``, in the matrix or its right-hand side). ``info == -2``
-must match the finite inputs whose outputs (computed as for ``info == 0``) are not finite; ``info ==
--3`` the matrices whose input chunk is missing from the store, with the outputs of -1. Only chunks
-recorded complete are checked; an incomplete output is reported as such and is never ``ok``.
+Every rule of :mod:`._verify_rules` is applied to every matrix checked: LAPACK's test ratios against a
+float64/complex128 recomputation for the results (dget01 for ``lu``, dget03 for ``inv``, dget02 for
+``solve`` via :mod:`batchlu.testing.ratios`, and for ``slogdet`` the errors of ``logabsdet`` and
+``sign`` in units of ``n eps``, :func:`batchlu.testing.ratios.slogdet_ratios`), and the ``info``
+rules: each code is one batchlu writes, means what it says (a non-finite input is -1 and only it, -2
+exactly where a finite input's result is not finite, -3 exactly where the input chunk is missing, a
+matrix flagged singular is singular) and comes with the agreed outputs (NaN inverse / solution,
+sign 0 and logabsdet -inf, NaN lu and identity pivots, ...). Singular and non-finite matrices are
+counted, not failed. Only chunks recorded complete are checked; an incomplete output is reported as
+such, naming the chunks not computed, and is never ``ok``.
 """
 
 from __future__ import annotations
@@ -20,12 +21,17 @@ import zarr
 
 from . import _ledger, _missing
 from ._config import options as make_options
-from ._ops import INFO_MISSING_INPUT, INFO_NONFINITE_RESULT, info_counts
+from ._ops import INFO_MISSING_INPUT, info_counts
 from ._output import read_provenance
 from ._store import ArrayRef, open_array_info, parse_ref
+from ._verify_rules import Block, rules_for
 from .errors import InputError
 
 __all__ = ["VerifyReport", "verify"]
+
+_RATIO_NAMES = {"lu": "dget01", "inv": "dget03", "solve": "dget02",
+                "slogdet": "slogdet (logabsdet, sign; n eps units)"}
+_FIRST = 5  # failures listed by matrix
 
 
 @dataclasses.dataclass
@@ -38,15 +44,19 @@ class VerifyReport:
     ratios: int = 0               # matrices with a test ratio (the others are singular / non-finite)
     max_ratio: float = 0.0
     median_ratio: float = 0.0
-    over_threshold: int = 0
+    over_threshold: int = 0       # matrices with a test ratio over the threshold
     singular: int = 0
     nonfinite: int = 0
     nonfinite_result: int = 0     # info -2
     missing: int = 0              # info -3
-    semantic_errors: int = 0      # bad matrices whose outputs break the agreed semantics
+    semantic_errors: int = 0      # matrices that break an info rule (see failures)
+    failures: dict = dataclasses.field(default_factory=dict)        # rule name -> matrices breaking it
     first_failures: list = dataclasses.field(default_factory=list)  # (index, why), a few
     complete_chunks: int = 0
     total_chunks: int = 0
+    missing_chunks: list = dataclasses.field(default_factory=list)  # (first, last) chunk index ranges
+    missing_matrices: int = 0     # matrices in chunks not recorded complete
+    chunk: int = 1
     status: str = "complete"
     threshold: float = 30.0
 
@@ -56,23 +66,55 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return self.complete and self.over_threshold == 0 and self.semantic_errors == 0
+        return self.complete and not self.failures
+
+    def problems(self) -> list[str]:
+        """What is wrong, one short phrase each (empty when ``ok``)."""
+        said = []
+        if self.complete_chunks < self.total_chunks:
+            said.append(f"the output is incomplete: {_count(self.missing_matrices)} in "
+                        f"{self.total_chunks - self.complete_chunks:,} of {self.total_chunks:,} chunks "
+                        f"not computed ({self._missing_text()})")
+        if self.status != "complete":
+            said.append(f"its run did not finish (status {self.status!r})")
+        if self.over_threshold:
+            said.append(f"{_count(self.over_threshold)} with a test ratio over {self.threshold:g}")
+        if self.semantic_errors:
+            broken = [name for name in self.failures if name not in self._ratio_rules]
+            said.append(f"{_count(self.semantic_errors)} breaking the info rules ({', '.join(broken)})")
+        return said
+
+    @property
+    def _ratio_rules(self) -> set:
+        return {rule.name for rule in rules_for(self.op) if rule.ratio}
+
+    def _missing_text(self, most: int = 4) -> str:
+        parts = []
+        for first, last in self.missing_chunks[:most]:
+            lo, hi = first * self.chunk, min((last + 1) * self.chunk, self.total) - 1
+            which = f"chunk {first}" if first == last else f"chunks {first}-{last}"
+            parts.append(f"{which} (matrices {lo}-{hi})")
+        if len(self.missing_chunks) > most:
+            parts.append(f"and {len(self.missing_chunks) - most:,} more ranges")
+        return ", ".join(parts)
 
     def summary(self) -> str:
-        what = {"lu": "dget01", "inv": "dget03", "solve": "dget02",
-                "slogdet": "|d slogdet|/(n eps cond1)"}[self.op]
         scope = f"a random sample of {self.checked:,}" if self.sampled else f"all {self.checked:,}"
         lines = [f"verify {self.op}: {'OK' if self.ok else 'FAILED'} - {scope} of {self.total:,} "
                  f"matrices in {self.output}",
-                 f"  {what} ratio: max {self.max_ratio:.3g}, median {self.median_ratio:.3g}, "
+                 f"  {_RATIO_NAMES[self.op]} ratio: max {self.max_ratio:.3g}, median {self.median_ratio:.3g}, "
                  f"{self.over_threshold:,} over {self.threshold:g} (of {self.ratios:,} ratios)",
                  f"  singular {self.singular:,}   non-finite input {self.nonfinite:,}   "
                  f"non-finite result {self.nonfinite_result:,}   missing input {self.missing:,}   "
                  f"semantic errors {self.semantic_errors:,}"]
+        if self.failures:
+            lines.append("  rules broken: " + ", ".join(f"{name} ({_count(count)})"
+                                                         for name, count in self.failures.items()))
         if not self.complete:
             lines.append(f"  INCOMPLETE output: status {self.status!r}, {self.complete_chunks:,} of "
-                         f"{self.total_chunks:,} chunks complete (only those were checked); "
-                         f"finish it with resume (--resume)")
+                         f"{self.total_chunks:,} chunks complete (only those were checked)"
+                         + (f"; not computed: {self._missing_text()}" if self.missing_chunks else "")
+                         + "; finish it with resume (--resume)")
         for index, why in self.first_failures:
             lines.append(f"  matrix {index}: {why}")
         return "\n".join(lines)
@@ -80,65 +122,49 @@ class VerifyReport:
     __repr__ = summary
 
 
-def _eps(dtype) -> float:
-    return float(np.finfo(np.dtype(dtype)).eps)
+def _count(k: int) -> str:
+    return f"{k:,} matrix" if k == 1 else f"{k:,} matrices"
 
 
-def _wide(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.complex128 if np.iscomplexobj(x) else np.float64)
+def _runs(indices: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted indices as (first, last) runs of consecutive values."""
+    if indices.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(indices) != 1)
+    starts = np.concatenate([[0], breaks + 1])
+    stops = np.concatenate([breaks, [indices.size - 1]])
+    return [(int(indices[a]), int(indices[b])) for a, b in zip(starts, stops)]
 
 
-def _slogdet_ratio(a, sign, logabsdet) -> np.ndarray:
-    n = a.shape[-1]
-    wide = _wide(a)
-    ref_sign, ref_log = np.linalg.slogdet(wide)
-    with np.errstate(all="ignore"):
-        try:
-            inv = np.linalg.inv(wide)
-            cond = np.abs(wide).sum(-2).max(-1) * np.abs(inv).sum(-2).max(-1)
-        except np.linalg.LinAlgError:
-            cond = np.full(a.shape[0], np.inf)
-        err = np.maximum(np.abs(logabsdet.astype(np.float64) - ref_log),
-                         np.abs(_wide(sign) - ref_sign))
-        err = np.where(np.isnan(err), np.inf, err)
-        err = np.where(logabsdet == ref_log, 0.0, err)  # equal infinities
-        return err / (n * _eps(a.dtype) * np.maximum(cond, 1.0))
+def _missing_rows(index: np.ndarray, *arrays) -> np.ndarray:
+    """Per matrix of ``index``: its chunk (of the input or right-hand side) is missing from its store."""
+    lo, hi = int(index.min()), int(index.max()) + 1
+    rows = np.zeros(hi - lo, bool)
+    for array in filter(lambda x: x is not None, arrays):
+        for gap in _missing.find(array, lo, hi):
+            rows[max(gap.lo, lo) - lo:min(gap.hi, hi) - lo] = True
+    return rows[index - lo]
 
 
-def _block_ratios(op, a, out, b) -> np.ndarray:
-    from batchlu.testing import ratios
-
-    if op == "lu":
-        return ratios.get01(a, out["lu"], out["piv"])
-    if op == "inv":
-        return ratios.get03(a, out["inv"])
-    if op == "solve":
-        return ratios.get02(a, out["x"], b)
-    return _slogdet_ratio(a, out["sign"], out["logabsdet"])
-
-
-def _semantics(op, info, out, nonfinite_in, missing_in) -> np.ndarray:
-    """Per matrix: True where the outputs of a singular / non-finite matrix break the agreement."""
-    bad = (info == INFO_MISSING_INPUT) != missing_in
-    bad |= ~missing_in & ((info == -1) != nonfinite_in)
-    nf, sg = (info == -1) | (info == INFO_MISSING_INPUT), info > 0
-    axes = lambda x: tuple(range(1, x.ndim))  # noqa: E731
-    allnan = lambda x: np.isnan(x).all(axis=axes(x)) if x.ndim > 1 else np.isnan(x)  # noqa: E731
-    allfinite = lambda x: np.isfinite(x).all(axis=axes(x)) if x.ndim > 1 else np.isfinite(x)  # noqa: E731
-    # -2 exactly where a finite input would have info 0 but its outputs are not all finite
-    finite_out = np.logical_and.reduce([allfinite(x) for name, x in out.items() if name not in ("info", "piv")])
-    rule = ~missing_in & ~nonfinite_in & ((info == 0) | (info == INFO_NONFINITE_RESULT))
-    bad |= rule & ((info == INFO_NONFINITE_RESULT) == finite_out)
-    if op == "lu":
-        n = out["piv"].shape[-1]
-        bad |= nf & ~(allnan(out["lu"]) & (out["piv"] == np.arange(n)).all(-1))
-    elif op in ("inv", "solve"):
-        x = out["inv" if op == "inv" else "x"]
-        bad |= (nf | sg) & ~allnan(x)
-    else:
-        bad |= nf & ~(np.isnan(out["sign"]) & np.isnan(out["logabsdet"]))
-        bad |= sg & ~((out["sign"] == 0) & (out["logabsdet"] == -np.inf))
-    return bad
+def _check_block(report: VerifyReport, blk: Block, index: np.ndarray, rated: list) -> None:
+    """Apply every rule of the op to one block; count and describe what breaks."""
+    over = np.zeros(len(blk.info), bool)
+    semantic = np.zeros(len(blk.info), bool)
+    for rule in rules_for(blk.op):
+        value = rule.check(blk)
+        broken = value if value.dtype == bool else ~(value <= report.threshold)
+        if not broken.any():
+            continue
+        report.failures[rule.name] = report.failures.get(rule.name, 0) + int(broken.sum())
+        (over if rule.ratio else semantic)[broken] = True
+        for i in np.flatnonzero(broken)[:_FIRST - len(report.first_failures)]:
+            why = rule.says.format(info=int(blk.info[i]), value=float(value[i]), threshold=report.threshold)
+            report.first_failures.append((int(index[i]), f"{rule.name}: {why}"))
+    report.over_threshold += int(over.sum())
+    report.semantic_errors += int(semantic.sum())
+    if blk.rated.any():
+        ratios = [blk.ratios[rule.name] for rule in rules_for(blk.op) if rule.ratio]
+        rated.append(np.maximum.reduce(ratios)[blk.rated])
 
 
 def _read(array: zarr.Array, sel) -> np.ndarray:
@@ -177,10 +203,12 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     plan = record["plan"]
     chunk, count = int(plan["chunk"]), int(record["N"])
     complete = _ledger.read(out_path)
+    done = _ledger.matrix_mask(complete, chunk, count)
     report = VerifyReport(output=out_path, op=op, total=count, sampled=sample is not None,
                           complete_chunks=int(complete.sum()), total_chunks=int(complete.size),
+                          missing_chunks=_runs(np.flatnonzero(~complete)),
+                          missing_matrices=int(count - done.sum()), chunk=chunk,
                           status=record.get("status", "unknown"), threshold=opts.verify_threshold)
-    done = _ledger.matrix_mask(complete, chunk, count)
     a_arr = info_a.ref.open()
     b_arr = rhs_ref.open() if rhs_ref is not None else None
     outs = {name: zarr.open_array(store=out_path, path=name, mode="r") for name in record["outputs"]}
@@ -197,48 +225,21 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
                  [np.flatnonzero(done[s]) + s.start for s in blocks if not done[s].all() and done[s].any()]
     all_ratios = []
     for sel in blocks:
-        a = _read(a_arr, sel)
         out = {name: _read(arr, sel) for name, arr in outs.items()}
-        b = _read(b_arr, sel) if b_arr is not None else None
-        info = out["info"]
-        index = np.arange(count)[sel]
-        report.checked += info.size
-        counts = info_counts(info)
+        blk = Block(op, _read(a_arr, sel), out, _read(b_arr, sel) if b_arr is not None else None)
+        report.checked += blk.info.size
+        counts = info_counts(blk.info)
         report.singular += counts.singular
         report.nonfinite += counts.nonfinite
         report.nonfinite_result += counts.nonfinite_result
         report.missing += counts.missing
-        nonfinite_in = ~np.isfinite(a).all(axis=(1, 2))
-        if b is not None:   # solve: a NaN or Inf in the right-hand side makes the input non-finite
-            nonfinite_in |= ~np.isfinite(b).reshape(b.shape[0], -1).all(axis=1)
-        missing_in = np.zeros(info.shape, bool)
-        if (info == INFO_MISSING_INPUT).any():   # -3 must sit on matrices whose chunk is missing
-            lo, hi = int(index.min()), int(index.max()) + 1
-            for array in filter(None, (a_arr, b_arr)):
-                gaps = _missing.find(array, lo, hi)
-                rows = np.zeros(hi - lo, bool)
-                for gap in gaps:
-                    rows[max(gap.lo, lo) - lo:min(gap.hi, hi) - lo] = True
-                missing_in |= rows[index - lo]
-        wrong = _semantics(op, info, out, nonfinite_in, missing_in)
-        report.semantic_errors += int(wrong.sum())
-        for i in np.flatnonzero(wrong)[:5 - len(report.first_failures)]:
-            report.first_failures.append((int(index[i]), f"info {int(info[i])}: outputs break the "
-                                          f"agreed semantics for a singular/non-finite matrix"))
-        rated = (info == 0) | ((info > 0) & (op == "lu"))
-        if rated.any():
-            pick = lambda x: x[rated]  # noqa: E731
-            ratio = _block_ratios(op, pick(a), {k: pick(v) for k, v in out.items()},
-                                  pick(b) if b is not None else None)
-            ratio = np.where(np.isnan(ratio), np.inf, ratio)
-            all_ratios.append(ratio)
-            over = np.flatnonzero(ratio > report.threshold)
-            for i in over[:5 - len(report.first_failures)]:
-                report.first_failures.append((int(index[rated][i]), f"ratio {ratio[i]:.3g}"))
+        index = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else sel
+        if (blk.info == INFO_MISSING_INPUT).any():   # -3 must sit on matrices whose chunk is missing
+            blk.missing_input = _missing_rows(index, a_arr, b_arr)
+        _check_block(report, blk, index, all_ratios)
     if all_ratios:
         ratios = np.concatenate(all_ratios)
         report.ratios = int(ratios.size)
         report.max_ratio = float(ratios.max())
         report.median_ratio = float(np.median(ratios))
-        report.over_threshold = int(np.count_nonzero(ratios > report.threshold))
     return report

@@ -8,7 +8,7 @@ import pytest
 import scipy.linalg
 
 from batchlu.testing import matrices
-from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
+from batchlu.testing.ratios import THRESHOLD, get01, get02, get03, slogdet_ratios
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 EPS64 = np.finfo(np.float64).eps
@@ -152,3 +152,117 @@ def test_shape_errors(call):
 def test_integer_input_is_refused():
     with pytest.raises(TypeError, match="Expected"):
         get03(np.eye(3, dtype=int), np.eye(3))
+
+
+# ---- slogdet -------------------------------------------------------------------------------------
+
+def _slogdet(a, dtype):
+    """numpy's slogdet in float64/complex128, returned in ``dtype`` (sign) and its real type."""
+    sign, logabsdet = np.linalg.slogdet(a.astype(np.complex128 if np.dtype(dtype).kind == "c" else np.float64))
+    return sign.astype(dtype), logabsdet.astype(np.finfo(dtype).dtype)
+
+
+def _kappa(a):
+    """||A o A^-T||_F per matrix, in float64/complex128: the first-order sensitivity of log det."""
+    wide = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
+    return np.linalg.norm(wide * np.swapaxes(np.linalg.inv(wide), -1, -2), axis=(-2, -1))
+
+
+@pytest.mark.parametrize("n", [1, 3, 12, 33, 128])
+def test_slogdet_ratios_right_and_wrong(dtype, n):
+    """Right answers pass. A wrong sign (-sign real, sign * 1j complex) and a complex sign of modulus
+    1 + 1e-3 (1e-9 in double) fail for every matrix. logabsdet off by 100 n eps fails for every matrix
+    that is not near-singular (kappa <= n: 70-98% of random ones); for the others a correct LU's own
+    error reaches kappa eps, so so small an offset cannot be told from it."""
+    a = matrices.generate("random", n, dtype, seed=103 + n, stop=60)
+    sign, logabsdet = _slogdet(a, dtype)
+    eps = np.finfo(dtype).eps
+    right = slogdet_ratios(a, sign, logabsdet)
+    for r in right:
+        assert r.dtype == np.float64 and r.shape == (60,) and r.max() < THRESHOLD
+    wrong_sign = sign * 1j if np.dtype(dtype).kind == "c" else -sign
+    assert slogdet_ratios(a, wrong_sign, logabsdet).sign.min() > THRESHOLD
+    if np.dtype(dtype).kind == "c":
+        stretched = sign * np.finfo(dtype).dtype.type(1 + (1e-3 if dtype == np.complex64 else 1e-9))
+        assert slogdet_ratios(a, stretched, logabsdet).modulus.min() > THRESHOLD
+    if n >= 3:  # (n = 1: the unit is |log|a||, tested by hand below)
+        off = slogdet_ratios(a, sign, logabsdet + np.finfo(dtype).dtype.type(100 * n * eps)).logabsdet
+        regular = _kappa(a) <= n
+        assert regular.mean() >= 0.7 and off[regular].min() > THRESHOLD
+
+
+def test_slogdet_ratios_hand_computed():
+    """[[0, 2], [3, 0]]: det -6 (one interchange). logabsdet off by d gives d / (eps (max(n, L) + kappa))
+    with L = log 2 + log 3 < n = 2 and kappa = ||A o A^-T||_F = sqrt(2)."""
+    a = np.array([[0.0, 2.0], [3.0, 0.0]])
+    r = slogdet_ratios(a, np.float64(-1), np.log(6.0))
+    assert r.logabsdet == 0 and r.sign == 0 and r.modulus == 0
+    d = 1e-13
+    assert slogdet_ratios(a, np.float64(-1), np.log(6.0) + d).logabsdet == pytest.approx(
+        d / EPS64 / (2 + np.sqrt(2)), rel=1e-3)
+    assert slogdet_ratios(a, np.float64(1), np.log(6.0)).sign == pytest.approx(2 / EPS64 / (2 + np.sqrt(2)))
+    assert slogdet_ratios(a, np.float64(-0.5), np.log(6.0)).modulus == 1 / EPS64  # real: exactly +-1
+    c = np.array([[1j, 0], [0, 2]])  # det 2j
+    assert slogdet_ratios(c, np.complex128(1j), np.log(2.0)).sign < 1e-3
+
+
+def test_slogdet_ratios_scale_with_log_det():
+    """diag(1e+-300 k), n = 8: log|det| ~ +-5520, whose ulp is 4096 eps; one ulp off passes (the unit
+    follows L = sum |log|u_ii||), ten thousand ulps off do not."""
+    a = np.diag(1e300 * np.arange(1.0, 9.0))
+    exact = np.sum(np.log(1e300 * np.arange(1.0, 9.0)))
+    assert slogdet_ratios(a, np.float64(1), np.nextafter(exact, np.inf)).logabsdet < 1
+    assert slogdet_ratios(a, np.float64(1), exact + 1e4 * np.spacing(exact)).logabsdet > THRESHOLD
+    tiny = 1e-300 * np.arange(1.0, 9.0)
+    exact = np.sum(np.log(tiny))
+    assert slogdet_ratios(np.diag(tiny), np.float64(1), np.nextafter(exact, -np.inf)).logabsdet < 1
+    assert slogdet_ratios(np.diag(tiny), np.float64(1), exact - 1e4 * np.spacing(-exact)).logabsdet > THRESHOLD
+
+
+def _slogdet_by_lapack_lu(a):
+    """sign and log|det| from LAPACK's LU in the precision of ``a`` (numpy.linalg.slogdet would work in
+    double even for float32); the logarithms added in float64."""
+    lu, piv = scipy.linalg.lu_factor(a)
+    d = np.diagonal(lu, axis1=-2, axis2=-1)
+    swaps = np.count_nonzero(piv != np.arange(a.shape[-1]), axis=-1)
+    sign = np.prod(d / np.abs(d), axis=-1) * np.where(swaps % 2, -1, 1)
+    return sign.astype(a.dtype), np.log(np.abs(d).astype(np.float64)).sum(-1)
+
+
+def test_slogdet_ratios_reference_is_double_precision():
+    """Judged at double's epsilon (answers given in float64), a float32 matrix's determinant from a
+    double LU passes and the one from a single-precision LU does not: the reference is float64."""
+    a = matrices.generate("illcond", 33, np.float32, seed=104, stop=4)
+    sign, logabsdet = np.linalg.slogdet(a.astype(np.float64))
+    assert max(r.max() for r in slogdet_ratios(a, sign, logabsdet)) < THRESHOLD
+    sign32, log32 = _slogdet_by_lapack_lu(a)
+    assert slogdet_ratios(a, sign32.astype(np.float64), log32).logabsdet.min() > THRESHOLD
+
+
+@pytest.mark.parametrize("n", [3, 8, 12])
+def test_slogdet_ratios_condition_counts_near_singularity(n):
+    """Near-singular matrices (cond 1e5 in float32): LAPACK's single-precision LU errs by far more than
+    30 (max(n, L)) eps, as theory allows (about kappa eps); kappa in the unit lets it pass."""
+    a = matrices.generate("illcond", n, np.float32, seed=105, stop=20)
+    sign, logabsdet = _slogdet_by_lapack_lu(a)
+    r = slogdet_ratios(a, sign, logabsdet.astype(np.float32))
+    assert r.logabsdet.max() < THRESHOLD and r.sign.max() < THRESHOLD
+    lu, _ = scipy.linalg.lu_factor(a.astype(np.float64))
+    scale = np.maximum(n, np.abs(np.log(np.abs(np.diagonal(lu, axis1=-2, axis2=-1)))).sum(-1))
+    error = np.abs(logabsdet - np.linalg.slogdet(a.astype(np.float64))[1])
+    assert (error / (np.finfo(np.float32).eps * scale)).max() > 3 * THRESHOLD
+
+
+def test_slogdet_ratios_special_cases():
+    empty = slogdet_ratios(np.zeros((3, 0, 0)), np.ones(3), np.zeros(3))
+    assert all(r.shape == (3,) and (r == 0).all() for r in empty)
+    assert slogdet_ratios(np.zeros((1, 0, 0)), np.ones(1), np.ones(1)).logabsdet[0] > THRESHOLD
+    # exactly singular in float64 (a float32 LU may see it regular): any finite answer is a backward-
+    # stable one; a NaN one is not
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
+    assert slogdet_ratios(singular, np.float32(1), np.float32(-20)).logabsdet == 0
+    assert not slogdet_ratios(singular, np.float32(1), np.float32(np.nan)).logabsdet < THRESHOLD
+    nan = np.array([[1.0, np.nan], [0.0, 1.0]])
+    assert not slogdet_ratios(nan, np.float64(1), np.float64(0)).logabsdet < THRESHOLD
+    with pytest.raises(ValueError, match="Expected sign of shape"):
+        slogdet_ratios(np.eye(3)[None], np.ones(2), np.zeros(1))

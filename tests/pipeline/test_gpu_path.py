@@ -15,13 +15,16 @@ import zarr
 
 from batchlu import kernels
 from batchlu.testing.matrices import generate, rhs as make_rhs
-from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
+from batchlu.testing.ratios import THRESHOLD, get01, get02, get03, slogdet_ratios
 from batchlu.pipeline import _gpu_path
 from batchlu.pipeline._gpu_path import BatchIO, HostEngine, run_batches, sub_batches
 from batchlu.pipeline._ops import output_specs
 from batchlu.pipeline._plan import Plan
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
+# Fill of the output stores: no kernel result equals it (NaN, 0 and -inf are results of bad matrices),
+# so an element never written shows; a power of two, exact in every dtype.
+FILL, INT_FILL = 2.0 ** 100, -7777
 
 
 def _store(tmp_path, name, data, chunk):
@@ -36,7 +39,7 @@ def _outputs(tmp_path, op, n, dtype, count, chunk, rhs_dtype=None, k=None):
     group = zarr.open_group(str(tmp_path / f"out-{op}.zarr"), mode="w")
     outs = {}
     for spec in output_specs(op, n, dtype, rhs_dtype, k):
-        fill = -7777 if spec.dtype.kind in "iu" else np.nan
+        fill = INT_FILL if spec.dtype.kind in "iu" else FILL
         outs[spec.name] = group.create_array(spec.name, shape=(count,) + spec.tail, dtype=spec.dtype,
                                              chunks=(chunk,) + spec.tail, fill_value=fill)
     return outs
@@ -89,6 +92,8 @@ def test_host_path_matches_kernels(tmp_path, op, dtype):
         assert np.isnan(got["inv"][~good]).all()
     if op == "solve":
         assert get02(a[good], got["x"][good], b[good]).max() < THRESHOLD
+    if op == "slogdet":
+        assert max(r.max() for r in slogdet_ratios(a[good], got["sign"][good], got["logabsdet"][good])) < THRESHOLD
 
 
 class _SlowArray:
@@ -186,7 +191,7 @@ def test_out_of_memory_on_one_matrix_raises(tmp_path):
         run_batches(_OOMEngine(limit=0), "inv", BatchIO(src, None, outs, mark=lambda s, e: marks.append(s)),
                     _ranges(8, 4, 1))
     assert marks == []  # nothing recorded complete
-    assert np.isnan(outs["inv"][...]).all()
+    assert (outs["inv"][...] == FILL).all()  # nothing written
 
 
 def test_pinned_slots_are_reused_not_grown(tmp_path):
@@ -238,7 +243,7 @@ def test_read_error_hook_and_nothing_marked(tmp_path):
                                                  read_error=read_error), _ranges(16, 4, 1))
     assert seen == [(8, 12)]
     assert 8 not in marks and 12 not in marks
-    assert np.isnan(outs["inv"][8:][...]).all()
+    assert (outs["inv"][8:][...] == FILL).all()
 
 
 def test_sub_batches_whole_chunks_and_at_least_two():
@@ -263,15 +268,51 @@ def test_module_imports_without_cupy():
 
 
 # ------------------------------------------------------------------------------------------------ GPU
+def _cpu_results(op, a, b) -> dict:
+    return {"lu": lambda: dict(zip(("lu", "piv", "info"), kernels.lu_factor(a))),
+            "inv": lambda: dict(zip(("inv", "info"), kernels.inv(a))),
+            "solve": lambda: dict(zip(("x", "info"), kernels.solve(a, b))),
+            "slogdet": lambda: dict(zip(("sign", "logabsdet", "info"), kernels.slogdet(a)))}[op]()
+
+
+def _assert_results(op, a, b, got) -> None:
+    """Engine outputs ``got`` (read back from stores whose fill no result equals) against the CPU
+    kernels: info equal; the bad matrices' outputs exactly the agreed ones (NaN results, identity
+    pivots, sign 0 and logabsdet -inf), so an element never written shows; the others by LAPACK's
+    ratios, and sign and logabsdet by slogdet_ratios."""
+    cpu = _cpu_results(op, a, b)
+    np.testing.assert_array_equal(got["info"], cpu["info"])
+    for name, value in cpu.items():
+        assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
+    info = got["info"]
+    good = info == 0
+    assert good.sum() > len(info) // 2 and (~good).any()
+    for name, value in got.items():
+        if value.dtype.kind in "fc":
+            assert np.isfinite(value[good]).all(), name
+    bad = info < 0 if op == "lu" else ~good  # lu: the factors of a singular matrix are still factors
+    for name in cpu:
+        np.testing.assert_array_equal(got[name][bad], cpu[name][bad], err_msg=f"{name} of the bad matrices")
+    if op == "lu":
+        rated = info >= 0
+        assert get01(a[rated], got["lu"][rated], got["piv"][rated]).max() < THRESHOLD
+    elif op == "inv":
+        assert get03(a[good], got["inv"][good]).max() < THRESHOLD
+    elif op == "solve":
+        assert get02(a[good], got["x"][good], b[good]).max() < THRESHOLD
+    else:
+        for name, ratio in slogdet_ratios(a[good], got["sign"][good], got["logabsdet"][good])._asdict().items():
+            assert ratio.max() < THRESHOLD, name
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["lu", "inv", "solve", "slogdet"])
-@pytest.mark.parametrize("dtype", ["float32", "complex128"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_engine_matches_lapack_ratios(tmp_path, op, dtype):
     import cupy
 
     count, n, chunk = 300, 24, 64
-    a = generate("singular-mix" if dtype == "complex128" else "random", n, dtype, seed=11, start=0,
-                 stop=count)
+    a = generate("singular-mix", n, dtype, seed=11, start=0, stop=count)
     src = _store(tmp_path, "a.zarr", a, chunk)
     b = rhs = None
     if op == "solve":
@@ -282,29 +323,34 @@ def test_cuda_engine_matches_lapack_ratios(tmp_path, op, dtype):
     engine = _gpu_path.CudaEngine(0, threads=1)
     stats = run_batches(engine, op, BatchIO(src, None if rhs is None else rhs, outs), _ranges(count, chunk, 2))
     assert stats.matrices == count
-    got = {name: arr[...] for name, arr in outs.items()}
-    cpu_info = {"lu": lambda: kernels.lu_factor(a)[2], "inv": lambda: kernels.inv(a)[1],
-                "solve": lambda: kernels.solve(a, b)[1], "slogdet": lambda: kernels.slogdet(a)[2]}[op]()
-    np.testing.assert_array_equal(got["info"], cpu_info)
-    good = got["info"] == 0
-    assert good.sum() > count // 2
-    for name, value in got.items():
-        if value.dtype.kind in "fc" and name != "logabsdet":
-            assert np.isfinite(value[good]).all(), name
-    if op == "lu":
-        assert get01(a[good], got["lu"][good], got["piv"][good]).max() < THRESHOLD
-    elif op == "inv":
-        assert get03(a[good], got["inv"][good]).max() < THRESHOLD
-    elif op == "solve":
-        assert get02(a[good], got["x"][good], b[good]).max() < THRESHOLD
-    else:
-        sign, logabsdet, _ = kernels.slogdet(a)
-        eps = np.finfo(np.dtype(dtype)).eps
-        assert np.abs(got["logabsdet"][good] - logabsdet[good]).max() < THRESHOLD * n * eps * 10
+    _assert_results(op, a, b, {name: arr[...] for name, arr in outs.items()})
     # the buffers are page-locked host memory, kept by the engine's pool
     ptr = engine.pool._free[0][2][0].a.ctypes.data
     attrs = cupy.cuda.runtime.pointerGetAttributes(ptr)
     assert attrs.type == cupy.cuda.runtime.memoryTypeHost
+
+
+def test_host_engine_passes_the_gpu_checks(tmp_path):
+    """The checks of the GPU test above, on the host engine for every op: they pass on right output,
+    and fail when one output element of a non-finite matrix was never written (still the fill)."""
+    count, n, chunk = 60, 7, 8
+    a = generate("singular-mix", n, "complex64", seed=16, start=0, stop=count)
+    b = make_rhs(n, 2, "complex64", seed=17, start=0, stop=count)
+    for op in ("lu", "inv", "solve", "slogdet"):
+        (tmp_path / op).mkdir()
+        src = _store(tmp_path / op, "a.zarr", a, chunk)
+        rhs = _store(tmp_path / op, "b.zarr", b, chunk) if op == "solve" else None
+        outs = _outputs(tmp_path / op, op, n, "complex64", count, chunk, "complex64" if rhs else None,
+                        2 if rhs else None)
+        run_batches(HostEngine(), op, BatchIO(src, rhs, outs), _ranges(count, chunk, 2))
+        got = {name: arr[...] for name, arr in outs.items()}
+        _assert_results(op, a, b, got)
+        bad = int(np.flatnonzero(got["info"] < 0)[0])
+        for name in set(got) - {"info"}:
+            spoiled = {k: v.copy() for k, v in got.items()}
+            spoiled[name].reshape(count, -1)[bad, 0] = FILL if spoiled[name].dtype.kind in "fc" else INT_FILL
+            with pytest.raises(AssertionError, match="bad matrices"):
+                _assert_results(op, a, b, spoiled)
 
 
 @pytest.mark.gpu

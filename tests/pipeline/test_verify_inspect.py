@@ -28,10 +28,6 @@ def _copy(src: str, dst) -> str:
     return str(dst)
 
 
-def _first(info: np.ndarray, ok: bool = True) -> int:
-    return int(np.flatnonzero(info == 0)[0] if ok else np.flatnonzero(info > 0)[0])
-
-
 def test_verify_all_ops_ok(outputs, stores):
     for op, out in outputs.items():
         result = pipeline.verify(stores["a"], out)
@@ -51,52 +47,308 @@ def test_verify_sample(outputs, stores):
     assert big.checked == 53
 
 
-@pytest.mark.parametrize("op,name", [("inv", "inv"), ("lu", "lu"), ("solve", "x"),
-                                     ("slogdet", "logabsdet")])
-def test_verify_catches_a_wrong_value(outputs, stores, tmp_path, op, name):
-    out = _copy(outputs[op], tmp_path / "bad.zarr")
-    info = np.asarray(zarr.open_array(store=out, path="info")[...])
-    i = _first(info)
+# ---- tampering: one defect per rule of verify, applied to a real output, must fail verify -------------
+# singular-mix (tests/pipeline/conftest.py, N 53, n 6, float64): 6, 13, ... exactly singular (a zero
+# column), 10, 21, ... all zero, 12, 25, ... one NaN, 16, 33, ... one Inf; the others regular.
+OK, SINGULAR, NAN = 0, 6, 12
+N6 = 6
+RESULT = {"lu": "lu", "inv": "inv", "solve": "x", "slogdet": "sign"}
+
+
+def _tamper(src: str, dst, i: int, **changes) -> str:
+    """A copy of output ``src`` with matrix ``i`` of each named array changed: a value to store, or a
+    function of the stored value (an array of that matrix's shape) that returns the new one."""
+    out = _copy(src, dst)
+    for name, change in changes.items():
+        arr = zarr.open_array(store=out, path=name, mode="r+")
+        value = np.asarray(arr[i:i + 1])
+        arr[i:i + 1] = change(np.array(value[0]))[None] if callable(change) else np.full_like(value, change)
+    return out
+
+
+def _one_element(x: np.ndarray, value, at: int = -1) -> np.ndarray:
+    x.reshape(-1)[at] = value
+    return x
+
+
+def _fails(a: str, out: str, rule: str, index: int, invoke=None):
+    """verify must fail ``out`` naming ``rule`` for matrix ``index``; the CLI must exit 1 saying why."""
+    result = pipeline.verify(a, out)
+    assert not result.ok and "FAILED" in result.summary()
+    assert rule in result.failures, result.summary()
+    assert f"matrix {index}: {rule}:" in result.summary(), result.summary()
+    assert result.problems()
+    if invoke is not None:
+        cli = invoke("verify", a, out)
+        assert cli.exit_code == 1, cli.output
+        assert "verification failed" in cli.output and f"{rule}:" in cli.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def invoke():
+    from click.testing import CliRunner
+
+    from batchlu.workflows.cli import cli
+
+    return lambda *args: CliRunner().invoke(cli, [str(x) for x in args], catch_exceptions=False)
+
+
+def _names(op: str) -> set:
+    from batchlu.pipeline._ops import output_specs
+
+    return {spec.name for spec in output_specs(op, N6, "float64", "float64")}
+
+
+def test_tamper_info_never_written(outputs, stores, tmp_path, invoke):
+    from batchlu.pipeline._ops import INFO_NOT_COMPUTED
+
+    out = _tamper(outputs["inv"], tmp_path / "o.zarr", OK, info=INFO_NOT_COMPUTED)
+    result = _fails(stores["a"], out, "info-written", OK, invoke)
+    assert set(result.failures) == {"info-written"}
+
+
+@pytest.mark.parametrize("code", [-5, N6 + 1])
+def test_tamper_info_unknown_code(outputs, stores, tmp_path, code):
+    out = _tamper(outputs["inv"], tmp_path / "o.zarr", OK, info=code)
+    result = _fails(stores["a"], out, "info-code", OK)
+    assert f"info {code} is not a code" in result.summary()
+
+
+@pytest.mark.parametrize("op", pipeline.OPS)
+def test_tamper_nonfinite_input_not_flagged(outputs, stores, tmp_path, op):
+    """A NaN input reported as ok (info 0)."""
+    _fails(stores["a"], _tamper(outputs[op], tmp_path / "o.zarr", NAN, info=0), "nonfinite-flagged", NAN)
+
+
+@pytest.mark.parametrize("op", pipeline.OPS)
+def test_tamper_finite_input_flagged_nonfinite(outputs, stores, tmp_path, op):
+    """A regular matrix reported as non-finite, its outputs made NaN as for one: only info is wrong."""
+    nan = {name: np.nan for name in ("lu", "inv", "x", "sign", "logabsdet") if name in _names(op)}
+    piv = {"piv": lambda piv: np.arange(N6)} if op == "lu" else {}
+    out = _tamper(outputs[op], tmp_path / "o.zarr", OK, info=-1, **nan, **piv)
+    result = _fails(stores["a"], out, "nonfinite-only", OK)
+    assert set(result.failures) == {"nonfinite-only"}
+
+
+@pytest.mark.parametrize("op,name,value", [
+    ("lu", "lu", 1.0), ("lu", "piv", 1), ("inv", "inv", 1.0), ("solve", "x", 1.0),
+    ("slogdet", "sign", 1.0), ("slogdet", "logabsdet", 0.0)])
+def test_tamper_nonfinite_outputs(outputs, stores, tmp_path, invoke, op, name, value):
+    """A non-finite input's outputs must be all NaN and (lu) its pivots the identity: one element off
+    (for piv: row 0 swapped with row 1, a valid pivot)."""
+    at = 0 if name == "piv" else -1
+    out = _tamper(outputs[op], tmp_path / "o.zarr", NAN, **{name: lambda x: _one_element(x, value, at)})
+    result = _fails(stores["a"], out, "nan-outputs", NAN, invoke)
+    assert set(result.failures) == {"nan-outputs"}
+
+
+@pytest.mark.parametrize("op", pipeline.OPS)
+def test_tamper_regular_matrix_flagged_singular(outputs, stores, tmp_path, op):
+    """A regular matrix reported as singular, with the outputs of a singular one (lu: its factors)."""
+    outs = {"inv": {"inv": np.nan}, "solve": {"x": np.nan}, "slogdet": {"sign": 0.0, "logabsdet": -np.inf},
+            "lu": {}}[op]
+    out = _tamper(outputs[op], tmp_path / "o.zarr", OK, info=1, **outs)
+    result = _fails(stores["a"], out, "singular-claim", OK)
+    assert set(result.failures) == ({"singular-claim", "zero-pivot"} if op == "lu" else {"singular-claim"})
+
+
+@pytest.mark.parametrize("op,name,value", [("inv", "inv", 1.0), ("solve", "x", 1.0),
+                                           ("slogdet", "sign", 1.0), ("slogdet", "logabsdet", 0.0)])
+def test_tamper_singular_outputs(outputs, stores, tmp_path, invoke, op, name, value):
+    out = _tamper(outputs[op], tmp_path / "o.zarr", SINGULAR, **{name: lambda x: _one_element(x, value)})
+    result = _fails(stores["a"], out, "singular-outputs", SINGULAR, invoke)
+    assert set(result.failures) == {"singular-outputs"}
+
+
+def test_tamper_lu_info_not_the_first_zero_pivot(outputs, stores, tmp_path, invoke):
+    info = int(np.asarray(zarr.open_array(store=outputs["lu"], path="info")[SINGULAR]))
+    assert info > 0
+    out = _tamper(outputs["lu"], tmp_path / "o.zarr", SINGULAR, info=info + 1 if info < N6 else info - 1)
+    result = _fails(stores["a"], out, "zero-pivot", SINGULAR, invoke)
+    assert set(result.failures) == {"zero-pivot"}
+
+
+@pytest.mark.parametrize("at,value", [(0, N6), (3, 2), (5, -1)])
+def test_tamper_piv_out_of_range(outputs, stores, tmp_path, at, value):
+    out = _tamper(outputs["lu"], tmp_path / "o.zarr", OK, piv=lambda piv: _one_element(piv, value, at))
+    result = _fails(stores["a"], out, "piv-range", OK)
+    assert set(result.failures) == {"piv-range"}
+
+
+@pytest.mark.parametrize("op,value", [("lu", np.nan), ("inv", np.inf), ("solve", np.nan),
+                                      ("slogdet", np.nan)])
+def test_tamper_ok_result_not_finite(outputs, stores, tmp_path, op, value):
+    out = _tamper(outputs[op], tmp_path / "o.zarr", OK, **{RESULT[op]: lambda x: _one_element(x, value)})
+    result = _fails(stores["a"], out, "finite-result", OK)
+    assert result.max_ratio == np.inf  # and its test ratio is infinite
+
+
+@pytest.mark.parametrize("op,name,rule", [("lu", "lu", "dget01"), ("inv", "inv", "dget03"),
+                                          ("solve", "x", "dget02")])
+def test_tamper_lapack_ratio(outputs, stores, tmp_path, invoke, op, name, rule):
+    out = _tamper(outputs[op], tmp_path / "o.zarr", OK,
+                  **{name: lambda x: _one_element(x, x.reshape(-1)[-1] + 1)})
+    result = _fails(stores["a"], out, rule, OK, invoke)
+    assert set(result.failures) == {rule} and result.over_threshold == 1 and result.max_ratio > 30
+    assert "1 matrix with a test ratio over 30" in invoke("verify", stores["a"], out).output
+
+
+def test_tamper_swapped_pivots(outputs, stores, tmp_path):
+    """A valid pivot sequence, but not the one of these factors."""
+    out = _tamper(outputs["lu"], tmp_path / "o.zarr", OK,
+                  piv=lambda piv: _one_element(piv, (piv[0] + 1) % N6, 0))
+    result = _fails(stores["a"], out, "dget01", OK)
+    assert set(result.failures) == {"dget01"}
+
+
+def test_tamper_slogdet_logabsdet(outputs, stores, tmp_path, invoke):
+    """logabsdet off by 1000 n eps (1.3e-12): well above the rounding error of a 6 x 6 determinant."""
+    eps = np.finfo(np.float64).eps
+    out = _tamper(outputs["slogdet"], tmp_path / "o.zarr", OK, logabsdet=lambda x: x + 1000 * N6 * eps)
+    result = _fails(stores["a"], out, "logabsdet", OK, invoke)
+    assert set(result.failures) == {"logabsdet"}
+
+
+def test_tamper_slogdet_sign(outputs, stores, tmp_path, invoke):
+    out = _tamper(outputs["slogdet"], tmp_path / "o.zarr", OK, sign=lambda s: -s)
+    result = _fails(stores["a"], out, "sign", OK, invoke)
+    assert set(result.failures) == {"sign"}
+
+
+def test_tamper_slogdet_real_sign_modulus(outputs, stores, tmp_path):
+    """A real sign must be exactly +-1: 1 + 2 eps is close to it, but not a sign."""
+    eps = np.finfo(np.float64).eps
+    out = _tamper(outputs["slogdet"], tmp_path / "o.zarr", OK, sign=lambda s: s * (1 + 2 * eps))
+    result = _fails(stores["a"], out, "sign-modulus", OK)
+    assert set(result.failures) == {"sign-modulus"}
+
+
+# ---- slogdet in single precision at n = 128: correct outputs pass, wrong ones fail, every matrix ----
+@pytest.fixture(scope="module")
+def slogdet128(client, tmp_path_factory):
+    root = tmp_path_factory.mktemp("slogdet128")
+    made = {}
+    for dtype in ("float32", "complex64"):
+        a = pipeline.generate(root / f"a-{dtype}.zarr", count=12, size=128, chunk=4, dtype=dtype,
+                              kind="random", seed=8)
+        out = str(root / f"slogdet-{dtype}.zarr")
+        pipeline.run(a, out, op="slogdet", client=client, progress=False)
+        made[dtype] = (a, out)
+    return made
+
+
+@pytest.mark.parametrize("dtype", ["float32", "complex64"])
+def test_slogdet128_correct_outputs_pass(slogdet128, dtype):
+    a, out = slogdet128[dtype]
+    result = pipeline.verify(a, out)
+    assert result.ok and result.ratios == 12 and result.max_ratio < 30, result.summary()
+
+
+def _tamper_all(src: str, dst, name: str, change) -> str:
+    out = _copy(src, dst)
     arr = zarr.open_array(store=out, path=name, mode="r+")
-    value = np.asarray(arr[i:i + 1])
-    value.reshape(-1)[-1] += 1.0 if name != "logabsdet" else 0.5
-    arr[i:i + 1] = value
-    result = pipeline.verify(stores["a"], out)
-    assert not result.ok and result.over_threshold == 1 and result.max_ratio > 30
-    assert f"matrix {i}: ratio" in result.summary() and "FAILED" in result.summary()
+    arr[...] = change(np.asarray(arr[...]))
+    return out
 
 
-def test_verify_catches_swapped_pivots(outputs, stores, tmp_path):
-    out = _copy(outputs["lu"], tmp_path / "bad.zarr")
-    info = np.asarray(zarr.open_array(store=out, path="info")[...])
-    i = _first(info)
-    piv = zarr.open_array(store=out, path="piv", mode="r+")
-    row = np.asarray(piv[i:i + 1])
-    row[0, 0] = (row[0, 0] + 1) % row.shape[1]
-    piv[i:i + 1] = row
-    assert not pipeline.verify(stores["a"], out).ok
+@pytest.mark.parametrize("dtype", ["float32", "complex64"])
+@pytest.mark.parametrize("wrong", ["sign", "logabsdet"])
+def test_slogdet128_wrong_outputs_fail_every_matrix(slogdet128, tmp_path, dtype, wrong):
+    """A wrong sign (-sign real, sign * 1j complex) or logabsdet + 100 n eps fails for each of the
+    12 matrices at n = 128 (the old bound, 30 n eps cond1(A), let both through)."""
+    a, src = slogdet128[dtype]
+    eps = np.finfo(dtype).eps
+    if wrong == "sign":
+        out = _tamper_all(src, tmp_path / "o.zarr", "sign", lambda s: s * 1j if dtype == "complex64" else -s)
+    else:
+        out = _tamper_all(src, tmp_path / "o.zarr", "logabsdet", lambda x: x + np.float32(100 * 128 * eps))
+    result = pipeline.verify(a, out)
+    assert not result.ok and result.failures == {wrong: 12} and result.over_threshold == 12, result.summary()
 
 
-def test_verify_catches_broken_semantics(outputs, stores, tmp_path):
-    """A singular matrix's inverse must be all NaN; a finite one is flagged."""
-    out = _copy(outputs["inv"], tmp_path / "bad.zarr")
-    info = np.asarray(zarr.open_array(store=out, path="info")[...])
-    i = _first(info, ok=False)
-    inv = zarr.open_array(store=out, path="inv", mode="r+")
-    inv[i:i + 1] = np.ones((1, 6, 6))
-    result = pipeline.verify(stores["a"], out)
-    assert not result.ok and result.semantic_errors == 1 and result.over_threshold == 0
-    assert f"matrix {i}: info" in result.summary()
+def test_slogdet_complex_sign_modulus(slogdet128, tmp_path):
+    a, src = slogdet128["complex64"]
+    out = _tamper(src, tmp_path / "o.zarr", 3, sign=lambda s: s * np.float32(1 + 1e-3))
+    result = _fails(a, out, "sign-modulus", 3)
+    assert result.failures["sign-modulus"] == 1
 
 
-def test_verify_reports_incomplete(outputs, stores, tmp_path):
+# ---- scale, n = 0, incomplete outputs ------------------------------------------------------------
+@pytest.mark.parametrize("scale", [1e300, 1e-300])
+def test_verify_slogdet_of_scaled_matrices(client, tmp_path, scale):
+    """log|det| of 8 x 8 matrices scaled by 1e+-300 is about +-5500, where one ulp is 4096 eps: results
+    right to an ulp pass (the old check, |error| / (n eps cond1), failed the exact ones: ratio 30-32 and
+    49-60 one ulp off), and a wrong sign still fails."""
+    from batchlu.testing import matrices
+
+    a = matrices.generate("random", 8, "float64", seed=3, stop=200) * scale
+    store = zarr.create_array(str(tmp_path / "a.zarr"), shape=a.shape, dtype=a.dtype, chunks=(50, 8, 8))
+    store[...] = a
+    out = str(tmp_path / "slogdet.zarr")
+    pipeline.run(str(tmp_path / "a.zarr"), out, op="slogdet", client=client, progress=False)
+    logabsdet = zarr.open_array(store=out, path="logabsdet")[...]
+    assert (np.abs(logabsdet) > 5000).all()
+    result = pipeline.verify(str(tmp_path / "a.zarr"), out)
+    assert result.ok and result.ratios == 200, result.summary()
+    ulp_off = _tamper_all(out, tmp_path / "ulp.zarr", "logabsdet", lambda x: np.nextafter(x, np.inf))
+    result = pipeline.verify(str(tmp_path / "a.zarr"), ulp_off)
+    assert result.ok, result.summary()
+    flipped = _tamper(out, tmp_path / "bad.zarr", 4, sign=lambda s: -s)
+    _fails(str(tmp_path / "a.zarr"), flipped, "sign", 4)
+
+
+@pytest.fixture(scope="module")
+def empty_outputs(client, tmp_path_factory):
+    """Every op on 5 matrices of size 0 x 0 (det 1, empty inverses and solutions)."""
+    root = tmp_path_factory.mktemp("empty")
+    a = zarr.create_array(str(root / "a.zarr"), shape=(5, 0, 0), dtype="float64", chunks=(2, 0, 0))
+    b = zarr.create_array(str(root / "b.zarr"), shape=(5, 0), dtype="float64", chunks=(2, 0))
+    a[...], b[...] = np.empty((5, 0, 0)), np.empty((5, 0))
+    made = {}
+    for op in pipeline.OPS:
+        made[op] = str(root / f"{op}.zarr")
+        pipeline.run(str(root / "a.zarr"), made[op], op=op, rhs=str(root / "b.zarr") if op == "solve" else None,
+                     client=client, progress=False, config={"chunk": 2})
+    return str(root / "a.zarr"), made
+
+
+@pytest.mark.parametrize("op", pipeline.OPS)
+def test_verify_n0(empty_outputs, invoke, tmp_path, op):
+    a, outs = empty_outputs
+    result = pipeline.verify(a, outs[op])
+    assert result.ok and result.checked == 5 and result.ratios == 5, result.summary()
+    assert invoke("verify", a, outs[op]).exit_code == 0
+    if op == "slogdet":  # and a wrong determinant of the empty matrix is caught
+        _fails(a, _tamper(outs[op], tmp_path / "bad.zarr", 2, logabsdet=1.0), "logabsdet", 2)
+
+
+def test_verify_reports_incomplete(outputs, stores, tmp_path, invoke):
     out = _copy(outputs["inv"], tmp_path / "part.zarr")
     zarr.open_array(store=out, path="_complete", mode="r+")[2:4] = False
     group = zarr.open_group(out, mode="r+")
     group.attrs["batchlu"] = {**group.attrs["batchlu"], "status": "running"}
     result = pipeline.verify(stores["a"], out)
     assert not result.ok and not result.complete and result.checked == 33
-    assert "INCOMPLETE" in result.summary() and "4 of 6 chunks" in result.summary()
+    assert not result.failures and result.over_threshold == 0  # what was computed is right
+    summary = result.summary()
+    assert "INCOMPLETE" in summary and "4 of 6 chunks" in summary and "chunks 2-3 (matrices 20-39)" in summary
+    cli = invoke("verify", stores["a"], out)
+    assert cli.exit_code == 1
+    error = cli.output.split("Error:")[-1]
+    assert "incomplete: 20 matrices in 2 of 6 chunks not computed (chunks 2-3 (matrices 20-39))" in error
+    assert "status 'running'" in error and "ratio" not in error
+
+
+def test_verify_reports_an_unfinished_run(outputs, stores, tmp_path, invoke):
+    """Every chunk recorded, but the run never wrote its final status."""
+    out = _copy(outputs["lu"], tmp_path / "part.zarr")
+    group = zarr.open_group(out, mode="r+")
+    group.attrs["batchlu"] = {**group.attrs["batchlu"], "status": "running"}
+    result = pipeline.verify(stores["a"], out)
+    assert not result.ok and not result.failures
+    assert result.problems() == ["its run did not finish (status 'running')"]
+    assert invoke("verify", stores["a"], out).exit_code == 1
 
 
 def test_verify_refuses_other_things(outputs, stores, tmp_path):
