@@ -38,12 +38,13 @@ def same(x: np.ndarray, y: np.ndarray) -> bool:
     return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
 
 
-def check_codes(info, a, *results) -> None:
-    """-2 only on finite inputs with a non-finite result; 0 only with finite results; both occur;
-    -1 exactly on the non-finite inputs."""
+def check_codes(info, a, *results, overflow: bool = True) -> None:
+    """-2 only on finite inputs with a non-finite result; 0 only with finite results; both occur
+    (-2 only where ``overflow``: the backend's results do overflow on this batch); -1 exactly on the
+    non-finite inputs."""
     finite_in = finite(a)
     finite_out = np.logical_and.reduce([finite(x) for x in results])
-    assert (info == -2).any() and (info == 0).any(), np.unique(info)
+    assert (info == 0).any() and (info == -2).any() == overflow, np.unique(info)
     assert (finite_in & ~finite_out)[info == -2].all()
     assert finite_out[info == 0].all()
     assert not finite_in[info == -1].any() and finite_in[info != -1].all()
