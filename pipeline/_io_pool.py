@@ -205,7 +205,8 @@ class _Child:
         back_read, back_write = os.pipe()  # replies: child -> worker
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "batchlu.pipeline._io_pool", str(os.getpid()), str(read_fd), str(back_write), str(threads)],
+                [sys.executable, "-m", "batchlu.pipeline._io_child", str(os.getpid()), str(read_fd), str(back_write),
+                 str(threads)],
                 pass_fds=(read_fd, back_write), env=env, stdin=subprocess.DEVNULL, close_fds=True)
         finally:
             os.close(read_fd)
@@ -415,7 +416,8 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 def _child_main() -> None:
-    """Entry point of an I/O process: ``python -m batchlu.pipeline._io_pool PARENT_PID REQUEST_FD REPLY_FD THREADS``."""
+    """Entry point of an I/O process (:mod:`batchlu.pipeline._io_child`): ``PARENT_PID REQUEST_FD
+    REPLY_FD THREADS`` in ``sys.argv``."""
     parent, request_fd, reply_fd, threads = (int(x) for x in sys.argv[1:5])
     requests = Connection(request_fd, writable=False)
     replies = Connection(reply_fd, readable=False)
@@ -447,6 +449,3 @@ def _child_main() -> None:
             future = pool.submit(_serve, state, kind, store, path, start, stop, where)
             future.add_done_callback(lambda f, rid=rid: answer(rid, f))
 
-
-if __name__ == "__main__":
-    _child_main()

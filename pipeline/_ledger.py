@@ -69,7 +69,7 @@ def read_digests(path: str, chunks=None) -> np.ndarray:
     index = np.arange(array.shape[0]) if chunks is None else np.asarray(chunks, np.int64)
     codecs = array.metadata.codecs if array.metadata.zarr_format == 3 else ()
     raw = (len(codecs) == 1 and getattr(codecs[0], "endian", None) is not None
-           and codecs[0].endian.value == "little" and array.metadata.chunk_key_encoding.name == "default"
+           and getattr(codecs[0].endian, "value", codecs[0].endian) == "little" and array.metadata.chunk_key_encoding.name == "default"
            and array.chunks == (1,) and np.dtype(array.dtype) == np.uint32)
     if not raw:
         return np.asarray(array.get_coordinate_selection(index), dtype=np.uint32)

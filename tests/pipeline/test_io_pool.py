@@ -325,7 +325,7 @@ def test_worker_with_io_processes_killed_mid_run(client, tmp_path):
         wait_partly_complete(out)
         children = [int(p) for task in Path(f"/proc/{victim}/task").iterdir()
                     for p in (task / "children").read_text().split()
-                    if "batchlu.pipeline._io_pool" in Path(f"/proc/{p}/cmdline").read_text()]
+                    if "batchlu.pipeline._io_child" in Path(f"/proc/{p}/cmdline").read_text()]
         done_at_kill = int(_complete(out).sum())
         os.kill(victim, signal.SIGKILL)
         thread.join(300)
