@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import BackendError, BatchluError
+from .errors import BatchluError, GPUUnavailableError
 
 __all__ = [
     "GPUUnavailableError", "gpu_packages_missing", "make_gpu_cluster", "make_security", "resolve_backend",
@@ -23,10 +23,6 @@ __all__ = [
 ]
 
 CUDA_EXTRA_HINT = "pip install 'batchlu[cuda12]' (or [cuda13]), or use the conda environment.yml"
-
-
-class GPUUnavailableError(BackendError):
-    """``--backend gpu`` was asked for, but no usable GPU (or no CUDA Python stack) is present."""
 
 
 # ------------------------------------------------------------------------------------- GPU detection

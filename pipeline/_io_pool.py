@@ -45,14 +45,12 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from ..errors import IOProcessError
+
 __all__ = ["IOPool", "IOProcessError", "get_pool", "locate", "open_array", "read_into", "shared_buffer",
            "supported"]
 
 logger = logging.getLogger("batchlu.io")
-
-
-class IOProcessError(RuntimeError):
-    """An I/O process exited (killed, out of memory) before answering a request."""
 
 
 def supported() -> bool:

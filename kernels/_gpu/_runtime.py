@@ -22,6 +22,8 @@ from pathlib import Path
 import cupy
 import numpy as np
 
+from ...errors import KernelCompileError
+
 CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
 OPTIONS = ("-std=c++17", f"-I{CUDA_DIR}")
 SMEM_DEFAULT = 48 * 1024  # dynamic shared memory a kernel may take without opting in
@@ -34,10 +36,6 @@ SCALAR = {
     np.dtype(np.complex64): "blu::c64",
     np.dtype(np.complex128): "blu::c128",
 }
-
-
-class KernelCompileError(RuntimeError):
-    """A CUDA source failed to compile; the message carries NVRTC's log."""
 
 
 def scalar(dtype) -> str:

@@ -40,7 +40,7 @@ def test_without_the_guard_the_error_names_it_before_any_worker_starts(tmp_path)
     proc = _run_script(tmp_path, "import batchlu\n\n" + CALLS)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     last = _last_line(proc)
-    assert last.startswith("batchlu.pipeline.errors.ClusterError: "), proc.stderr
+    assert last.startswith("batchlu.errors.ClusterError: "), proc.stderr
     assert GUARD in last and f"{tmp_path / 'script.py'}:4" in last  # the line of batchlu.run
     assert "Nanny failed" not in proc.stderr and "bootstrapping phase" not in proc.stderr
     assert proc.stderr.count("Traceback") == 1  # the script's own, no worker's
@@ -54,7 +54,7 @@ def test_a_worker_that_reruns_the_script_says_what_to_do(tmp_path):
     proc = _run_script(tmp_path, "import batchlu\n" + off + CALLS)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     last = _last_line(proc)
-    assert last.startswith("batchlu.pipeline.errors.ClusterError: "), proc.stderr
+    assert last.startswith("batchlu.errors.ClusterError: "), proc.stderr
     assert GUARD in last and "script.py" in last
     assert not (tmp_path / "inv.zarr").exists()
 

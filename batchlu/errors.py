@@ -1,0 +1,94 @@
+"""batchlu's one error hierarchy (kernels, pipeline, CLI). Messages read "Expected X. Got Y instead."
+
+Every class derives from :class:`BatchluError`, so ``except batchlu.errors.BatchluError`` catches all
+of them (``batchlu.pipeline.errors`` is the same module's names); each also derives from the closest built-in (``ValueError``, ``FileNotFoundError``, ...)
+so that generic handlers keep working. The classes take one message argument, which keeps them
+picklable across Dask workers.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BatchluError",
+    "BatchluWarning",
+    "ClusterError",
+    "ConfigError",
+    "CorruptInputError",
+    "GPUUnavailableError",
+    "IOProcessError",
+    "InputError",
+    "InputNotFoundError",
+    "KernelCompileError",
+    "MissingChunkError",
+    "OutputError",
+    "OutputExistsError",
+    "OutputLockedError",
+    "ResumeError",
+]
+
+
+class BatchluError(Exception):
+    """Base class of every error batchlu raises on purpose."""
+
+
+class ConfigError(BatchluError, ValueError):
+    """An unknown op, backend or setting, or a setting out of range."""
+
+
+class BackendError(ConfigError):
+    """The requested compute backend is not available on the workers (e.g. ``gpu`` with no GPU)."""
+
+
+class GPUUnavailableError(BackendError):
+    """``--backend gpu`` was asked for, but no usable GPU (or no CUDA Python stack) is present."""
+
+
+class KernelCompileError(BatchluError, RuntimeError):
+    """A CUDA source failed to compile; the message carries NVRTC's log."""
+
+
+class IOProcessError(BatchluError, RuntimeError):
+    """An I/O process exited (killed, out of memory) before answering a request."""
+
+
+class InputError(BatchluError, ValueError):
+    """The input (or right-hand side) is not a readable Zarr array of the expected shape and dtype."""
+
+
+class InputNotFoundError(InputError, FileNotFoundError):
+    """The input path, or the array inside it, does not exist."""
+
+
+class CorruptInputError(InputError):
+    """A chunk of the input could not be read or decoded; the message names the chunk file."""
+
+
+class MissingChunkError(InputError):
+    """A chunk (or shard, or a chunk inside a shard) of the input or right-hand side is missing from its
+    store: Zarr would read it as the fill value. The message names the chunk and its matrices."""
+
+
+class OutputError(BatchluError, OSError):
+    """The output cannot be written where asked (not writable, same as the input, not a Zarr store)."""
+
+
+class OutputExistsError(OutputError, FileExistsError):
+    """The output exists and neither ``resume`` nor ``overwrite`` was asked for."""
+
+
+class OutputLockedError(OutputError):
+    """Another batchlu run holds the output's lock (``OUT.zarr.lock``): one writer per output."""
+
+
+class BatchluWarning(UserWarning):
+    """Something the user should know that does not stop the run (e.g. a stale lock taken over)."""
+
+
+class ResumeError(OutputError):
+    """``resume`` was asked for an output written from another input, right-hand side or op."""
+
+
+class ClusterError(BatchluError, OSError):
+    """The cluster cannot be used: the scheduler of ``scheduler`` / ``scheduler_file`` does not answer
+    or is not a Dask scheduler, or the embedded local cluster cannot start."""
