@@ -15,10 +15,31 @@ and ``batchlu.inspect`` work on stores; ``batchlu.lu_factor``, ``batchlu.lu_solv
 top-level folders ``kernels/``, ``pipeline/`` and ``workflows/`` (``pyproject.toml`` maps them).
 """
 
-from . import errors, testing
-from .kernels import inv, lu_factor, lu_solve, slogdet, solve
-from .pipeline import generate, inspect, run, verify
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["errors", "testing", "generate", "inspect", "inv", "lu_factor", "lu_solve", "run", "slogdet", "solve", "verify"]
+# name -> the subpackage it comes from, imported at first use: ``import batchlu`` stays light (the
+# kernels' users do not load Dask and Zarr; the CLI's --help stays quick).
+_EXPORTS = {
+    "inv": "kernels", "lu_factor": "kernels", "lu_solve": "kernels", "slogdet": "kernels", "solve": "kernels",
+    "generate": "pipeline", "inspect": "pipeline", "run": "pipeline", "verify": "pipeline",
+}
+_SUBMODULES = ("errors", "kernels", "pipeline", "testing", "workflows")
+
+__all__ = ["errors", "testing", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'batchlu' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})

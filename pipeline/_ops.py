@@ -13,7 +13,6 @@ from batchlu.kernels._info import INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO
 
 from .errors import ConfigError
 
-OPS = ("lu", "inv", "solve", "slogdet")
 INFO_NOT_COMPUTED = np.iinfo(np.int32).min  # fill of ``info``: a chunk no task has written yet
 
 
@@ -49,28 +48,74 @@ class OutputSpec:
         return int(np.prod(self.tail, dtype=np.int64)) * self.dtype.itemsize
 
 
-def check_op(op: str) -> str:
-    if op not in OPS:
+def _lu_outputs(n, dtype, rhs_dtype, k, nan, real):
+    return [OutputSpec("lu", (n, n), dtype, nan), OutputSpec("piv", (n,), np.dtype(np.int32), -1)]
+
+
+def _inv_outputs(n, dtype, rhs_dtype, k, nan, real):
+    return [OutputSpec("inv", (n, n), dtype, nan)]
+
+
+def _solve_outputs(n, dtype, rhs_dtype, k, nan, real):
+    return [OutputSpec("x", (n,) if k is None else (n, k), np.result_type(dtype, rhs_dtype), nan)]
+
+
+def _slogdet_outputs(n, dtype, rhs_dtype, k, nan, real):
+    return [OutputSpec("sign", (), dtype, nan), OutputSpec("logabsdet", (), real, nan)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One op: the :mod:`batchlu.kernels` function that computes a batch, the arrays it writes (before
+    ``info``, in that function's return order), whether it takes right-hand sides, and the test ratio
+    ``batchlu verify`` judges its results by (its other rules: :mod:`batchlu.pipeline._verify_rules`)."""
+
+    name: str
+    kernel: str
+    results: tuple[str, ...]
+    needs_rhs: bool
+    ratio: str
+    _outputs: object = dataclasses.field(repr=False, compare=False)
+
+    def outputs(self, n: int, dtype, rhs_dtype=None, k: int | None = None) -> list[OutputSpec]:
+        """The arrays the op writes, ``info`` last, in the order they are created and written."""
+        dtype = np.dtype(dtype)
+        real = np.empty(0, dtype).real.dtype
+        specs = self._outputs(n, dtype, rhs_dtype, k, float("nan"), real)
+        return specs + [OutputSpec("info", (), np.dtype(np.int32), int(INFO_NOT_COMPUTED))]
+
+    def compute(self, a, b=None) -> dict:
+        """One batch through :mod:`batchlu.kernels`; arrays stay on the device they came in on."""
+        from batchlu import kernels
+
+        values = getattr(kernels, self.kernel)(*((a, b) if self.needs_rhs else (a,)))
+        return dict(zip(self.results + ("info",), values))
+
+
+# The one table of ops: the CLI's choices, the outputs, the compute and verify all read it.
+OP_TABLE = {op.name: op for op in (
+    Op("lu", "lu_factor", ("lu", "piv"), needs_rhs=False, ratio="dget01", _outputs=_lu_outputs),
+    Op("inv", "inv", ("inv",), needs_rhs=False, ratio="dget03", _outputs=_inv_outputs),
+    Op("solve", "solve", ("x",), needs_rhs=True, ratio="dget02", _outputs=_solve_outputs),
+    Op("slogdet", "slogdet", ("sign", "logabsdet"), needs_rhs=False, ratio="logabsdet, sign",
+       _outputs=_slogdet_outputs),
+)}
+OPS = tuple(OP_TABLE)
+
+
+def get_op(op: str) -> Op:
+    if op not in OP_TABLE:
         raise ConfigError(f"Expected op to be one of {', '.join(OPS)}. Got {op!r} instead.")
-    return op
+    return OP_TABLE[op]
+
+
+def check_op(op: str) -> str:
+    return get_op(op).name
 
 
 def output_specs(op: str, n: int, dtype, rhs_dtype=None, k: int | None = None) -> list[OutputSpec]:
     """The arrays ``op`` writes, in the order they are created and written."""
-    dtype = np.dtype(dtype)
-    real = np.empty(0, dtype).real.dtype
-    nan = float("nan")
-    info = OutputSpec("info", (), np.dtype(np.int32), int(INFO_NOT_COMPUTED))
-    check_op(op)
-    if op == "lu":
-        return [OutputSpec("lu", (n, n), dtype, nan), OutputSpec("piv", (n,), np.dtype(np.int32), -1),
-                info]
-    if op == "inv":
-        return [OutputSpec("inv", (n, n), dtype, nan), info]
-    if op == "solve":
-        xdtype = np.result_type(dtype, rhs_dtype)
-        return [OutputSpec("x", (n,) if k is None else (n, k), xdtype, nan), info]
-    return [OutputSpec("sign", (), dtype, nan), OutputSpec("logabsdet", (), real, nan), info]
+    return get_op(op).outputs(n, dtype, rhs_dtype, k)
 
 
 def info_counts(info) -> InfoCounts:
@@ -96,19 +141,5 @@ def mark_missing(outputs: dict, rows) -> None:
 
 
 def compute(op: str, a, b=None) -> dict:
-    """One batch of ``op`` through :mod:`kernels`; arrays stay on the device they came in on."""
-    from batchlu import kernels
-
-    if op == "lu":
-        lu, piv, info = kernels.lu_factor(a)
-        return {"lu": lu, "piv": piv, "info": info}
-    if op == "inv":
-        ainv, info = kernels.inv(a)
-        return {"inv": ainv, "info": info}
-    if op == "solve":
-        x, info = kernels.solve(a, b)
-        return {"x": x, "info": info}
-    if op == "slogdet":
-        sign, logabsdet, info = kernels.slogdet(a)
-        return {"sign": sign, "logabsdet": logabsdet, "info": info}
-    raise ConfigError(f"Expected op to be one of {', '.join(OPS)}. Got {op!r} instead.")
+    """One batch of ``op`` through :mod:`batchlu.kernels`; arrays stay on the device they came in on."""
+    return get_op(op).compute(a, b)

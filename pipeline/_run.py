@@ -12,7 +12,7 @@ import zarr
 
 from . import _backends, _cluster, _fingerprint, _live, _ledger, _lock, _output
 from ._config import options as make_options, task_delay
-from ._ops import INFO_NOT_COMPUTED, InfoCounts, check_op, info_counts, output_specs
+from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
 from ._plan import bytes_per_matrix, make_plan
 from ._report import Report
 from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
@@ -43,13 +43,13 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     _cluster.check_not_bootstrapping("batchlu.run")
     opts = make_options(config, backend=None if backend == "auto" else backend)
     show = bool(progress) and opts.progress
-    check_op(op)
+    spec = get_op(op)
     matrices = open_array_info(parse_ref(input))
     n = check_matrices(matrices)
     rhs_info, k = None, None
-    if op == "solve":
+    if spec.needs_rhs:
         if rhs is None:
-            raise InputError("Expected a right-hand side (rhs, --rhs B.zarr) for op solve. "
+            raise InputError(f"Expected a right-hand side (rhs, --rhs B.zarr) for op {op}. "
                              "Got none instead.")
         rhs_info = open_array_info(parse_ref(rhs), "right-hand side")
         k = check_rhs(rhs_info, matrices)

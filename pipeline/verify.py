@@ -21,7 +21,7 @@ import zarr
 
 from . import _ledger, _missing
 from ._config import options as make_options
-from ._ops import INFO_MISSING_INPUT, info_counts
+from ._ops import INFO_MISSING_INPUT, OP_TABLE, info_counts
 from ._output import read_provenance
 from ._store import ArrayRef, open_array_info, parse_ref
 from ._verify_rules import Block, rules_for
@@ -194,7 +194,7 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
                          f"{recorded.get('dtype')}, as recorded in {out_path}. Got shape "
                          f"{info_a.shape}, dtype {info_a.dtype} instead.")
     rhs_ref = None
-    if op == "solve":
+    if OP_TABLE[op].needs_rhs:
         rec = record.get("rhs") or {}
         rhs_ref = parse_ref(rhs) if rhs is not None else ArrayRef(rec["path"], rec.get("array", ""))
     if sample is not None and (not isinstance(sample, (int, np.integer)) or sample < 1):

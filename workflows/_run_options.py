@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import click
 import yaml
 
-OPS = ("lu", "inv", "solve", "slogdet")
+from batchlu.pipeline._ops import OP_TABLE, OPS
+
 BACKENDS = ("auto", "cpu", "gpu")
 
 
@@ -249,10 +250,10 @@ def pipeline_kwargs(params: dict) -> dict:
     _exclusive(params, "resume", "overwrite")
     _exclusive(params, "scheduler", "scheduler_file")
     op = params["op"]
-    if params.get("rhs") and op != "solve":
+    if params.get("rhs") and not OP_TABLE[op].needs_rhs:
         raise click.UsageError(f"--rhs is only used by --op solve. Got --op {op} instead.")
-    if op == "solve" and not params.get("rhs"):
-        raise click.UsageError("--op solve needs the right-hand sides: add --rhs B.zarr.")
+    if OP_TABLE[op].needs_rhs and not params.get("rhs"):
+        raise click.UsageError(f"--op {op} needs the right-hand sides: add --rhs B.zarr.")
     config = config_overrides(params)
     _check_context(params)
     progress = params.get("progress")

@@ -172,11 +172,12 @@ def verify(input, output, array, rhs, sample, seed):
     incomplete output is never OK. The error line says what failed.
     """
     from batchlu import pipeline
+    from batchlu.pipeline._ops import OP_TABLE
     from batchlu.pipeline._output import read_provenance
 
     if rhs:
         op = (read_provenance(os.path.abspath(output)) or {}).get("op")
-        if op is not None and op != "solve":
+        if op is not None and not OP_TABLE[op].needs_rhs:
             raise click.UsageError(f"--rhs is only used to verify a solve output. Got an output of "
                                    f"--op {op} instead: drop --rhs.")
     result = pipeline.verify(join_array(input, array), output, rhs=rhs, sample=sample, seed=seed)

@@ -35,10 +35,12 @@ def make_cluster(jobs: int, gpus_per_node: int, threads: int, walltime: str, que
 
 
 def main(argv=None):
+    from batchlu.pipeline import OPS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("input")
     parser.add_argument("output")
-    parser.add_argument("--op", default="inv", choices=("lu", "inv", "solve", "slogdet"))
+    parser.add_argument("--op", default="inv", choices=OPS)
     parser.add_argument("--rhs", default=None)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--jobs", type=int, default=2, help="nodes (SLURM jobs)")
