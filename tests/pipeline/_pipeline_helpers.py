@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -65,3 +68,33 @@ def wait_partly_complete(path, timeout: float = 120) -> None:
         if done is not None and 3 <= done.sum() < done.size // 2:
             return
         time.sleep(0.05)
+
+
+def start_script(tmp_path, text: str, *args, env=None) -> subprocess.Popen:
+    """Run the Python script ``text`` (saved as ``tmp_path/runner.py``) with ``args`` in a process of
+    its own, stdout and stderr together in a pipe."""
+    script = tmp_path / "runner.py"
+    script.write_text(text)
+    return subprocess.Popen([sys.executable, str(script), *map(str, args)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def wait_for_chunks(proc: subprocess.Popen, out, count: int, timeout: float = 120) -> None:
+    """Poll the ledger of ``proc``'s run until ``count`` chunks are complete; fail if the run ends
+    first or makes no such progress within ``timeout`` seconds."""
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while completed_count(out) < count:
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before it could be stopped:\n{proc.stdout.read().decode()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"the run did not complete {count} chunks within {timeout:g} s")
+        time.sleep(0.02)
+
+
+def sigkill(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` (a whole run killed at once) and reap it."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL

@@ -8,19 +8,17 @@ from __future__ import annotations
 import errno
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 import warnings
 
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import complete_flags, completed_count, outputs_of
+from _pipeline_helpers import complete_flags, outputs_of, sigkill, start_script, wait_for_chunks
 
 from batchlu import pipeline
 from batchlu.pipeline import _lock, errors
@@ -64,14 +62,9 @@ def test_second_run_is_refused_and_the_first_completes_unharmed(client, stores, 
     """The reported case: ``--overwrite`` (or ``--resume``) while a first run writes the output
     crashed the first run and left an output whose resume said complete with zero inverses."""
     out, clean = tmp_path / "o.zarr", tmp_path / "clean.zarr"
-    (tmp_path / "runner.py").write_text(RUNNER)
-    first = subprocess.Popen([sys.executable, str(tmp_path / "runner.py"), stores["a"], str(out)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    first = start_script(tmp_path, RUNNER, stores["a"], out)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and completed_count(out) < 2 and first.poll() is None:
-            time.sleep(0.02)
-        assert first.poll() is None, first.stdout.read().decode()
+        wait_for_chunks(first, out, 2)
         owner = json.loads(open(_lock_file(out)).read())
         assert owner["pid"] == first.pid and owner["host"] == socket.gethostname()
         for kind in ({"overwrite": True}, {"resume": True}, {}):
@@ -261,15 +254,10 @@ def test_unreadable_lock_is_reported(tmp_path):
 def test_killed_run_leaves_a_lock_that_resume_takes_over(client, stores, tmp_path):
     """SIGKILL skips every ``finally``: the lock stays, and the next run sees its owner is dead."""
     out = tmp_path / "o.zarr"
-    (tmp_path / "runner.py").write_text(RUNNER)
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "runner.py"), stores["a"], str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = start_script(tmp_path, RUNNER, stores["a"], out)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and completed_count(out) < 2 and proc.poll() is None:
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        wait_for_chunks(proc, out, 2)
+        sigkill(proc)
     finally:
         if proc.poll() is None:
             proc.kill()

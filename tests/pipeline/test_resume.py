@@ -4,16 +4,12 @@ never written without resume or overwrite; resume refuses another input, rhs or 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import outputs_of
+from _pipeline_helpers import complete_flags, outputs_of, sigkill, start_script, wait_for_chunks
 
 from batchlu import pipeline
 from batchlu.pipeline import errors
@@ -37,37 +33,15 @@ RUNNER = textwrap.dedent("""
 """ % SLOW)
 
 
-def ledger(path) -> np.ndarray | None:
-    try:
-        return np.asarray(zarr.open_array(store=str(path), path="_complete", mode="r")[...])
-    except Exception:
-        return None
-
-
 def start_and_kill(tmp_path, source, out, op, rhs="", *, wait_for=5):
-    script = tmp_path / "runner.py"
-    script.write_text(RUNNER)
-    env = dict(os.environ, **SLOW_ENV)
-    proc = subprocess.Popen([sys.executable, str(script), source, str(out), op, rhs], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
+    proc = start_script(tmp_path, RUNNER, source, out, op, rhs, env=dict(os.environ, **SLOW_ENV))
     try:
-        while time.monotonic() < deadline:
-            done = ledger(out)
-            if done is not None and done.sum() >= wait_for:
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"the run ended before it could be killed:\n{proc.stdout.read().decode()}")
-            time.sleep(0.02)
-        else:
-            pytest.fail("the run made no progress within 60 s")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        wait_for_chunks(proc, out, wait_for, timeout=60)
+        sigkill(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == -signal.SIGKILL
 
 
 @pytest.mark.parametrize("op,dtype", [("lu", "float64"), ("solve", "float64"),
@@ -80,7 +54,7 @@ def test_sigkill_then_resume_is_bit_identical(client, stores, tmp_path, op, dtyp
     killed, clean = tmp_path / "killed.zarr", tmp_path / "clean.zarr"
     start_and_kill(tmp_path, stores["a"], killed, op, rhs)
 
-    done = ledger(killed)
+    done = complete_flags(killed)
     assert 0 < done.sum() < done.size  # some, not all, chunks complete
     record = zarr.open_group(killed, mode="r").attrs["batchlu"]
     assert record["status"] == "running"

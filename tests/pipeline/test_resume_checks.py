@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 import warnings
@@ -16,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import complete_flags, completed_count, outputs_of
+from _pipeline_helpers import complete_flags, outputs_of, sigkill, start_script, wait_for_chunks
 
 from batchlu import pipeline
 from batchlu.pipeline import _backends, _fingerprint, errors
@@ -154,16 +151,10 @@ def test_resume_refuses_an_input_regenerated_in_place_after_a_kill(client, tmp_p
     kw = dict(count=8000, size=6, chunk=1000)
     source = pipeline.generate(tmp_path / "a.zarr", seed=1, **kw)
     out = tmp_path / "o.zarr"
-    (tmp_path / "runner.py").write_text(RUNNER)
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "runner.py"), source, str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = start_script(tmp_path, RUNNER, source, out)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and completed_count(out) < 3 and proc.poll() is None:
-            time.sleep(0.02)
-        assert proc.poll() is None, proc.stdout.read().decode()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        wait_for_chunks(proc, out, 3)
+        sigkill(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
