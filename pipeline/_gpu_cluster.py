@@ -249,7 +249,7 @@ def warmup_for(job):
     of its arrays; no data is read and nothing touches CUDA here)."""
     import zarr
 
-    from ._gpu_path import sub_batches
+    from ._batches import sub_batches
     from .plugins import WarmUp
 
     source = job.input.open("r")

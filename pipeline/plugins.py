@@ -49,7 +49,7 @@ class GPUSetup(WorkerPlugin):
     * warm-up: runs the ``warmup`` op once on a few random matrices, so NVRTC compiles before the
       first task and compile time never counts as a task's;
     * pinned buffers: reserves one pair of page-locked slots per worker thread for that batch size
-      (see :class:`batchlu.pipeline._gpu_path.SlotPool`); tasks borrow them and give them back;
+      (see :class:`batchlu.pipeline._buffers.SlotPool`); tasks borrow them and give them back;
     * I/O processes: starts the worker's pool of :mod:`batchlu.pipeline._io_pool` (``batchlu.io-processes``),
       which reads into and writes from those pinned buffers.
 
@@ -80,7 +80,7 @@ class GPUSetup(WorkerPlugin):
         except Exception as exc:
             logger.info("batchlu: no GPU on worker %s (%s); GPU setup skipped", worker.address, exc)
             return
-        from . import _backends, _gpu_path
+        from . import _engines
 
         device = int(self.device) if self.device is not None else 0
         cupy.cuda.Device(device).use()
@@ -88,10 +88,9 @@ class GPUSetup(WorkerPlugin):
             _use_rmm_pool(device, int(self.rmm_pool_size))
         else:
             cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)
-        engine = _gpu_path.install_engine(device=device, threads=worker.state.nthreads)
-        _backends.register("gpu", _gpu_path.GPUPathBackend)
+        engine = _engines.install_engine(device=device, threads=worker.state.nthreads)
         if self.warmup is not None:
-            _gpu_path.warm_up(engine, self.warmup, reserve=worker.state.nthreads)
+            _engines.warm_up(engine, self.warmup, reserve=worker.state.nthreads)
         self.engine = engine
         self.setup_seconds = time.perf_counter() - started
         logger.info("batchlu: %s ready on worker %s (CUDA_VISIBLE_DEVICES=%s) in %.2f s",
