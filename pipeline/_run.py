@@ -154,10 +154,12 @@ def _fail(out_path, provenance, runs, run_started, report, exc) -> None:
 def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None:
     from distributed import as_completed
 
+    from . import _warmup
+
     t0 = time.perf_counter()
     with _cluster.connect(opts, **connect) as client, _cluster.performance_report(opts.performance_report):
         report.dashboard = _cluster.dashboard_link(client)
-        _cluster.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
+        _warmup.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
         if job.backend == "gpu":  # fail before any task when no worker can honour it
             client.run(_backends.probe, job.backend)
         submitted = time.perf_counter()

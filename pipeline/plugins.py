@@ -14,6 +14,8 @@ import os
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ._logs import WorkerLog
+
 __all__ = ["GPUSetup", "WarmUp", "WorkerLog"]
 
 logger = logging.getLogger("batchlu.plugins")
@@ -42,8 +44,8 @@ class WarmUp:
 class GPUSetup(WorkerPlugin):
     """Select the worker's GPU, set CuPy's allocator (or an RMM pool), compile, pin buffers.
 
-    * device: ``device`` if given, else 0 -- under dask-cuda (``LocalCUDACluster`` or
-      ``dask cuda worker``) each worker's own GPU comes first in its ``CUDA_VISIBLE_DEVICES``;
+    * device: 0 -- under dask-cuda (``LocalCUDACluster`` or ``dask cuda worker``) each worker's own
+      GPU comes first in its ``CUDA_VISIBLE_DEVICES``;
     * allocator: CuPy's memory pool, or an RMM pool of ``rmm_pool_size`` bytes when given (needs
       the ``rmm`` package on the workers);
     * warm-up: runs the ``warmup`` op once on a few random matrices, so NVRTC compiles before the
@@ -60,9 +62,7 @@ class GPUSetup(WorkerPlugin):
     name = "batchlu-gpu"
     idempotent = False
 
-    def __init__(self, *, device: int | None = None, rmm_pool_size: int | None = None,
-                 warmup: WarmUp | None = None):
-        self.device = device
+    def __init__(self, *, rmm_pool_size: int | None = None, warmup: WarmUp | None = None):
         self.rmm_pool_size = rmm_pool_size
         self.warmup = warmup
         self.engine = None
@@ -82,7 +82,7 @@ class GPUSetup(WorkerPlugin):
             return
         from . import _engines
 
-        device = int(self.device) if self.device is not None else 0
+        device = 0   # the worker's own GPU (see above)
         cupy.cuda.Device(device).use()
         if self.rmm_pool_size:
             _use_rmm_pool(device, int(self.rmm_pool_size))
@@ -115,25 +115,3 @@ def _use_rmm_pool(device: int, size: int) -> None:
 
     rmm.reinitialize(pool_allocator=True, initial_pool_size=size, devices=device)
     cupy.cuda.set_allocator(rmm_cupy_allocator)
-
-
-class WorkerLog(WorkerPlugin):
-    """Send the worker's log to the run's log file (see :mod:`batchlu.pipeline._logs`), not to the
-    terminal it inherited from the client: the embedded cluster's workers share ``batchlu run``'s."""
-
-    name = "batchlu-log"
-    idempotent = True
-
-    def __init__(self, path: str):
-        self.path = path
-        self._restore = None
-
-    def setup(self, worker):
-        from ._logs import redirect
-
-        self._restore = redirect(self.path)
-
-    def teardown(self, worker):
-        if self._restore is not None:
-            self._restore()
-            self._restore = None
