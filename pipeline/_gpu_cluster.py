@@ -19,7 +19,7 @@ from .errors import BackendError, BatchluError
 
 __all__ = [
     "GPUUnavailableError", "gpu_packages_missing", "make_gpu_cluster", "make_security", "resolve_backend",
-    "visible_gpus", "workers_have_gpus",
+    "visible_gpus",
 ]
 
 CUDA_EXTRA_HINT = "pip install 'batchlu[cuda12]' (or [cuda13]), or use the conda environment.yml"
@@ -126,7 +126,7 @@ def resolve_backend(backend: str, gpus=None) -> str:
 
     ``gpu`` without a GPU, or without CuPy and dask-cuda, raises :class:`GPUUnavailableError` saying
     what is missing and how to fix it; ``auto`` quietly falls back to ``cpu`` then. With an existing
-    cluster the workers decide: see :func:`workers_have_gpus`.
+    cluster the workers decide: see :func:`batchlu.pipeline._warmup.resolve_backend`.
     """
     if backend not in ("auto", "cpu", "gpu"):
         raise BatchluError(f"Expected backend to be one of auto, cpu, gpu. Got {backend!r} instead.")
@@ -147,23 +147,6 @@ def resolve_backend(backend: str, gpus=None) -> str:
             f"Expected CuPy and dask-cuda for --backend gpu. Got {', '.join(missing)} missing instead: "
             f"{CUDA_EXTRA_HINT}.")
     return "gpu"
-
-
-def _worker_gpu_count() -> int:
-    """Runs on a worker: how many GPUs it sees (through NVML / CUDA_VISIBLE_DEVICES, no context)."""
-    try:
-        return len(visible_gpus())
-    except BatchluError:
-        return 0
-
-
-def workers_have_gpus(client) -> bool:
-    """True when every worker of ``client``'s cluster sees a GPU and can import CuPy."""
-    def probe():
-        return _worker_gpu_count() > 0 and importlib.util.find_spec("cupy") is not None
-
-    answers = client.run(probe)
-    return bool(answers) and all(answers.values())
 
 
 # --------------------------------------------------------------------------------------------- TLS

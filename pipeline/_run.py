@@ -3,6 +3,7 @@ output chunks, and report."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -10,7 +11,7 @@ import time
 import numpy as np
 import zarr
 
-from . import _backends, _cluster, _fingerprint, _live, _ledger, _lock, _output
+from . import _cluster, _fingerprint, _live, _ledger, _lock, _output
 from ._config import options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, check_op, info_counts, output_specs
 from ._plan import bytes_per_matrix, make_plan
@@ -159,9 +160,9 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
     t0 = time.perf_counter()
     with _cluster.connect(opts, **connect) as client, _cluster.performance_report(opts.performance_report):
         report.dashboard = _cluster.dashboard_link(client)
+        # one probe: the tasks get cpu or gpu (gpu fails here, before any task, where a worker has none)
+        job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, job.backend))
         _warmup.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
-        if job.backend == "gpu":  # fail before any task when no worker can honour it
-            client.run(_backends.probe, job.backend)
         submitted = time.perf_counter()
         report.startup = submitted - t0
         c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]

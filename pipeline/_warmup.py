@@ -1,5 +1,6 @@
-"""Before the tasks: set up the workers for the coming run (the GPU workers' device, allocator, kernel
-warm-up, pinned buffers and I/O processes) through :class:`batchlu.pipeline.plugins.GPUSetup`.
+"""Before the tasks: decide the backend the tasks run (:func:`resolve_backend`, one probe of the
+workers) and set up the GPU workers for the coming run (device, allocator, kernel warm-up, pinned
+buffers and I/O processes) through :class:`batchlu.pipeline.plugins.GPUSetup`.
 
 Kept apart from the cluster (:mod:`batchlu.pipeline._cluster`), which knows nothing of the work
 that will run on it: this module reads the run's :class:`batchlu.pipeline._tasks.Job`.
@@ -9,21 +10,35 @@ from __future__ import annotations
 
 import zarr
 
+from . import _backends
 from ._batches import sub_batches
 from ._config import Options
-from ._gpu_cluster import workers_have_gpus
 from .plugins import GPUSetup, WarmUp
 
-__all__ = ["prepare_workers", "warmup_for"]
+__all__ = ["prepare_workers", "resolve_backend", "warmup_for"]
+
+
+def resolve_backend(client, requested: str) -> str:
+    """The backend the tasks get: ``cpu`` or ``gpu``, from ``requested`` (``auto``, ``cpu`` or ``gpu``).
+
+    ``cpu`` asks nothing; otherwise one probe of every worker (``client.run``) says what ``requested``
+    means there and, for ``gpu``, fails before any task when a worker has no usable GPU. ``auto``
+    becomes what every worker answered; on a cluster whose workers disagree (some with a GPU, some
+    without) or with no worker yet it stays ``auto``, and each worker takes its own.
+    """
+    if requested == "cpu":
+        return "cpu"
+    answers = set(client.run(_backends.probe, requested).values())
+    return answers.pop() if len(answers) == 1 else requested
 
 
 def prepare_workers(client, job, options: Options) -> None:
     """Before the tasks: set up every GPU worker for ``job`` (device, allocator, kernel warm-up,
     pinned buffers) through the :class:`batchlu.pipeline.plugins.GPUSetup` worker plugin.
 
-    Runs only when the backend may use GPUs and the workers see one; CPU workers are left alone.
+    Runs only when the tasks run on the GPU (``job.backend``, from :func:`resolve_backend`).
     """
-    if job.backend == "cpu" or not workers_have_gpus(client):
+    if job.backend != "gpu":
         return
     client.register_plugin(GPUSetup(rmm_pool_size=options.cluster.rmm_pool_size, warmup=warmup_for(job)))
 
