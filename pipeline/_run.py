@@ -84,7 +84,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     provenance["plan"] = plan.as_dict()
 
     if record is None:
-        _output.create(out_path, provenance, specs, plan)
+        _output.create(out_path, provenance, specs, plan, opts.output_compressor)
         runs = []
     else:
         group = zarr.open_group(store=out_path, mode="r+")
@@ -94,7 +94,9 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         _fingerprint.check_unchanged(out_path, record, provenance["input_files"], plan, complete,
                                      matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
         _output.clean_partials(out_path)
-        _output.ensure_arrays(group, specs, plan)
+        # arrays made again after a kill during creation: as the run that created the output made them
+        recorded = record.get("settings", {}).get("output_compressor", "zstd")
+        _output.ensure_arrays(group, specs, plan, recorded)
         runs = list(record.get("runs", []))
         provenance["started"] = record.get("started", provenance["started"])
         provenance["backends_used"] = list(record.get("backends_used", []))
