@@ -187,9 +187,8 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
                 {name: np.empty((m,) + tail, dtype) for name, tail, dtype in layout.outs})
     engine.run(spec.op, slot)
     engine.pool.reserve(layout, int(spec.batch), max(1, int(reserve)))
-    processes, threads = _io_pool.io_settings(getattr(spec, "io_processes", None),
-                                              getattr(spec, "io_threads", None), engine.name,
-                                              max(1, int(reserve)))
+    processes, threads = _io_pool.io_settings(spec.settings.io_processes, spec.settings.io_threads,
+                                              engine.name, max(1, int(reserve)))
     if processes and _io_pool.supported():
         _io_pool.get_pool(processes, threads)
 

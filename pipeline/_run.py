@@ -106,8 +106,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
 
     job = Job(op=op, input=matrices.ref, rhs=rhs_info.ref if rhs_info else None, output=out_path,
               outputs=tuple(s.name for s in specs), plan=plan, backend=opts.backend,
-              task_delay=task_delay(), io_processes=opts.io_processes, io_threads=opts.io_threads,
-              missing_chunks=opts.missing_chunks)
+              settings=opts, task_delay=task_delay())
     report = Report(output=out_path, op=op, count=matrices.count, backend=opts.backend)
     try:
         complete = _ledger.read(out_path)

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _backends, _fingerprint, _io_pool, _ledger, _missing
 from ._batches import BatchIO, run_batches, sub_batches
+from ._config import Options
 from ._io_pool import open_array
 from ._ops import InfoCounts, info_counts
 from ._plan import Plan
@@ -41,11 +42,9 @@ class Job:
     output: str
     outputs: tuple[str, ...]
     plan: Plan
-    backend: str = "auto"
-    task_delay: float = 0.0
-    io_processes: int | None = None   # I/O processes per worker (batchlu.io-processes); None: auto
-    io_threads: int | None = None     # threads per I/O process (batchlu.io-threads); None: auto
-    missing_chunks: str = "error"     # batchlu.missing-chunks: "error" or "fill"
+    backend: str = "auto"             # cpu or gpu, resolved in the client (auto: each worker its own)
+    settings: Options = dataclasses.field(default_factory=Options)   # the run's, whole
+    task_delay: float = 0.0           # batchlu-testing.task-delay: tests that interrupt a run only
 
 
 @dataclasses.dataclass
@@ -98,7 +97,7 @@ class TaskIO:
             if array is None:
                 continue
             where = os.path.join(ref.path, ref.array) if ref.array else ref.path
-            gaps = _missing.check(array, where, start, stop, self.job.missing_chunks, what)
+            gaps = _missing.check(array, where, start, stop, self.job.settings.missing_chunks, what)
             if gaps is not None:
                 rows = gaps if rows is None else rows | gaps
         return rows
@@ -134,7 +133,7 @@ def _worker_address() -> str:
 
 def io_pool_for(job: Job, engine):
     """The worker's :class:`batchlu.pipeline._io_pool.IOPool` for ``job``, or None for I/O in this process."""
-    processes, threads = _io_pool.io_settings(job.io_processes, job.io_threads, engine.name,
+    processes, threads = _io_pool.io_settings(job.settings.io_processes, job.settings.io_threads, engine.name,
                                               _worker_threads())
     if processes == 0 or not _io_pool.supported():
         return None

@@ -40,7 +40,7 @@ def prepare_workers(client, job, options: Options) -> None:
     """
     if job.backend != "gpu":
         return
-    client.register_plugin(GPUSetup(rmm_pool_size=options.cluster.rmm_pool_size, warmup=warmup_for(job)))
+    client.register_plugin(GPUSetup(options, warmup=warmup_for(job)))
 
 
 def warmup_for(job):
@@ -59,4 +59,4 @@ def warmup_for(job):
     return WarmUp(op=job.op, dtype=str(source.dtype), n=int(source.shape[1]), outputs=tuple(outputs),
                   batch=max(1, batch),
                   rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]), str(rhs.dtype)),
-                  io_processes=job.io_processes, io_threads=job.io_threads)
+                  settings=job.settings)

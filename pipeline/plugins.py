@@ -14,6 +14,7 @@ import os
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ._config import Options
 from ._logs import WorkerLog
 
 __all__ = ["GPUSetup", "WarmUp", "WorkerLog"]
@@ -26,8 +27,8 @@ class WarmUp:
     """What the coming run computes: compile those kernels and reserve the pinned buffers for it.
 
     ``outputs`` lists ``(name, tail shape, dtype)`` per output array; ``batch`` is the largest batch
-    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``. ``io_processes`` and
-    ``io_threads`` are the run's ``batchlu.io-processes`` / ``io-threads`` (None: auto): the I/O
+    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``. ``settings`` are the run's
+    (its ``io-processes`` / ``io-threads`` size the I/O processes, None: auto): the I/O
     processes are started here too, so that their start-up is not a task's.
     """
 
@@ -37,8 +38,7 @@ class WarmUp:
     outputs: tuple[tuple[str, tuple[int, ...], str], ...]
     batch: int
     rhs: tuple[tuple[int, ...], str] | None = None
-    io_processes: int | None = None
-    io_threads: int | None = None
+    settings: Options = dataclasses.field(default_factory=Options)
 
 
 class GPUSetup(WorkerPlugin):
@@ -46,7 +46,7 @@ class GPUSetup(WorkerPlugin):
 
     * device: 0 -- under dask-cuda (``LocalCUDACluster`` or ``dask cuda worker``) each worker's own
       GPU comes first in its ``CUDA_VISIBLE_DEVICES``;
-    * allocator: CuPy's memory pool, or an RMM pool of ``rmm_pool_size`` bytes when given (needs
+    * allocator: CuPy's memory pool, or an RMM pool of ``settings.cluster.rmm_pool_size`` bytes (needs
       the ``rmm`` package on the workers);
     * warm-up: runs the ``warmup`` op once on a few random matrices, so NVRTC compiles before the
       first task and compile time never counts as a task's;
@@ -62,8 +62,8 @@ class GPUSetup(WorkerPlugin):
     name = "batchlu-gpu"
     idempotent = False
 
-    def __init__(self, *, rmm_pool_size: int | None = None, warmup: WarmUp | None = None):
-        self.rmm_pool_size = rmm_pool_size
+    def __init__(self, settings: Options | None = None, *, warmup: WarmUp | None = None):
+        self.settings = settings if settings is not None else Options()
         self.warmup = warmup
         self.engine = None
         self.setup_seconds = None
@@ -84,8 +84,9 @@ class GPUSetup(WorkerPlugin):
 
         device = 0   # the worker's own GPU (see above)
         cupy.cuda.Device(device).use()
-        if self.rmm_pool_size:
-            _use_rmm_pool(device, int(self.rmm_pool_size))
+        rmm_pool_size = self.settings.cluster.rmm_pool_size
+        if rmm_pool_size:
+            _use_rmm_pool(device, int(rmm_pool_size))
         else:
             cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)
         engine = _engines.install_engine(device=device, threads=worker.state.nthreads)

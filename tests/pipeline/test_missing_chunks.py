@@ -7,6 +7,7 @@ a task run directly, the CLI and the console script."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -200,10 +201,11 @@ def test_task_checks_too(tmp_path):
     plan = _plan.make_plan(COUNT, 4096, memory_budget=1 << 20, max_tasks=4, input_chunk=CHUNK, chunk=CHUNK)
     _output.create(out, {"status": "running"}, specs, plan)
     job = _tasks.Job(op="inv", input=store_mod.parse_ref(source), rhs=None, output=out,
-                     outputs=tuple(s.name for s in specs), plan=plan, backend="cpu", io_processes=0)
+                     outputs=tuple(s.name for s in specs), plan=plan, backend="cpu",
+                     settings=pipeline.Options(io_processes=0))
     failed = _tasks.process_range(job, 0, plan.n_chunks)
     assert isinstance(failed.error, errors.MissingChunkError) and "matrices 0:10" in str(failed.error)
-    filled = _tasks.Job(**{**job.__dict__, "missing_chunks": "fill"})
+    filled = dataclasses.replace(job, settings=job.settings.replace(missing_chunks="fill"))
     result = _tasks.process_range(filled, 0, plan.n_chunks)
     assert result.error is None and (result.missing, result.ok) == (10, 30)
     info = np.asarray(zarr.open_array(store=out, path="info", mode="r")[...])

@@ -21,6 +21,7 @@ import pytest
 import zarr
 
 from batchlu.pipeline import _ledger, _output, _tasks
+from batchlu.pipeline._config import Options
 from batchlu.pipeline._ops import OPS, output_specs
 from batchlu.pipeline._plan import Plan
 from batchlu.pipeline._store import ArrayRef
@@ -167,7 +168,7 @@ def test_every_chunk_recorded_only_after_all_its_outputs_are_written(tmp_path, r
     _output.create(out, {"settings": {}}, specs, PLAN)
     job = _tasks.Job(op=op, input=ArrayRef(str(tmp_path / "a.zarr")), rhs=rhs, output=out,
                      outputs=tuple(s.name for s in specs), plan=PLAN, backend=backend,
-                     io_processes=io_processes, io_threads=2 if io_processes else None)
+                     settings=Options(io_processes=io_processes, io_threads=2 if io_processes else None))
 
     for c0, c1 in TASKS:
         result = _tasks.process_range(job, c0, c1)
