@@ -263,7 +263,8 @@ def test_module_imports_without_cupy():
     import sys
 
     code = ("import sys; sys.modules['cupy'] = None; sys.modules['dask_cuda'] = None\n"
-            "import batchlu.pipeline._tasks, batchlu.pipeline.plugins, batchlu.pipeline._gpu_cluster\n"
+            "import batchlu.pipeline._tasks, batchlu.pipeline._warmup, batchlu.pipeline.plugins, "
+            "batchlu.pipeline._gpu_cluster\n"
             "assert 'cupy' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
