@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from ._config import BACKENDS
 from .errors import BackendError, BatchluError
 
 __all__ = [
@@ -128,8 +129,8 @@ def resolve_backend(backend: str, gpus=None) -> str:
     what is missing and how to fix it; ``auto`` quietly falls back to ``cpu`` then. With an existing
     cluster the workers decide: see :func:`batchlu.pipeline._warmup.resolve_backend`.
     """
-    if backend not in ("auto", "cpu", "gpu"):
-        raise BatchluError(f"Expected backend to be one of auto, cpu, gpu. Got {backend!r} instead.")
+    if backend not in BACKENDS:
+        raise BatchluError(f"Expected backend to be one of {', '.join(BACKENDS)}. Got {backend!r} instead.")
     if backend == "cpu":
         return "cpu"
     devices = visible_gpus(gpus)
