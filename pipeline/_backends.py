@@ -1,14 +1,10 @@
-"""Compute backends, chosen on the worker: ``cpu`` (NumPy through kernels' SciPy/LAPACK backend),
-``gpu`` (CuPy through kernels' CUDA kernels) and ``auto`` (the GPU where the worker has one).
+"""Compute backends: ``cpu`` (kernels' SciPy/LAPACK backend) and ``gpu`` (kernels' CUDA kernels),
+each the name of the engine (:mod:`batchlu.pipeline._engines`) a task plugs into the batch loop;
+``auto`` means the GPU where the worker has one.
 
 Nothing here touches CUDA at import time or in the client: :func:`resolve` and
 :func:`gpu_available` run inside the worker (from a task or ``client.run``).
-
-A backend has a ``name`` and ``compute(op, a, b) -> {name: numpy array}`` (host arrays in, host
-arrays out). It may also define ``process_range(job, c0, c1) -> TaskResult`` to take over a whole
-task (e.g. double-buffered reads, copies and writes on the GPU); :func:`batchlu.pipeline._tasks.process_range`
-calls it when present and otherwise runs the plain read → compute → write → mark loop.
-Register more with :func:`register`.
+Register another engine with :func:`register`.
 """
 
 from __future__ import annotations
@@ -16,44 +12,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from . import _ops
+from . import _engines
 from .errors import BackendError
 
-
-class CPUBackend:
-    name = "cpu"
-
-    def compute(self, op: str, a, b=None) -> dict:
-        return _ops.compute(op, a, b)
-
-
-class CupyBackend:
-    """Straightforward GPU path: copy the batch in, run kernels' CUDA kernels, copy back."""
-
-    name = "gpu"
-
-    def compute(self, op: str, a, b=None) -> dict:
-        import cupy
-
-        out = _ops.compute(op, cupy.asarray(a), None if b is None else cupy.asarray(b))
-        return {key: cupy.asnumpy(value) for key, value in out.items()}
-
-
-def _path_backend(name: str):
-    """Whole tasks through the double-buffered data path of :mod:`batchlu.pipeline._gpu_path` (issue 5)."""
-    from . import _gpu_path
-
-    return _gpu_path.HostPathBackend() if name == "cpu" else _gpu_path.GPUPathBackend()
-
-
-_REGISTRY: dict[str, Callable[[], object]] = {"cpu": lambda: _path_backend("cpu"),
-                                              "gpu": lambda: _path_backend("gpu")}
+_REGISTRY: dict[str, Callable[[], object]] = {"cpu": _engines.host_engine, "gpu": _engines.current_engine}
 
 
 def register(name: str, factory: Callable[[], object]) -> None:
-    """Make ``factory()`` the backend called ``name`` in this process (call it on every worker)."""
+    """Make ``factory()`` the engine of backend ``name`` in this process (call it on every worker)."""
     _REGISTRY[name] = factory
-    _instance.cache_clear()
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,13 +34,8 @@ def gpu_available() -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=None)
-def _instance(name: str):
-    return _REGISTRY[name]()
-
-
-def resolve(name: str):
-    """The backend object for ``name`` in this worker; ``auto`` means ``gpu`` if available."""
+def resolve_name(name: str) -> str:
+    """The backend ``name`` means in this worker (``auto``: ``gpu`` if available); checks it is usable."""
     if name == "auto":
         name = "gpu" if gpu_available() else "cpu"
     elif name == "gpu" and not gpu_available():
@@ -82,9 +44,14 @@ def resolve(name: str):
     if name not in _REGISTRY:
         raise BackendError(f"Expected backend to be one of auto, {', '.join(_REGISTRY)}. "
                            f"Got {name!r} instead.")
-    return _instance(name)
+    return name
+
+
+def resolve(name: str):
+    """The engine of backend ``name`` in this worker (see :func:`resolve_name`)."""
+    return _REGISTRY[resolve_name(name)]()
 
 
 def probe(name: str) -> str:
     """Run on each worker with ``client.run``: the backend name ``name`` resolves to there."""
-    return resolve(name).name
+    return resolve_name(name)

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Iterator
 
-from . import _gpu_cluster, _guard, _logs
+from . import _gpu_cluster, _guard
 from ._config import Options
 from ._guard import check_not_bootstrapping  # noqa: F401  (pipeline.run's first check)
 from .errors import BatchluError, ClusterError, ConfigError
@@ -122,6 +122,8 @@ def _note_log(exc: BatchluError, log: str) -> BatchluError:
 @contextlib.contextmanager
 def _embedded(options: Options, security) -> Iterator:
     """The embedded cluster and its client; their logs go to the run's log file."""
+    from . import _logs  # imports distributed (the WorkerLog plugin): not at batchlu's import
+
     if options.cluster.processes:
         _guard.refuse_unguarded()
     log = _logs.log_file(options.cluster.log_file)
@@ -139,10 +141,8 @@ def _embedded(options: Options, security) -> Iterator:
                                          f"{type(exc).__name__}: {exc} instead.{hint}"), log) from exc
         from distributed import Client
 
-        from .plugins import WorkerLog
-
         with cluster, Client(cluster, security=security) as client:
-            client.register_plugin(WorkerLog(log))
+            client.register_plugin(_logs.WorkerLog(log))
             yield client
     except BatchluError as exc:
         noted = _note_log(exc, log)
@@ -185,20 +185,6 @@ def dashboard_link(client) -> str | None:
         return client.dashboard_link
     except Exception:
         return None
-
-
-def prepare_workers(client, job, options: Options) -> None:
-    """Before the tasks: set up every GPU worker for ``job`` (device, allocator, kernel warm-up,
-    pinned buffers) through the :class:`batchlu.pipeline.plugins.GPUSetup` worker plugin.
-
-    Runs only when the backend may use GPUs and the workers see one; CPU workers are left alone.
-    """
-    if job.backend == "cpu" or not _gpu_cluster.workers_have_gpus(client):
-        return
-    from .plugins import GPUSetup
-
-    client.register_plugin(GPUSetup(rmm_pool_size=options.cluster.rmm_pool_size,
-                                    warmup=_gpu_cluster.warmup_for(job)))
 
 
 @contextlib.contextmanager

@@ -55,7 +55,7 @@ class Options:
     max_tasks: int = 20000
     progress: bool = True
     connect_timeout: float = 30.0      # seconds to reach a scheduler given by address or file
-    io_processes: int | None = None    # I/O processes per worker; None: auto (see pipeline._gpu_path.io_settings)
+    io_processes: int | None = None    # I/O processes per worker; None: auto (see pipeline._io_pool.io_settings)
     io_threads: int | None = None      # threads per I/O process; None: auto
     missing_chunks: str = "error"      # a chunk missing from the input: "error", or "fill" (info -3)
     generate_chunk_bytes: int = 32 * 2**20

@@ -15,11 +15,12 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from ._config import BACKENDS
 from .errors import BatchluError, GPUUnavailableError
 
 __all__ = [
     "GPUUnavailableError", "gpu_packages_missing", "make_gpu_cluster", "make_security", "resolve_backend",
-    "visible_gpus", "workers_have_gpus",
+    "visible_gpus",
 ]
 
 CUDA_EXTRA_HINT = "pip install 'batchlu[cuda12]' (or [cuda13]), or use the conda environment.yml"
@@ -117,19 +118,17 @@ def gpu_packages_missing() -> list[str]:
             if importlib.util.find_spec(module) is None]
 
 
-def resolve_backend(backend: str, gpus=None, *, embedded: bool = True) -> str:
+def resolve_backend(backend: str, gpus=None) -> str:
     """``auto`` / ``cpu`` / ``gpu`` -> ``cpu`` or ``gpu`` for the embedded cluster.
 
     ``gpu`` without a GPU, or without CuPy and dask-cuda, raises :class:`GPUUnavailableError` saying
     what is missing and how to fix it; ``auto`` quietly falls back to ``cpu`` then. With an existing
-    cluster (``embedded=False``) the workers decide: see :func:`workers_have_gpus`.
+    cluster the workers decide: see :func:`batchlu.pipeline._warmup.resolve_backend`.
     """
-    if backend not in ("auto", "cpu", "gpu"):
-        raise BatchluError(f"Expected backend to be one of auto, cpu, gpu. Got {backend!r} instead.")
+    if backend not in BACKENDS:
+        raise BatchluError(f"Expected backend to be one of {', '.join(BACKENDS)}. Got {backend!r} instead.")
     if backend == "cpu":
         return "cpu"
-    if not embedded:
-        return backend
     devices = visible_gpus(gpus)
     missing = gpu_packages_missing()
     if backend == "auto":
@@ -145,23 +144,6 @@ def resolve_backend(backend: str, gpus=None, *, embedded: bool = True) -> str:
             f"Expected CuPy and dask-cuda for --backend gpu. Got {', '.join(missing)} missing instead: "
             f"{CUDA_EXTRA_HINT}.")
     return "gpu"
-
-
-def _worker_gpu_count() -> int:
-    """Runs on a worker: how many GPUs it sees (through NVML / CUDA_VISIBLE_DEVICES, no context)."""
-    try:
-        return len(visible_gpus())
-    except BatchluError:
-        return 0
-
-
-def workers_have_gpus(client) -> bool:
-    """True when every worker of ``client``'s cluster sees a GPU and can import CuPy."""
-    def probe():
-        return _worker_gpu_count() > 0 and importlib.util.find_spec("cupy") is not None
-
-    answers = client.run(probe)
-    return bool(answers) and all(answers.values())
 
 
 # --------------------------------------------------------------------------------------------- TLS
@@ -195,8 +177,7 @@ def make_security(ca_file: str | None = None, cert: str | None = None, key: str 
 
 # --------------------------------------------------------------------------------------------- cluster
 def make_gpu_cluster(devices: Sequence[str], *, threads_per_worker: int = 2, security=None,
-                     dashboard_address: str = "127.0.0.1:0", memory_limit="auto",
-                     local_directory: str | None = None, silence_logs=True, **extra):
+                     dashboard_address: str = "127.0.0.1:0"):
     """A :class:`dask_cuda.LocalCUDACluster` with one worker per device, listening on 127.0.0.1.
 
     ``devices`` are ``CUDA_VISIBLE_DEVICES`` tokens (:func:`visible_gpus`). dask-cuda gives each
@@ -220,14 +201,11 @@ def make_gpu_cluster(devices: Sequence[str], *, threads_per_worker: int = 2, sec
         threads_per_worker=int(threads_per_worker),
         host="127.0.0.1",
         dashboard_address=dashboard_address,
-        memory_limit=memory_limit,
-        silence_logs=logging.ERROR if silence_logs is True else silence_logs,
+        memory_limit="auto",
+        silence_logs=logging.ERROR,
     )
-    if local_directory:
-        kwargs["local_directory"] = local_directory
     if security is not None:
         kwargs.update(security=security, protocol="tls")
-    kwargs.update(extra)
     return LocalCUDACluster(**kwargs)
 
 
@@ -238,27 +216,3 @@ def default_gpu_threads(n_gpus: int) -> int:
     threads (measured on an H100 host: 4 threads 0.54 GB/s, 8 threads 1.04 GB/s end to end)."""
     cores = os.cpu_count() or 1
     return max(2, min(16, cores // max(1, n_gpus)))
-
-
-def warmup_for(job):
-    """The :class:`batchlu.pipeline.plugins.WarmUp` of a :class:`batchlu.pipeline._tasks.Job` (read from the metadata
-    of its arrays; no data is read and nothing touches CUDA here)."""
-    import zarr
-
-    from ._gpu_path import sub_batches
-    from .plugins import WarmUp
-
-    source = job.input.open("r")
-    rhs = job.rhs.open("r") if job.rhs is not None else None
-    outputs = []
-    for name in job.outputs:
-        arr = zarr.open_array(store=job.output, path=name, mode="r")
-        outputs.append((name, tuple(int(d) for d in arr.shape[1:]), str(arr.dtype)))
-    plan = job.plan
-    first = sub_batches(plan, 0, max(1, min(plan.chunks_per_task, plan.n_chunks)))
-    batch = max((plan.chunk_range(b0, b1)[1] - plan.chunk_range(b0, b1)[0] for b0, b1 in first),
-                default=1)
-    return WarmUp(op=job.op, dtype=str(source.dtype), n=int(source.shape[1]), outputs=tuple(outputs),
-                  batch=max(1, batch),
-                  rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]), str(rhs.dtype)),
-                  io_processes=job.io_processes, io_threads=job.io_threads)

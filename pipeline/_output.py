@@ -107,15 +107,18 @@ def check_resume(record: dict, provenance: dict) -> None:
                               f"instead; use overwrite (--overwrite) to start again.")
 
 
-def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan) -> zarr.Group:
-    """A fresh output group: provenance first (status "running"), then the arrays, then the ledger."""
+def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan,
+           compressor: str = "zstd") -> zarr.Group:
+    """A fresh output group: provenance first (status "running"), then the arrays (compressed with
+    ``compressor``, the ``output-compressor`` setting), then the ledger."""
     group = zarr.open_group(store=path, mode="w-", zarr_format=3, attributes={ATTR: provenance})
-    ensure_arrays(group, specs, plan)
+    ensure_arrays(group, specs, plan, compressor)
     return group
 
 
-def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan) -> None:
-    """Create whichever output arrays (and the ledger) are missing, e.g. after a kill during creation."""
+def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compressor: str = "zstd") -> None:
+    """Create whichever output arrays (and the ledger) are missing, e.g. after a kill during creation;
+    ``compressor`` is the ``output-compressor`` setting of the run that created the output."""
     count, chunk = plan.count, plan.chunk
     for spec in specs:
         if spec.name in group:
@@ -126,7 +129,7 @@ def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan) -> Non
                                   f"{array.shape}, chunks {array.chunks} instead.")
             continue
         group.create_array(spec.name, shape=(count,) + spec.tail, chunks=(chunk,) + spec.tail,
-                           dtype=spec.dtype, fill_value=spec.fill, compressors=compressors(group),
+                           dtype=spec.dtype, fill_value=spec.fill, compressors=compressors(compressor),
                            config={"write_empty_chunks": True})
     if not _ledger.exists(group):
         _ledger.create(group, plan.n_chunks)
@@ -168,11 +171,10 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
                               f"{files[missing[0]]}, matrices {lo}:{hi}); {hint}")
 
 
-def compressors(group: zarr.Group):
-    """The output arrays' codecs, from ``output_compressor`` in the settings recorded in ``group``:
-    ``zstd`` (zarr's default), ``zstd:LEVEL`` or ``none``."""
-    setting = str(group.attrs.get(ATTR, {}).get("settings", {}).get("output_compressor", "zstd"))
-    name, _, level = setting.partition(":")
+def compressors(setting: str):
+    """The output arrays' codecs for the ``output-compressor`` setting: ``zstd`` (zarr's default),
+    ``zstd:LEVEL`` or ``none``."""
+    name, _, level = str(setting).partition(":")
     if name == "none":
         return None
     if level:

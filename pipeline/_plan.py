@@ -6,11 +6,11 @@ Vocabulary: the output is chunked along N in ``chunk`` matrices; chunk ``c`` hol
 write the same chunk; inside a task, matrices go through in batches of ``batch`` (a multiple of
 ``chunk``) so that memory stays within the budget whatever the task's length.
 
-Determinism: by default ``batch == chunk``, so every kernels call covers exactly one output chunk,
-whatever the tasks are. The CPU backend's results for complex dtypes depend on the batch's size and
+Determinism: ``batch == chunk``, so every kernels call covers exactly one output chunk, whatever
+the tasks are. The CPU backend's results for complex dtypes depend on the batch's size and
 composition in the last bit (NumPy's SIMD and scalar loops round complex products differently), so
 a chunk computed inside a larger batch would differ from the same chunk recomputed alone on resume.
-A backend whose results are per matrix (the GPU kernels) may use ``per_chunk=False``.
+The batch loop cuts a task into its batches (:func:`batchlu.pipeline._batches.sub_batches`).
 """
 
 from __future__ import annotations
@@ -55,11 +55,6 @@ class Plan:
             ranges.extend((g0 + int(a), g0 + int(b)) for a, b in zip(edges[::2], edges[1::2]))
         return ranges
 
-    def batches(self, c0: int, c1: int) -> list[tuple[int, int]]:
-        """Matrix ranges of the batches of the task covering chunks ``[c0, c1)``."""
-        per = self.batch // self.chunk
-        return [self.chunk_range(b, min(b + per, c1)) for b in range(c0, c1, per)]
-
     def as_dict(self) -> dict:
         return {**dataclasses.asdict(self), "n_chunks": self.n_chunks}
 
@@ -70,19 +65,18 @@ def bytes_per_matrix(n: int, in_itemsize: int, out_bytes: int, rhs_bytes: int = 
 
 
 def make_plan(count: int, per_matrix: int, *, memory_budget: int, max_tasks: int,
-              input_chunk: int, chunk: int | None = None, per_chunk: bool = True) -> Plan:
+              input_chunk: int, chunk: int | None = None) -> Plan:
     """Choose the output chunk, the batch and the task grid.
 
     * ``chunk``: as given, else the input's chunk length along N capped by what fits the budget
       (so that tasks read whole input chunks where they can);
-    * ``batch``: one chunk (``per_chunk``, see the module docstring), else as many whole chunks as
-      fit the budget, at least one chunk;
+    * ``batch``: one chunk (see the module docstring);
     * tasks: one batch each, or more when that would exceed ``max_tasks``.
     """
     fit = max(1, memory_budget // max(1, per_matrix))
     if chunk is None:
         chunk = max(1, min(input_chunk, fit, count or 1))
-    batch = chunk if per_chunk else max(chunk, (fit // chunk) * chunk)
+    batch = chunk
     n_chunks = math.ceil(count / chunk) if count else 0
     chunks_per_task = batch // chunk
     if n_chunks and math.ceil(n_chunks / chunks_per_task) > max_tasks:

@@ -3,6 +3,7 @@ output chunks, and report."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -10,7 +11,7 @@ import time
 import numpy as np
 import zarr
 
-from . import _backends, _cluster, _fingerprint, _live, _ledger, _lock, _output
+from . import _cluster, _fingerprint, _live, _ledger, _lock, _output
 from ._config import options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
 from ._plan import bytes_per_matrix, make_plan
@@ -83,7 +84,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     provenance["plan"] = plan.as_dict()
 
     if record is None:
-        _output.create(out_path, provenance, specs, plan)
+        _output.create(out_path, provenance, specs, plan, opts.output_compressor)
         runs = []
     else:
         group = zarr.open_group(store=out_path, mode="r+")
@@ -93,7 +94,9 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         _fingerprint.check_unchanged(out_path, record, provenance["input_files"], plan, complete,
                                      matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
         _output.clean_partials(out_path)
-        _output.ensure_arrays(group, specs, plan)
+        # arrays made again after a kill during creation: as the run that created the output made them
+        recorded = record.get("settings", {}).get("output_compressor", "zstd")
+        _output.ensure_arrays(group, specs, plan, recorded)
         runs = list(record.get("runs", []))
         provenance["started"] = record.get("started", provenance["started"])
         provenance["backends_used"] = list(record.get("backends_used", []))
@@ -103,8 +106,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
 
     job = Job(op=op, input=matrices.ref, rhs=rhs_info.ref if rhs_info else None, output=out_path,
               outputs=tuple(s.name for s in specs), plan=plan, backend=opts.backend,
-              task_delay=task_delay(), io_processes=opts.io_processes, io_threads=opts.io_threads,
-              missing_chunks=opts.missing_chunks)
+              settings=opts, task_delay=task_delay())
     report = Report(output=out_path, op=op, count=matrices.count, backend=opts.backend)
     try:
         complete = _ledger.read(out_path)
@@ -154,12 +156,14 @@ def _fail(out_path, provenance, runs, run_started, report, exc) -> None:
 def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None:
     from distributed import as_completed
 
+    from . import _warmup
+
     t0 = time.perf_counter()
     with _cluster.connect(opts, **connect) as client, _cluster.performance_report(opts.performance_report):
         report.dashboard = _cluster.dashboard_link(client)
-        _cluster.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
-        if job.backend == "gpu":  # fail before any task when no worker can honour it
-            client.run(_backends.probe, job.backend)
+        # one probe: the tasks get cpu or gpu (gpu fails here, before any task, where a worker has none)
+        job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, job.backend))
+        _warmup.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
         submitted = time.perf_counter()
         report.startup = submitted - t0
         c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]

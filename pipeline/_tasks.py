@@ -1,5 +1,8 @@
 """What runs on a worker: one task = a run of whole output chunks, processed batch by batch as
-read (and checksum the input read) → compute → write every output → record the chunks complete.
+read (and checksum the input read) → compute → write every output → record the chunks complete,
+through the batch loop (:mod:`batchlu.pipeline._batches`) with the engine of the task's backend
+(:mod:`batchlu.pipeline._backends`). The task records live here: :class:`Job` (what to do),
+:class:`TaskIO` (the task's arrays) and :class:`TaskResult` (what it reports back).
 
 Before a batch is read, the chunks it needs are looked up in the input's store
 (:mod:`batchlu.pipeline._missing`): a missing one stops the task with a
@@ -14,13 +17,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 
 import numpy as np
 
-from . import _backends, _fingerprint, _ledger, _missing
+from . import _backends, _fingerprint, _io_pool, _ledger, _missing
+from ._batches import BatchIO, run_batches, sub_batches
+from ._config import Options
 from ._io_pool import open_array
-from ._ops import InfoCounts, info_counts, mark_missing
+from ._ops import InfoCounts, info_counts
 from ._plan import Plan
 from ._store import ArrayRef, read_range
 from .errors import BatchluError
@@ -38,11 +42,9 @@ class Job:
     output: str
     outputs: tuple[str, ...]
     plan: Plan
-    backend: str = "auto"
-    task_delay: float = 0.0
-    io_processes: int | None = None   # I/O processes per worker (batchlu.io-processes); None: auto
-    io_threads: int | None = None     # threads per I/O process (batchlu.io-threads); None: auto
-    missing_chunks: str = "error"     # batchlu.missing-chunks: "error" or "fill"
+    backend: str = "auto"             # cpu or gpu, resolved in the client (auto: each worker its own)
+    settings: Options = dataclasses.field(default_factory=Options)   # the run's, whole
+    task_delay: float = 0.0           # batchlu-testing.task-delay: tests that interrupt a run only
 
 
 @dataclasses.dataclass
@@ -95,7 +97,7 @@ class TaskIO:
             if array is None:
                 continue
             where = os.path.join(ref.path, ref.array) if ref.array else ref.path
-            gaps = _missing.check(array, where, start, stop, self.job.missing_chunks, what)
+            gaps = _missing.check(array, where, start, stop, self.job.settings.missing_chunks, what)
             if gaps is not None:
                 rows = gaps if rows is None else rows | gaps
         return rows
@@ -129,40 +131,66 @@ def _worker_address() -> str:
         return "local"
 
 
-def run_batches(job: Job, c0: int, c1: int, compute) -> TaskResult:
-    """The plain per-task loop; ``compute(op, a, b) -> {name: numpy array}`` does the math."""
-    started = time.perf_counter()
-    result = TaskResult(c0, c1, worker=_worker_address())
+def io_pool_for(job: Job, engine):
+    """The worker's :class:`batchlu.pipeline._io_pool.IOPool` for ``job``, or None for I/O in this process."""
+    processes, threads = _io_pool.io_settings(job.settings.io_processes, job.settings.io_threads, engine.name,
+                                              _worker_threads())
+    if processes == 0 or not _io_pool.supported():
+        return None
+    return _io_pool.get_pool(processes, threads)
+
+
+def _worker_threads() -> int:
+    try:
+        from distributed import get_worker
+
+        return int(get_worker().state.nthreads)
+    except Exception:
+        return os.cpu_count() or 1
+
+
+def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
+    """Chunks ``[c0, c1)`` of ``job`` through the batch loop, on ``engine``."""
+    _io_pool.tune_malloc()  # once per worker process: Zarr's chunk buffers reuse heap pages
     io = TaskIO(job)
-    per = job.plan.batch // job.plan.chunk
-    for b0 in range(c0, c1, per):
-        b1 = min(b0 + per, c1)
-        start, stop = job.plan.chunk_range(b0, b1)
-        if job.task_delay:
-            time.sleep(job.task_delay)
-        gaps = io.missing(start, stop)
-        a, b = io.read(start, stop)
-        digests = _fingerprint.chunk_digests(job.plan.chunk, start, stop, a, b)
-        results = compute(job.op, a, b)
-        if gaps is not None:
-            results = {name: np.array(value) for name, value in results.items()}
-            mark_missing(results, gaps)
-        result.bytes_in += a.nbytes + (b.nbytes if b is not None else 0)
-        result.bytes_out += io.write(start, stop, results)
-        io.mark(b0, b1, digests)
-        result.count_info(results["info"])
-    result.seconds = time.perf_counter() - started
-    return result
+    plan = job.plan
+    ranges = [plan.chunk_range(b0, b1) for b0, b1 in sub_batches(plan, c0, c1)]
+    refs = {id(io.input): job.input}
+    if io.rhs is not None:
+        refs[id(io.rhs)] = job.rhs
+
+    digests = {}  # batch start -> CRC-32 of its chunks' inputs, from the reader to the writer
+
+    def on_read(start: int, stop: int, a, b) -> None:
+        digests[start] = _fingerprint.chunk_digests(plan.chunk, start, stop, a, b)
+
+    def mark(start: int, stop: int) -> None:
+        io.mark(start // plan.chunk, -(-stop // plan.chunk), digests.pop(start))
+
+    def read_error(array, start, stop, exc):
+        read_range(refs[id(array)], array, start, stop)  # raises CorruptInputError naming the file
+
+    where = {"a": (job.input.path, job.input.array), **{name: (job.output, name) for name in io.out}}
+    if job.rhs is not None:
+        where["b"] = (job.rhs.path, job.rhs.array)
+    batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error,
+                       pool=io_pool_for(job, engine), where=where, missing=io.missing,
+                       on_read=on_read)
+    stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
+    counts = {name: getattr(stats, name) for name in InfoCounts._fields}
+    address = _worker_address()
+    return TaskResult(c0, c1, matrices=stats.matrices, **counts, bytes_in=stats.bytes_in,
+                      bytes_out=stats.bytes_out, seconds=stats.wall_s,
+                      worker=address if engine.name == "cpu" else f"{address} {engine.describe()}")
 
 
 def process_range(job: Job, c0: int, c1: int) -> TaskResult:
     """Task body: output chunks ``[c0, c1)`` of ``job``, on the backend chosen here, on the worker."""
-    backend = _backends.resolve(job.backend)
-    custom = getattr(backend, "process_range", None)
+    engine = _backends.resolve(job.backend)
     try:
-        result = custom(job, c0, c1) if custom is not None else run_batches(job, c0, c1, backend.compute)
+        result = _run_task(engine, job, c0, c1)
     except BatchluError as exc:   # the client raises it (see the module docstring); the log keeps the rest
         logger.error("chunks %d:%d of %s failed", c0, c1, job.output, exc_info=True)
         result = TaskResult(c0, c1, worker=_worker_address(), error=exc)
-    result.backend = backend.name
+    result.backend = engine.name
     return result

@@ -14,6 +14,9 @@ import os
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ._config import Options
+from ._logs import WorkerLog
+
 __all__ = ["GPUSetup", "WarmUp", "WorkerLog"]
 
 logger = logging.getLogger("batchlu.plugins")
@@ -24,8 +27,8 @@ class WarmUp:
     """What the coming run computes: compile those kernels and reserve the pinned buffers for it.
 
     ``outputs`` lists ``(name, tail shape, dtype)`` per output array; ``batch`` is the largest batch
-    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``. ``io_processes`` and
-    ``io_threads`` are the run's ``batchlu.io-processes`` / ``io-threads`` (None: auto): the I/O
+    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``. ``settings`` are the run's
+    (its ``io-processes`` / ``io-threads`` size the I/O processes, None: auto): the I/O
     processes are started here too, so that their start-up is not a task's.
     """
 
@@ -35,21 +38,20 @@ class WarmUp:
     outputs: tuple[tuple[str, tuple[int, ...], str], ...]
     batch: int
     rhs: tuple[tuple[int, ...], str] | None = None
-    io_processes: int | None = None
-    io_threads: int | None = None
+    settings: Options = dataclasses.field(default_factory=Options)
 
 
 class GPUSetup(WorkerPlugin):
     """Select the worker's GPU, set CuPy's allocator (or an RMM pool), compile, pin buffers.
 
-    * device: ``device`` if given, else 0 -- under dask-cuda (``LocalCUDACluster`` or
-      ``dask cuda worker``) each worker's own GPU comes first in its ``CUDA_VISIBLE_DEVICES``;
-    * allocator: CuPy's memory pool, or an RMM pool of ``rmm_pool_size`` bytes when given (needs
+    * device: 0 -- under dask-cuda (``LocalCUDACluster`` or ``dask cuda worker``) each worker's own
+      GPU comes first in its ``CUDA_VISIBLE_DEVICES``;
+    * allocator: CuPy's memory pool, or an RMM pool of ``settings.cluster.rmm_pool_size`` bytes (needs
       the ``rmm`` package on the workers);
     * warm-up: runs the ``warmup`` op once on a few random matrices, so NVRTC compiles before the
       first task and compile time never counts as a task's;
     * pinned buffers: reserves one pair of page-locked slots per worker thread for that batch size
-      (see :class:`batchlu.pipeline._gpu_path.SlotPool`); tasks borrow them and give them back;
+      (see :class:`batchlu.pipeline._buffers.SlotPool`); tasks borrow them and give them back;
     * I/O processes: starts the worker's pool of :mod:`batchlu.pipeline._io_pool` (``batchlu.io-processes``),
       which reads into and writes from those pinned buffers.
 
@@ -60,10 +62,8 @@ class GPUSetup(WorkerPlugin):
     name = "batchlu-gpu"
     idempotent = False
 
-    def __init__(self, *, device: int | None = None, rmm_pool_size: int | None = None,
-                 warmup: WarmUp | None = None):
-        self.device = device
-        self.rmm_pool_size = rmm_pool_size
+    def __init__(self, settings: Options | None = None, *, warmup: WarmUp | None = None):
+        self.settings = settings if settings is not None else Options()
         self.warmup = warmup
         self.engine = None
         self.setup_seconds = None
@@ -80,18 +80,18 @@ class GPUSetup(WorkerPlugin):
         except Exception as exc:
             logger.info("batchlu: no GPU on worker %s (%s); GPU setup skipped", worker.address, exc)
             return
-        from . import _backends, _gpu_path
+        from . import _engines
 
-        device = int(self.device) if self.device is not None else 0
+        device = 0   # the worker's own GPU (see above)
         cupy.cuda.Device(device).use()
-        if self.rmm_pool_size:
-            _use_rmm_pool(device, int(self.rmm_pool_size))
+        rmm_pool_size = self.settings.cluster.rmm_pool_size
+        if rmm_pool_size:
+            _use_rmm_pool(device, int(rmm_pool_size))
         else:
             cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)
-        engine = _gpu_path.install_engine(device=device, threads=worker.state.nthreads)
-        _backends.register("gpu", _gpu_path.GPUPathBackend)
+        engine = _engines.install_engine(device=device, threads=worker.state.nthreads)
         if self.warmup is not None:
-            _gpu_path.warm_up(engine, self.warmup, reserve=worker.state.nthreads)
+            _engines.warm_up(engine, self.warmup, reserve=worker.state.nthreads)
         self.engine = engine
         self.setup_seconds = time.perf_counter() - started
         logger.info("batchlu: %s ready on worker %s (CUDA_VISIBLE_DEVICES=%s) in %.2f s",
@@ -116,25 +116,3 @@ def _use_rmm_pool(device: int, size: int) -> None:
 
     rmm.reinitialize(pool_allocator=True, initial_pool_size=size, devices=device)
     cupy.cuda.set_allocator(rmm_cupy_allocator)
-
-
-class WorkerLog(WorkerPlugin):
-    """Send the worker's log to the run's log file (see :mod:`batchlu.pipeline._logs`), not to the
-    terminal it inherited from the client: the embedded cluster's workers share ``batchlu run``'s."""
-
-    name = "batchlu-log"
-    idempotent = True
-
-    def __init__(self, path: str):
-        self.path = path
-        self._restore = None
-
-    def setup(self, worker):
-        from ._logs import redirect
-
-        self._restore = redirect(self.path)
-
-    def teardown(self, worker):
-        if self._restore is not None:
-            self._restore()
-            self._restore = None

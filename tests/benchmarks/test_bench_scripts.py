@@ -18,8 +18,9 @@ SOURCES = sorted(BENCH.glob("*.py"))
 # Pipeline internals bench_pipeline.py still reaches for (the --host-noop engine and the I/O-pool
 # label), until batchlu.pipeline gives them a public hook.
 PIPELINE_INTERNALS = {("bench_pipeline.py", "batchlu.pipeline._backends"),
-                      ("bench_pipeline.py", "batchlu.pipeline._gpu_path"),
-                      ("bench_pipeline.py", "batchlu.pipeline._gpu_path.io_settings")}
+                      ("bench_pipeline.py", "batchlu.pipeline._engines"),
+                      ("bench_pipeline.py", "batchlu.pipeline._io_pool"),
+                      ("bench_pipeline.py", "batchlu.pipeline._io_pool.io_settings")}
 # bench_resume_checks.py times the integrity checks themselves (the checksum patched out for the
 # "without" column), so it names the modules that hold them.
 PIPELINE_INTERNALS |= {("bench_resume_checks.py", name) for name in (

@@ -13,7 +13,7 @@ import pytest
 import zarr
 
 from batchlu import pipeline
-from batchlu.pipeline import _gpu_path, _missing, errors
+from batchlu.pipeline import _batches, _engines, _missing, errors
 from batchlu.pipeline._gpu_cluster import visible_gpus
 from batchlu.pipeline._ops import output_specs
 from batchlu.testing import matrices
@@ -103,14 +103,14 @@ def test_cuda_engine_marks_missing_and_counts_overflow(tmp_path, pooled):
                                           chunks=(CHUNK,) + spec.tail,
                                           fill_value=-7777 if spec.dtype.kind in "iu" else np.nan)
             for spec in output_specs("inv", N, np.float64)}
-    io = _gpu_path.BatchIO(src, None, outs,
+    io = _batches.BatchIO(src, None, outs,
                            missing=lambda s, e: _missing.check(src, source, s, e, "fill"))
     if pooled:
         io.pool = _io_pool.get_pool(1, 1)
         io.where = {"a": (source, ""), **{name: (str(tmp_path / "out.zarr"), name) for name in outs}}
-    engine = _gpu_path.CudaEngine(0, threads=1)
+    engine = _engines.CudaEngine(0, threads=1)
     ranges = [(lo, min(lo + 2 * CHUNK, COUNT)) for lo in range(0, COUNT, 2 * CHUNK)]
-    stats = _gpu_path.run_batches(engine, "inv", io, ranges)
+    stats = _batches.run_batches(engine, "inv", io, ranges)
     info = np.asarray(outs["info"][...])
     inv = np.asarray(outs["inv"][...])
     assert (info[:CHUNK] == -3).all() and np.isnan(inv[:CHUNK]).all()

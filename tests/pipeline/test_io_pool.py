@@ -23,7 +23,9 @@ from _pipeline_helpers import complete_flags as _complete, wait_partly_complete
 from batchlu.testing.matrices import generate, rhs as make_rhs
 from batchlu.pipeline import _io_pool
 from batchlu.pipeline._config import TESTING_TASK_DELAY
-from batchlu.pipeline._gpu_path import BatchIO, HostEngine, io_settings, run_batches
+from batchlu.pipeline._batches import BatchIO, run_batches
+from batchlu.pipeline._engines import HostEngine
+from batchlu.pipeline._io_pool import io_settings
 from batchlu.pipeline._ops import output_specs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,10 +3,11 @@ side) used to be read as Zarr's fill value and reported "complete, singular". No
 naming the chunk and its matrices, unless ``batchlu.missing-chunks: fill`` (``--missing-chunks
 fill``) gives those matrices ``info`` -3. Whole runs on a real LocalCluster and on-disk Zarr: v3,
 v2, sharded v3 (a missing shard, an inner chunk absent from a shard's index), the I/O processes,
-the plain task loop, the CLI and the console script."""
+a task run directly, the CLI and the console script."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -187,11 +188,11 @@ def test_verify_refuses_minus_3_where_the_chunk_is_there(client, tmp_path):
     assert not check.ok and check.semantic_errors == 10, check.summary()
 
 
-# ------------------------------------------------------------------------------------ the task loops
-def test_plain_task_loop_checks_too(tmp_path):
-    """``_tasks.run_batches`` (backends without their own ``process_range``) looks up the chunks as
-    well: error by default, -3 with fill."""
-    from batchlu.pipeline import _backends, _output, _ops, _plan, _store as store_mod, _tasks
+# ------------------------------------------------------------------------------------------- the task
+def test_task_checks_too(tmp_path):
+    """A task run directly (``_tasks.process_range``, as on a worker) looks up the chunks as well:
+    its result carries the error by default, -3 with fill."""
+    from batchlu.pipeline import _output, _ops, _plan, _store as store_mod, _tasks
 
     source, a = _store(tmp_path / "a.zarr", seed=8)
     os.remove(tmp_path / "a.zarr" / "c" / "0" / "0" / "0")
@@ -200,12 +201,13 @@ def test_plain_task_loop_checks_too(tmp_path):
     plan = _plan.make_plan(COUNT, 4096, memory_budget=1 << 20, max_tasks=4, input_chunk=CHUNK, chunk=CHUNK)
     _output.create(out, {"status": "running"}, specs, plan)
     job = _tasks.Job(op="inv", input=store_mod.parse_ref(source), rhs=None, output=out,
-                     outputs=tuple(s.name for s in specs), plan=plan)
-    with pytest.raises(errors.MissingChunkError, match="matrices 0:10"):
-        _tasks.run_batches(job, 0, plan.n_chunks, _backends.CPUBackend().compute)
-    filled = _tasks.Job(**{**job.__dict__, "missing_chunks": "fill"})
-    result = _tasks.run_batches(filled, 0, plan.n_chunks, _backends.CPUBackend().compute)
-    assert (result.missing, result.ok) == (10, 30)
+                     outputs=tuple(s.name for s in specs), plan=plan, backend="cpu",
+                     settings=pipeline.Options(io_processes=0))
+    failed = _tasks.process_range(job, 0, plan.n_chunks)
+    assert isinstance(failed.error, errors.MissingChunkError) and "matrices 0:10" in str(failed.error)
+    filled = dataclasses.replace(job, settings=job.settings.replace(missing_chunks="fill"))
+    result = _tasks.process_range(filled, 0, plan.n_chunks)
+    assert result.error is None and (result.missing, result.ok) == (10, 30)
     info = np.asarray(zarr.open_array(store=out, path="info", mode="r")[...])
     assert (info[:10] == -3).all() and (info[10:] == 0).all()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from batchlu.pipeline._batches import sub_batches
 from batchlu.pipeline._plan import Plan, bytes_per_matrix, make_plan
 
 
@@ -28,7 +29,7 @@ def test_tasks_cover_every_chunk_once(count, input_chunk, budget):
     for c0, c1 in tasks:  # every task starts and ends on output chunk boundaries
         start, stop = plan.chunk_range(c0, c1)
         assert start % plan.chunk == 0 and (stop % plan.chunk == 0 or stop == count)
-        batches = plan.batches(c0, c1)
+        batches = [plan.chunk_range(b0, b1) for b0, b1 in sub_batches(plan, c0, c1)]
         assert batches[0][0] == start and batches[-1][1] == stop
         assert all(b - a <= plan.batch for a, b in batches)
 
@@ -37,11 +38,6 @@ def test_batch_from_memory_budget():
     per = bytes_per_matrix(128, 8, 128 * 128 * 8 + 4)  # inv of float64 n=128
     plan = make_plan(10**6, per, memory_budget=256 * 2**20, max_tasks=20000, input_chunk=100)
     assert plan.chunk == plan.batch == 100 and plan.chunks_per_task == 1  # one chunk per kernels call
-    plan = make_plan(10**6, per, memory_budget=256 * 2**20, max_tasks=20000, input_chunk=100,
-                     per_chunk=False)
-    assert plan.chunk == 100
-    assert plan.batch % plan.chunk == 0 and plan.batch * per <= 256 * 2**20
-    assert (plan.batch + plan.chunk) * per > 256 * 2**20  # as large as fits
     small = make_plan(10**6, per, memory_budget=per * 30, max_tasks=10**6, input_chunk=100)
     assert small.chunk == 30 and small.batch == 30  # chunk capped so one batch fits the budget
 
@@ -52,7 +48,7 @@ def test_task_count_bounded_for_millions():
     tasks = plan.tasks()
     assert len(tasks) <= 20000
     assert (covered(plan, tasks) == 1).all()
-    assert plan.batch == 1 and len(plan.batches(*tasks[0])) == plan.chunks_per_task
+    assert plan.batch == 1 and len(sub_batches(plan, *tasks[0])) == plan.chunks_per_task
 
 
 def test_tasks_skip_complete_chunks():

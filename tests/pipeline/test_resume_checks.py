@@ -16,27 +16,16 @@ import zarr
 from _pipeline_helpers import complete_flags, outputs_of, sigkill, start_script, wait_for_chunks
 
 from batchlu import pipeline
-from batchlu.pipeline import _backends, _fingerprint, errors
+from batchlu.pipeline import _fingerprint, errors
 
 POOL = {"io-processes": 2, "io-threads": 2}  # the size tests/pipeline/test_io_pool.py uses: no restart
 
 
-@pytest.fixture(params=["in-worker", "io-processes", "plain-loop"])
+@pytest.fixture(params=["in-worker", "io-processes"])
 def io(request):
-    """The three places a task reads its input (and takes its checksums): the data path with I/O in
-    the worker, the data path with I/O processes, and the plain loop of a backend without its own
-    ``process_range`` (:func:`batchlu.pipeline._tasks.run_batches`). Yields the config to run with."""
-    if request.param != "plain-loop":
-        yield {"io-processes": 0} if request.param == "in-worker" else POOL
-        return
-    original = _backends._REGISTRY["cpu"]
-    _backends._REGISTRY["cpu"] = _backends.CPUBackend  # in-process workers: the same registry
-    _backends._instance.cache_clear()
-    try:
-        yield {"io-processes": 0}
-    finally:
-        _backends._REGISTRY["cpu"] = original
-        _backends._instance.cache_clear()
+    """The two places a task reads its input (and takes its checksums): the data path with I/O in
+    the worker and with I/O processes. Yields the config to run with."""
+    return {"io-processes": 0} if request.param == "in-worker" else POOL
 
 
 def _forget(out, chunks: slice) -> None:

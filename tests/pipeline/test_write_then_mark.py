@@ -10,8 +10,8 @@ worker runs it (:func:`batchlu.pipeline._tasks.process_range`), through a :class
 * ``("mark", c0, c1)`` when chunks ``[c0, c1)`` are recorded complete; at that moment the chunks'
   outputs are also read back from the store, as a resumed run would find them.
 
-Engines: the CPU data path with I/O in the worker and through I/O processes, the plain per-task loop
-of a compute-only backend, and the CUDA engine with and without I/O processes (``gpu``).
+Engines: the CPU engine with I/O in the worker and through I/O processes, and the CUDA engine with
+and without I/O processes (``gpu``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import zarr
 
-from batchlu.pipeline import _backends, _gpu_path, _ledger, _output, _tasks
+from batchlu.pipeline import _ledger, _output, _tasks
+from batchlu.pipeline._config import Options
 from batchlu.pipeline._ops import OPS, output_specs
 from batchlu.pipeline._plan import Plan
 from batchlu.pipeline._store import ArrayRef
@@ -33,7 +34,6 @@ TASKS = [(0, 6), (6, 10)]
 ENGINES = [
     pytest.param("cpu", 0, id="cpu"),
     pytest.param("cpu", 2, id="cpu-io-processes"),
-    pytest.param("plain", 0, id="plain-loop"),
     pytest.param("gpu", 0, id="gpu", marks=pytest.mark.gpu),
     pytest.param("gpu", 2, id="gpu-io-processes", marks=pytest.mark.gpu),
 ]
@@ -101,7 +101,7 @@ def _unwritten(job: _tasks.Job, c0: int, c1: int) -> list[str]:
 
 
 @pytest.fixture
-def recorded(monkeypatch, request):
+def recorded(monkeypatch):
     """Every task's log: run tasks through ``_tasks.process_range`` and read ``recorded`` afterwards."""
     tasks: list = []
 
@@ -118,18 +118,14 @@ def recorded(monkeypatch, request):
             self.log.append(("mark", c0, c1))
             super().mark(c0, c1, *digests)
 
-    real_pool_for = _gpu_path.io_pool_for
+    real_pool_for = _tasks.io_pool_for
 
     def pool_for(job, engine):
         pool = real_pool_for(job, engine)
         return None if pool is None else _LoggedPool(pool, tasks[-1].log)  # the TaskIO made just before
 
     monkeypatch.setattr(_tasks, "TaskIO", RecordingTaskIO)
-    monkeypatch.setattr(_gpu_path, "io_pool_for", pool_for)
-    # "plain": a backend with compute() only, run by the plain read -> compute -> write -> mark loop
-    monkeypatch.setitem(_backends._REGISTRY, "plain", _backends.CPUBackend)
-    _backends._instance.cache_clear()
-    request.addfinalizer(_backends._instance.cache_clear)
+    monkeypatch.setattr(_tasks, "io_pool_for", pool_for)
     return tasks
 
 
@@ -172,7 +168,7 @@ def test_every_chunk_recorded_only_after_all_its_outputs_are_written(tmp_path, r
     _output.create(out, {"settings": {}}, specs, PLAN)
     job = _tasks.Job(op=op, input=ArrayRef(str(tmp_path / "a.zarr")), rhs=rhs, output=out,
                      outputs=tuple(s.name for s in specs), plan=PLAN, backend=backend,
-                     io_processes=io_processes, io_threads=2 if io_processes else None)
+                     settings=Options(io_processes=io_processes, io_threads=2 if io_processes else None))
 
     for c0, c1 in TASKS:
         result = _tasks.process_range(job, c0, c1)

@@ -1,4 +1,4 @@
-"""The per-worker data path (batchlu.pipeline._gpu_path): double-buffered read -> compute -> write.
+"""The batch loop (batchlu.pipeline._batches): double-buffered read -> compute -> write.
 
 The loop is the same on the CPU (HostEngine) and the GPU (CudaEngine), so most of it is tested here
 without a device; the ``gpu`` tests at the end run it on CuPy with pinned buffers.
@@ -16,8 +16,9 @@ import zarr
 from batchlu import kernels
 from batchlu.testing.matrices import generate, rhs as make_rhs
 from batchlu.testing.ratios import THRESHOLD, get01, get02, get03, slogdet_ratios
-from batchlu.pipeline import _gpu_path
-from batchlu.pipeline._gpu_path import BatchIO, HostEngine, run_batches, sub_batches
+from batchlu.pipeline import _buffers, _engines
+from batchlu.pipeline._batches import BatchIO, run_batches, sub_batches
+from batchlu.pipeline._engines import HostEngine
 from batchlu.pipeline._ops import output_specs
 from batchlu.pipeline._plan import Plan
 
@@ -262,7 +263,8 @@ def test_module_imports_without_cupy():
     import sys
 
     code = ("import sys; sys.modules['cupy'] = None; sys.modules['dask_cuda'] = None\n"
-            "import batchlu.pipeline._gpu_path, batchlu.pipeline.plugins, batchlu.pipeline._gpu_cluster\n"
+            "import batchlu.pipeline._tasks, batchlu.pipeline._warmup, batchlu.pipeline.plugins, "
+            "batchlu.pipeline._gpu_cluster\n"
             "assert 'cupy' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -320,7 +322,7 @@ def test_cuda_engine_matches_lapack_ratios(tmp_path, op, dtype):
         rhs = _store(tmp_path, "b.zarr", b, chunk)
     outs = _outputs(tmp_path, op, n, dtype, count, chunk, dtype if b is not None else None,
                     3 if b is not None else None)
-    engine = _gpu_path.CudaEngine(0, threads=1)
+    engine = _engines.CudaEngine(0, threads=1)
     stats = run_batches(engine, op, BatchIO(src, None if rhs is None else rhs, outs), _ranges(count, chunk, 2))
     assert stats.matrices == count
     _assert_results(op, a, b, {name: arr[...] for name, arr in outs.items()})
@@ -361,7 +363,7 @@ def test_cuda_out_of_memory_splits(tmp_path):
     a = generate("random", n, "float64", seed=13, start=0, stop=count)
     src = _store(tmp_path, "a.zarr", a, chunk)
     outs = _outputs(tmp_path, "inv", n, "float64", count, chunk)
-    engine = _gpu_path.CudaEngine(0, threads=1)
+    engine = _engines.CudaEngine(0, threads=1)
     engine.device_fit = lambda per_matrix: 10**9  # pretend everything fits, so the kernels hit the limit
     pool = cupy.get_default_memory_pool()
     pool.free_all_blocks()
@@ -394,7 +396,7 @@ def test_cuda_engine_through_io_processes_registered_and_identical(tmp_path, op)
         b = make_rhs(n, 2, dtype, seed=15, start=0, stop=count)
         rhs = _store(tmp_path, "b.zarr", b, chunk)
         where["b"] = (str(tmp_path / "b.zarr"), "")
-    engine = _gpu_path.CudaEngine(0, threads=2)
+    engine = _engines.CudaEngine(0, threads=2)
     pool = _io_pool.get_pool(2, 2)
     got = {}
     for mode in ("worker", "pool"):
@@ -406,7 +408,7 @@ def test_cuda_engine_through_io_processes_registered_and_identical(tmp_path, op)
         stats = run_batches(engine, op, io, _ranges(count, chunk, 2))
         assert stats.matrices == count
         got[mode] = {name: np.asarray(arr[...]) for name, arr in outs.items()}
-    assert _gpu_path._REGISTER_FAILED == []
+    assert _buffers._REGISTER_FAILED == []
     slot = engine.pool._free[0][2][0]
     assert _io_pool.locate(slot.a) is not None and all(_io_pool.locate(v) for v in slot.outs.values())
     attrs = cupy.cuda.runtime.pointerGetAttributes(slot.a.ctypes.data)

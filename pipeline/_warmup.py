@@ -1,0 +1,62 @@
+"""Before the tasks: decide the backend the tasks run (:func:`resolve_backend`, one probe of the
+workers) and set up the GPU workers for the coming run (device, allocator, kernel warm-up, pinned
+buffers and I/O processes) through :class:`batchlu.pipeline.plugins.GPUSetup`.
+
+Kept apart from the cluster (:mod:`batchlu.pipeline._cluster`), which knows nothing of the work
+that will run on it: this module reads the run's :class:`batchlu.pipeline._tasks.Job`.
+"""
+
+from __future__ import annotations
+
+import zarr
+
+from . import _backends
+from ._batches import sub_batches
+from ._config import Options
+from .plugins import GPUSetup, WarmUp
+
+__all__ = ["prepare_workers", "resolve_backend", "warmup_for"]
+
+
+def resolve_backend(client, requested: str) -> str:
+    """The backend the tasks get: ``cpu`` or ``gpu``, from ``requested`` (``auto``, ``cpu`` or ``gpu``).
+
+    ``cpu`` asks nothing; otherwise one probe of every worker (``client.run``) says what ``requested``
+    means there and, for ``gpu``, fails before any task when a worker has no usable GPU. ``auto``
+    becomes what every worker answered; on a cluster whose workers disagree (some with a GPU, some
+    without) or with no worker yet it stays ``auto``, and each worker takes its own.
+    """
+    if requested == "cpu":
+        return "cpu"
+    answers = set(client.run(_backends.probe, requested).values())
+    return answers.pop() if len(answers) == 1 else requested
+
+
+def prepare_workers(client, job, options: Options) -> None:
+    """Before the tasks: set up every GPU worker for ``job`` (device, allocator, kernel warm-up,
+    pinned buffers) through the :class:`batchlu.pipeline.plugins.GPUSetup` worker plugin.
+
+    Runs only when the tasks run on the GPU (``job.backend``, from :func:`resolve_backend`).
+    """
+    if job.backend != "gpu":
+        return
+    client.register_plugin(GPUSetup(options, warmup=warmup_for(job)))
+
+
+def warmup_for(job):
+    """The :class:`batchlu.pipeline.plugins.WarmUp` of a :class:`batchlu.pipeline._tasks.Job` (read from the metadata
+    of its arrays; no data is read and nothing touches CUDA here)."""
+    source = job.input.open("r")
+    rhs = job.rhs.open("r") if job.rhs is not None else None
+    outputs = []
+    for name in job.outputs:
+        arr = zarr.open_array(store=job.output, path=name, mode="r")
+        outputs.append((name, tuple(int(d) for d in arr.shape[1:]), str(arr.dtype)))
+    plan = job.plan
+    first = sub_batches(plan, 0, max(1, min(plan.chunks_per_task, plan.n_chunks)))
+    batch = max((plan.chunk_range(b0, b1)[1] - plan.chunk_range(b0, b1)[0] for b0, b1 in first),
+                default=1)
+    return WarmUp(op=job.op, dtype=str(source.dtype), n=int(source.shape[1]), outputs=tuple(outputs),
+                  batch=max(1, batch),
+                  rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]), str(rhs.dtype)),
+                  settings=job.settings)
