@@ -14,9 +14,10 @@ import tempfile
 import numpy as np
 import zarr
 
+from batchlu.kernels._validate import SUPPORTED_DTYPES  # the one dtype table
+
 from .errors import CorruptInputError, InputError, InputNotFoundError, OutputError
 
-SUPPORTED_DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
 _DTYPE_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
 _METADATA_FILES = ("zarr.json", ".zarray", ".zgroup")
 

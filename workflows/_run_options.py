@@ -20,9 +20,8 @@ from dataclasses import dataclass
 import click
 import yaml
 
+from batchlu.pipeline._config import BACKENDS
 from batchlu.pipeline._ops import OP_TABLE, OPS
-
-BACKENDS = ("auto", "cpu", "gpu")
 
 
 class ByteSize(click.ParamType):

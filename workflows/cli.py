@@ -23,9 +23,11 @@ import warnings
 
 import click
 
+from batchlu.kernels._validate import SUPPORTED_DTYPES
+
 from ._run_options import join_array, pipeline_kwargs, run_options, stderr_is_terminal
 
-DTYPES = ("float32", "float64", "complex64", "complex128")
+DTYPES = tuple(d.name for d in SUPPORTED_DTYPES)
 KINDS = ("random", "illcond", "singular-mix")
 DEMO_OP = "inv"
 
