@@ -320,7 +320,7 @@ def main(argv=None):
                 for io in [x for x in args.io_processes.split(",") if x] if "batchlu" not in skip else []:
                     setting = (io, args.io_threads)
                     label = io_label(io, threads, args.io_threads)
-                    run_batchlu(client, small, work / "warm-out.zarr", args.budget, io=setting)  # starts the pool
+                    run_batchlu(client, small, work / "warm-batchlu.zarr", args.budget, io=setting)  # starts the pool
                     for codec in codecs:
                         for rep in range(args.repeat):
                             out = work / "batchlu-out.zarr"
