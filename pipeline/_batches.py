@@ -84,15 +84,10 @@ class BatchIO:
 
 
 @dataclasses.dataclass
-class PathStats:
+class PathStats(_ops.InfoTally):
     matrices: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
-    ok: int = 0
-    singular: int = 0
-    nonfinite: int = 0
-    nonfinite_result: int = 0
-    missing: int = 0
     pieces: int = 0          # kernel launches (batch pieces) run
     oom_splits: int = 0      # pieces halved after an out-of-memory error
     read_s: float = 0.0
@@ -179,11 +174,6 @@ def _compute(engine, op: str, slot: Slot, piece: int, stats: PathStats) -> int:
     return piece
 
 
-def _count_info(info: np.ndarray, stats: PathStats) -> None:
-    for name, value in zip(_ops.InfoCounts._fields, _ops.info_counts(info)):
-        setattr(stats, name, getattr(stats, name) + value)
-
-
 def run_batches(engine, op: str, io: BatchIO, batches: list[tuple[int, int]], *,
                 delay: float = 0.0) -> PathStats:
     """Run ``op`` over matrix ranges ``batches`` (each a whole number of output chunks or shards).
@@ -268,7 +258,7 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
                 stats.compute_s += time.perf_counter() - t
                 stats.matrices += stop - start
                 if "info" in slot.outs:
-                    _count_info(slot.outs["info"], stats)
+                    stats.add_info(slot.outs["info"])
                 writes.append((i, writer.submit(write, i)))
             while writes:
                 writes.popleft()[1].result()

@@ -33,6 +33,27 @@ class InfoCounts(NamedTuple):
         return "   ".join(f"{INFO_LABELS[name]} {value:,}" for name, value in zip(self._fields, self))
 
 
+@dataclasses.dataclass(kw_only=True)
+class InfoTally:
+    """The :class:`InfoCounts` of a task or a batch loop as fields that add up (keyword-only, so the
+    records that derive from it keep their own positional fields first)."""
+
+    ok: int = 0
+    singular: int = 0
+    nonfinite: int = 0
+    nonfinite_result: int = 0
+    missing: int = 0
+
+    @property
+    def counts(self) -> InfoCounts:
+        return InfoCounts(*(getattr(self, name) for name in InfoCounts._fields))
+
+    def add_info(self, info) -> None:
+        """Count the ``info`` values of one batch."""
+        for name, value in zip(InfoCounts._fields, info_counts(info)):
+            setattr(self, name, getattr(self, name) + value)
+
+
 INFO_LABELS = {"ok": "ok", "singular": "singular", "nonfinite": "non-finite input",
                "nonfinite_result": "non-finite result", "missing": "missing input"}
 

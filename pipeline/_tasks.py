@@ -24,7 +24,7 @@ from . import _backends, _fingerprint, _io_pool, _ledger, _missing
 from ._batches import BatchIO, run_batches, sub_batches
 from ._config import Options
 from ._io_pool import open_array
-from ._ops import InfoCounts, info_counts
+from ._ops import InfoTally
 from ._plan import Plan
 from ._store import ArrayRef, read_range
 from .errors import BatchluError
@@ -48,32 +48,18 @@ class Job:
 
 
 @dataclasses.dataclass
-class TaskResult:
+class TaskResult(InfoTally):
     """What a task reports back; the client sums these into the run's report."""
 
     c0: int
     c1: int
     matrices: int = 0
-    ok: int = 0
-    singular: int = 0
-    nonfinite: int = 0
-    nonfinite_result: int = 0
-    missing: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
     worker: str = ""
     backend: str = ""
     error: BaseException | None = None   # an error raised on purpose in the task: the client raises it
-
-    @property
-    def counts(self) -> InfoCounts:
-        return InfoCounts(*(getattr(self, name) for name in InfoCounts._fields))
-
-    def count_info(self, info: np.ndarray) -> None:
-        self.matrices += int(np.size(info))
-        for name, value in zip(InfoCounts._fields, info_counts(info)):
-            setattr(self, name, getattr(self, name) + value)
 
 
 class TaskIO:
@@ -177,9 +163,8 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
                        pool=io_pool_for(job, engine), where=where, missing=io.missing,
                        on_read=on_read)
     stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
-    counts = {name: getattr(stats, name) for name in InfoCounts._fields}
     address = _worker_address()
-    return TaskResult(c0, c1, matrices=stats.matrices, **counts, bytes_in=stats.bytes_in,
+    return TaskResult(c0, c1, matrices=stats.matrices, **stats.counts._asdict(), bytes_in=stats.bytes_in,
                       bytes_out=stats.bytes_out, seconds=stats.wall_s,
                       worker=address if engine.name == "cpu" else f"{address} {engine.describe()}")
 
