@@ -1,0 +1,137 @@
+"""The index maps of a numeric factorization and triangular solves, level by level.
+
+Built once per :class:`batchlu.kernels.sparse.Plan` on first use (from its L pattern and level sets,
+vectorised NumPy; cached per plan in this process, never pickled with it). All positions index L's
+value array ``Lx`` (the CSC order of ``plan.rowind``), which every backend keeps per matrix:
+
+* the **entries** of level ``l``: ``ent_pos[ent_ptr[l]:ent_ptr[l+1]]``, the off-diagonal positions
+  of the level's columns in CSC order (column by column, rows ascending); ``ent_diag`` the position
+  of each one's diagonal (where its column's pivot ``d_k`` lives); ``fwd_pos`` the same positions
+  sorted by row (stable), for the forward solve's row-wise sums;
+* the **updates** of level ``l``: ``pair_a``, ``pair_b`` and ``pair_t`` over
+  ``pair_ptr[l]:pair_ptr[l+1]``, one triple per pair of off-diagonal entries ``(i, k)``, ``(j, k)``
+  of one column ``k`` of the level with ``i >= j``: the right-looking update
+
+      Lx[pair_t] -= Lx[pair_a] * W[pair_b]          (L[i, j] -= l_ik * (l_jk d_k))
+
+  where ``W`` holds each entry's value before its column was divided by the pivot (``l_jk d_k``,
+  the seed paper's ``tmpMem1``). Targets are ancestors' entries (i >= j > k): no update of a level
+  touches the level's own columns. Within a level the triples are sorted by target (stable), so
+  updates that hit the same entry are adjacent: a segmented sum (CPU) or one thread per target
+  (GPU) needs no atomics; their count per level is ``sum m_k (m_k + 1) / 2`` (``m_k`` the column's
+  off-diagonal count), the factorization's multiply-add count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Schedule:
+    """See the module docstring. ``index`` is the integer dtype of every position array (int32 when
+    nnz(L) < 2**31, else int64)."""
+
+    col_of: np.ndarray     # (nnz(L),) column of each position
+    ent_ptr: np.ndarray    # (nlevels + 1,) int64
+    ent_pos: np.ndarray    # (nnz(L) - n,)
+    ent_diag: np.ndarray   # (nnz(L) - n,)
+    fwd_pos: np.ndarray    # (nnz(L) - n,)
+    pair_ptr: np.ndarray   # (nlevels + 1,) int64
+    pair_a: np.ndarray     # (pairs,)
+    pair_b: np.ndarray     # (pairs,)
+    pair_t: np.ndarray     # (pairs,)
+    # A itself (both triangles, original numbering) as CSR, for residuals: entry q of row i is
+    # column sym_col[q] with the value values[..., sym_src[q]]
+    sym_ptr: np.ndarray    # (n + 1,) int64
+    sym_col: np.ndarray    # (nnz of both triangles,)
+    sym_src: np.ndarray    # (nnz of both triangles,)
+
+    @property
+    def pairs(self) -> int:
+        return int(self.pair_ptr[-1])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(self, f.name).nbytes for f in dataclasses.fields(self))
+
+
+def update_pairs(colptr: np.ndarray) -> int:
+    """The number of update triples (multiply-adds per matrix) without building them."""
+    m = np.diff(colptr) - 1
+    return int(np.sum(m * (m + 1) // 2))
+
+
+def symmetric(n: int, rows: np.ndarray, cols: np.ndarray, src: np.ndarray):
+    """Both triangles of A from its lower entries, as CSR ``(ptr, col, src)`` sorted by (row, col)."""
+    off = rows != cols
+    r = np.concatenate([rows, cols[off]])
+    c = np.concatenate([cols, rows[off]])
+    s = np.concatenate([src, src[off]])
+    order = np.lexsort((c, r))
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(r, minlength=n), out=ptr[1:])
+    return ptr, c[order], s[order]
+
+
+def build(plan) -> Schedule:
+    n, colptr, rowind, level_ptr, level_cols = plan.n, plan.colptr, plan.rowind, plan.level_ptr, plan.level_cols
+    nnz_l = int(colptr[-1]) if colptr.size else 0
+    index = np.int32 if nnz_l < 2**31 - 1 else np.int64
+    counts = np.diff(colptr)
+    col_of = np.repeat(np.arange(n, dtype=np.int64), counts)
+    key = col_of * max(n, 1) + rowind          # ascending: CSC with rows ascending in each column
+    nlevels = level_ptr.size - 1
+    ent_ptr = np.zeros(nlevels + 1, np.int64)
+    pair_ptr = np.zeros(nlevels + 1, np.int64)
+    ents, fwds, pa, pb, pt = [], [], [], [], []
+    for lev in range(nlevels):
+        cols = level_cols[level_ptr[lev]:level_ptr[lev + 1]]
+        m = counts[cols] - 1
+        first = colptr[cols] + 1
+        # the off-diagonal positions of the level's columns, column by column
+        e = np.repeat(first - np.concatenate(([0], np.cumsum(m)[:-1])), m) + np.arange(int(m.sum()))
+        ents.append(e)
+        fwds.append(e[np.argsort(rowind[e], kind="stable")])
+        ent_ptr[lev + 1] = ent_ptr[lev] + e.size
+        # pairs (a >= b) of each column: entry b, then every entry a from b to the column's end
+        end = colptr[col_of[e] + 1]
+        count = end - e
+        total = int(count.sum())
+        b = np.repeat(e, count)
+        a = b + (np.arange(total) - np.repeat(np.cumsum(count) - count, count))
+        t = np.searchsorted(key, rowind[b] * max(n, 1) + rowind[a])
+        order = np.argsort(t, kind="stable")
+        pa.append(a[order])
+        pb.append(b[order])
+        pt.append(t[order])
+        pair_ptr[lev + 1] = pair_ptr[lev] + total
+
+    def cat(parts):
+        return (np.concatenate(parts) if parts else np.zeros(0, np.int64)).astype(index)
+
+    ent_pos = cat(ents)
+    sym_ptr, sym_col, sym_src = symmetric(n, plan.a_row, plan.a_col, plan.value_src)
+    return Schedule(sym_ptr=sym_ptr, sym_col=sym_col.astype(np.int64), sym_src=sym_src.astype(np.int64),
+                    col_of=col_of.astype(index), ent_ptr=ent_ptr, ent_pos=ent_pos,
+                    ent_diag=colptr[col_of[ent_pos]].astype(index), fwd_pos=cat(fwds),
+                    pair_ptr=pair_ptr, pair_a=cat(pa), pair_b=cat(pb), pair_t=cat(pt))
+
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def for_plan(plan) -> Schedule:
+    """The plan's :class:`Schedule`, built on first use and cached for the plan's lifetime."""
+    with _LOCK:
+        found = _CACHE.get(plan)
+    if found is not None:
+        return found
+    made = build(plan)
+    with _LOCK:
+        return _CACHE.setdefault(plan, made)
