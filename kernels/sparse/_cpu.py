@@ -6,8 +6,8 @@ index serves the whole batch. Each level is a handful of NumPy calls whatever it
 
 1. pivots ``d = lx[diag]`` of the level's columns; static pivoting (see :func:`factorize`);
 2. ``W[e] = lx[e]`` (the value ``l_ek d_k``) and ``lx[e] /= d_k`` for the level's entries ``e``;
-3. the updates, in pieces of at most :data:`PIECE` pairs: ``prod = lx[a] * W[b]``, summed per target
-   (``np.add.reduceat`` over the target-sorted pairs), ``lx[targets] -= sums``.
+3. the updates, round by round (a round's targets are distinct) in pieces of at most :data:`PIECE`
+   pairs: ``prod = lx[a] * W[b]``, ``lx[t] -= prod``.
 
 The batch goes through in blocks of at most :data:`BLOCK` matrices, which bounds the scratch memory
 (a few ``PIECE x BLOCK`` arrays). Every operation treats each matrix alone and in the same order
@@ -35,11 +35,7 @@ def _segments(t: np.ndarray):
 def _update(lx, w, a, b, t) -> None:
     prod = lx[a]
     prod *= w[b]
-    starts = _segments(t)
-    if starts is None:
-        lx[t] -= prod
-    else:
-        lx[t[starts]] -= np.add.reduceat(prod, starts, axis=0)
+    lx[t] -= prod
 
 
 def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb: bool):
@@ -88,10 +84,11 @@ def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb
         with np.errstate(divide="ignore", invalid="ignore"):
             v /= lx[sched.ent_diag[e0:e1]]
         lx[e] = v
-        p0, p1 = int(sched.pair_ptr[lev]), int(sched.pair_ptr[lev + 1])
-        for q in range(p0, p1, PIECE):
-            r = min(q + PIECE, p1)
-            _update(lx, w, sched.pair_a[q:r], sched.pair_b[q:r], sched.pair_t[q:r])
+        for rnd in range(sched.level_round[lev], sched.level_round[lev + 1]):
+            p0, p1 = int(sched.round_ptr[rnd]), int(sched.round_ptr[rnd + 1])
+            for q in range(p0, p1, PIECE):
+                r = min(q + PIECE, p1)
+                _update(lx, w, sched.pair_a[q:r], sched.pair_b[q:r], sched.pair_t[q:r])
     return first_zero, perturbed, negative, zero
 
 

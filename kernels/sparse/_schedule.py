@@ -16,10 +16,13 @@ value array ``Lx`` (the CSC order of ``plan.rowind``), which every backend keeps
 
   where ``W`` holds each entry's value before its column was divided by the pivot (``l_jk d_k``,
   the seed paper's ``tmpMem1``). Targets are ancestors' entries (i >= j > k): no update of a level
-  touches the level's own columns. Within a level the triples are sorted by target (stable), so
-  updates that hit the same entry are adjacent: a segmented sum (CPU) or one thread per target
-  (GPU) needs no atomics; their count per level is ``sum m_k (m_k + 1) / 2`` (``m_k`` the column's
-  off-diagonal count), the factorization's multiply-add count.
+  touches the level's own columns. Two columns of one level may update the same entry, so each
+  level's triples are cut into **rounds** in which every target appears at most once: round ``r``
+  is ``round_ptr[r]:round_ptr[r+1]`` and level ``l`` has rounds ``level_round[l]:level_round[l+1]``.
+  A round is one conflict-free scatter (no atomics, no segmented sum); the rounds of a level run one
+  after the other. Within a round the triples are sorted by target. A level's triple count is
+  ``sum m_k (m_k + 1) / 2`` over its columns (``m_k`` the column's off-diagonal count): the
+  factorization's multiply-adds.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class Schedule:
     pair_a: np.ndarray     # (pairs,)
     pair_b: np.ndarray     # (pairs,)
     pair_t: np.ndarray     # (pairs,)
+    round_ptr: np.ndarray  # (rounds + 1,) int64: round r is pair_*[round_ptr[r]:round_ptr[r+1]]
+    level_round: np.ndarray  # (nlevels + 1,) int64: level l has rounds level_round[l]:level_round[l+1]
     # A itself (both triangles, original numbering) as CSR, for residuals: entry q of row i is
     # column sym_col[q] with the value values[..., sym_src[q]]
     sym_ptr: np.ndarray    # (n + 1,) int64
@@ -88,7 +93,8 @@ def build(plan) -> Schedule:
     nlevels = level_ptr.size - 1
     ent_ptr = np.zeros(nlevels + 1, np.int64)
     pair_ptr = np.zeros(nlevels + 1, np.int64)
-    ents, fwds, pa, pb, pt = [], [], [], [], []
+    ents, fwds, pa, pb, pt, rounds = [], [], [], [], [], [0]
+    level_round = np.zeros(nlevels + 1, np.int64)
     for lev in range(nlevels):
         cols = level_cols[level_ptr[lev]:level_ptr[lev + 1]]
         m = counts[cols] - 1
@@ -106,9 +112,20 @@ def build(plan) -> Schedule:
         a = b + (np.arange(total) - np.repeat(np.cumsum(count) - count, count))
         t = np.searchsorted(key, rowind[b] * max(n, 1) + rowind[a])
         order = np.argsort(t, kind="stable")
-        pa.append(a[order])
-        pb.append(b[order])
-        pt.append(t[order])
+        a, b, t = a[order], b[order], t[order]
+        # occurrence number of each target within the level: its round
+        if total:
+            new = np.concatenate(([True], t[1:] != t[:-1]))
+            starts = np.flatnonzero(new)
+            occ = np.arange(total) - np.repeat(starts, np.diff(np.append(starts, total)))
+            order = np.argsort(occ, kind="stable")          # by round, then target
+            a, b, t, occ = a[order], b[order], t[order], occ[order]
+            per_round = np.bincount(occ)
+            rounds.extend((pair_ptr[lev] + np.cumsum(per_round)).tolist())
+        level_round[lev + 1] = len(rounds) - 1
+        pa.append(a)
+        pb.append(b)
+        pt.append(t)
         pair_ptr[lev + 1] = pair_ptr[lev] + total
 
     def cat(parts):
@@ -119,7 +136,8 @@ def build(plan) -> Schedule:
     return Schedule(sym_ptr=sym_ptr, sym_col=sym_col.astype(np.int64), sym_src=sym_src.astype(np.int64),
                     col_of=col_of.astype(index), ent_ptr=ent_ptr, ent_pos=ent_pos,
                     ent_diag=colptr[col_of[ent_pos]].astype(index), fwd_pos=cat(fwds),
-                    pair_ptr=pair_ptr, pair_a=cat(pa), pair_b=cat(pb), pair_t=cat(pt))
+                    pair_ptr=pair_ptr, pair_a=cat(pa), pair_b=cat(pb), pair_t=cat(pt),
+                    round_ptr=np.asarray(rounds, np.int64), level_round=level_round)
 
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
