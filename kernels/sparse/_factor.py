@@ -126,11 +126,12 @@ class Factor:
         return self._out(self._perturbed.copy())
 
     def inertia(self) -> np.ndarray:
-        """(B, 3) int64: the counts of positive, negative and zero pivots of D per matrix.
-
-        With static pivoting a perturbed pivot counts as zero (it was ``|d| < pivot_tol ||A||``);
-        without it only exactly zero pivots do. By Sylvester's law this is A's inertia when no
-        pivot was perturbed. -1 for a non-finite matrix.
+        """(B, 3) int64: the counts of positive, negative and zero pivots of D per matrix, by the
+        sign of each pivot as computed, before static pivoting replaced it (a perturbed pivot keeps
+        its sign; an exactly zero one counts as zero). By Sylvester's law of inertia this is A's
+        inertia when no pivot was perturbed; with perturbed pivots it is that of the slightly
+        different matrix actually factored (see :meth:`perturbed_pivots`). -1 for a non-finite
+        matrix.
         """
         return self._out(self._inertia.copy())
 
