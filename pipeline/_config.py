@@ -45,6 +45,19 @@ class ClusterOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class SparseOptions:
+    """The sparse LDL^T ops' settings (``batchlu.sparse.*``)."""
+
+    ordering: str = "amd"
+    refine: int = 2
+    pivot_tol: float | None = None
+    perturb: bool = True
+
+
+SPARSE_ORDERINGS = ("amd", "metis", "natural")
+
+
+@dataclasses.dataclass(frozen=True)
 class Options:
     """The run's settings, checked once; built by :func:`options`."""
 
@@ -63,6 +76,7 @@ class Options:
     verify_block_bytes: int = 64 * 2**20
     performance_report: str | None = None
     cluster: ClusterOptions = dataclasses.field(default_factory=ClusterOptions)
+    sparse: SparseOptions = dataclasses.field(default_factory=SparseOptions)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict, recorded in the output's provenance."""
@@ -257,6 +271,8 @@ def _from_mapping(cfg: Mapping) -> Options:
     generate = _get(cfg, "generate", {}) or {}
     verify = _get(cfg, "verify", {}) or {}
     tls = _get(cfg, "tls", {}) or {}
+    sparse = _get(cfg, "sparse", {}) or {}
+    pivot_tol = _get(sparse, "pivot-tol")
     rmm_pool = _get(cluster, "rmm-pool-size")
     gpus = _get(cluster, "gpus")
     return Options(
@@ -290,7 +306,25 @@ def _from_mapping(cfg: Mapping) -> Options:
             tls_cert=_path(_get(tls, "cert"), "tls.cert"),
             tls_key=_path(_get(tls, "key"), "tls.key"),
         ),
+        sparse=SparseOptions(
+            ordering=_choice(_get(sparse, "ordering", "amd"), "sparse.ordering", SPARSE_ORDERINGS),
+            refine=_int(_get(sparse, "refine", 2), "sparse.refine", minimum=0),
+            pivot_tol=None if pivot_tol is None else _nonnegative(pivot_tol, "sparse.pivot-tol"),
+            perturb=_bool(_get(sparse, "perturb", True), "sparse.perturb"),
+        ),
     )
+
+
+def _nonnegative(value, what: str) -> float:
+    try:
+        number = float(value)
+        if isinstance(value, bool):
+            raise ValueError
+    except (TypeError, ValueError):
+        number = -1.0
+    if not number >= 0:
+        raise ConfigError(f"Expected batchlu.{what} to be a number >= 0 or null. Got {value!r} instead.")
+    return number
 
 
 def _checked(opts: Options) -> Options:

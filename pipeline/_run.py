@@ -11,7 +11,7 @@ import time
 import numpy as np
 import zarr
 
-from . import _cluster, _fingerprint, _live, _ledger, _lock, _output
+from . import _cluster, _fingerprint, _live, _ledger, _lock, _output, _sparse
 from ._config import options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
 from ._plan import bytes_per_matrix, make_plan
@@ -19,7 +19,7 @@ from ._report import Report
 from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
                      parse_ref)
 from ._tasks import Job, process_range
-from .errors import InputError
+from .errors import InputError, ResumeError
 
 
 def _count_info(path: str) -> InfoCounts:
@@ -30,10 +30,13 @@ def _count_info(path: str) -> InfoCounts:
 @_lock.releases_locks
 def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend="auto",
         client=None, scheduler=None, scheduler_file=None, progress=True, config=None) -> Report:
-    """Compute ``op`` (``lu``, ``inv``, ``solve`` or ``slogdet``) for every matrix of ``input``.
+    """Compute ``op`` (``lu``, ``inv``, ``solve``, ``slogdet``, ``ldlt-solve`` or ``ldlt-inertia``)
+    for every matrix of ``input``.
 
     ``input`` (and ``rhs`` for ``solve``) is ``PATH`` or ``PATH:ARRAY`` of a Zarr v2 or v3 array
-    (N, n, n) (right-hand side (N, n) or (N, n, k)). ``output`` becomes a Zarr v3 group with one
+    (N, n, n) (right-hand side (N, n) or (N, n, k)); for the sparse ops it is a sparse batch, a Zarr
+    group (:mod:`batchlu.pipeline._sparse`) whose ``rhs`` array ``ldlt-solve`` reads unless ``rhs``
+    is given. ``output`` becomes a Zarr v3 group with one
     array per result and ``info``. ``resume`` finishes an interrupted run (same input and op);
     ``overwrite`` replaces an existing output that batchlu wrote (any Zarr store with ``force``).
     ``backend`` ``"auto"`` takes ``batchlu.backend`` from the config (itself ``auto`` by default: the
@@ -45,10 +48,18 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     opts = make_options(config, backend=None if backend == "auto" else backend)
     show = bool(progress) and opts.progress
     spec = get_op(op)
-    matrices = open_array_info(parse_ref(input))
-    n = check_matrices(matrices)
-    rhs_info, k = None, None
-    if spec.needs_rhs:
+    symbolic = None
+    if spec.sparse:
+        opts = opts.replace(backend=_sparse.check_backend(opts.backend))
+        source = _sparse.open_input(input, rhs, needs_rhs=spec.needs_rhs, settings=opts.sparse)
+        matrices, rhs_info, k, n, symbolic = source.values, source.rhs, source.k, source.n, source.symbolic
+    else:
+        matrices = open_array_info(parse_ref(input))
+        n = check_matrices(matrices)
+        rhs_info, k = None, None
+    if spec.sparse:
+        pass  # checked with the sparse batch
+    elif spec.needs_rhs:
         if rhs is None:
             raise InputError(f"Expected a right-hand side (rhs, --rhs B.zarr) for op {op}. "
                              "Got none instead.")
@@ -72,13 +83,21 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         "settings": opts.as_dict(),
         "input_files": _fingerprint.signatures(matrices.ref, rhs_info.ref if rhs_info else None),
     }
+    if spec.sparse:
+        provenance["sparse"] = source.provenance()
     _lock.acquire(out_path)  # one writer per output, before overwrite deletes anything; held until return
     record = _output.check_existing(out_path, resume=resume, overwrite=overwrite)
     if record is not None:
         _output.check_resume(record, provenance)
+        if spec.sparse:
+            _check_same_pattern(record, provenance["sparse"])
     chunk = int(record["plan"]["chunk"]) if record and record.get("plan") else opts.chunk
-    per_matrix = bytes_per_matrix(n, matrices.dtype.itemsize, sum(s.nbytes() for s in specs),
-                                  rhs_info.dtype.itemsize * n * (k or 1) if rhs_info else 0)
+    out_bytes = sum(s.nbytes() for s in specs)
+    rhs_bytes = rhs_info.dtype.itemsize * n * (k or 1) if rhs_info else 0
+    if spec.sparse:
+        per_matrix = _sparse.bytes_per_matrix(symbolic, matrices.dtype.itemsize, out_bytes, rhs_bytes)
+    else:
+        per_matrix = bytes_per_matrix(n, matrices.dtype.itemsize, out_bytes, rhs_bytes)
     plan = make_plan(matrices.count, per_matrix, memory_budget=opts.memory_budget,
                      max_tasks=opts.max_tasks, input_chunk=matrices.read_unit, chunk=chunk)
     provenance["plan"] = plan.as_dict()
@@ -106,7 +125,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
 
     job = Job(op=op, input=matrices.ref, rhs=rhs_info.ref if rhs_info else None, output=out_path,
               outputs=tuple(s.name for s in specs), plan=plan, backend=opts.backend,
-              settings=opts, task_delay=task_delay())
+              settings=opts, task_delay=task_delay(), symbolic=symbolic)
     report = Report(output=out_path, op=op, count=matrices.count, backend=opts.backend)
     try:
         complete = _ledger.read(out_path)
@@ -142,6 +161,16 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     return report
 
 
+def _check_same_pattern(record: dict, now: dict) -> None:
+    """Resume of a sparse op: the pattern and its analysis (ordering, L) must be the recorded ones."""
+    before = record.get("sparse") or {}
+    if before.get("digest") != now["digest"]:
+        raise ResumeError(f"Expected the sparse pattern and ordering of {now['group']} to be the ones the "
+                          f"output was computed with (digest {before.get('digest')}, ordering "
+                          f"{before.get('ordering')}). Got digest {now['digest']} (ordering {now['ordering']}) "
+                          f"instead: the pattern or the ordering changed; use overwrite (--overwrite).")
+
+
 def _fail(out_path, provenance, runs, run_started, report, exc) -> None:
     """Best effort: record the failure; the status never says complete."""
     try:
@@ -168,7 +197,10 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
         report.startup = submitted - t0
         c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]
         report.submitted = True  # from here on tasks may write: a failure keeps the output
-        futures = client.map(process_range, [job] * len(tasks), c0s, c1s, pure=False,
+        # a sparse op's Job holds its pattern's analysis (arrays of the size of L): sent to every
+        # worker once, not pickled into every task
+        shipped = client.scatter(job, broadcast=True, hash=False) if job.symbolic is not None else job
+        futures = client.map(process_range, [shipped] * len(tasks), c0s, c1s, pure=False,
                              key=[f"batchlu-{job.op}-{c0}-{c1}-{os.getpid()}-{time.time_ns()}"
                                   for c0, c1 in tasks])
         total = sum(job.plan.chunk_range(c0, c1)[1] - job.plan.chunk_range(c0, c1)[0]

@@ -24,7 +24,7 @@ from . import _backends, _fingerprint, _io_pool, _ledger, _missing
 from ._batches import BatchIO, run_batches, sub_batches
 from ._config import Options
 from ._io_pool import open_array
-from ._ops import InfoTally
+from ._ops import InfoTally, get_op
 from ._plan import Plan
 from ._store import ArrayRef, read_range
 from .errors import BatchluError
@@ -45,6 +45,14 @@ class Job:
     backend: str = "auto"             # cpu or gpu, resolved in the client (auto: each worker its own)
     settings: Options = dataclasses.field(default_factory=Options)   # the run's, whole
     task_delay: float = 0.0           # batchlu-testing.task-delay: tests that interrupt a run only
+    symbolic: object = None           # sparse ops: the pattern's batchlu.kernels.sparse.Plan
+
+    def compute_op(self):
+        """What the batch loop computes with: the op's name, or for a sparse op the op bound to its
+        pattern's analysis and the run's sparse settings."""
+        if self.symbolic is None:
+            return self.op
+        return get_op(self.op).bind(self.symbolic, self.settings.sparse)
 
 
 @dataclasses.dataclass
@@ -162,7 +170,7 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
     batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error,
                        pool=io_pool_for(job, engine), where=where, missing=io.missing,
                        on_read=on_read)
-    stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
+    stats = run_batches(engine, job.compute_op(), batch_io, ranges, delay=job.task_delay)
     address = _worker_address()
     return TaskResult(c0, c1, matrices=stats.matrices, **stats.counts._asdict(), bytes_in=stats.bytes_in,
                       bytes_out=stats.bytes_out, seconds=stats.wall_s,

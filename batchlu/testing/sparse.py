@@ -192,7 +192,7 @@ def fem_poisson(dim: int = 2, nodes: int | None = None, size: int | None = None)
     b.add(new[rows[ok]], new[cols[ok]], data[ok], elem[ok])
     nel = mesh.t.shape[1]
     indptr, indices, base, maps = b.build(nel)
-    return Problem("fem-poisson", "spd", interior.size, indptr, indices, base, maps, _lognormal(nel),
+    return Problem("fem-poisson", "spd", int(interior.size), indptr, indices, base, maps, _lognormal(nel),
                    description=f"{dim}-D Poisson, P1, {m}^{dim} cells, {mesh.p.shape[1]:,} nodes")
 
 
@@ -229,7 +229,7 @@ def fem_elasticity(dim: int = 2, nodes: int | None = None, size: int | None = No
         young = np.exp(0.5 * rng.standard_normal(nel))
         return np.concatenate([young * nu / ((1 + nu) * (1 - 2 * nu)), young / (2 * (1 + nu))])
 
-    return Problem("fem-elasticity", "spd", free.size, indptr, indices, base, maps, draw,
+    return Problem("fem-elasticity", "spd", int(free.size), indptr, indices, base, maps, draw,
                    description=f"{dim}-D linear elasticity, vector P1, {m}^{dim} cells, clamped at x = 0")
 
 
@@ -266,8 +266,8 @@ def saddle(dim: int = 2, nodes: int | None = None, size: int | None = None, delt
     nel = mesh.t.shape[1]
     indptr, indices, base, maps = b.build(nel)
     inv_kappa = _lognormal(nel)
-    return Problem("saddle", "sym-indef", nf + npres, indptr, indices, base, maps, inv_kappa,
-                   inertia=(nf, npres, 0),
+    return Problem("saddle", "sym-indef", int(nf + npres), indptr, indices, base, maps, inv_kappa,
+                   inertia=(int(nf), int(npres), 0),
                    description=f"{dim}-D mixed Darcy, RT0-P0, {m}^{dim} cells, delta {delta:g}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import zlib
 
 import numpy as np
@@ -88,7 +89,7 @@ class Plan:
         """Multiply-adds of one numeric factorization (the update triples of :meth:`schedule`)."""
         return _schedule.update_pairs(self.colptr)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         """A CRC-32 of the pattern, the ordering and L's pattern: equal digests, equal factors."""
         crc = zlib.crc32(f"{self.n} {self.nnz} {self.pattern}".encode())

@@ -27,9 +27,9 @@ value array ``Lx`` (the CSC order of ``plan.rowind``), which every backend keeps
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
-import weakref
 
 import numpy as np
 
@@ -140,16 +140,23 @@ def build(plan) -> Schedule:
                     round_ptr=np.asarray(rounds, np.int64), level_round=level_round)
 
 
-_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CACHE: collections.OrderedDict = collections.OrderedDict()   # plan digest -> Schedule
+_CACHED = 4
 _LOCK = threading.Lock()
 
 
 def for_plan(plan) -> Schedule:
-    """The plan's :class:`Schedule`, built on first use and cached for the plan's lifetime."""
+    """The plan's :class:`Schedule`, built on first use and cached by the plan's digest (the last
+    few plans of this process), so that copies of one plan (unpickled in each task) share it."""
+    key = plan.digest
     with _LOCK:
-        found = _CACHE.get(plan)
-    if found is not None:
-        return found
+        found = _CACHE.get(key)
+        if found is not None:
+            _CACHE.move_to_end(key)
+            return found
     made = build(plan)
     with _LOCK:
-        return _CACHE.setdefault(plan, made)
+        _CACHE[key] = made
+        while len(_CACHE) > _CACHED:
+            _CACHE.popitem(last=False)
+        return made
