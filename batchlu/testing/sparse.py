@@ -39,7 +39,6 @@ import dataclasses
 import math
 
 import numpy as np
-import scipy.sparse as sp
 
 from batchlu.errors import ConfigError
 
@@ -58,7 +57,7 @@ class Problem:
     indptr: np.ndarray         # (n+1,) lower triangle, CSR
     indices: np.ndarray        # (nnz,)
     base: np.ndarray           # (nnz,) float64
-    maps: sp.csr_array         # (coefficients, nnz): values = base + c @ maps
+    maps: object               # scipy.sparse.csr_array (coefficients, nnz): values = base + c @ maps
     draw: object = dataclasses.field(repr=False)   # draw(rng) -> (coefficients,) for one sample
     inertia: tuple | None = None  # (positive, negative, zero) when known for every sample
     description: str = ""
@@ -121,6 +120,8 @@ class _Builder:
         self.parts.append((rows[keep], cols[keep], data[keep], coef[keep]))
 
     def build(self, ncoef: int):
+        import scipy.sparse as sp
+
         rows, cols, data, coef = (np.concatenate(x) for x in zip(*self.parts))
         indptr, indices, where = _lower_pattern(self.n, rows, cols)
         nnz = indices.size
@@ -273,6 +274,7 @@ def saddle(dim: int = 2, nodes: int | None = None, size: int | None = None, delt
 
 def _synthetic_grid(buses: int, rng: np.random.Generator):
     """Lines ``(i, j)`` of a connected planar grid on ``buses`` random points, mean degree ~2.7."""
+    import scipy.sparse as sp
     from scipy.sparse.csgraph import minimum_spanning_tree
     from scipy.spatial import Delaunay
 
