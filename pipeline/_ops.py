@@ -179,6 +179,8 @@ OP_TABLE = {op.name: op for op in (
        _outputs=_ldlt_inertia_outputs, sparse=True),
 )}
 OPS = tuple(OP_TABLE)
+DENSE_OPS = tuple(name for name, op in OP_TABLE.items() if not op.sparse)
+SPARSE_OPS = tuple(name for name, op in OP_TABLE.items() if op.sparse)
 
 
 def get_op(op) -> Op:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import zlib
 
 import numpy as np
 import zarr
@@ -37,6 +38,7 @@ class SparseInput:
     symbolic: object          # batchlu.kernels.sparse.Plan
     pattern: str
     kind: str
+    pattern_crc: str
 
     @property
     def n(self) -> int:
@@ -45,7 +47,14 @@ class SparseInput:
     def provenance(self) -> dict:
         plan = self.symbolic
         return {"group": self.group, "n": plan.n, "nnz": plan.nnz, "nnz_l": plan.nnz_l, "pattern": self.pattern,
-                "kind": self.kind, "ordering": plan.ordering, "levels": plan.nlevels, "digest": plan.digest}
+                "kind": self.kind, "ordering": plan.ordering, "levels": plan.nlevels, "digest": plan.digest,
+                "pattern_crc": self.pattern_crc}
+
+
+def pattern_crc(indptr, indices) -> str:
+    """CRC-32 of a pattern (int64, native order): what verify compares with the run's record."""
+    crc = zlib.crc32(np.ascontiguousarray(indptr, np.int64).tobytes())
+    return f"{zlib.crc32(np.ascontiguousarray(indices, np.int64).tobytes(), crc):08x}"
 
 
 def _group(ref: ArrayRef) -> zarr.Group:
@@ -120,7 +129,8 @@ def open_input(input, rhs, *, needs_rhs: bool, settings) -> SparseInput:
                              f"Got {rhs_info.dtype} instead.")
     elif rhs is not None:
         raise InputError(f"Expected no right-hand side for this op; only ldlt-solve takes one. Got rhs={rhs!r} instead.")
-    return SparseInput(group=ref.path, values=values, rhs=rhs_info, k=k, symbolic=symbolic, pattern=pattern, kind=kind)
+    return SparseInput(group=ref.path, values=values, rhs=rhs_info, k=k, symbolic=symbolic, pattern=pattern,
+                       kind=kind, pattern_crc=pattern_crc(indptr, indices))
 
 
 def _join(base: str, name: str) -> str:

@@ -18,7 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from ._ops import INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_NOT_COMPUTED, OPS
+from ._ops import (DENSE_OPS, INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_NOT_COMPUTED,
+                   SPARSE_OPS)
 
 __all__ = ["NAN_OUTPUT_CODES", "NEGATIVE_CODES", "RULES", "Block", "Rule", "rules_for"]
 
@@ -137,6 +138,12 @@ class Rule:
 
 
 def rules_for(op: str) -> list[Rule]:
+    """The rules of ``op``: this table's for the dense ops, :mod:`batchlu.pipeline._verify_sparse`'s
+    for the sparse ones."""
+    if op in SPARSE_OPS:
+        from . import _verify_sparse
+
+        return _verify_sparse.rules_for(op)
     return [rule for rule in RULES if op in rule.ops]
 
 
@@ -228,7 +235,7 @@ def _ratio(name: str) -> Callable[[Block], np.ndarray]:
     return check
 
 
-_ALL = OPS
+_ALL = DENSE_OPS
 _NAN_OUTPUTS = {"lu": "lu must be all NaN and piv the identity", "inv": "inv must be all NaN",
                 "solve": "x must be all NaN", "slogdet": "sign and logabsdet must be NaN"}
 
