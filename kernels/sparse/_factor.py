@@ -84,7 +84,7 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
     info[~finite] = INFO_NONFINITE_INPUT
     inertia = np.stack([plan.n - negative - zero, negative, zero], axis=1)
     inertia[~finite] = -1
-    perturbed[~finite] = 0
+    perturbed[~finite] = -1
     return Factor(plan, values, blocks, info, perturbed.astype(np.int32), inertia, anorm,
                   float(pivot_tol), bool(perturb), single)
 
@@ -122,7 +122,7 @@ class Factor:
 
     # ------------------------------------------------------------------------------------ queries
     def perturbed_pivots(self) -> np.ndarray:
-        """(B,) int32: how many pivots static pivoting replaced, per matrix."""
+        """(B,) int32: how many pivots static pivoting replaced, per matrix (-1 for a non-finite one)."""
         return self._out(self._perturbed.copy())
 
     def inertia(self) -> np.ndarray:
