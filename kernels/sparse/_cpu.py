@@ -44,8 +44,9 @@ def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb
 
     ``tau`` (b,) is the pivot threshold per matrix. Returns ``(first_zero, perturbed, negative,
     zero)`` per matrix: the first exactly zero pivot's column (``n`` if none; only counted when
-    ``perturb`` is False), the count of perturbed pivots, and the counts of negative and exactly
-    zero pivots as computed (before any perturbation).
+    ``perturb`` is False, or ``tau`` is 0), the count of perturbed pivots, and the counts of
+    negative and exactly zero pivots as used (after any perturbation: a perturbed pivot keeps its
+    sign, an exact zero becomes positive).
     """
     n = plan.n
     nb = lx.shape[1]
@@ -59,18 +60,17 @@ def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb
         cols = level_cols[level_ptr[lev]:level_ptr[lev + 1]]
         dpos = colptr[cols]
         d = lx[dpos]
-        negative += (d < 0).sum(axis=0)
-        isz = d == 0
-        if isz.any():
-            zero += isz.sum(axis=0)
-            if not perturb:
-                hit = np.where(isz, cols[:, None], n).min(axis=0)
-                np.minimum(first_zero, hit, out=first_zero)
         if perturb:
             small = np.abs(d) < tau
             if small.any():
                 d = np.where(small, np.where(d < 0, -tau, tau).astype(d.dtype), d)
                 perturbed += small.sum(axis=0)
+        negative += (d < 0).sum(axis=0)
+        isz = d == 0
+        if isz.any():
+            zero += isz.sum(axis=0)
+            hit = np.where(isz, cols[:, None], n).min(axis=0)
+            np.minimum(first_zero, hit, out=first_zero)
         lx[dpos] = d
         e0, e1 = sched.ent_ptr[lev], sched.ent_ptr[lev + 1]
         if e1 == e0:

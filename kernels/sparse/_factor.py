@@ -80,7 +80,7 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
         fz, pt, ng, zr = _cpu.factorize_block(plan, sched, lx, tau[s:e][None, :], perturb)
         first_zero[s:e], perturbed[s:e], negative[s:e], zero[s:e] = fz, pt, ng, zr
         blocks.append((s, e, lx))
-    info = np.where(first_zero < plan.n, first_zero + 1, INFO_OK).astype(np.int32)
+    info = np.where((first_zero < plan.n) & (not perturb), first_zero + 1, INFO_OK).astype(np.int32)
     info[~finite] = INFO_NONFINITE_INPUT
     inertia = np.stack([plan.n - negative - zero, negative, zero], axis=1)
     inertia[~finite] = -1
@@ -126,12 +126,12 @@ class Factor:
         return self._out(self._perturbed.copy())
 
     def inertia(self) -> np.ndarray:
-        """(B, 3) int64: the counts of positive, negative and zero pivots of D per matrix, by the
-        sign of each pivot as computed, before static pivoting replaced it (a perturbed pivot keeps
-        its sign; an exactly zero one counts as zero). By Sylvester's law of inertia this is A's
-        inertia when no pivot was perturbed; with perturbed pivots it is that of the slightly
-        different matrix actually factored (see :meth:`perturbed_pivots`). -1 for a non-finite
-        matrix.
+        """(B, 3) int64: the counts of positive, negative and zero pivots of D per matrix, as used:
+        by Sylvester's law of inertia, the inertia of the matrix actually factored, ``A + E``.
+        Without perturbed pivots ``E = 0`` and this is A's inertia. A perturbed pivot keeps its
+        sign (an exact zero becomes ``+pivot_tol ||A||``), so ``E`` is as small as the threshold
+        and for a nonsingular A well apart from it the counts are still A's; with static pivoting
+        off an exactly zero pivot counts as zero. -1 for a non-finite matrix.
         """
         return self._out(self._inertia.copy())
 
