@@ -161,8 +161,9 @@ class BoundOp:
         factor = self.symbolic.factorize(a, perturb=s.perturb, pivot_tol=s.pivot_tol)
         if self.op.kernel == "ldlt_solve":
             x, info = factor.solve(b, refine=s.refine)
-            return {"x": x, "berr": factor.last_backward_error, "perturbed": factor.perturbed_pivots(),
-                    "info": info}
+            # a non-finite right-hand side makes the whole matrix's outputs those of -1
+            perturbed = np.where(info == INFO_NONFINITE_INPUT, -1, factor.perturbed_pivots()).astype(np.int32)
+            return {"x": x, "berr": factor.last_backward_error, "perturbed": perturbed, "info": info}
         return {"inertia": factor.inertia(), "perturbed": factor.perturbed_pivots(), "info": factor.info}
 
 
