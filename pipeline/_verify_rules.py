@@ -18,8 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._ops import (DENSE_OPS, INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_NOT_COMPUTED,
-                   SPARSE_OPS)
+from ._ops import DENSE_OPS, INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_NOT_COMPUTED
 
 __all__ = ["NAN_OUTPUT_CODES", "NEGATIVE_CODES", "RULES", "Block", "Rule", "rules_for"]
 
@@ -138,12 +137,7 @@ class Rule:
 
 
 def rules_for(op: str) -> list[Rule]:
-    """The rules of ``op``: this table's for the dense ops, :mod:`batchlu.pipeline._verify_sparse`'s
-    for the sparse ones."""
-    if op in SPARSE_OPS:
-        from . import _verify_sparse
-
-        return _verify_sparse.rules_for(op)
+    """The dense op ``op``'s rules (the sparse ops': :mod:`batchlu.pipeline._verify_sparse`)."""
     return [rule for rule in RULES if op in rule.ops]
 
 

@@ -25,8 +25,10 @@ from ._ops import INFO_MISSING_INPUT, OP_TABLE, info_counts
 from ._output import read_provenance
 from ._store import ArrayRef, open_array_info, parse_ref
 from ._sparse import pattern_crc as _pattern_crc
-from ._verify_rules import Block, rules_for
-from ._verify_sparse import SparseBlock
+from ._verify_rules import Block
+from ._verify_rules import rules_for as _dense_rules
+from ._verify_sparse import SparseBlock, inertia_mismatch
+from ._verify_sparse import rules_for as _sparse_rules
 from .errors import InputError
 
 __all__ = ["VerifyReport", "verify"]
@@ -136,6 +138,11 @@ class VerifyReport:
     __repr__ = summary
 
 
+def rules_for(op: str) -> list:
+    """The rules verify applies to ``op``'s outputs: the dense table's or the sparse one's."""
+    return _sparse_rules(op) if OP_TABLE[op].sparse else _dense_rules(op)
+
+
 def _count(k: int) -> str:
     return f"{k:,} matrix" if k == 1 else f"{k:,} matrices"
 
@@ -180,8 +187,6 @@ def _check_block(report: VerifyReport, blk: Block, index: np.ndarray, rated: lis
     if blk.rated.any() and ratios:
         rated.append(np.maximum.reduce(ratios)[blk.rated])
     if blk.op == "ldlt-inertia":
-        from ._verify_sparse import inertia_mismatch
-
         report.compared += int((blk.inertia_reference[:, 0] >= 0).sum())
         report.perturbed_differ += int((inertia_mismatch(blk) & (blk.out["perturbed"] != 0)).sum())
 
