@@ -20,16 +20,7 @@ import numpy as np
 
 PIECE = 1 << 15   # update pairs per NumPy call
 BLOCK = 128       # matrices per pass over the levels
-
-
-def _segments(t: np.ndarray):
-    """Starts of the runs of equal targets in sorted ``t``; None when every target is distinct."""
-    if t.size < 2:
-        return None
-    change = t[1:] != t[:-1]
-    if change.all():
-        return None
-    return np.concatenate(([0], np.flatnonzero(change) + 1))
+DENSE_BLOCK = 32  # columns per block of a supernode's dense LDL^T
 
 
 def _update(lx, w, a, b, t) -> None:
@@ -38,85 +29,117 @@ def _update(lx, w, a, b, t) -> None:
     lx[t] -= prod
 
 
+class _Counts:
+    """Per-matrix bookkeeping of the pivots (see :func:`factorize_block`)."""
+
+    def __init__(self, n: int, nb: int, tau, perturb: bool):
+        self.n, self.tau, self.perturb = n, tau, perturb
+        self.first_zero = np.full(nb, n, np.int64)
+        self.perturbed = np.zeros(nb, np.int64)
+        self.negative = np.zeros(nb, np.int64)
+        self.zero = np.zeros(nb, np.int64)
+
+    def pivots(self, d: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``d`` (k, b): the pivots of columns ``cols``, perturbed where needed, counted."""
+        if self.perturb:
+            small = np.abs(d) < self.tau
+            if small.any():
+                d = np.where(small, np.where(d < 0, -self.tau, self.tau).astype(d.dtype), d)
+                self.perturbed += small.sum(axis=0)
+        self.negative += (d < 0).sum(axis=0)
+        isz = d == 0
+        if isz.any():
+            self.zero += isz.sum(axis=0)
+            np.minimum(self.first_zero, np.where(isz, cols[:, None], self.n).min(axis=0), out=self.first_zero)
+        return d
+
+
+def _scalar_level(maps, cols, plan, lx, w, counts) -> None:
+    dpos = plan.colptr[cols]
+    lx[dpos] = counts.pivots(lx[dpos], cols)
+    if maps.ent.size == 0:
+        return
+    e = maps.ent
+    v = lx[e]
+    w[e] = v
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v /= lx[plan.colptr[np.repeat(cols, np.diff(plan.colptr)[cols] - 1)]]
+    lx[e] = v
+    q = 0
+    for size in maps.round_sizes:
+        for p in range(q, q + size, PIECE):
+            r = min(p + PIECE, q + size)
+            _update(lx, w, maps.a[p:r], maps.b[p:r], maps.t[p:r])
+        q += size
+
+
+def _supernode(sn, lx, counts) -> None:
+    """Factor one wide supernode as a dense panel per matrix and apply its update to the ancestors.
+
+    ``panel`` (b, s + m, s) holds the run's columns; ``wt`` (b, s, s + m) the same columns before
+    their division by the pivot, transposed, so that both operands of every product are
+    BLAS-ready (``np.matmul`` falls back to a slow loop on a transposed view).
+    """
+    nb, s, m = lx.shape[1], sn.size, sn.below
+    rows = s + m
+    flat = np.zeros((rows * s, nb), lx.dtype)
+    flat[sn.pan_dst] = lx[sn.pan_src]
+    panel = np.ascontiguousarray(flat.T).reshape(nb, rows, s)
+    wt = np.zeros((nb, s, rows), lx.dtype)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for k0 in range(0, s, DENSE_BLOCK):
+            k1 = min(k0 + DENSE_BLOCK, s)
+            for t in range(k0, k1):
+                d = counts.pivots(panel[:, t, t][None, :], np.array([sn.first + t]))[0]
+                panel[:, t, t] = d
+                v = panel[:, t + 1:, t]
+                wt[:, t, t + 1:] = v
+                v /= d[:, None]
+                if t + 1 < k1:
+                    panel[:, t + 1:, t + 1:k1] -= v[:, :, None] * wt[:, t, None, t + 1:k1]
+            if k1 < s:
+                panel[:, k1:, k1:] -= np.matmul(panel[:, k1:, k0:k1], wt[:, k0:k1, k1:s])
+        if m:
+            update = np.matmul(panel[:, s:, :], wt[:, :, s:])
+            lx[sn.upd_dst] -= update.reshape(nb, m * m)[:, sn.upd_src].T
+    flat = np.ascontiguousarray(panel.reshape(nb, rows * s).T)
+    lx[sn.pan_src] = flat[sn.pan_dst]
+
+
 def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb: bool):
     """Factor one block in place: ``lx`` (nnz(L), b) holds C's lower triangle on entry, L (unit,
     strictly lower) and D (on the diagonal positions) on return.
 
-    ``tau`` (b,) is the pivot threshold per matrix. Returns ``(first_zero, perturbed, negative,
-    zero)`` per matrix: the first exactly zero pivot's column (``n`` if none; only counted when
-    ``perturb`` is False, or ``tau`` is 0), the count of perturbed pivots, and the counts of
-    negative and exactly zero pivots as used (after any perturbation: a perturbed pivot keeps its
-    sign, an exact zero becomes positive).
+    ``sched`` is the plan's :class:`batchlu.kernels.sparse._supernodal.CpuSchedule`. ``tau`` (b,)
+    is the pivot threshold per matrix. Returns ``(first_zero, perturbed, negative, zero)`` per
+    matrix: the first exactly zero pivot's column (``n`` if none; only left when ``perturb`` is
+    False, or ``tau`` is 0), the count of perturbed pivots, and the counts of negative and exactly
+    zero pivots as used (after any perturbation: a perturbed pivot keeps its sign, an exact zero
+    becomes positive).
     """
-    n = plan.n
-    nb = lx.shape[1]
+    counts = _Counts(plan.n, lx.shape[1], tau, perturb)
     w = np.empty_like(lx)
-    first_zero = np.full(nb, n, np.int64)
-    perturbed = np.zeros(nb, np.int64)
-    negative = np.zeros(nb, np.int64)
-    zero = np.zeros(nb, np.int64)
-    colptr, level_ptr, level_cols = plan.colptr, plan.level_ptr, plan.level_cols
-    for lev in range(level_ptr.size - 1):
-        cols = level_cols[level_ptr[lev]:level_ptr[lev + 1]]
-        dpos = colptr[cols]
-        d = lx[dpos]
-        if perturb:
-            small = np.abs(d) < tau
-            if small.any():
-                d = np.where(small, np.where(d < 0, -tau, tau).astype(d.dtype), d)
-                perturbed += small.sum(axis=0)
-        negative += (d < 0).sum(axis=0)
-        isz = d == 0
-        if isz.any():
-            zero += isz.sum(axis=0)
-            hit = np.where(isz, cols[:, None], n).min(axis=0)
-            np.minimum(first_zero, hit, out=first_zero)
-        lx[dpos] = d
-        e0, e1 = sched.ent_ptr[lev], sched.ent_ptr[lev + 1]
-        if e1 == e0:
-            continue
-        e = sched.ent_pos[e0:e1]
-        v = lx[e]
-        w[e] = v
-        with np.errstate(divide="ignore", invalid="ignore"):
-            v /= lx[sched.ent_diag[e0:e1]]
-        lx[e] = v
-        for rnd in range(sched.level_round[lev], sched.level_round[lev + 1]):
-            p0, p1 = int(sched.round_ptr[rnd]), int(sched.round_ptr[rnd + 1])
-            for q in range(p0, p1, PIECE):
-                r = min(q + PIECE, p1)
-                _update(lx, w, sched.pair_a[q:r], sched.pair_b[q:r], sched.pair_t[q:r])
-    return first_zero, perturbed, negative, zero
-
-
-def _rowsum_subtract(y, pos_sorted_rows, rows, contrib) -> None:
-    starts = _segments(rows)
-    if starts is None:
-        y[rows] -= contrib
-    else:
-        y[rows[starts]] -= np.add.reduceat(contrib, starts, axis=0)
+    for level in sched.levels:
+        if level.scalar is not None:
+            _scalar_level(level.scalar, level.scalar_cols, plan, lx, w, counts)
+        for sn in level.supernodes:
+            _supernode(sn, lx, counts)
+    return counts.first_zero, counts.perturbed, counts.negative, counts.zero
 
 
 def solve_block(plan, sched, lx: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Solve ``L D L^T x = y`` in place for one block: ``lx`` (nnz(L), b), ``y`` (n, b, k) in the
-    permuted numbering. Forward by levels upwards, backward by levels downwards."""
+    permuted numbering. Forward by levels upwards, backward by levels downwards, each level in its
+    conflict-free rounds (:mod:`batchlu.kernels.sparse._schedule`)."""
     rowind, col_of = plan.rowind, sched.col_of
     nlevels = plan.level_ptr.size - 1
     for lev in range(nlevels):           # L y = b: columns of a level push into their ancestors
-        e0, e1 = sched.ent_ptr[lev], sched.ent_ptr[lev + 1]
-        if e1 == e0:
-            continue
-        e = sched.fwd_pos[e0:e1]
-        rows = rowind[e]
-        contrib = lx[e][:, :, None] * y[col_of[e]]
-        _rowsum_subtract(y, e, rows, contrib)
+        for r in range(sched.fwd_level_round[lev], sched.fwd_level_round[lev + 1]):
+            e = sched.fwd_pos[sched.fwd_round_ptr[r]:sched.fwd_round_ptr[r + 1]]
+            y[rowind[e]] -= lx[e][:, :, None] * y[col_of[e]]
     y /= lx[plan.colptr[:-1]][:, :, None]  # D z = y
     for lev in range(nlevels - 1, -1, -1):  # L^T x = z: each column pulls from its ancestors
-        e0, e1 = sched.ent_ptr[lev], sched.ent_ptr[lev + 1]
-        if e1 == e0:
-            continue
-        e = sched.ent_pos[e0:e1]
-        cols = col_of[e]
-        contrib = lx[e][:, :, None] * y[rowind[e]]
-        _rowsum_subtract(y, e, cols, contrib)
+        for r in range(sched.bwd_level_round[lev], sched.bwd_level_round[lev + 1]):
+            e = sched.bwd_pos[sched.bwd_round_ptr[r]:sched.bwd_round_ptr[r + 1]]
+            y[col_of[e]] -= lx[e][:, :, None] * y[rowind[e]]
     return y

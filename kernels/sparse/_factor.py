@@ -63,7 +63,10 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
         pivot_tol = float(np.sqrt(np.finfo(dtype).eps))
     elif not isinstance(pivot_tol, (int, float, np.floating)) or not pivot_tol >= 0:
         raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
+    from . import _supernodal
+
     sched = plan.schedule()
+    cpu = _supernodal.for_plan(plan)
     count = values.shape[0]
     finite = np.isfinite(values).all(axis=1)
     anorm = inf_norms(plan, sched, values)
@@ -77,7 +80,7 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
         e = min(s + _cpu.BLOCK, count)
         lx = np.zeros((plan.nnz_l, e - s), dtype)
         lx[plan.value_dst] = values[s:e, plan.value_src].T
-        fz, pt, ng, zr = _cpu.factorize_block(plan, sched, lx, tau[s:e][None, :], perturb)
+        fz, pt, ng, zr = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
         first_zero[s:e], perturbed[s:e], negative[s:e], zero[s:e] = fz, pt, ng, zr
         blocks.append((s, e, lx))
     info = np.where((first_zero < plan.n) & (not perturb), first_zero + 1, INFO_OK).astype(np.int32)

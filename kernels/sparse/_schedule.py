@@ -6,8 +6,11 @@ value array ``Lx`` (the CSC order of ``plan.rowind``), which every backend keeps
 
 * the **entries** of level ``l``: ``ent_pos[ent_ptr[l]:ent_ptr[l+1]]``, the off-diagonal positions
   of the level's columns in CSC order (column by column, rows ascending); ``ent_diag`` the position
-  of each one's diagonal (where its column's pivot ``d_k`` lives); ``fwd_pos`` the same positions
-  sorted by row (stable), for the forward solve's row-wise sums;
+  of each one's diagonal (where its column's pivot ``d_k`` lives); ``fwd_pos`` and ``bwd_pos`` the
+  same positions over the same ``ent_ptr`` ranges, cut into rounds in which every row (forward
+  solve, ``y[row] -= l * y[col]``) or every column (backward solve, ``x[col] -= l * x[row]``) occurs
+  once: round ``r`` is ``*_round_ptr[r]:*_round_ptr[r+1]``, level ``l`` has rounds
+  ``*_level_round[l]:*_level_round[l+1]``;
 * the **updates** of level ``l``: ``pair_a``, ``pair_b`` and ``pair_t`` over
   ``pair_ptr[l]:pair_ptr[l+1]``, one triple per pair of off-diagonal entries ``(i, k)``, ``(j, k)``
   of one column ``k`` of the level with ``i >= j``: the right-looking update
@@ -43,7 +46,12 @@ class Schedule:
     ent_ptr: np.ndarray    # (nlevels + 1,) int64
     ent_pos: np.ndarray    # (nnz(L) - n,)
     ent_diag: np.ndarray   # (nnz(L) - n,)
-    fwd_pos: np.ndarray    # (nnz(L) - n,)
+    fwd_pos: np.ndarray    # (nnz(L) - n,) in rounds of distinct rows (fwd_round_ptr, fwd_level_round)
+    fwd_round_ptr: np.ndarray
+    fwd_level_round: np.ndarray
+    bwd_pos: np.ndarray    # (nnz(L) - n,) in rounds of distinct columns (bwd_round_ptr, bwd_level_round)
+    bwd_round_ptr: np.ndarray
+    bwd_level_round: np.ndarray
     pair_ptr: np.ndarray   # (nlevels + 1,) int64
     pair_a: np.ndarray     # (pairs,)
     pair_b: np.ndarray     # (pairs,)
@@ -83,50 +91,79 @@ def symmetric(n: int, rows: np.ndarray, cols: np.ndarray, src: np.ndarray):
     return ptr, c[order], s[order]
 
 
-def build(plan) -> Schedule:
-    n, colptr, rowind, level_ptr, level_cols = plan.n, plan.colptr, plan.rowind, plan.level_ptr, plan.level_cols
-    nnz_l = int(colptr[-1]) if colptr.size else 0
-    index = np.int32 if nnz_l < 2**31 - 1 else np.int64
-    counts = np.diff(colptr)
-    col_of = np.repeat(np.arange(n, dtype=np.int64), counts)
-    key = col_of * max(n, 1) + rowind          # ascending: CSC with rows ascending in each column
-    nlevels = level_ptr.size - 1
-    ent_ptr = np.zeros(nlevels + 1, np.int64)
-    pair_ptr = np.zeros(nlevels + 1, np.int64)
-    ents, fwds, pa, pb, pt, rounds = [], [], [], [], [], [0]
-    level_round = np.zeros(nlevels + 1, np.int64)
-    for lev in range(nlevels):
-        cols = level_cols[level_ptr[lev]:level_ptr[lev + 1]]
+def _rounds(keys: np.ndarray):
+    """An order of ``keys`` in rounds of distinct keys (the k-th occurrence of a key in round k), each
+    round sorted by key; returns ``(order, round sizes)``."""
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    total = k.size
+    if total == 0:
+        return order, []
+    new = np.concatenate(([True], k[1:] != k[:-1]))
+    starts = np.flatnonzero(new)
+    occ = np.arange(total) - np.repeat(starts, np.diff(np.append(starts, total)))
+    by_round = np.argsort(occ, kind="stable")
+    return order[by_round], np.bincount(occ).tolist()
+
+
+class _LevelMaps:
+    """The entries and update triples (in rounds) of one set of columns: see the module docstring."""
+
+    def __init__(self, cols, colptr, rowind, col_of, key, n):
+        counts = np.diff(colptr)
         m = counts[cols] - 1
         first = colptr[cols] + 1
-        # the off-diagonal positions of the level's columns, column by column
+        # the off-diagonal positions of the columns, column by column
         e = np.repeat(first - np.concatenate(([0], np.cumsum(m)[:-1])), m) + np.arange(int(m.sum()))
-        ents.append(e)
-        fwds.append(e[np.argsort(rowind[e], kind="stable")])
-        ent_ptr[lev + 1] = ent_ptr[lev] + e.size
+        self.ent = e
+        order, self.fwd_rounds = _rounds(rowind[e])      # forward solve: rows distinct per round
+        self.fwd = e[order]
+        order, self.bwd_rounds = _rounds(col_of[e])      # backward solve: columns distinct per round
+        self.bwd = e[order]
         # pairs (a >= b) of each column: entry b, then every entry a from b to the column's end
-        end = colptr[col_of[e] + 1]
-        count = end - e
+        count = colptr[col_of[e] + 1] - e
         total = int(count.sum())
         b = np.repeat(e, count)
         a = b + (np.arange(total) - np.repeat(np.cumsum(count) - count, count))
         t = np.searchsorted(key, rowind[b] * max(n, 1) + rowind[a])
-        order = np.argsort(t, kind="stable")
-        a, b, t = a[order], b[order], t[order]
-        # occurrence number of each target within the level: its round
-        if total:
-            new = np.concatenate(([True], t[1:] != t[:-1]))
-            starts = np.flatnonzero(new)
-            occ = np.arange(total) - np.repeat(starts, np.diff(np.append(starts, total)))
-            order = np.argsort(occ, kind="stable")          # by round, then target
-            a, b, t, occ = a[order], b[order], t[order], occ[order]
-            per_round = np.bincount(occ)
-            rounds.extend((pair_ptr[lev] + np.cumsum(per_round)).tolist())
+        order, self.round_sizes = _rounds(t)
+        self.a, self.b, self.t = a[order], b[order], t[order]
+
+
+def _keys(n, colptr, rowind):
+    col_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(colptr))
+    return col_of, col_of * max(n, 1) + rowind      # ascending: CSC with rows ascending per column
+
+
+def build(plan) -> Schedule:
+    n, colptr, rowind, level_ptr, level_cols = plan.n, plan.colptr, plan.rowind, plan.level_ptr, plan.level_cols
+    nnz_l = int(colptr[-1]) if colptr.size else 0
+    index = np.int32 if nnz_l < 2**31 - 1 else np.int64
+    col_of, key = _keys(n, colptr, rowind)
+    nlevels = level_ptr.size - 1
+    ent_ptr = np.zeros(nlevels + 1, np.int64)
+    pair_ptr = np.zeros(nlevels + 1, np.int64)
+    ents, fwds, bwds, pa, pb, pt, rounds = [], [], [], [], [], [], [0]
+    level_round = np.zeros(nlevels + 1, np.int64)
+    fwd_rounds, bwd_rounds = [0], [0]
+    fwd_level_round = np.zeros(nlevels + 1, np.int64)
+    bwd_level_round = np.zeros(nlevels + 1, np.int64)
+    for lev in range(nlevels):
+        maps = _LevelMaps(level_cols[level_ptr[lev]:level_ptr[lev + 1]], colptr, rowind, col_of, key, n)
+        ents.append(maps.ent)
+        fwds.append(maps.fwd)
+        bwds.append(maps.bwd)
+        fwd_rounds.extend((ent_ptr[lev] + np.cumsum(maps.fwd_rounds)).tolist())
+        bwd_rounds.extend((ent_ptr[lev] + np.cumsum(maps.bwd_rounds)).tolist())
+        fwd_level_round[lev + 1] = len(fwd_rounds) - 1
+        bwd_level_round[lev + 1] = len(bwd_rounds) - 1
+        ent_ptr[lev + 1] = ent_ptr[lev] + maps.ent.size
+        rounds.extend((pair_ptr[lev] + np.cumsum(maps.round_sizes)).tolist())
         level_round[lev + 1] = len(rounds) - 1
-        pa.append(a)
-        pb.append(b)
-        pt.append(t)
-        pair_ptr[lev + 1] = pair_ptr[lev] + total
+        pa.append(maps.a)
+        pb.append(maps.b)
+        pt.append(maps.t)
+        pair_ptr[lev + 1] = pair_ptr[lev] + maps.t.size
 
     def cat(parts):
         return (np.concatenate(parts) if parts else np.zeros(0, np.int64)).astype(index)
@@ -136,6 +173,9 @@ def build(plan) -> Schedule:
     return Schedule(sym_ptr=sym_ptr, sym_col=sym_col.astype(np.int64), sym_src=sym_src.astype(np.int64),
                     col_of=col_of.astype(index), ent_ptr=ent_ptr, ent_pos=ent_pos,
                     ent_diag=colptr[col_of[ent_pos]].astype(index), fwd_pos=cat(fwds),
+                    fwd_round_ptr=np.asarray(fwd_rounds, np.int64), fwd_level_round=fwd_level_round,
+                    bwd_pos=cat(bwds), bwd_round_ptr=np.asarray(bwd_rounds, np.int64),
+                    bwd_level_round=bwd_level_round,
                     pair_ptr=pair_ptr, pair_a=cat(pa), pair_b=cat(pb), pair_t=cat(pt),
                     round_ptr=np.asarray(rounds, np.int64), level_round=level_round)
 
