@@ -104,6 +104,31 @@ def _supernode(sn, lx, counts) -> None:
             lx[sn.upd_dst] -= update.reshape(nb, m * m)[:, sn.upd_src].T
     flat = np.ascontiguousarray(panel.reshape(nb, rows * s).T)
     lx[sn.pan_src] = flat[sn.pan_dst]
+    return _dense_factors(panel, wt, s)
+
+
+class Dense:
+    """A wide supernode's factors kept batch-major for the solves: ``panel`` (b, s + m, s) (L below
+    the diagonal, D on it), ``lt`` (b, s, s + m) L's transpose, and per block of
+    :data:`DENSE_BLOCK` columns the inverse of its unit lower diagonal block and that transposed."""
+
+    def __init__(self, panel, lt, inv, inv_t):
+        self.panel, self.lt, self.inv, self.inv_t = panel, lt, inv, inv_t
+
+
+def _dense_factors(panel, wt, s) -> Dense:
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d = np.diagonal(panel[:, :s, :s], axis1=1, axis2=2)
+        lt = wt / d[:, :, None]
+        inv, inv_t = [], []
+        for k0 in range(0, s, DENSE_BLOCK):      # inverse of each unit lower diagonal block
+            k1 = min(k0 + DENSE_BLOCK, s)
+            x = np.broadcast_to(np.eye(k1 - k0, dtype=panel.dtype), (panel.shape[0], k1 - k0, k1 - k0)).copy()
+            for t in range(k1 - k0 - 1):
+                x[:, t + 1:, :] -= panel[:, k0 + t + 1:k1, k0 + t, None] * x[:, t, None, :]
+            inv.append(x)
+            inv_t.append(np.ascontiguousarray(x.transpose(0, 2, 1)))
+    return Dense(panel, lt, inv, inv_t)
 
 
 def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb: bool):
@@ -111,35 +136,81 @@ def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb
     strictly lower) and D (on the diagonal positions) on return.
 
     ``sched`` is the plan's :class:`batchlu.kernels.sparse._supernodal.CpuSchedule`. ``tau`` (b,)
-    is the pivot threshold per matrix. Returns ``(first_zero, perturbed, negative, zero)`` per
-    matrix: the first exactly zero pivot's column (``n`` if none; only left when ``perturb`` is
+    is the pivot threshold per matrix. Returns ``((first_zero, perturbed, negative, zero), dense)``:
+    ``dense`` the wide supernodes' :class:`Dense` factors by first column, and per matrix the first exactly zero pivot's column (``n`` if none; only left when ``perturb`` is
     False, or ``tau`` is 0), the count of perturbed pivots, and the counts of negative and exactly
     zero pivots as used (after any perturbation: a perturbed pivot keeps its sign, an exact zero
     becomes positive).
     """
     counts = _Counts(plan.n, lx.shape[1], tau, perturb)
     w = np.empty_like(lx)
+    dense = {}
     for level in sched.levels:
         if level.scalar is not None:
             _scalar_level(level.scalar, level.scalar_cols, plan, lx, w, counts)
         for sn in level.supernodes:
-            _supernode(sn, lx, counts)
-    return counts.first_zero, counts.perturbed, counts.negative, counts.zero
+            dense[sn.first] = _supernode(sn, lx, counts)
+    return (counts.first_zero, counts.perturbed, counts.negative, counts.zero), dense
 
 
-def solve_block(plan, sched, lx: np.ndarray, y: np.ndarray) -> np.ndarray:
+def solve_block(plan, sched, cpu, lx: np.ndarray, dense: dict, y: np.ndarray) -> np.ndarray:
     """Solve ``L D L^T x = y`` in place for one block: ``lx`` (nnz(L), b), ``y`` (n, b, k) in the
-    permuted numbering. Forward by levels upwards, backward by levels downwards, each level in its
-    conflict-free rounds (:mod:`batchlu.kernels.sparse._schedule`)."""
+    permuted numbering, along the CPU schedule's levels ``cpu``: a level's single columns by their
+    conflict-free rounds (forward: distinct rows; backward: distinct columns), its wide supernodes
+    with their :class:`Dense` factors (block triangular solves and products, batched)."""
     rowind, col_of = plan.rowind, sched.col_of
-    nlevels = plan.level_ptr.size - 1
-    for lev in range(nlevels):           # L y = b: columns of a level push into their ancestors
-        for r in range(sched.fwd_level_round[lev], sched.fwd_level_round[lev + 1]):
-            e = sched.fwd_pos[sched.fwd_round_ptr[r]:sched.fwd_round_ptr[r + 1]]
-            y[rowind[e]] -= lx[e][:, :, None] * y[col_of[e]]
-    y /= lx[plan.colptr[:-1]][:, :, None]  # D z = y
-    for lev in range(nlevels - 1, -1, -1):  # L^T x = z: each column pulls from its ancestors
-        for r in range(sched.bwd_level_round[lev], sched.bwd_level_round[lev + 1]):
-            e = sched.bwd_pos[sched.bwd_round_ptr[r]:sched.bwd_round_ptr[r + 1]]
-            y[col_of[e]] -= lx[e][:, :, None] * y[rowind[e]]
+    for level in cpu.levels:                       # L y = b
+        maps = level.scalar
+        if maps is not None:
+            q = 0
+            for size in maps.fwd_rounds:
+                e = maps.fwd[q:q + size]
+                y[rowind[e]] -= lx[e][:, :, None] * y[col_of[e]]
+                q += size
+        for sn in level.supernodes:
+            _dense_forward(sn, dense[sn.first], y, rowind, plan.colptr)
+    y /= lx[plan.colptr[:-1]][:, :, None]         # D z = y
+    for level in reversed(cpu.levels):             # L^T x = z
+        maps = level.scalar
+        if maps is not None:
+            q = 0
+            for size in maps.bwd_rounds:
+                e = maps.bwd[q:q + size]
+                y[col_of[e]] -= lx[e][:, :, None] * y[rowind[e]]
+                q += size
+        for sn in level.supernodes:
+            _dense_backward(sn, dense[sn.first], y, rowind, plan.colptr)
     return y
+
+
+def _below(sn, rowind, colptr):
+    last = sn.first + sn.size - 1
+    return rowind[colptr[last] + 1:colptr[last + 1]]
+
+
+def _dense_forward(sn, f, y, rowind, colptr) -> None:
+    s, first = sn.size, sn.first
+    big = np.ascontiguousarray(y[first:first + s].transpose(1, 0, 2))      # (b, s, k)
+    for j, k0 in enumerate(range(0, s, DENSE_BLOCK)):
+        k1 = min(k0 + DENSE_BLOCK, s)
+        big[:, k0:k1] = np.matmul(f.inv[j], big[:, k0:k1])
+        if k1 < s:
+            big[:, k1:] -= np.matmul(f.panel[:, k1:s, k0:k1], big[:, k0:k1])
+    y[first:first + s] = big.transpose(1, 0, 2)
+    if sn.below:
+        y[_below(sn, rowind, colptr)] -= np.matmul(f.panel[:, s:, :], big).transpose(1, 0, 2)
+
+
+def _dense_backward(sn, f, y, rowind, colptr) -> None:
+    s, first = sn.size, sn.first
+    big = np.ascontiguousarray(y[first:first + s].transpose(1, 0, 2))
+    if sn.below:
+        below = np.ascontiguousarray(y[_below(sn, rowind, colptr)].transpose(1, 0, 2))
+        big -= np.matmul(f.lt[:, :, s:], below)
+    starts = list(range(0, s, DENSE_BLOCK))
+    for j in range(len(starts) - 1, -1, -1):
+        k0, k1 = starts[j], min(starts[j] + DENSE_BLOCK, s)
+        if k1 < s:
+            big[:, k0:k1] -= np.matmul(f.lt[:, k0:k1, k1:s], big[:, k1:])
+        big[:, k0:k1] = np.matmul(f.inv_t[j], big[:, k0:k1])
+    y[first:first + s] = big.transpose(1, 0, 2)

@@ -80,9 +80,9 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
         e = min(s + _cpu.BLOCK, count)
         lx = np.zeros((plan.nnz_l, e - s), dtype)
         lx[plan.value_dst] = values[s:e, plan.value_src].T
-        fz, pt, ng, zr = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
+        (fz, pt, ng, zr), dense = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
         first_zero[s:e], perturbed[s:e], negative[s:e], zero[s:e] = fz, pt, ng, zr
-        blocks.append((s, e, lx))
+        blocks.append((s, e, lx, dense))
     info = np.where((first_zero < plan.n) & (not perturb), first_zero + 1, INFO_OK).astype(np.int32)
     info[~finite] = INFO_NONFINITE_INPUT
     inertia = np.stack([plan.n - negative - zero, negative, zero], axis=1)
@@ -105,7 +105,7 @@ class Factor:
         self.plan = plan
         self.dtype = values.dtype
         self.values = values             # kept for the residuals of iterative refinement
-        self._blocks = blocks            # [(start, stop, lx (nnz_l, stop - start))]
+        self._blocks = blocks            # [(start, stop, lx (nnz_l, stop - start), {first: _cpu.Dense})]
         self.info = info
         self._perturbed = perturbed
         self._inertia = inertia
@@ -141,7 +141,7 @@ class Factor:
     def pivots(self) -> np.ndarray:
         """(B, n): D's pivots in C's numbering, as used (perturbed ones replaced)."""
         out = np.empty((self.batch, self.plan.n), self.dtype)
-        for s, e, lx in self._blocks:
+        for s, e, lx, _ in self._blocks:
             out[s:e] = lx[self.plan.colptr[:-1]].T
         return self._out(out)
 
@@ -151,7 +151,7 @@ class Factor:
         import scipy.sparse as sp
 
         plan = self.plan
-        for s, e, lx in self._blocks:
+        for s, e, lx, _ in self._blocks:
             if s <= index < e:
                 data = lx[:, index - s].copy()
                 d = data[plan.colptr[:-1]].copy()
@@ -175,15 +175,25 @@ class Factor:
         want = f"({n},) or ({n}, k)" if self.single else f"({count}, {n}) or ({count}, {n}, k)"
         raise InputError(f"Expected {what} of shape {want}. Got shape {shape} instead.")
 
-    def _solve(self, r: np.ndarray) -> np.ndarray:
-        """``x`` (B, n, k) in the factor's dtype with ``L D L^T (P x) = P r``."""
-        plan, sched = self.plan, self.plan.schedule()
-        x = np.empty(r.shape, self.dtype)
-        for s, e, lx in self._blocks:
-            y = np.ascontiguousarray(r[s:e].transpose(1, 0, 2)[plan.perm], dtype=self.dtype)
+    def _solve(self, r: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """``x`` (B, n, k) in the factor's dtype with ``L D L^T (P x) = P r``, for the matrices
+        ``rows`` only (all by default; the others' ``x`` is left 0)."""
+        from . import _supernodal
+
+        plan, sched, cpu = self.plan, self.plan.schedule(), _supernodal.for_plan(self.plan)
+        x = np.zeros(r.shape, self.dtype)
+        for s, e, lx, dense in self._blocks:
+            local = np.arange(e - s) if rows is None else rows[(rows >= s) & (rows < e)] - s
+            if local.size == 0:
+                continue
+            if local.size < e - s:
+                lx = lx[:, local]
+                dense = {k: _cpu.Dense(f.panel[local], f.lt[local], [x[local] for x in f.inv],
+                                       [x[local] for x in f.inv_t]) for k, f in dense.items()}
+            y = np.ascontiguousarray(r[s + local].transpose(1, 0, 2)[plan.perm], dtype=self.dtype)
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                _cpu.solve_block(plan, sched, lx, y)
-            x[s:e] = y[plan.iperm].transpose(1, 0, 2)
+                _cpu.solve_block(plan, sched, cpu, lx, dense, y)
+            x[s + local] = y[plan.iperm].transpose(1, 0, 2)
         return x
 
     def _residual(self, b: np.ndarray, x: np.ndarray, rows=None) -> np.ndarray:
@@ -259,7 +269,7 @@ class Factor:
                     break
                 r = np.zeros(b3.shape, np.float64)
                 r[active] = self._residual(b64, x, active)
-                dx = self._solve(r)
+                dx = self._solve(r, active)
                 trial = x[active] + dx[active]
                 x_try = x.copy()
                 x_try[active] = trial
