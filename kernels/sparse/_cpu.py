@@ -73,12 +73,15 @@ def _scalar_level(maps, cols, plan, lx, w, counts) -> None:
         q += size
 
 
-def _supernode(sn, lx, counts) -> None:
+def _supernode(sn, lx, counts):
     """Factor one wide supernode as a dense panel per matrix and apply its update to the ancestors.
 
     ``panel`` (b, s + m, s) holds the run's columns; ``wt`` (b, s, s + m) the same columns before
-    their division by the pivot, transposed, so that both operands of every product are
-    BLAS-ready (``np.matmul`` falls back to a slow loop on a transposed view).
+    their division by the pivot (``L D``), transposed, so that both operands of every product are
+    BLAS-ready (``np.matmul`` falls back to a slow loop on a transposed view). Blocks of
+    :data:`DENSE_BLOCK` columns: the diagonal block by rank-1 steps, the rows below it as
+    ``A_below L11^-T`` (a product with the block's inverse, which the solves use too), the rest of
+    the panel by one product. Returns the supernode's :class:`Dense` factors.
     """
     nb, s, m = lx.shape[1], sn.size, sn.below
     rows = s + m
@@ -86,49 +89,75 @@ def _supernode(sn, lx, counts) -> None:
     flat[sn.pan_dst] = lx[sn.pan_src]
     panel = np.ascontiguousarray(flat.T).reshape(nb, rows, s)
     wt = np.zeros((nb, s, rows), lx.dtype)
+    inv, inv_t = [], []
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for k0 in range(0, s, DENSE_BLOCK):
             k1 = min(k0 + DENSE_BLOCK, s)
-            for t in range(k0, k1):
+            for t in range(k0, k1):             # the diagonal block
                 d = counts.pivots(panel[:, t, t][None, :], np.array([sn.first + t]))[0]
                 panel[:, t, t] = d
-                v = panel[:, t + 1:, t]
-                wt[:, t, t + 1:] = v
+                v = panel[:, t + 1:k1, t]
+                wt[:, t, t + 1:k1] = v
                 v /= d[:, None]
                 if t + 1 < k1:
-                    panel[:, t + 1:, t + 1:k1] -= v[:, :, None] * wt[:, t, None, t + 1:k1]
+                    panel[:, t + 1:k1, t + 1:k1] -= v[:, :, None] * wt[:, t, None, t + 1:k1]
+            x = _unit_lower_inverse(panel[:, k0:k1, k0:k1])
+            inv.append(x)
+            inv_t.append(np.ascontiguousarray(x.transpose(0, 2, 1)))
+            if k1 < rows:                        # the rows below: L_below D = A_below L11^-T
+                below = np.matmul(panel[:, k1:, k0:k1], inv_t[-1])
+                wt[:, k0:k1, k1:] = below.transpose(0, 2, 1)
+                below /= np.diagonal(panel[:, k0:k1, k0:k1], axis1=1, axis2=2)[:, None, :]
+                panel[:, k1:, k0:k1] = below
             if k1 < s:
                 panel[:, k1:, k1:] -= np.matmul(panel[:, k1:, k0:k1], wt[:, k0:k1, k1:s])
         if m:
             update = np.matmul(panel[:, s:, :], wt[:, :, s:])
             lx[sn.upd_dst] -= update.reshape(nb, m * m)[:, sn.upd_src].T
-    flat = np.ascontiguousarray(panel.reshape(nb, rows * s).T)
-    lx[sn.pan_src] = flat[sn.pan_dst]
-    return _dense_factors(panel, wt, s)
+    return Dense(sn, panel, wt, inv, inv_t)
+
+
+def _unit_lower_inverse(block: np.ndarray) -> np.ndarray:
+    """The inverse of the unit lower triangular part of ``block`` (b, k, k), by substitution."""
+    k = block.shape[1]
+    x = np.broadcast_to(np.eye(k, dtype=block.dtype), block.shape).copy()
+    for t in range(k - 1):
+        x[:, t + 1:, :] -= block[:, t + 1:, t, None] * x[:, t, None, :]
+    return x
 
 
 class Dense:
-    """A wide supernode's factors kept batch-major for the solves: ``panel`` (b, s + m, s) (L below
-    the diagonal, D on it), ``lt`` (b, s, s + m) L's transpose, and per block of
-    :data:`DENSE_BLOCK` columns the inverse of its unit lower diagonal block and that transposed."""
+    """A wide supernode's factors, batch-major: ``panel`` (b, s + m, s) (L below the diagonal, D on
+    it), ``wt`` (b, s, s + m) the transpose of ``L D``, and per block of :data:`DENSE_BLOCK`
+    columns the inverse of its unit lower diagonal block and that transposed. They are written back
+    into ``Lx`` only when asked (:meth:`write_back`); ``lt``, L's transpose, is made at the first
+    solve."""
 
-    def __init__(self, panel, lt, inv, inv_t):
-        self.panel, self.lt, self.inv, self.inv_t = panel, lt, inv, inv_t
+    def __init__(self, sn, panel, wt, inv, inv_t):
+        self.sn, self.panel, self.wt, self.inv, self.inv_t = sn, panel, wt, inv, inv_t
+        self._lt = None
 
+    @property
+    def lt(self) -> np.ndarray:
+        if self._lt is None:
+            s = self.sn.size
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                d = np.diagonal(self.panel[:, :s, :s], axis1=1, axis2=2)
+                self._lt = self.wt / d[:, :, None]
+        return self._lt
 
-def _dense_factors(panel, wt, s) -> Dense:
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        d = np.diagonal(panel[:, :s, :s], axis1=1, axis2=2)
-        lt = wt / d[:, :, None]
-        inv, inv_t = [], []
-        for k0 in range(0, s, DENSE_BLOCK):      # inverse of each unit lower diagonal block
-            k1 = min(k0 + DENSE_BLOCK, s)
-            x = np.broadcast_to(np.eye(k1 - k0, dtype=panel.dtype), (panel.shape[0], k1 - k0, k1 - k0)).copy()
-            for t in range(k1 - k0 - 1):
-                x[:, t + 1:, :] -= panel[:, k0 + t + 1:k1, k0 + t, None] * x[:, t, None, :]
-            inv.append(x)
-            inv_t.append(np.ascontiguousarray(x.transpose(0, 2, 1)))
-    return Dense(panel, lt, inv, inv_t)
+    def take(self, rows: np.ndarray) -> Dense:
+        """The factors of the matrices ``rows`` of the block only."""
+        out = Dense(self.sn, self.panel[rows], self.wt[rows], [x[rows] for x in self.inv],
+                    [x[rows] for x in self.inv_t])
+        out._lt = None if self._lt is None else self._lt[rows]
+        return out
+
+    def write_back(self, lx: np.ndarray) -> None:
+        """Store L and D of the supernode in ``lx`` (nnz(L), b) at their CSC positions."""
+        nb = self.panel.shape[0]
+        flat = np.ascontiguousarray(self.panel.reshape(nb, -1).T)
+        lx[self.sn.pan_src] = flat[self.sn.pan_dst]
 
 
 def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb: bool):
@@ -169,7 +198,11 @@ def solve_block(plan, sched, cpu, lx: np.ndarray, dense: dict, y: np.ndarray) ->
                 q += size
         for sn in level.supernodes:
             _dense_forward(sn, dense[sn.first], y, rowind, plan.colptr)
-    y /= lx[plan.colptr[:-1]][:, :, None]         # D z = y
+    d = lx[plan.colptr[:-1]]                       # D z = y (the wide supernodes' D in their panels)
+    for f in dense.values():
+        sn = f.sn
+        d[sn.first:sn.first + sn.size] = np.diagonal(f.panel[:, :sn.size, :sn.size], axis1=1, axis2=2).T
+    y /= d[:, :, None]
     for level in reversed(cpu.levels):             # L^T x = z
         maps = level.scalar
         if maps is not None:

@@ -44,12 +44,18 @@ def check_values(plan, values) -> tuple[np.ndarray, bool]:
 
 
 def inf_norms(plan, sched, values: np.ndarray) -> np.ndarray:
-    """``||A||_inf`` per matrix (float64; NaN for a non-finite matrix)."""
-    rows = np.flatnonzero(np.diff(sched.sym_ptr))
-    if rows.size == 0:
+    """``||A||_inf`` per matrix (float64; NaN for a non-finite matrix): the row sums of ``|A|`` as
+    one product of ``|values|`` with the pattern's (entry -> rows) incidence matrix."""
+    import scipy.sparse as sp
+
+    if plan.n == 0 or values.shape[0] == 0:
         return np.zeros(values.shape[0])
-    absval = np.abs(values[:, sched.sym_src].astype(np.float64))
-    return np.add.reduceat(absval, sched.sym_ptr[rows], axis=1).max(axis=1)
+    off = plan.a_row != plan.a_col
+    src = np.concatenate([plan.value_src, plan.value_src[off]])
+    row = np.concatenate([plan.a_row, plan.a_col[off]])
+    incidence = sp.csr_array((np.ones(src.size), (src, row)), shape=(plan.nnz, plan.n))
+    sums = incidence.T @ np.abs(values.astype(np.float64, copy=False)).T     # (n, B)
+    return sums.max(axis=0)
 
 
 def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = None):
@@ -113,6 +119,7 @@ class Factor:
         self.pivot_tol = pivot_tol
         self.perturb = perturb
         self.single = single
+        self._complete = False           # wide supernodes written back into Lx (see _written)
         self.refine_steps = None         # per matrix, of the last solve
         self.last_backward_error = None  # per matrix, of the last solve
 
@@ -122,6 +129,15 @@ class Factor:
 
     def _out(self, x):
         return x[0] if self.single else x
+
+    def _written(self):
+        """The blocks, with the wide supernodes' factors written back into ``Lx`` (once)."""
+        if not self._complete:
+            for _, _, lx, dense in self._blocks:
+                for f in dense.values():
+                    f.write_back(lx)
+            self._complete = True
+        return self._blocks
 
     # ------------------------------------------------------------------------------------ queries
     def perturbed_pivots(self) -> np.ndarray:
@@ -141,7 +157,7 @@ class Factor:
     def pivots(self) -> np.ndarray:
         """(B, n): D's pivots in C's numbering, as used (perturbed ones replaced)."""
         out = np.empty((self.batch, self.plan.n), self.dtype)
-        for s, e, lx, _ in self._blocks:
+        for s, e, lx, _ in self._written():
             out[s:e] = lx[self.plan.colptr[:-1]].T
         return self._out(out)
 
@@ -151,7 +167,7 @@ class Factor:
         import scipy.sparse as sp
 
         plan = self.plan
-        for s, e, lx, _ in self._blocks:
+        for s, e, lx, _ in self._written():
             if s <= index < e:
                 data = lx[:, index - s].copy()
                 d = data[plan.colptr[:-1]].copy()
@@ -188,8 +204,7 @@ class Factor:
                 continue
             if local.size < e - s:
                 lx = lx[:, local]
-                dense = {k: _cpu.Dense(f.panel[local], f.lt[local], [x[local] for x in f.inv],
-                                       [x[local] for x in f.inv_t]) for k, f in dense.items()}
+                dense = {k: f.take(local) for k, f in dense.items()}
             y = np.ascontiguousarray(r[s + local].transpose(1, 0, 2)[plan.perm], dtype=self.dtype)
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 _cpu.solve_block(plan, sched, cpu, lx, dense, y)
