@@ -143,9 +143,10 @@ def _as_square(values: ArrayInfo, n: int) -> ArrayInfo:
 
 
 def bytes_per_matrix(symbolic, itemsize: int, out_bytes: int, rhs_bytes: int) -> int:
-    """Memory one matrix needs inside a task: values, right-hand side, outputs and the factors
-    (L's values and the pre-division copy), plus the solves' workspace."""
-    return 2 * (symbolic.nnz * itemsize + rhs_bytes + out_bytes) + 3 * symbolic.nnz_l * itemsize
+    """Memory one matrix needs inside a task: values, right-hand side, outputs and the factors (L's
+    values, the per-level copy before division, the wide supernodes' dense panels, their ``L D``
+    and ``L^T`` copies and block inverses), plus the solves' workspace."""
+    return 2 * (symbolic.nnz * itemsize + rhs_bytes + out_bytes) + 6 * symbolic.nnz_l * itemsize
 
 
 def check_backend(backend: str) -> str:
