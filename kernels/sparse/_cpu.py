@@ -46,12 +46,26 @@ class _Counts:
             if small.any():
                 d = np.where(small, np.where(d < 0, -self.tau, self.tau).astype(d.dtype), d)
                 self.perturbed += small.sum(axis=0)
+        self.count(d, cols)
+        return d
+
+    def perturb_one(self, d: np.ndarray) -> np.ndarray:
+        """One column's pivots ``d`` (b,), perturbed where needed (counted as perturbed only; the
+        signs are counted later by :meth:`count`)."""
+        if self.perturb:
+            small = np.abs(d) < self.tau[0]
+            if small.any():
+                d = np.where(small, np.where(d < 0, -self.tau[0], self.tau[0]).astype(d.dtype), d)
+                self.perturbed += small
+        return d
+
+    def count(self, d: np.ndarray, cols: np.ndarray) -> None:
+        """Count the signs of the pivots ``d`` (k, b) as used, columns ``cols``."""
         self.negative += (d < 0).sum(axis=0)
         isz = d == 0
         if isz.any():
             self.zero += isz.sum(axis=0)
             np.minimum(self.first_zero, np.where(isz, cols[:, None], self.n).min(axis=0), out=self.first_zero)
-        return d
 
 
 def _scalar_level(maps, cols, plan, lx, w, counts) -> None:
@@ -94,7 +108,7 @@ def _supernode(sn, lx, counts):
         for k0 in range(0, s, DENSE_BLOCK):
             k1 = min(k0 + DENSE_BLOCK, s)
             for t in range(k0, k1):             # the diagonal block
-                d = counts.pivots(panel[:, t, t][None, :], np.array([sn.first + t]))[0]
+                d = counts.perturb_one(panel[:, t, t])
                 panel[:, t, t] = d
                 v = panel[:, t + 1:k1, t]
                 wt[:, t, t + 1:k1] = v
@@ -111,9 +125,10 @@ def _supernode(sn, lx, counts):
                 panel[:, k1:, k0:k1] = below
             if k1 < s:
                 panel[:, k1:, k1:] -= np.matmul(panel[:, k1:, k0:k1], wt[:, k0:k1, k1:s])
+        counts.count(np.diagonal(panel[:, :s, :s], axis1=1, axis2=2).T, np.arange(sn.first, sn.first + s))
         if m:
             update = np.matmul(panel[:, s:, :], wt[:, :, s:])
-            lx[sn.upd_dst] -= update.reshape(nb, m * m)[:, sn.upd_src].T
+            lx[sn.upd_dst] -= np.ascontiguousarray(update.reshape(nb, m * m).T)[sn.upd_src]
     return Dense(sn, panel, wt, inv, inv_t)
 
 
@@ -121,8 +136,8 @@ def _unit_lower_inverse(block: np.ndarray) -> np.ndarray:
     """The inverse of the unit lower triangular part of ``block`` (b, k, k), by substitution."""
     k = block.shape[1]
     x = np.broadcast_to(np.eye(k, dtype=block.dtype), block.shape).copy()
-    for t in range(k - 1):
-        x[:, t + 1:, :] -= block[:, t + 1:, t, None] * x[:, t, None, :]
+    for t in range(k - 1):   # row t of the inverse has its entries in columns 0..t
+        x[:, t + 1:, :t + 1] -= block[:, t + 1:, t, None] * x[:, t, None, :t + 1]
     return x
 
 
