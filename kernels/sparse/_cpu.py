@@ -9,8 +9,8 @@ index serves the whole batch. Each level is a handful of NumPy calls whatever it
 3. the updates, round by round (a round's targets are distinct) in pieces of at most :data:`PIECE`
    pairs: ``prod = lx[a] * W[b]``, ``lx[t] -= prod``.
 
-The batch goes through in blocks of at most :data:`BLOCK` matrices, which bounds the scratch memory
-(a few ``PIECE x BLOCK`` arrays). Every operation treats each matrix alone and in the same order
+The batch goes through in blocks of at most :data:`BLOCK` matrices (fewer for large factors:
+:func:`block_size`), which bounds the memory of a pass. Every operation treats each matrix alone and in the same order
 whatever the batch's size, so a matrix's factors do not depend on its neighbours (bit for bit).
 """
 
@@ -19,8 +19,15 @@ from __future__ import annotations
 import numpy as np
 
 PIECE = 1 << 15   # update pairs per NumPy call
-BLOCK = 128       # matrices per pass over the levels
+BLOCK = 128       # matrices per pass over the levels, at most
+BLOCK_BYTES = 512 * 2**20   # ... and at most this much factor memory per pass
 DENSE_BLOCK = 32  # columns per block of a supernode's dense LDL^T
+
+
+def block_size(plan, itemsize: int) -> int:
+    """Matrices per pass: :data:`BLOCK`, fewer where their factors (``Lx``, the dense panels and
+    their copies, about 6 nnz(L) numbers a matrix) would pass :data:`BLOCK_BYTES`."""
+    return max(1, min(BLOCK, BLOCK_BYTES // max(1, 6 * plan.nnz_l * itemsize)))
 
 
 def _update(lx, w, a, b, t) -> None:
@@ -68,14 +75,16 @@ class _Counts:
             np.minimum(self.first_zero, np.where(isz, cols[:, None], self.n).min(axis=0), out=self.first_zero)
 
 
-def _scalar_level(maps, cols, plan, lx, w, counts) -> None:
+def _scalar_level(maps, cols, plan, lx, counts) -> None:
+    """The single columns of one level: pivots, division, then their update triples round by round
+    (``W``, the entries before division, kept for the level only)."""
     dpos = plan.colptr[cols]
     lx[dpos] = counts.pivots(lx[dpos], cols)
     if maps.ent.size == 0:
         return
     e = maps.ent
     v = lx[e]
-    w[e] = v
+    w = v.copy()
     with np.errstate(divide="ignore", invalid="ignore"):
         v /= lx[plan.colptr[np.repeat(cols, np.diff(plan.colptr)[cols] - 1)]]
     lx[e] = v
@@ -83,7 +92,7 @@ def _scalar_level(maps, cols, plan, lx, w, counts) -> None:
     for size in maps.round_sizes:
         for p in range(q, q + size, PIECE):
             r = min(p + PIECE, q + size)
-            _update(lx, w, maps.a[p:r], maps.b[p:r], maps.t[p:r])
+            _update(lx, w, maps.a[p:r], maps.b_local[p:r], maps.t[p:r])
         q += size
 
 
@@ -187,11 +196,10 @@ def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb
     becomes positive).
     """
     counts = _Counts(plan.n, lx.shape[1], tau, perturb)
-    w = np.empty_like(lx)
     dense = {}
     for level in sched.levels:
         if level.scalar is not None:
-            _scalar_level(level.scalar, level.scalar_cols, plan, lx, w, counts)
+            _scalar_level(level.scalar, level.scalar_cols, plan, lx, counts)
         for sn in level.supernodes:
             dense[sn.first] = _supernode(sn, lx, counts)
     return (counts.first_zero, counts.perturbed, counts.negative, counts.zero), dense

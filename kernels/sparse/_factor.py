@@ -82,8 +82,9 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
     perturbed = np.zeros(count, np.int64)
     negative = np.zeros(count, np.int64)
     zero = np.zeros(count, np.int64)
-    for s in range(0, count, _cpu.BLOCK):
-        e = min(s + _cpu.BLOCK, count)
+    block = _cpu.block_size(plan, dtype.itemsize)
+    for s in range(0, count, block):
+        e = min(s + block, count)
         lx = np.zeros((plan.nnz_l, e - s), dtype)
         lx[plan.value_dst] = values[s:e, plan.value_src].T
         (fz, pt, ng, zr), dense = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
@@ -120,6 +121,7 @@ class Factor:
         self.perturb = perturb
         self.single = single
         self._complete = False           # wide supernodes written back into Lx (see _written)
+        self._spmv = None                # see _incidence
         self.refine_steps = None         # per matrix, of the last solve
         self.last_backward_error = None  # per matrix, of the last solve
 
@@ -211,24 +213,42 @@ class Factor:
             x[s + local] = y[plan.iperm].transpose(1, 0, 2)
         return x
 
-    def _residual(self, b: np.ndarray, x: np.ndarray, rows=None) -> np.ndarray:
-        """``b - A x`` in float64 for the matrices ``rows`` (all by default); b, x (B, n, k)."""
-        import scipy.sparse as sp
+    def _incidence(self):
+        """Sparse (n, m) matrices that sum A's lower entries into their rows and (off the diagonal)
+        into their columns, ``A x = S_row (v * x[col]) + S_col (v * x[row])`` for all matrices at
+        once, and the entries' values ``v`` (m, B) in float64 (built once per factor)."""
+        if self._spmv is None:
+            import scipy.sparse as sp
 
-        plan, sched = self.plan, self.plan.schedule()
-        rows = range(self.batch) if rows is None else rows
-        out = np.empty((len(rows),) + b.shape[1:], np.float64)
-        for i, m in enumerate(rows):
-            a = sp.csr_array((self.values[m, sched.sym_src].astype(np.float64), sched.sym_col, sched.sym_ptr),
-                             shape=(plan.n, plan.n))
-            out[i] = b[m] - a @ x[m].astype(np.float64)
-        return out
+            plan = self.plan
+            m = plan.a_row.size
+            off = np.flatnonzero(plan.a_row != plan.a_col)
+            s_row = sp.csr_array((np.ones(m), (plan.a_row, np.arange(m))), shape=(plan.n, m))
+            s_col = sp.csr_array((np.ones(off.size), (plan.a_col[off], np.arange(off.size))),
+                                 shape=(plan.n, off.size))
+            values = np.ascontiguousarray(self.values[:, plan.value_src].T, dtype=np.float64)  # (m, B)
+            self._spmv = (s_row, s_col, off, values, np.ascontiguousarray(values[off]))
+        return self._spmv
+
+    def _residual(self, b: np.ndarray, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``b - A x`` in float64 for the matrices ``rows``; ``b`` and ``x`` (len(rows), n, k) are
+        theirs, in the same order."""
+        plan = self.plan
+        s_row, s_col, off, v, v_off = self._incidence()
+        if rows.size < self.batch or np.any(rows != np.arange(self.batch)):
+            v, v_off = v[:, rows], v_off[:, rows]
+        xt = np.ascontiguousarray(x.transpose(1, 0, 2), dtype=np.float64)       # (n, r, k)
+        ax = s_row @ (v[:, :, None] * xt[plan.a_col]).reshape(v.shape[0], -1)
+        ax += s_col @ (v_off[:, :, None] * xt[plan.a_row[off]]).reshape(off.size, -1)
+        return b - ax.reshape(plan.n, rows.size, -1).transpose(1, 0, 2)
 
     def _berr(self, r, x, b, rows) -> np.ndarray:
+        """Per matrix of ``rows``: the normwise backward error from its residual ``r``, solution
+        ``x`` and right-hand side ``b`` (each (len(rows), n, k), in the order of ``rows``)."""
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             rn = np.abs(r).max(axis=1)                                # (m, k)
-            xn = np.abs(x[rows].astype(np.float64)).max(axis=1)
-            bn = np.abs(b[rows].astype(np.float64)).max(axis=1)
+            xn = np.abs(x.astype(np.float64)).max(axis=1)
+            bn = np.abs(b.astype(np.float64)).max(axis=1)
             den = self.anorm[rows, None] * xn + bn
             be = np.where(den > 0, rn / np.where(den > 0, den, 1), np.where(rn > 0, np.inf, 0.0))
             be = np.where(np.isfinite(rn) & np.isfinite(den), be, np.nan)
@@ -242,7 +262,8 @@ class Factor:
         if x3.shape != b3.shape:
             raise InputError(f"Expected x of the shape of b, {np.shape(b)}. Got {np.shape(x)} instead.")
         rows = np.arange(self.batch)
-        be = self._berr(self._residual(b3, x3), x3, b3, rows) if self.plan.n else np.zeros(self.batch)
+        be = (self._berr(self._residual(b3.astype(np.float64), x3, rows), x3, b3, rows) if self.plan.n
+              else np.zeros(self.batch))
         return self._out(be)
 
     def solve(self, b, refine: int = 2, tol: float | None = None):
@@ -272,26 +293,24 @@ class Factor:
             berr = np.zeros(count)
         else:
             b64 = b3.astype(np.float64)
-            good = info == INFO_OK
             x = self._solve(b3)
-            rows = np.flatnonzero(good)
+            rows = np.flatnonzero(info == INFO_OK)
             berr = np.full(count, np.nan)
+            r = np.zeros(b3.shape, np.float64)          # the residuals of the matrices in rows
             if rows.size:
-                berr[rows] = self._berr(self._residual(b64, x, rows), x, b64, rows)
+                r[rows] = self._residual(b64[rows], x[rows], rows)
+                berr[rows] = self._berr(r[rows], x[rows], b64[rows], rows)
             for _ in range(refine):
                 active = rows[~(berr[rows] <= eps)]
                 if active.size == 0:
                     break
-                r = np.zeros(b3.shape, np.float64)
-                r[active] = self._residual(b64, x, active)
-                dx = self._solve(r, active)
-                trial = x[active] + dx[active]
-                x_try = x.copy()
-                x_try[active] = trial
-                new = self._berr(self._residual(b64, x_try, active), x_try, b64, active)
+                x_try = x[active] + self._solve(r, active)[active]
+                r_try = self._residual(b64[active], x_try, active)
+                new = self._berr(r_try, x_try, b64[active], active)
                 better = ~(new >= berr[active])   # NaN before, or lower now
                 keep = active[better]
-                x[keep] = x_try[keep]
+                x[keep] = x_try[better]
+                r[keep] = r_try[better]
                 berr[keep] = new[better]
                 steps[active] += 1
                 rows = keep

@@ -128,6 +128,7 @@ class _LevelMaps:
         t = np.searchsorted(key, rowind[b] * max(n, 1) + rowind[a])
         order, self.round_sizes = _rounds(t)
         self.a, self.b, self.t = a[order], b[order], t[order]
+        self.b_local = np.searchsorted(e, self.b)        # b's index among the columns' entries
 
 
 def _keys(n, colptr, rowind):

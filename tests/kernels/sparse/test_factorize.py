@@ -80,8 +80,11 @@ def test_inertia_matches_eigvalsh(problem):
         assert np.all(factor.perturbed_pivots() == 0)
 
 
-def test_batch_independence_bit_for_bit():
-    """A matrix's factors and solution do not depend on the batch around it."""
+def test_batch_independence_bit_for_bit(monkeypatch):
+    """A matrix's factors and solution do not depend on the batch around it, nor on the blocks the
+    batch is cut into."""
+    from batchlu.kernels.sparse import _cpu
+
     p = gen.make("fem-elasticity", size=300, seed=1)
     plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
     values, b = p.values(0, 7, seed=3), p.rhs(0, 7, 2, seed=3)
@@ -89,6 +92,9 @@ def test_batch_independence_bit_for_bit():
     for i in (0, 4, 6):
         alone, _ = plan.factorize(values[i:i + 1]).solve(b[i:i + 1])
         assert np.array_equal(alone[0], together[i])
+    monkeypatch.setattr(_cpu, "BLOCK", 3)
+    blocked, _ = plan.factorize(values).solve(b)
+    assert np.array_equal(blocked, together)
 
 
 def test_zero_pivot_perturbed_and_refined():
