@@ -22,6 +22,7 @@ PIECE = 1 << 15   # update pairs per NumPy call
 BLOCK = 128       # matrices per pass over the levels, at most
 BLOCK_BYTES = 512 * 2**20   # ... and at most this much factor memory per pass
 DENSE_BLOCK = 32  # columns per block of a supernode's dense LDL^T
+UPDATE_BLOCK = 128  # columns per product of a supernode's update of its ancestors
 
 
 def block_size(plan, itemsize: int) -> int:
@@ -135,8 +136,11 @@ def _supernode(sn, lx, counts):
             if k1 < s:
                 panel[:, k1:, k1:] -= np.matmul(panel[:, k1:, k0:k1], wt[:, k0:k1, k1:s])
         counts.count(np.diagonal(panel[:, :s, :s], axis1=1, axis2=2).T, np.arange(sn.first, sn.first + s))
-        if m:
-            update = np.matmul(panel[:, s:, :], wt[:, :, s:])
+        if m:   # L_R D L_R^T, its lower triangle by column blocks (the upper one is never read)
+            update = np.empty((nb, m, m), lx.dtype)
+            for j0 in range(0, m, UPDATE_BLOCK):
+                j1 = min(j0 + UPDATE_BLOCK, m)
+                update[:, j0:, j0:j1] = np.matmul(panel[:, s + j0:, :], wt[:, :, s + j0:s + j1])
             lx[sn.upd_dst] -= np.ascontiguousarray(update.reshape(nb, m * m).T)[sn.upd_src]
     return Dense(sn, panel, wt, inv, inv_t)
 
@@ -205,12 +209,12 @@ def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb
     return (counts.first_zero, counts.perturbed, counts.negative, counts.zero), dense
 
 
-def solve_block(plan, sched, cpu, lx: np.ndarray, dense: dict, y: np.ndarray) -> np.ndarray:
+def solve_block(plan, cpu, lx: np.ndarray, dense: dict, y: np.ndarray) -> np.ndarray:
     """Solve ``L D L^T x = y`` in place for one block: ``lx`` (nnz(L), b), ``y`` (n, b, k) in the
     permuted numbering, along the CPU schedule's levels ``cpu``: a level's single columns by their
     conflict-free rounds (forward: distinct rows; backward: distinct columns), its wide supernodes
     with their :class:`Dense` factors (block triangular solves and products, batched)."""
-    rowind, col_of = plan.rowind, sched.col_of
+    rowind, col_of = plan.rowind, cpu.col_of
     for level in cpu.levels:                       # L y = b
         maps = level.scalar
         if maps is not None:

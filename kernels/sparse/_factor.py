@@ -43,7 +43,7 @@ def check_values(plan, values) -> tuple[np.ndarray, bool]:
     return values, single
 
 
-def inf_norms(plan, sched, values: np.ndarray) -> np.ndarray:
+def inf_norms(plan, values: np.ndarray) -> np.ndarray:
     """``||A||_inf`` per matrix (float64; NaN for a non-finite matrix): the row sums of ``|A|`` as
     one product of ``|values|`` with the pattern's (entry -> rows) incidence matrix."""
     import scipy.sparse as sp
@@ -71,11 +71,10 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
         raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
     from . import _supernodal
 
-    sched = plan.schedule()
     cpu = _supernodal.for_plan(plan)
     count = values.shape[0]
     finite = np.isfinite(values).all(axis=1)
-    anorm = inf_norms(plan, sched, values)
+    anorm = inf_norms(plan, values)
     tau = (float(pivot_tol) * np.nan_to_num(anorm, nan=0.0, posinf=0.0)).astype(dtype)
     blocks = []
     first_zero = np.full(count, plan.n, np.int64)
@@ -198,7 +197,7 @@ class Factor:
         ``rows`` only (all by default; the others' ``x`` is left 0)."""
         from . import _supernodal
 
-        plan, sched, cpu = self.plan, self.plan.schedule(), _supernodal.for_plan(self.plan)
+        plan, cpu = self.plan, _supernodal.for_plan(self.plan)
         x = np.zeros(r.shape, self.dtype)
         for s, e, lx, dense in self._blocks:
             local = np.arange(e - s) if rows is None else rows[(rows >= s) & (rows < e)] - s
@@ -209,7 +208,7 @@ class Factor:
                 dense = {k: f.take(local) for k, f in dense.items()}
             y = np.ascontiguousarray(r[s + local].transpose(1, 0, 2)[plan.perm], dtype=self.dtype)
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                _cpu.solve_block(plan, sched, cpu, lx, dense, y)
+                _cpu.solve_block(plan, cpu, lx, dense, y)
             x[s + local] = y[plan.iperm].transpose(1, 0, 2)
         return x
 

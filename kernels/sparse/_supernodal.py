@@ -50,6 +50,7 @@ class Level:
 @dataclasses.dataclass(frozen=True, eq=False)
 class CpuSchedule:
     levels: tuple
+    col_of: np.ndarray      # (nnz(L),) the column of each position
 
 
 def supernodes(parent: np.ndarray, colptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +88,7 @@ def build(plan) -> CpuSchedule:
         sn = tuple(_supernode(int(f), int(s), colptr, rowind, key, n)
                    for f, s in zip(starts[wide], sizes[wide]) if level[f] == lev)
         levels.append(Level(maps, cols, sn))
-    return CpuSchedule(tuple(levels))
+    return CpuSchedule(tuple(levels), col_of)
 
 
 def _supernode(f: int, s: int, colptr, rowind, key, n) -> Supernode:
