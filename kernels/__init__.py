@@ -21,7 +21,8 @@ Both follow the same conventions:
   raises :class:`numpy.linalg.LinAlgError` naming the first bad index.
 
 The GPU kernels' dispatch tables, plans and launchers are public in :mod:`batchlu.kernels.tuning`
-(for benchmarks; it imports CuPy, so it is not imported here).
+(for benchmarks; it imports CuPy, so it is not imported here). Sparse symmetric batches (LDL^T)
+are :mod:`batchlu.kernels.sparse`, also ``batchlu.sparse``.
 """
 
 from ._api import inv, lu_factor, lu_solve, slogdet, solve

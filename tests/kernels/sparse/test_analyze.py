@@ -47,6 +47,8 @@ def _dense_symbolic(mask: np.ndarray):
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("ordering", ["natural", "amd", "metis"])
 def test_tree_structure_and_levels_match_brute_force(seed, ordering):
+    if ordering == "metis":
+        pytest.importorskip("pymetis")   # the optional extra batchlu[metis] (in batchlu[test])
     n = 30 + 7 * seed
     mask = _random_pattern(n, 0.08, seed)
     indptr, indices = _csr(mask, lower=seed % 2 == 0)
