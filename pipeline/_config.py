@@ -21,6 +21,8 @@ with _DEFAULTS.open() as _f:
 dask.config.update_defaults(_SHIPPED)
 
 BACKENDS = ("auto", "cpu", "gpu")
+CODEC_DEVICES = ("auto", "gpu", "cpu")
+OUTPUT_LAYOUTS = ("chunks", "sharded")
 # Not a product setting, hence outside the ``batchlu`` namespace and absent from batchlu.yaml: seconds
 # slept before each batch, for the tests that interrupt a run (``dask.config.set`` or the environment
 # variable DASK_BATCHLU_TESTING__TASK_DELAY=0.1).
@@ -51,6 +53,8 @@ class Options:
     backend: str = "auto"
     memory_budget: int = 256 * 2**20
     output_compressor: str = "zstd"
+    codec_device: str = "auto"         # where chunks are decoded and encoded: auto, gpu or cpu
+    output_layout: str = "chunks"      # chunks, or sharded (shards of one output chunk, small inner chunks)
     chunk: int | None = None
     max_tasks: int = 20000
     progress: bool = True
@@ -145,12 +149,12 @@ ZSTD_LEVELS = range(-(1 << 17), 23)  # Zstandard's levels: ZSTD_minCLevel() to Z
 def _compressor(value) -> str:
     text = "none" if value is None or value is False else str(value).strip().lower()
     name, _, level = text.partition(":")
-    if name == "none" and not level:
+    if name in ("none", "lz4") and not level:
         return text
     if name == "zstd" and (not level or (level.lstrip("-").isdigit() and int(level) in ZSTD_LEVELS)):
         return text
     raise ConfigError(f"Expected batchlu.output-compressor to be zstd, zstd:LEVEL with LEVEL from "
-                      f"{ZSTD_LEVELS[0]} to {ZSTD_LEVELS[-1]}, or none. Got {value!r} instead.")
+                      f"{ZSTD_LEVELS[0]} to {ZSTD_LEVELS[-1]}, lz4, or none. Got {value!r} instead.")
 
 
 def _seconds(value, what: str) -> float:
@@ -263,6 +267,8 @@ def _from_mapping(cfg: Mapping) -> Options:
         backend=_get(cfg, "backend", "auto"),
         memory_budget=_bytes(_get(cfg, "memory-budget", "256MiB"), "memory-budget"),
         output_compressor=_compressor(_get(cfg, "output-compressor", "zstd")),
+        codec_device=_choice(_get(cfg, "codec-device", "auto"), "codec-device", CODEC_DEVICES),
+        output_layout=_choice(_get(cfg, "output-layout", "chunks"), "output-layout", OUTPUT_LAYOUTS),
         chunk=_int(_get(cfg, "chunk"), "chunk", minimum=1, allow_none=True),
         max_tasks=_int(_get(cfg, "max-tasks", 20000), "max-tasks", minimum=1),
         progress=_bool(_get(cfg, "progress", True), "progress"),

@@ -30,6 +30,7 @@ class Report:
     per_worker: dict[str, int] = dataclasses.field(default_factory=dict)  # matrices per worker
     status: str = "complete"
     dashboard: str | None = None
+    codecs: dict[str, str] = dataclasses.field(default_factory=dict)  # GPU runs: array -> where its codec ran, why
 
     @property
     def counts(self) -> InfoCounts:
@@ -76,6 +77,8 @@ class Report:
         if self.skipped:
             lines.append(f"  skipped {self.skipped:,} already complete (resume)")
         lines.append(f"  backend {self.backend} -> {', '.join(self.backends) or '-'}")
+        for name, where in self.codecs.items():
+            lines.append(f"  codec of {'the input' if name == 'a' else 'the right-hand side' if name == 'b' else name}: {where}")
         if len(self.per_worker) > 1:
             share = ", ".join(f"{w} {s:.0%}" for w, s in self.worker_share.items())
             lines.append(f"  per worker: {share}")

@@ -84,7 +84,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     provenance["plan"] = plan.as_dict()
 
     if record is None:
-        _output.create(out_path, provenance, specs, plan, opts.output_compressor)
+        _output.create(out_path, provenance, specs, plan, opts.output_compressor, opts.output_layout)
         runs = []
     else:
         group = zarr.open_group(store=out_path, mode="r+")
@@ -95,8 +95,9 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
                                      matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
         _output.clean_partials(out_path)
         # arrays made again after a kill during creation: as the run that created the output made them
-        recorded = record.get("settings", {}).get("output_compressor", "zstd")
-        _output.ensure_arrays(group, specs, plan, recorded)
+        recorded = record.get("settings", {})
+        _output.ensure_arrays(group, specs, plan, recorded.get("output_compressor", "zstd"),
+                              recorded.get("output_layout", "chunks"))
         runs = list(record.get("runs", []))
         provenance["started"] = record.get("started", provenance["started"])
         provenance["backends_used"] = list(record.get("backends_used", []))
@@ -163,6 +164,8 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
         report.dashboard = _cluster.dashboard_link(client)
         # one probe: the tasks get cpu or gpu (gpu fails here, before any task, where a worker has none)
         job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, job.backend))
+        job = _warmup.choose_codecs(client, job)  # GPU runs: where each array's chunks are decoded/encoded
+        report.codecs = {name: f"{c.device} ({c.reason})" for name, c in (job.codecs or {}).items()}
         _warmup.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
         submitted = time.perf_counter()
         report.startup = submitted - t0

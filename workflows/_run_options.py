@@ -86,8 +86,14 @@ CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
     ConfigOption("--report", "batchlu.performance-report", click.Path(dir_okay=False),
                  "Save Dask's performance report of the run to this HTML file (its folder must exist)."),
     ConfigOption("--output-compressor", "batchlu.output-compressor", click.STRING,
-                 "Codec of the output arrays: zstd (default), zstd:LEVEL (LEVEL up to 22) or none "
+                 "Codec of the output arrays: zstd (default), zstd:LEVEL (LEVEL up to 22), lz4 or none "
                  "(fastest). Fixed when OUT is created: --resume keeps OUT's."),
+    ConfigOption("--codec-device", "batchlu.codec-device", click.Choice(("auto", "gpu", "cpu")),
+                 "GPU runs: where Zarr chunks are decoded and encoded. auto (default): on the GPU where "
+                 "nvCOMP is installed and the codec allows it; gpu; cpu. The report says, per array."),
+    ConfigOption("--output-layout", "batchlu.output-layout", click.Choice(("chunks", "sharded")),
+                 "chunks (default): one Zarr chunk per output chunk; sharded: one shard per output chunk "
+                 "of small inner chunks (fastest for GPU codecs). Fixed when OUT is created."),
     ConfigOption("--missing-chunks", "batchlu.missing-chunks", click.Choice(("error", "fill")),
                  "A chunk missing from the input or right-hand side store: error (default: name it "
                  "and stop), or fill (go on; its matrices get info -3 and NaN results)."),
@@ -211,7 +217,8 @@ EMBEDDED_ONLY = ("batchlu.cluster.n-workers", "batchlu.cluster.threads-per-worke
                  "batchlu.cluster.host", "batchlu.cluster.dashboard-address", "batchlu.cluster.gpus",
                  "batchlu.cluster.log-file")
 # Settings fixed when the output is created: --resume keeps the output's own.
-FIXED_AT_CREATION = {"batchlu.chunk": "the chunking", "batchlu.output-compressor": "the codec"}
+FIXED_AT_CREATION = {"batchlu.chunk": "the chunking", "batchlu.output-compressor": "the codec",
+                     "batchlu.output-layout": "the layout"}
 
 
 def _given_as(params: dict, key: str) -> str | None:
