@@ -108,7 +108,7 @@ def check_resume(record: dict, provenance: dict) -> None:
 
 
 def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan,
-           compressor: str = "zstd") -> zarr.Group:
+           compressor: str) -> zarr.Group:
     """A fresh output group: provenance first (status "running"), then the arrays (compressed with
     ``compressor``, the ``output-compressor`` setting), then the ledger."""
     group = zarr.open_group(store=path, mode="w-", zarr_format=3, attributes={ATTR: provenance})
@@ -116,7 +116,7 @@ def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan,
     return group
 
 
-def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compressor: str = "zstd") -> None:
+def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compressor: str) -> None:
     """Create whichever output arrays (and the ledger) are missing, e.g. after a kill during creation;
     ``compressor`` is the ``output-compressor`` setting of the run that created the output."""
     count, chunk = plan.count, plan.chunk

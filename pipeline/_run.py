@@ -12,7 +12,7 @@ import numpy as np
 import zarr
 
 from . import _cluster, _fingerprint, _live, _ledger, _lock, _output
-from ._config import options as make_options, task_delay
+from ._config import Options, options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
 from ._plan import bytes_per_matrix, make_plan
 from ._report import Report
@@ -95,7 +95,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
                                      matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
         _output.clean_partials(out_path)
         # arrays made again after a kill during creation: as the run that created the output made them
-        recorded = record.get("settings", {}).get("output_compressor", "zstd")
+        recorded = (record.get("settings") or {}).get("output_compressor", Options().output_compressor)
         _output.ensure_arrays(group, specs, plan, recorded)
         runs = list(record.get("runs", []))
         provenance["started"] = record.get("started", provenance["started"])
