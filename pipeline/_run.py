@@ -159,10 +159,14 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
     from . import _warmup
 
     t0 = time.perf_counter()
+    if all(value is None for value in connect.values()):
+        # the embedded cluster is built for one backend, decided here once: it is the tasks' too
+        opts = opts.replace(backend=_cluster.embedded_backend(opts))
     with _cluster.connect(opts, **connect) as client, _cluster.performance_report(opts.performance_report):
         report.dashboard = _cluster.dashboard_link(client)
-        # one probe: the tasks get cpu or gpu (gpu fails here, before any task, where a worker has none)
-        job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, job.backend))
+        # cpu asks nothing; else one probe of the workers: the tasks get cpu or gpu (gpu fails here,
+        # before any task, where a worker has none)
+        job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, opts.backend))
         _warmup.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
         submitted = time.perf_counter()
         report.startup = submitted - t0
