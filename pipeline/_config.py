@@ -7,9 +7,23 @@ CLI builds its shortcut flags from it (``batchlu.workflows._run_options``).
 
 Defaults live only in the shipped ``batchlu.yaml``, loaded into ``dask.config``'s ``batchlu``
 namespace: a field's default is the YAML's value for its key, through its parser, so ``Options()``
-holds the shipped defaults and :func:`options` the current ``dask.config`` plus overrides. To add a
-setting: one line in ``batchlu.yaml`` and one field here (``tests/pipeline/test_config.py`` checks
-that the two agree and that no default is written in Python).
+holds the shipped defaults and :func:`options` the current ``dask.config`` plus overrides.
+
+To add a setting, e.g. ``output-layout``:
+
+1. ``batchlu.yaml``: ``  output-layout: auto   # what it means``;
+2. here, one field of :class:`Options` (or :class:`ClusterOptions`), with a parser below or a new
+   one (a callable ``parse(value, key)``; the CLI maps it to a click type in ``_click_type``)::
+
+       output_layout: str = setting("output-layout", OneOf(LAYOUTS), fixed_at_creation="the layout",
+                                    flag="--output-layout", help="...")
+
+   (``flag`` / ``help`` only for a ``batchlu run`` shortcut; ``fixed_at_creation`` names what an
+   output keeps on ``--resume``, ``embedded_only`` marks the embedded cluster's own settings);
+3. README.md's configuration table: one row.
+
+``tests/pipeline/test_config.py`` checks that the YAML and the fields agree and that no default is
+written in Python; ``tests/test_readme.py`` that the README lists every key with its default.
 """
 
 from __future__ import annotations
@@ -408,6 +422,8 @@ def _rows(cls, prefix: str = "") -> list[Setting]:
 
 SETTINGS: tuple[Setting, ...] = tuple(_rows(Options))
 """Every setting, in the order of :class:`Options`' fields (the ``cluster`` ones where it sits)."""
+BY_KEY: dict[str, Setting] = {row.key: row for row in SETTINGS}
+"""The rows by key (``"cluster.n-workers"``)."""
 
 
 # ---------------------------------------------------------------------------------- keys and building

@@ -125,7 +125,7 @@ RUN_OPTIONS = (
 CLUSTER_OPTIONS = (
     click.option("--scheduler", metavar="ADDRESS", default=None,
                  help="Address of a running Dask scheduler, e.g. tcp://10.0.0.1:8786; it must answer "
-                      "within batchlu.connect-timeout (30s)."),
+                      f"within batchlu.connect-timeout ({settings.BY_KEY['connect-timeout'].default:g}s)."),
     click.option("--scheduler-file", type=click.Path(dir_okay=False, exists=True), default=None,
                  help="Scheduler file written by `dask scheduler --scheduler-file`."),
 )
