@@ -141,21 +141,21 @@ def run_batchlu(client, src, out, budget, codec="zstd", io=("auto", "auto")):
 def install_noop_engine():
     """On each worker (``client.run``): the ``cpu`` backend's compute becomes a copy of the input, so
     that batchlu's run is its Zarr I/O and bookkeeping alone (``--host-noop``)."""
-    from batchlu.pipeline import _backends, _engines
+    from batchlu.pipeline import tuning
 
-    class NoopEngine(_engines.HostEngine):
+    class NoopEngine(tuning.HostEngine):
         def run(self, op, slot):
             np.copyto(slot.outs["inv"], slot.a)
             slot.outs["info"][...] = 0
 
     engine = NoopEngine()
-    _backends.register("cpu", lambda: engine)
+    tuning.register_engine("cpu", lambda: engine)
     return True
 
 
 def io_label(value: str, threads: int, io_threads: str) -> tuple:
     """``(setting, processes, threads)`` of the I/O pool a GPU worker of ``threads`` threads gets."""
-    from batchlu.pipeline._io_pool import io_settings
+    from batchlu.pipeline.tuning import io_settings
 
     procs = None if value == "auto" else int(value)
     per = None if io_threads == "auto" else int(io_threads)

@@ -21,7 +21,9 @@ time.
 
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -199,7 +201,21 @@ class Lane:
         _codecs.write_chunks(stored, start // stored.unit, parts, [size] * frames, io_threads())
 
 
+    def close(self) -> None:
+        """Let go of the codecs and pinned buffers (before CUDA is torn down at exit: nvCOMP's codec
+        objects freed after that print "context is destroyed")."""
+        try:
+            self.read_stream.synchronize()
+            self.write_stream.synchronize()
+        except Exception:
+            pass
+        self._codecs.clear()
+        self._read = [_Pinned(), _Pinned()]
+        self._write = _Pinned()
+
+
 _LOCAL = threading.local()
+_LANES: weakref.WeakSet = weakref.WeakSet()
 
 
 def lane(device: int) -> Lane:
@@ -207,4 +223,12 @@ def lane(device: int) -> Lane:
     current = getattr(_LOCAL, "lane", None)
     if current is None or current.device != device:
         current = _LOCAL.lane = Lane(device)
+        if not _LANES:
+            atexit.register(_close_all)
+        _LANES.add(current)
     return current
+
+
+def _close_all() -> None:
+    for each in list(_LANES):
+        each.close()

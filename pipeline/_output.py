@@ -108,7 +108,7 @@ def check_resume(record: dict, provenance: dict) -> None:
 
 
 def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan,
-           compressor: str = "zstd", layout: str = "chunks") -> zarr.Group:
+           compressor: str, layout: str) -> zarr.Group:
     """A fresh output group: provenance first (status "running"), then the arrays (compressed with
     ``compressor``, the ``output-compressor`` setting, in ``layout``), then the ledger."""
     group = zarr.open_group(store=path, mode="w-", zarr_format=3, attributes={ATTR: provenance})
@@ -129,8 +129,8 @@ def inner_chunk(chunk: int, matrix_bytes: int, target: int = INNER_BYTES) -> int
     return best
 
 
-def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compressor: str = "zstd",
-                  layout: str = "chunks") -> None:
+def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compressor: str,
+                  layout: str) -> None:
     """Create whichever output arrays (and the ledger) are missing, e.g. after a kill during creation;
     ``compressor`` and ``layout`` are the settings of the run that created the output."""
     count, chunk = plan.count, plan.chunk

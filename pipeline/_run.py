@@ -12,7 +12,7 @@ import numpy as np
 import zarr
 
 from . import _cluster, _fingerprint, _live, _ledger, _lock, _output
-from ._config import options as make_options, task_delay
+from ._config import Options, options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
 from ._plan import bytes_per_matrix, make_plan
 from ._report import Report
@@ -95,8 +95,8 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
                                      matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
         _output.clean_partials(out_path)
         # arrays made again after a kill during creation: as the run that created the output made them
-        recorded = record.get("settings", {})
-        _output.ensure_arrays(group, specs, plan, recorded.get("output_compressor", "zstd"),
+        recorded = record.get("settings") or {}
+        _output.ensure_arrays(group, specs, plan, recorded.get("output_compressor", Options().output_compressor),
                               recorded.get("output_layout", "chunks"))
         runs = list(record.get("runs", []))
         provenance["started"] = record.get("started", provenance["started"])
@@ -160,10 +160,14 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
     from . import _warmup
 
     t0 = time.perf_counter()
+    if all(value is None for value in connect.values()):
+        # the embedded cluster is built for one backend, decided here once: it is the tasks' too
+        opts = opts.replace(backend=_cluster.embedded_backend(opts))
     with _cluster.connect(opts, **connect) as client, _cluster.performance_report(opts.performance_report):
         report.dashboard = _cluster.dashboard_link(client)
-        # one probe: the tasks get cpu or gpu (gpu fails here, before any task, where a worker has none)
-        job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, job.backend))
+        # cpu asks nothing; else one probe of the workers: the tasks get cpu or gpu (gpu fails here,
+        # before any task, where a worker has none)
+        job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, opts.backend))
         job = _warmup.choose_codecs(client, job)  # GPU runs: where each array's chunks are decoded/encoded
         report.codecs = {name: f"{c.device} ({c.reason})" for name, c in (job.codecs or {}).items()}
         _warmup.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned

@@ -24,11 +24,11 @@ import warnings
 import click
 
 from batchlu.kernels._validate import SUPPORTED_DTYPES
+from batchlu.testing.matrices import KINDS
 
 from ._run_options import join_array, pipeline_kwargs, run_options, stderr_is_terminal
 
 DTYPES = tuple(d.name for d in SUPPORTED_DTYPES)
-KINDS = ("random", "illcond", "singular-mix")
 DEMO_OP = "inv"
 
 

@@ -185,7 +185,7 @@ def test_killed_run_resumes_bit_identical_through_gpu_codecs(inputs, tmp_path):
     pipeline.run(inputs["sharded"], str(reference), op="lu", backend="gpu", progress=False,
                  config=_config(**{"codec-device": "cpu", "output-layout": "sharded"}))
     out = tmp_path / "killed.zarr"
-    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.1")
+    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")
     cmd = [sys.executable, "-m", "batchlu", "run", str(inputs["sharded"]), str(out), "--op", "lu", "--backend",
            "gpu", "--codec-device", "gpu", "--output-layout", "sharded",
            "--config", "cluster.dashboard-address=127.0.0.1:0", "--config", f"cluster.gpus={visible_gpus()[0]}"]
@@ -205,6 +205,7 @@ def test_killed_run_resumes_bit_identical_through_gpu_codecs(inputs, tmp_path):
                              env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert "skipped" in resumed.stdout and "codec of the input: gpu" in resumed.stdout
+    assert "context is destroyed" not in resumed.stdout + resumed.stderr
     _identical(out, reference)
 
 
@@ -222,7 +223,7 @@ def test_killed_worker_restarted_by_its_nanny_gives_the_same_bits(inputs, tmp_pa
 
         def target():
             try:
-                with dask.config.set({TESTING_TASK_DELAY: 0.1}):
+                with dask.config.set({TESTING_TASK_DELAY: 0.5}):
                     box["report"] = pipeline.run(inputs["chunks"], str(out), op="inv", backend="gpu",
                                                  client=client, progress=False, config={"codec-device": "gpu"})
             except BaseException as exc:  # pragma: no cover - reported below
