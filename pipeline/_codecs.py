@@ -34,6 +34,10 @@ OUTPUT_CODECS = ("zstd", "lz4", "none")
 # Codecs whose standard frames nvCOMP decodes bit-exactly (checked on the GPU by tests/pipeline/test_gpu_codecs.py)
 GPU_ALGORITHMS = ("zstd", "lz4")
 ALIGN = 16   # bytes: nvCOMP's strictest alignment of a frame in a batch
+# ``auto`` sends a codec to the GPU only when its frames are at most this large: nvCOMP spreads a batch
+# over its frames, and a batch of a few large frames decodes and encodes slower on the GPU than on the
+# host (docs/performance.md, "GPU codecs")
+AUTO_FRAME_BYTES = 4 << 20
 EMPTY = 2**64 - 1   # a shard index entry of a chunk that is not stored
 
 
@@ -208,6 +212,11 @@ def choose(array, setting: str, *, gpu: bool, nvcomp: str | None) -> Choice:
     stored, why = describe(array)
     if stored is None:
         return Choice("cpu", why)
+    frame_bytes = stored.inner * stored.matrix_bytes
+    if setting == "auto" and frame_bytes > AUTO_FRAME_BYTES:
+        return Choice("cpu", f"its chunks of {frame_bytes / 2**20:.0f} MiB are faster on the host (the GPU "
+                             f"decodes many small frames well, few large ones slowly; the sharded layout "
+                             f"suits it)")
     frames = stored.frames
     what = "raw bytes" if frames.algorithm == "none" else frames.algorithm + (" + crc32c" if frames.crc32c else "")
     layout = f"shards of {stored.unit} matrices in chunks of {stored.inner}" if stored.sharded \

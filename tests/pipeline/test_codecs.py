@@ -105,6 +105,16 @@ def test_settings_and_missing_nvcomp_choose_the_host(tmp_path):
     assert _codecs.choose(array, "gpu", gpu=True, nvcomp=why) == _codecs.Choice("cpu", why)
 
 
+def test_auto_keeps_large_frames_on_the_host(tmp_path):
+    big = zarr.create_array(str(tmp_path / "big.zarr"), shape=(80, 128, 128), chunks=(40, 128, 128), dtype="f8")
+    choice = _codecs.choose(big, "auto", gpu=True, nvcomp=None)
+    assert choice.device == "cpu" and "5 MiB are faster on the host" in choice.reason
+    assert _codecs.choose(big, "gpu", gpu=True, nvcomp=None).device == "gpu"   # asked for: the GPU
+    sharded = zarr.create_array(str(tmp_path / "s.zarr"), shape=(80, 128, 128), chunks=(2, 128, 128),
+                                shards=(40, 128, 128), dtype="f8")
+    assert _codecs.choose(sharded, "auto", gpu=True, nvcomp=None).device == "gpu"
+
+
 def test_a_memory_store_goes_to_the_host():
     array = zarr.create_array(zarr.storage.MemoryStore(), shape=(8, 4, 4), chunks=(4, 4, 4), dtype="f8")
     choice = _codecs.choose(array, "gpu", gpu=True, nvcomp=None)
