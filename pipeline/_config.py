@@ -52,6 +52,7 @@ class Options:
     memory_budget: int = 256 * 2**20
     output_compressor: str = "zstd"
     chunk: int | None = None
+    chunk_bytes: int = 32 * 2**20      # with chunk None: output chunks gather input chunks up to this
     max_tasks: int = 20000
     progress: bool = True
     connect_timeout: float = 30.0      # seconds to reach a scheduler given by address or file
@@ -264,6 +265,7 @@ def _from_mapping(cfg: Mapping) -> Options:
         memory_budget=_bytes(_get(cfg, "memory-budget", "256MiB"), "memory-budget"),
         output_compressor=_compressor(_get(cfg, "output-compressor", "zstd")),
         chunk=_int(_get(cfg, "chunk"), "chunk", minimum=1, allow_none=True),
+        chunk_bytes=_bytes(_get(cfg, "chunk-bytes", "32MiB"), "chunk-bytes"),
         max_tasks=_int(_get(cfg, "max-tasks", 20000), "max-tasks", minimum=1),
         progress=_bool(_get(cfg, "progress", True), "progress"),
         connect_timeout=_seconds(_get(cfg, "connect-timeout", "30s"), "connect-timeout"),
