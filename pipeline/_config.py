@@ -375,6 +375,7 @@ class Options:
         "chunk", Integer(minimum=1, optional=True), fixed_at_creation="the chunking",
         flag="--chunk", help="Output chunk length along N, in matrices (default: the input's, capped by the "
                              "budget). Fixed when OUT is created: --resume keeps OUT's.")
+    chunk_bytes: int = setting("chunk-bytes", Size())   # with chunk null: output chunks gather input chunks up to this
     max_tasks: int = setting("max-tasks", Integer(minimum=1))
     cluster: ClusterOptions = dataclasses.field(default_factory=ClusterOptions)
     performance_report: str | None = setting(

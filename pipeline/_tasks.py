@@ -58,6 +58,9 @@ class TaskResult(InfoTally):
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
+    read_s: float = 0.0       # the batch loop's stage times (pipeline._batches.PathStats)
+    compute_s: float = 0.0
+    write_s: float = 0.0
     worker: str = ""
     backend: str = ""
     error: BaseException | None = None   # an error raised on purpose in the task: the client raises it
@@ -173,7 +176,8 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
         stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
     address = _worker_address()
     return TaskResult(c0, c1, matrices=stats.matrices, **stats.counts._asdict(), bytes_in=stats.bytes_in,
-                      bytes_out=stats.bytes_out, seconds=stats.wall_s,
+                      bytes_out=stats.bytes_out, seconds=stats.wall_s, read_s=stats.read_s,
+                      compute_s=stats.compute_s, write_s=stats.write_s,
                       worker=address if engine.name == "cpu" else f"{address} {engine.describe()}")
 
 

@@ -119,8 +119,10 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
     threads = _check_room(out, shape, dtype, chunk, kind)
     if os.path.exists(out):
         remove(out)  # only a Zarr store or an empty folder; anything else is refused
+    # write_empty_chunks: a chunk of zero matrices (singular-mix) is stored too; zarr would skip it,
+    # and batchlu run would then refuse the input for a missing chunk
     array = zarr.create_array(store=out, shape=shape, dtype=dtype, zarr_format=3,
-                              attributes={MARK_WRITING: attrs}, **grid)
+                              attributes={MARK_WRITING: attrs}, config={"write_empty_chunks": True}, **grid)
 
     def one(c: int) -> None:
         lo, hi = c * chunk, min((c + 1) * chunk, count)

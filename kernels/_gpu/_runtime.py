@@ -7,8 +7,13 @@ compilation of ``kernels/cuda``.
 * :func:`smem_optin` and :func:`smem_per_sm` are device attributes, queried once per device;
 * :func:`kernel` returns a compiled kernel of a family: ``kernels/cuda/<family>.cu`` is compiled by
   NVRTC through ``cupy.RawModule`` at first use, once per compute capability (CuPy loads the module
-  on each device and keeps the binary in its on-disk cache); a failed compilation raises
-  :class:`KernelCompileError` with NVRTC's log;
+  on each device and keeps the binary in its on-disk cache, ``CUPY_CACHE_DIR``, so that a later
+  process or run loads it instead of compiling it again); a failed compilation raises
+  :class:`KernelCompileError` with NVRTC's log. The text compiled ends with a digest of the headers
+  (:func:`batchlu.kernels._cuda_sources.compiled_text`), which CuPy's cache key does not cover
+  otherwise. CuPy before 14.2 never reads that cache for modules compiled with name expressions,
+  as ours are: every process compiles again (``_cuda_sources.disk_cache_reused`` says which CuPy
+  does; the first compilation logs a warning where it does not);
 * :func:`source_override` compiles a family from another text for the duration of a ``with`` block
   (A/B timings of an edit, see ``batchlu.kernels.tuning``).
 """
@@ -17,14 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from pathlib import Path
+import logging
 
 import cupy
 import numpy as np
 
 from ...errors import KernelCompileError
+from .._cuda_sources import CUDA_DIR, compiled_text, disk_cache_reused, families, read as _read
 
-CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
+logger = logging.getLogger("batchlu.kernels")
 OPTIONS = ("-std=c++17", f"-I{CUDA_DIR}")
 SMEM_DEFAULT = 48 * 1024  # dynamic shared memory a kernel may take without opting in
 MAX_N = 1024  # getri and getrs: one thread per column, or a panel of every row in shared memory
@@ -91,11 +97,7 @@ def check_n(n: int) -> None:
 # ---- sources and compilation --------------------------------------------------------------------
 
 _OVERRIDES: dict[str, str] = {}
-
-
-@functools.lru_cache(maxsize=None)
-def _read(family: str) -> str:
-    return (CUDA_DIR / f"{family}.cu").read_text()
+_WARNED: list[bool] = []
 
 
 def source(family: str) -> str:
@@ -122,14 +124,15 @@ def source_override(family: str, text: str):
             _OVERRIDES[family] = previous
 
 
-def families() -> tuple[str, ...]:
-    """The kernel families: the ``.cu`` files of ``kernels/cuda``."""
-    return tuple(sorted(p.stem for p in CUDA_DIR.glob("*.cu")))
-
-
 @functools.lru_cache(maxsize=None)
 def _module(arch: str, family: str, code: str, names: tuple[str, ...]):
-    module = cupy.RawModule(code=code, name_expressions=names, options=OPTIONS)
+    if not disk_cache_reused(cupy.__version__) and not _WARNED:
+        _WARNED.append(True)
+        logger.warning("batchlu: CuPy %s compiles batchlu's kernels again in every process (its disk "
+                       "cache skips modules with name expressions before CuPy 14.2); install "
+                       "cupy >= 14.2 so that runs after the first load them from CUPY_CACHE_DIR",
+                       cupy.__version__)
+    module = cupy.RawModule(code=compiled_text(code), name_expressions=names, options=OPTIONS)
     try:
         module.compile()
     except cupy.cuda.compiler.CompileException as err:
