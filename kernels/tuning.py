@@ -2,9 +2,10 @@
 take an explicit plan, and control over compilation. For benchmarks and sweeps (``benchmarks/``);
 everyday code uses :mod:`batchlu.kernels`, which dispatches by these tables itself.
 
-Importing this module imports CuPy: it is for machines with a GPU. Why each dispatch row is what it
-is: ``docs/design.md``. Arrays are CuPy arrays, C-contiguous, (B, n, n) with one flat batch axis; the
-launchers write into preallocated outputs on CuPy's current stream and never synchronise.
+The tables and plans need no GPU; the launchers and the device queries need CuPy (imported when
+they run). Why each dispatch row is what it is: ``docs/design.md``. Arrays are CuPy arrays,
+C-contiguous, (B, n, n) with one flat batch axis; the launchers write into preallocated outputs on
+CuPy's current stream and never synchronise.
 
 Dispatch tables (first matching row wins):
 
@@ -13,7 +14,9 @@ Dispatch tables (first matching row wins):
 * inverse: :data:`FUSED_MAX_N` and :data:`GJE_TILES` (the fused ``inv_gje``), :data:`GETRI_MODE`,
   :data:`GETRI_PLANS` and :data:`GETRI_NBS` (getrf + ``getri``);
 * solve: :data:`GESV_ROWS` and :data:`GESV_ROWS_MAX_RHS` (the fused ``gesv_rows``), else getrf +
-  ``getrs``.
+  ``getrs``;
+* every op: :func:`path` (the kernels above, or ``"cusolver"`` where they do not fit the device:
+  :func:`fitting_plan`, :func:`getri_fits`, :func:`getrs_fits`), :func:`first_cusolver_n`.
 
 Plans: :func:`getrf_plan` / :func:`rows_plan` / :class:`Plan`; :func:`inv_plan`, :func:`gje_tile`,
 :func:`getri_plan`; :func:`solve_plan`, :func:`gesv_rows_tile`.
@@ -39,6 +42,7 @@ from ._gpu._getrf import (
     Plan,
     blocked_ldp,
     blocked_smem,
+    fitting_plan,
     getrf_plan,
     launch_getrf,
     rows_plan,
@@ -50,15 +54,18 @@ from ._gpu._getri import (
     GETRI_NBS,
     GETRI_PLANS,
     GJE_TILES,
+    getri_fits,
     getri_kernels,
     getri_plan,
+    getri_smem,
     gje_name,
     gje_tile,
     inv_plan,
     launch_getri,
     launch_inv_gje,
 )
-from ._gpu._getrs import default_nb, launch_getrs, solve_plan
+from ._gpu._getrs import default_nb, getrs_fits, getrs_smem, launch_getrs, solve_plan
+from ._gpu._paths import CUSOLVER, first_cusolver_n, path
 from ._gpu._runtime import KernelCompileError, compile_kernels, families, smem_optin, smem_per_sm
 from ._gpu._runtime import source as kernel_source
 from ._gpu._runtime import source_override
@@ -68,6 +75,7 @@ FAMILIES = families()
 
 __all__ = [
     "BLOCKED_NB",
+    "CUSOLVER",
     "FAMILIES",
     "FUSED_MAX_N",
     "GESV_ROWS",
@@ -84,12 +92,18 @@ __all__ = [
     "blocked_smem",
     "compile_kernels",
     "default_nb",
+    "first_cusolver_n",
+    "fitting_plan",
     "gesv_rows_name",
     "gesv_rows_tile",
     "getrf_kernel_name",
     "getrf_plan",
+    "getri_fits",
     "getri_kernels",
     "getri_plan",
+    "getri_smem",
+    "getrs_fits",
+    "getrs_smem",
     "gje_name",
     "gje_tile",
     "inv_plan",
@@ -100,6 +114,7 @@ __all__ = [
     "launch_getrs",
     "launch_inv_gje",
     "launch_slogdet",
+    "path",
     "rows_plan",
     "smem_optin",
     "smem_per_sm",

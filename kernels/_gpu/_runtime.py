@@ -19,7 +19,6 @@ import contextlib
 import functools
 from pathlib import Path
 
-import cupy
 import numpy as np
 
 from ...errors import KernelCompileError
@@ -54,21 +53,29 @@ def template(name: str, dtype, *args) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _attribute(device: int, name: str, number: int) -> int:
+    import cupy
+
     return int(cupy.cuda.runtime.deviceGetAttribute(getattr(cupy.cuda.runtime, name, number), device))
 
 
 def smem_optin() -> int:
     """Largest dynamic shared memory one block may opt in to on the current device."""
+    import cupy
+
     return _attribute(cupy.cuda.runtime.getDevice(), "cudaDevAttrMaxSharedMemoryPerBlockOptin", 97)
 
 
 def smem_per_sm() -> int:
     """Shared memory of one multiprocessor of the current device."""
+    import cupy
+
     return _attribute(cupy.cuda.runtime.getDevice(), "cudaDevAttrMaxSharedMemoryPerMultiprocessor", 81)
 
 
 @functools.lru_cache(maxsize=None)
 def _arch(device: int) -> str:
+    import cupy
+
     return str(cupy.cuda.Device(device).compute_capability)
 
 
@@ -129,6 +136,8 @@ def families() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=None)
 def _module(arch: str, family: str, code: str, names: tuple[str, ...]):
+    import cupy
+
     module = cupy.RawModule(code=code, name_expressions=names, options=OPTIONS)
     try:
         module.compile()
@@ -150,6 +159,8 @@ def kernel(family: str, name: str, names=None, smem: int = 0):
     ``names`` lists every instantiation compiled together with it (one NVRTC run for the set; by
     default ``name`` alone). Compiled at first use and cached per compute capability.
     """
+    import cupy
+
     names = tuple(names) if names else (name,)
     func = _function(_arch(cupy.cuda.runtime.getDevice()), family, source(family), name, names)
     if smem > SMEM_DEFAULT and func.max_dynamic_shared_size_bytes < smem:

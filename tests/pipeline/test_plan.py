@@ -88,3 +88,23 @@ def test_ledger_listing_matches_zarr(tmp_path):
     assert np.array_equal(_ledger.read(str(tmp_path / "o.zarr")), np.asarray(records[...]))
     mask = _ledger.matrix_mask(np.array([True, False, True]), 4, 10)
     assert mask.tolist() == [True] * 4 + [False] * 4 + [True] * 2
+
+
+def test_a_matrix_above_the_budget_runs_alone_and_says_so():
+    """n = 4096 complex128: 256 MiB a matrix, 1 GiB with the inverse and workspace, against the default
+    256 MiB budget: one matrix per batch, and a warning naming the budget that would hold it."""
+    from batchlu.pipeline._ops import output_specs
+    from batchlu.pipeline._plan import budget_warning
+
+    n, budget = 4096, 256 * 2**20
+    per = bytes_per_matrix(n, 16, sum(s.nbytes() for s in output_specs("inv", n, np.complex128)))
+    assert per == 2 * (2 * n * n * 16 + 4)
+    plan = make_plan(3, per, memory_budget=budget, max_tasks=20000, input_chunk=2)
+    assert plan.chunk == plan.batch == 1 and plan.n_chunks == 3
+    note = budget_warning(plan, per, budget)
+    assert note.startswith("memory-budget 256 MiB is smaller than one matrix") and "1 GiB" in note
+    roomy = make_plan(3, per, memory_budget=2 * per, max_tasks=20000, input_chunk=2)
+    assert roomy.batch == 2 and budget_warning(roomy, per, 2 * per) is None
+    forced = make_plan(3, per, memory_budget=budget, max_tasks=20000, input_chunk=2, chunk=2)
+    assert forced.batch == 2 and budget_warning(forced, per, budget).startswith("chunk 2 needs about 2 GiB")
+    assert budget_warning(make_plan(0, per, memory_budget=1, max_tasks=5, input_chunk=1), per, 1) is None
