@@ -23,7 +23,9 @@ Plans: :func:`getrf_plan` / :func:`rows_plan` / :class:`Plan`; :func:`inv_plan`,
 
 Launchers: :func:`launch_getrf` (``plan``), :func:`launch_inv_gje` (``tile``), :func:`launch_getri`
 (``mode``, ``minb``, ``mma``, ``nb``), :func:`launch_gesv_rows` (``tile``), :func:`launch_getrs`,
-:func:`launch_slogdet`; each takes the dispatched plan when none is given.
+:func:`launch_slogdet`; each takes the dispatched plan when none is given. The cuSOLVER path at any n
+(the backend's contract, allocating its outputs): :func:`cusolver_getrf`, :func:`cusolver_getrs`,
+:func:`cusolver_inv`, :func:`cusolver_solve`, :func:`cusolver_slogdet`.
 
 Compilation: every kernel family is one ``kernels/cuda/<family>.cu`` (:data:`FAMILIES`), compiled at
 first use by NVRTC. :func:`getrf_kernel_name`, :func:`gje_name`, :func:`gesv_rows_name` and
@@ -66,6 +68,11 @@ from ._gpu._getri import (
 )
 from ._gpu._getrs import default_nb, getrs_fits, getrs_smem, launch_getrs, solve_plan
 from ._gpu._paths import CUSOLVER, first_cusolver_n, path
+from ._gpu._cusolver import getrf as cusolver_getrf
+from ._gpu._cusolver import getrs as cusolver_getrs
+from ._gpu._cusolver import inv as cusolver_inv
+from ._gpu._cusolver import slogdet as cusolver_slogdet
+from ._gpu._cusolver import solve as cusolver_solve
 from ._gpu._runtime import KernelCompileError, compile_kernels, families, smem_optin, smem_per_sm
 from ._gpu._runtime import source as kernel_source
 from ._gpu._runtime import source_override
@@ -91,6 +98,11 @@ __all__ = [
     "blocked_ldp",
     "blocked_smem",
     "compile_kernels",
+    "cusolver_getrf",
+    "cusolver_getrs",
+    "cusolver_inv",
+    "cusolver_slogdet",
+    "cusolver_solve",
     "default_nb",
     "first_cusolver_n",
     "fitting_plan",
