@@ -1,7 +1,7 @@
 """GPU path above the one-kernel range: cuSOLVER's getrf and getrs, one matrix at a time.
 
 :mod:`._paths` sends an op here where batchlu's own kernels do not fit the device (on an H100: getrf
-above n = 1155 in float64, getri and getrs above n = 1024; ``docs/design.md#large-n``). The entry points
+above n = 1155 in float64, getri and getrs above n = 1024; ``docs/design.md#large-n-cusolver``). The entry points
 keep the backend contract of ``kernels/_api.py`` and the kernels' conventions:
 
 * **Layout.** batchlu's matrices are C-order, cuSOLVER's column-major. Each matrix is copied into a
@@ -16,14 +16,17 @@ keep the backend contract of ``kernels/_api.py`` and the kernels' conventions:
   results and identity pivots, and ``inv`` / ``solve`` write NaN where info != 0, as the kernels do.
   ``slogdet`` is reduced from the pivots and the diagonal of U (sign 0 and -inf for info > 0, NaN for
   info -1), in float64 / complex128 and rounded once to the input's precision.
-* **Streams.** Everything is ordered on CuPy's current stream (the caller's) and nothing synchronises
-  the host. A batch of several matrices goes round-robin over up to :data:`MAX_LANES` lanes: the
-  caller's stream with CuPy's cuSOLVER handle, plus side streams with handles of their own (kept per
-  thread and device). The side streams wait for the caller's work so far, and the caller waits for
-  theirs before anything else runs on it (also when a call fails half-way), so a single matrix's
-  launches, too short to fill the GPU at these n, overlap with the next matrix's. Each lane has its
-  own work buffers, allocated on the caller's stream; lanes are limited to one per matrix and to
-  :data:`LANE_BYTES` of work buffers in all.
+* **Singular matrices.** cuSOLVER does not complete the factorization of an exactly singular matrix
+  as LAPACK does (it divides by the zero pivot): ``lu_factor`` refactors those on the host
+  (:func:`_complete_singular`). The other ops need only their ``info``.
+* **Streams.** Everything is ordered on CuPy's current stream (the caller's); nothing synchronises
+  the host but ``lu_factor``'s look at ``info``. A batch of several matrices goes round-robin over up
+  to :data:`MAX_LANES` lanes: the caller's stream with CuPy's cuSOLVER handle, plus side streams with
+  handles of their own (kept per thread and device). The side streams wait for the caller's work so
+  far, and the caller waits for theirs before anything else runs on it (also when a call fails
+  half-way), so a single matrix's launches, too short to fill the GPU at these n, overlap with the
+  next matrix's. Each lane has its own work buffers, allocated on the caller's stream; lanes are
+  limited to one per matrix and to :data:`LANE_BYTES` of work buffers in all.
 """
 
 from __future__ import annotations
@@ -196,7 +199,27 @@ def getrf(a):
     piv -= 1
     _nonfinite_input(bad, info, lu)
     cupy.copyto(piv, cupy.arange(n, dtype=np.int32), where=_where(bad, piv.shape))
+    _complete_singular(a, lu, piv, info)
     return lu, piv, info
+
+
+def _complete_singular(a, lu, piv, info) -> None:
+    """LAPACK's completed factorization for the exactly singular matrices (info > 0).
+
+    At an exactly zero pivot LAPACK leaves the column below it unscaled (it is all zero) and goes on;
+    cuSOLVER's getrf divides by the zero (NaN below the pivot, then in everything after it; CuPy's
+    ``lu_factor`` documents the same). Those few matrices are factored again on the host by the CPU
+    backend (SciPy's LAPACK; ``lu``, ``piv`` and ``info`` all from that one factorization). Finding
+    them reads ``info`` on the host: ``lu_factor`` on this path synchronises the caller's stream once.
+    """
+    from .. import _cpu
+
+    host_info = info.get()
+    for i in np.flatnonzero(host_info > 0):
+        lu_h, piv_h, info_h = _cpu.getrf(np.ascontiguousarray(a[i].get())[None])
+        lu[i].set(lu_h[0])
+        piv[i].set(piv_h[0].astype(np.int32, copy=False))
+        info[i:i + 1].set(info_h.astype(np.int32, copy=False))
 
 
 def inv(a):
