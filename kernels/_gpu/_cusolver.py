@@ -104,6 +104,7 @@ class _Work:
         import cupy
 
         self.a = cupy.empty((n, n), dtype, order="F")
+        self.diag = self.a.T.reshape(-1)[:: n + 1]  # a view of a's diagonal
         self.ipiv = cupy.empty((n,), np.int32)
         self.info = cupy.empty((1,), np.int32)
         self.b = cupy.empty((n, k), dtype, order="F") if k else None
@@ -144,9 +145,15 @@ def _round_robin(batch: int, lanes, works, body) -> None:
             caller.wait_event(stream.record())
 
 
-def _factor(dtype, n: int, handle, work: _Work, a, ipiv_ptr: int, info_ptr: int) -> None:
-    """Copy ``a`` (one C-order matrix) into the lane's column-major buffer and factor it there."""
+def _factor(dtype, n: int, handle, work: _Work, a, bad, ipiv_ptr: int, info_ptr: int) -> None:
+    """Copy ``a`` (one C-order matrix) into the lane's column-major buffer and factor it there. A
+    matrix holding NaN or Inf (``bad``, a device bool) is not handed to cuSOLVER, whose pivot search
+    would meet NaN: the identity takes its place (its results are overwritten with NaN afterwards)."""
+    import cupy
+
     work.a[...] = a
+    cupy.copyto(work.a, 0, where=bad)
+    cupy.copyto(work.diag, 1, where=bad)
     _routine(dtype, "getrf")(handle, n, n, work.a.data.ptr, n, work.ws.data.ptr, ipiv_ptr, info_ptr)
 
 
@@ -192,7 +199,7 @@ def getrf(a):
     lanes, works = _prepare(batch, dtype, n)
 
     def body(i, handle, work):
-        _factor(dtype, n, handle, work, a[i], piv[i].data.ptr, info[i:i + 1].data.ptr)
+        _factor(dtype, n, handle, work, a[i], bad[i], piv[i].data.ptr, info[i:i + 1].data.ptr)
         lu[i][...] = work.a
 
     _round_robin(batch, lanes, works, body)
@@ -234,7 +241,7 @@ def inv(a):
     getrs_ = _routine(dtype, "getrs")
 
     def body(i, handle, work):
-        _factor(dtype, n, handle, work, a[i], work.ipiv.data.ptr, info[i:i + 1].data.ptr)
+        _factor(dtype, n, handle, work, a[i], bad[i], work.ipiv.data.ptr, info[i:i + 1].data.ptr)
         x = out[i]
         x.fill(0)
         x.reshape(-1)[:: n + 1] = 1
@@ -259,7 +266,7 @@ def solve(a, b):
     getrs_ = _routine(dtype, "getrs")
 
     def body(i, handle, work):
-        _factor(dtype, n, handle, work, a[i], work.ipiv.data.ptr, info[i:i + 1].data.ptr)
+        _factor(dtype, n, handle, work, a[i], bad[i], work.ipiv.data.ptr, info[i:i + 1].data.ptr)
         work.b[...] = b[i]
         getrs_(handle, _OP_N, n, k, work.a.data.ptr, n, work.ipiv.data.ptr, work.b.data.ptr, n,
                work.info.data.ptr)
@@ -308,7 +315,7 @@ def slogdet(a):
     lanes, works = _prepare(batch, dtype, n)
 
     def body(i, handle, work):
-        _factor(dtype, n, handle, work, a[i], piv[i].data.ptr, info[i:i + 1].data.ptr)
+        _factor(dtype, n, handle, work, a[i], bad[i], piv[i].data.ptr, info[i:i + 1].data.ptr)
         diag[i][...] = work.a.diagonal()
 
     _round_robin(batch, lanes, works, body)
