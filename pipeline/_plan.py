@@ -21,6 +21,10 @@ the tasks are. The CPU backend's results for complex dtypes depend on the batch'
 composition in the last bit (NumPy's SIMD and scalar loops round complex products differently), so
 a chunk computed inside a larger batch would differ from the same chunk recomputed alone on resume.
 The batch loop cuts a task into its batches (:func:`batchlu.pipeline._batches.sub_batches`).
+
+A matrix larger than the budget (n = 4096 complex128 takes 1 GiB for ``inv`` with its workspace,
+against the default 256 MiB) still runs, one matrix per batch: :func:`budget_warning` says so, with
+the budget that would hold it.
 """
 
 from __future__ import annotations
@@ -73,6 +77,28 @@ class Plan:
 def bytes_per_matrix(n: int, in_itemsize: int, out_bytes: int, rhs_bytes: int = 0) -> int:
     """Memory one matrix needs inside a task: input, right-hand side and outputs, with workspace."""
     return WORKSPACE_FACTOR * (n * n * in_itemsize + rhs_bytes + out_bytes)
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes} B"
+
+
+def budget_warning(plan: Plan, per_matrix: int, memory_budget: int) -> str | None:
+    """A one-line warning where one batch of ``plan`` needs more than ``memory_budget`` (one matrix of
+    ``per_matrix`` bytes already does, or an explicit ``chunk`` asks for more); None where it fits."""
+    need = plan.batch * per_matrix
+    if not plan.count or need <= memory_budget:
+        return None
+    if plan.batch == 1:
+        return (f"memory-budget {_size(memory_budget)} is smaller than one matrix with its outputs and "
+                f"workspace ({_size(per_matrix)}): running one matrix per batch, about {_size(per_matrix)} "
+                f"each; set memory-budget to at least {_size(per_matrix)} to plan within it.")
+    return (f"chunk {plan.chunk} needs about {_size(need)} per batch ({_size(per_matrix)} per matrix with "
+            f"outputs and workspace), more than memory-budget {_size(memory_budget)}; running batches of "
+            f"{plan.batch} matrices as the chunk asks.")
 
 
 def make_plan(count: int, per_matrix: int, *, memory_budget: int, max_tasks: int,

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import shutil
 import time
+import warnings
 
 import numpy as np
 import zarr
@@ -14,12 +15,12 @@ import zarr
 from . import _cluster, _fingerprint, _live, _ledger, _lock, _output
 from ._config import Options, options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
-from ._plan import bytes_per_matrix, make_plan
+from ._plan import budget_warning, bytes_per_matrix, make_plan
 from ._report import Report
 from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
                      parse_ref)
 from ._tasks import Job, process_range
-from .errors import InputError
+from .errors import BatchluWarning, InputError
 
 
 def _count_info(path: str) -> InfoCounts:
@@ -85,6 +86,9 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
                      max_tasks=opts.max_tasks, input_chunk=matrices.read_unit, chunk=chunk,
                      matrix_bytes=matrix_bytes, chunk_bytes=opts.chunk_bytes,
                      input_inner=matrices.chunks[0] if matrices.chunks else None)
+    note = budget_warning(plan, per_matrix, opts.memory_budget)
+    if note is not None:
+        warnings.warn(note, BatchluWarning, stacklevel=2)
     provenance["plan"] = plan.as_dict()
 
     if record is None:

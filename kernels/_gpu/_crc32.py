@@ -7,7 +7,6 @@ checksums of the input chunks it decodes on the device.
 
 from __future__ import annotations
 
-import cupy
 import numpy as np
 
 from batchlu.pipeline import _crc32
@@ -23,6 +22,8 @@ NAMES = ("blu::crc32_segments", "blu::crc32_join")  # compiled together
 def registers(buffer, offsets, lengths) -> np.ndarray:
     """``R(0, .)`` of ``buffer``'s bytes ``[offsets[r], offsets[r] + lengths[r])`` for each ``r``
     (uint32, on the host), computed on the current stream; ``buffer`` is a C-contiguous CuPy array."""
+    import cupy
+
     ranges = len(offsets)
     if ranges == 0:
         return np.zeros(0, np.uint32)

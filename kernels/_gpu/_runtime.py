@@ -24,7 +24,6 @@ import contextlib
 import functools
 import logging
 
-import cupy
 import numpy as np
 
 from ...errors import KernelCompileError
@@ -60,21 +59,29 @@ def template(name: str, dtype, *args) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _attribute(device: int, name: str, number: int) -> int:
+    import cupy
+
     return int(cupy.cuda.runtime.deviceGetAttribute(getattr(cupy.cuda.runtime, name, number), device))
 
 
 def smem_optin() -> int:
     """Largest dynamic shared memory one block may opt in to on the current device."""
+    import cupy
+
     return _attribute(cupy.cuda.runtime.getDevice(), "cudaDevAttrMaxSharedMemoryPerBlockOptin", 97)
 
 
 def smem_per_sm() -> int:
     """Shared memory of one multiprocessor of the current device."""
+    import cupy
+
     return _attribute(cupy.cuda.runtime.getDevice(), "cudaDevAttrMaxSharedMemoryPerMultiprocessor", 81)
 
 
 @functools.lru_cache(maxsize=None)
 def _arch(device: int) -> str:
+    import cupy
+
     return str(cupy.cuda.Device(device).compute_capability)
 
 
@@ -126,6 +133,8 @@ def source_override(family: str, text: str):
 
 @functools.lru_cache(maxsize=None)
 def _module(arch: str, family: str, code: str, names: tuple[str, ...]):
+    import cupy
+
     if not disk_cache_reused(cupy.__version__) and not _WARNED:
         _WARNED.append(True)
         logger.warning("batchlu: CuPy %s compiles batchlu's kernels again in every process (its disk "
@@ -153,6 +162,8 @@ def kernel(family: str, name: str, names=None, smem: int = 0):
     ``names`` lists every instantiation compiled together with it (one NVRTC run for the set; by
     default ``name`` alone). Compiled at first use and cached per compute capability.
     """
+    import cupy
+
     names = tuple(names) if names else (name,)
     func = _function(_arch(cupy.cuda.runtime.getDevice()), family, source(family), name, names)
     if smem > SMEM_DEFAULT and func.max_dynamic_shared_size_bytes < smem:

@@ -157,3 +157,23 @@ def test_shards_over_the_budget_are_cut_at_inner_chunks():
     assert inv_plan(10**5, 32, 10_000, inner=2000, budget=budget).chunk == 1000  # inner too big
     # a shard that fits is kept whole (and merged like a chunk)
     assert inv_plan(10**5, 32, 500, inner=100, budget=budget).chunk == 1000  # two shards
+
+
+def test_a_matrix_above_the_budget_runs_alone_and_says_so():
+    """n = 4096 complex128: 256 MiB a matrix, 1 GiB with the inverse and workspace, against the default
+    256 MiB budget: one matrix per batch, and a warning naming the budget that would hold it."""
+    from batchlu.pipeline._ops import output_specs
+    from batchlu.pipeline._plan import budget_warning
+
+    n, budget = 4096, 256 * 2**20
+    per = bytes_per_matrix(n, 16, sum(s.nbytes() for s in output_specs("inv", n, np.complex128)))
+    assert per == 2 * (2 * n * n * 16 + 4)
+    plan = make_plan(3, per, memory_budget=budget, max_tasks=20000, input_chunk=2)
+    assert plan.chunk == plan.batch == 1 and plan.n_chunks == 3
+    note = budget_warning(plan, per, budget)
+    assert note.startswith("memory-budget 256 MiB is smaller than one matrix") and "1 GiB" in note
+    roomy = make_plan(3, per, memory_budget=2 * per, max_tasks=20000, input_chunk=2)
+    assert roomy.batch == 2 and budget_warning(roomy, per, 2 * per) is None
+    forced = make_plan(3, per, memory_budget=budget, max_tasks=20000, input_chunk=2, chunk=2)
+    assert forced.batch == 2 and budget_warning(forced, per, budget).startswith("chunk 2 needs about 2 GiB")
+    assert budget_warning(make_plan(0, per, memory_budget=1, max_tasks=5, input_chunk=1), per, 1) is None

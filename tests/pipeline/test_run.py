@@ -270,3 +270,21 @@ def test_sharded_input_and_options_object(client, tmp_path):
                           progress=False, config=opts)
     check_output(str(tmp_path / "o.zarr"), "inv", a, chunk=12)
     assert report.tasks == 4 and report.ok == 45
+
+
+def test_matrices_larger_than_the_budget(client, tmp_path):
+    """n = 300 complex128 with a budget below one matrix: one matrix per batch, a warning, and every
+    output as ``kernels`` computes it (the CPU backend; the GPU's large-n path is
+    tests/kernels/test_gpu_large_n.py)."""
+    from batchlu.pipeline.errors import BatchluWarning
+
+    source = pipeline.generate(tmp_path / "a.zarr", count=5, size=300, chunk=5, dtype="complex128",
+                               kind="random", seed=31)
+    a = np.asarray(zarr.open_array(source, mode="r")[...])
+    with pytest.warns(BatchluWarning, match=r"memory-budget 1 MiB is smaller than one matrix .*5\.49 MiB"):
+        report = pipeline.run(source, tmp_path / "o.zarr", op="inv", client=client, progress=False,
+                              config={"memory-budget": "1MiB"})
+    assert report.status == "complete" and report.tasks == 5 and report.processed == 5
+    got = check_output(str(tmp_path / "o.zarr"), "inv", a, chunk=1)
+    assert (got["info"] == 0).all()
+    assert pipeline.verify(source, tmp_path / "o.zarr").ok
