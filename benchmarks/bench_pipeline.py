@@ -77,22 +77,29 @@ def make_gpu_cluster(use, threads_per_worker, dashboard_address):
                             dashboard_address=dashboard_address, silence_logs=logging.ERROR)
 
 
-def generate(path: Path, count: int, n: int, chunk: int, seed: int) -> None:
-    """Random normal float64 matrices, each chunk from its own generator, zstd-compressed."""
+DATA_KINDS = ("normal", "rounded")  # random normal entries; the same rounded to 2 decimals (compressible)
+
+
+def generate(path: Path, count: int, n: int, chunk: int, seed: int, kind: str = "normal") -> None:
+    """Random normal float64 matrices, each chunk from its own generator, zstd-compressed (zarr's
+    default codec, as ``batchlu generate`` writes); ``kind`` ``rounded``: rounded to 2 decimals."""
     import zarr
 
+    if kind not in DATA_KINDS:
+        raise SystemExit(f"Expected a data kind in {', '.join(DATA_KINDS)}. Got {kind!r} instead.")
     if (path / "zarr.json").exists():
         arr = zarr.open_array(str(path), mode="r")
-        if arr.shape == (count, n, n) and arr.chunks[0] == chunk:
+        if arr.shape == (count, n, n) and arr.chunks[0] == chunk and arr.attrs.get("kind", "normal") == kind:
             return
     shutil.rmtree(path, ignore_errors=True)
     arr = zarr.create_array(str(path), shape=(count, n, n), chunks=(chunk, n, n), dtype="float64",
-                            compressors=zarr.codecs.ZstdCodec(level=0))
+                            compressors=zarr.codecs.ZstdCodec(level=0), attributes={"kind": kind})
 
     def one(start):
         stop = min(start + chunk, count)
         rng = np.random.default_rng([seed, start])
-        arr[start:stop] = rng.standard_normal((stop - start, n, n))
+        block = rng.standard_normal((stop - start, n, n))
+        arr[start:stop] = np.round(block, 2) if kind == "rounded" else block
 
     with ThreadPoolExecutor(os.cpu_count()) as pool:
         list(pool.map(one, range(0, count, chunk)))

@@ -27,12 +27,15 @@ PIPELINE_INTERNALS |= {("bench_resume_checks.py", name) for name in (
     "batchlu.pipeline._fingerprint", "batchlu.pipeline._ledger", "batchlu.pipeline._tasks",
     "batchlu.pipeline._io_pool", "batchlu.pipeline._io_pool.open_array", "batchlu.pipeline._ops",
     "batchlu.pipeline._plan", "batchlu.pipeline._store")}
+# bench_host_codecs.py times the I/O processes themselves (the pool, its shared buffers and read call).
+PIPELINE_INTERNALS |= {("bench_host_codecs.py", "batchlu.pipeline._io_pool")}
 
 
 def test_the_scripts_are_there():
     assert {p.name for p in SCRIPTS} == {
         "bench_kernels.py", "bench_pipeline.py", "bench_host_io.py", "bench_blocked_sweep.py",
-        "bench_gesv_sweep.py", "bench_gje_sweep.py", "bench_kernel_ab.py", "bench_resume_checks.py"}
+        "bench_gesv_sweep.py", "bench_gje_sweep.py", "bench_kernel_ab.py", "bench_resume_checks.py",
+        "bench_host_codecs.py"}
     for path in SOURCES:  # the rest are private helper modules, named so
         assert path.name.startswith(("bench_", "_")), f"{path.name}: name benchmark modules bench_* or _*"
 
