@@ -65,27 +65,28 @@ ZARRS = "zarrs.ZarrsCodecPipeline"
 
 # --------------------------------------------------------------------------------------- variants
 def variants(cores: int) -> list[dict]:
-    """The default sweep for a host of ``cores`` cores: each a dict of ``engine`` (processes or
-    in-process), ``pool`` (P, T) or ``callers`` (0: one call for the whole array), ``zarr`` (the
-    zarr configuration of the process and its I/O children) and a ``name``."""
-    out = []
-    pools = sorted({(p, cores // p) for p in (cores, max(1, cores // 2), max(1, cores // 4))}, reverse=True)
-    for p, t in pools:
-        out.append(dict(name=f"processes {p}x{t}", engine="processes", pool=(p, t), zarr={}))
+    """The default sweep for a host of ``cores`` cores, the settings that decide first: each a dict
+    of ``engine``, ``pool`` (P, T: I/O processes) or ``callers`` (threads of this process sending
+    requests; 0: one call for the whole array), ``zarr`` (the zarr configuration of the process and
+    of its I/O children) and a ``name``."""
+    half = (max(1, cores // 2), 2 if cores > 1 else 1)  # batchlu's default pool on a GPU worker
+    zarrs = {"codec_pipeline.path": ZARRS, "codec_pipeline.strict": True}
+    fused = {"codec_pipeline.path": FUSED, "codec_pipeline.max_workers": cores}
     wide = {"codec_pipeline.batch_size": cores, "async.concurrency": 2 * cores, "threading.max_workers": cores}
-    out += [dict(name=f"zarr {cores} callers", engine="zarr", callers=cores, zarr={}),
-            dict(name="zarr 1xall", engine="zarr", callers=0, zarr={}),
+    out = [dict(name=f"processes {half[0]}x{half[1]}", engine="processes", pool=half, zarr={}),
+           dict(name=f"zarrs {cores} callers", engine="zarrs", callers=cores, zarr=zarrs),
+           dict(name=f"zarr-fused {cores} callers", engine="zarr-fused", callers=cores, zarr=fused),
+           dict(name=f"zarr {cores} callers", engine="zarr", callers=cores, zarr={}),
+           dict(name="zarrs 1xall", engine="zarrs", callers=0, zarr=zarrs),
+           dict(name="zarr-fused 1xall", engine="zarr-fused", callers=0, zarr=fused),
+           dict(name=f"processes {half[0]}x{half[1]} + zarrs", engine="processes+zarrs", pool=half,
+                zarr={**zarrs, "threading.max_workers": half[1]})]
+    for p in (max(1, cores // 4), cores):
+        if (p, cores // p) != half:
+            out.append(dict(name=f"processes {p}x{cores // p}", engine="processes", pool=(p, cores // p), zarr={}))
+    out += [dict(name="zarr 1xall", engine="zarr", callers=0, zarr={}),
             dict(name=f"zarr {cores} callers, wide", engine="zarr", callers=cores, zarr=wide),
             dict(name="zarr 1xall, wide", engine="zarr", callers=0, zarr=wide)]
-    fused = {"codec_pipeline.path": FUSED, "codec_pipeline.max_workers": cores}
-    out += [dict(name=f"zarr-fused {cores} callers", engine="zarr-fused", callers=cores, zarr=fused),
-            dict(name="zarr-fused 1xall", engine="zarr-fused", callers=0, zarr=fused)]
-    zarrs = {"codec_pipeline.path": ZARRS, "codec_pipeline.strict": True}
-    out += [dict(name=f"zarrs {cores} callers", engine="zarrs", callers=cores, zarr=zarrs),
-            dict(name="zarrs 1xall", engine="zarrs", callers=0, zarr=zarrs)]
-    p, t = pools[len(pools) // 2]
-    out.append(dict(name=f"processes {p}x{t} + zarrs", engine="processes+zarrs", pool=(p, t),
-                    zarr={**zarrs, "threading.max_workers": t}))
     return out
 
 
@@ -132,13 +133,17 @@ def reference_crcs(src: Path) -> list[int]:
             return saved["crc"]
     arr = zarr.open_array(str(src), mode="r")
     chunk = arr.chunks[0]
-    crc = [zlib.crc32(np.ascontiguousarray(arr[s:s + chunk])) for s in range(0, arr.shape[0], chunk)]
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as ex:
+        crc = list(ex.map(lambda s: zlib.crc32(np.ascontiguousarray(arr[s:s + chunk])),
+                          range(0, arr.shape[0], chunk)))
     cache.write_text(json.dumps({"stamp": stamp, "crc": crc}))
     return crc
 
 
 def chunk_crcs(values: np.ndarray, chunk: int) -> list[int]:
-    return [zlib.crc32(values[s:s + chunk]) for s in range(0, values.shape[0], chunk)]
+    """CRC-32 of each chunk of ``values`` (threads: zlib lets go of the GIL on large buffers)."""
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as ex:
+        return list(ex.map(lambda s: zlib.crc32(values[s:s + chunk]), range(0, values.shape[0], chunk)))
 
 
 def stored_ratio(src: Path) -> float:
@@ -217,22 +222,21 @@ def run_variant(variant: dict, src: Path, work: Path, repeat: int, per: int, crc
         buf.fill(np.nan)
         reads.append(timed(read_all))
     read_ok = chunk_crcs(buf, chunk) == crcs
-    same_frames = True
     for _ in range(repeat):
         fresh_output()
         writes.append(timed(write_all))
     # the last output, decoded by numcodecs' zstd from the chunk files, not through zarr
     stored = zarr.open_array(str(out_store), path="inv", mode="r")
     codec = numcodecs.Zstd(level=0)
-    back = []
-    for i in range(-(-count // chunk)):
-        key = stored.metadata.encode_chunk_key((i, 0, 0))
-        frame = (out_store / "inv" / key).read_bytes()
-        values = np.frombuffer(codec.decode(frame), np.float64)
-        back.append(zlib.crc32(values))
-        if i == 0:  # the frame numcodecs (zarr's default pipeline) writes for the same values
-            same_frames = frame == codec.encode(np.ascontiguousarray(buf[:chunk]))
+
+    def frame(i):
+        return (out_store / "inv" / stored.metadata.encode_chunk_key((i, 0, 0))).read_bytes()
+
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as ex:
+        back = list(ex.map(lambda i: zlib.crc32(codec.decode(frame(i))), range(-(-count // chunk))))
     write_ok = back == crcs
+    # the first chunk's frame, against the one numcodecs (zarr's default pipeline) writes for it
+    same_frames = frame(0) == codec.encode(np.ascontiguousarray(buf[:chunk]))
     shutil.rmtree(out_store, ignore_errors=True)
     if pool is not None:
         pool.close()
@@ -351,7 +355,9 @@ def main(argv=None):
             if why:
                 rec = dict(base, skipped=why)
             else:
+                t0 = time.perf_counter()
                 rec = dict(base, **spawn(variant, src, args))
+                rec["variant_wall_s"] = round(time.perf_counter() - t0, 1)
                 if "error" not in rec:
                     best_r, best_w = min(rec["reads_s"]), min(rec["writes_s"])
                     rec.update(read_gbps=round(nbytes / 1e9 / best_r, 3), write_gbps=round(nbytes / 1e9 / best_w, 3),

@@ -12,6 +12,7 @@ import dask.config
 import yaml
 from dask.utils import parse_bytes
 
+from ._io_engines import check as _io_engine
 from ._missing import POLICIES as MISSING_CHUNKS
 from .errors import ConfigError
 
@@ -57,6 +58,7 @@ class Options:
     connect_timeout: float = 30.0      # seconds to reach a scheduler given by address or file
     io_processes: int | None = None    # I/O processes per worker; None: auto (see pipeline._io_pool.io_settings)
     io_threads: int | None = None      # threads per I/O process; None: auto
+    io_engine: str = "auto"            # Zarr codec pipeline of the host I/O (pipeline._io_engines)
     missing_chunks: str = "error"      # a chunk missing from the input: "error", or "fill" (info -3)
     generate_chunk_bytes: int = 32 * 2**20
     verify_threshold: float = 30.0
@@ -269,6 +271,7 @@ def _from_mapping(cfg: Mapping) -> Options:
         connect_timeout=_seconds(_get(cfg, "connect-timeout", "30s"), "connect-timeout"),
         io_processes=_auto_int(_get(cfg, "io-processes", "auto"), "io-processes", minimum=0),
         io_threads=_auto_int(_get(cfg, "io-threads", "auto"), "io-threads", minimum=1),
+        io_engine=_io_engine(_get(cfg, "io-engine", "auto")),
         missing_chunks=_choice(_get(cfg, "missing-chunks", "error"), "missing-chunks", MISSING_CHUNKS),
         generate_chunk_bytes=_bytes(_get(generate, "chunk-bytes", "32MiB"), "generate.chunk-bytes"),
         verify_threshold=float(_get(verify, "threshold", 30)),
