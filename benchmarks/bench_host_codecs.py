@@ -29,7 +29,9 @@ many caller threads as there are cores (the worker's threads), or the whole arra
 * ``zarr-fused``: zarr's ``FusedCodecPipeline`` (``codec_pipeline.max_workers``), where the
   installed zarr has it;
 * ``zarrs``: the zarrs codec pipeline for zarr-python (Rust; ``codec_pipeline.strict``, so nothing
-  falls back to zarr's pipeline unnoticed), where it is installed; else the record says why not;
+  falls back to zarr's pipeline unnoticed), where it is installed; else the record says why not.
+  Its writes are timed too, but ``batchlu.io-engine: zarrs`` writes through zarr's pipeline (zarrs
+  0.2.3 drops chunks of fill values despite ``write_empty_chunks``: ``pipeline/_io_engines.py``);
 * ``processes PxT + zarrs``: the I/O pool with zarrs in its children.
 
 The page cache is warm: the input was just written or read in full before the runs, and each
