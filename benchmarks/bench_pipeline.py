@@ -77,6 +77,7 @@ def make_gpu_cluster(use, threads_per_worker, dashboard_address):
                             dashboard_address=dashboard_address, silence_logs=logging.ERROR)
 
 
+DATA_KINDS = ("normal", "rounded")  # random normal entries; the same rounded to 2 decimals (compressible)
 INNER_BYTES = 256 << 10   # sharded inputs: inner chunks of about this many bytes, as batchlu generate writes
 
 

@@ -37,6 +37,7 @@ import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
+from ._io_engines import check as _io_engine
 from ._missing import POLICIES as MISSING_CHUNKS
 from .errors import ConfigError
 
@@ -233,6 +234,14 @@ class Compressor:
 
 
 @dataclasses.dataclass(frozen=True)
+class IOEngine:
+    """``batchlu.io-engine``: one of pipeline._io_engines.NAMES, installed where named."""
+
+    def __call__(self, value, key: str) -> str:
+        return _io_engine(value)
+
+
+@dataclasses.dataclass(frozen=True)
 class GPUs:
     """GPUs as CUDA_VISIBLE_DEVICES lists them, ``"0,1"`` (a YAML list too); null: unset."""
 
@@ -404,6 +413,7 @@ class Options:
                                       "info -3 and NaN results).")
     io_processes: int | None = setting("io-processes", AutoInteger(minimum=0))   # None: auto
     io_threads: int | None = setting("io-threads", AutoInteger(minimum=1))       # None: auto
+    io_engine: str = setting("io-engine", IOEngine())   # the host's Zarr codec pipeline (pipeline._io_engines)
     progress: bool = setting("progress", Boolean())
     connect_timeout: float = setting("connect-timeout", Duration())              # seconds
     generate_chunk_bytes: int = setting("generate.chunk-bytes", Size())

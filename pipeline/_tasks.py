@@ -72,11 +72,13 @@ class TaskIO:
 
     def __init__(self, job: Job):
         self.job = job
-        self.input = open_array(job.input.path, job.input.array, "r")
-        self.rhs = open_array(job.rhs.path, job.rhs.array, "r") if job.rhs is not None else None
+        engine = job.settings.io_engine  # batchlu.io-engine: the codec pipeline (pipeline._io_engines)
+        self.input = open_array(job.input.path, job.input.array, "r", engine=engine)
+        self.rhs = open_array(job.rhs.path, job.rhs.array, "r", engine=engine) if job.rhs is not None else None
         # write_empty: a chunk whose values all equal the fill value (the NaN inverses of a chunk of
         # singular matrices) is stored too, so that resume can check every complete chunk is there
-        self.out = {name: open_array(job.output, name, "r+", write_empty=True) for name in job.outputs}
+        self.out = {name: open_array(job.output, name, "r+", write_empty=True, engine=engine)
+                    for name in job.outputs}
 
     def missing(self, start: int, stop: int) -> np.ndarray | None:
         """Look up the chunks matrices ``[start, stop)`` need, in the input and the right-hand side:
@@ -127,7 +129,7 @@ def io_pool_for(job: Job, engine):
                                               _worker_threads())
     if processes == 0 or not _io_pool.supported():
         return None
-    return _io_pool.get_pool(processes, threads)
+    return _io_pool.get_pool(processes, threads).using(job.settings.io_engine)
 
 
 def _worker_threads() -> int:

@@ -13,7 +13,10 @@ Engines -- what a backend computes, per worker process:
   on every worker (``client.run``) before the run; it returns the factory it replaced.
 
 I/O processes: :func:`io_settings` gives the ``(processes, threads)`` of a worker's I/O pool for the
-``batchlu.io-processes`` / ``batchlu.io-threads`` settings (None: ``auto``).
+``batchlu.io-processes`` / ``batchlu.io-threads`` settings (None: ``auto``); :class:`IOPool`,
+:func:`shared_buffer`, :func:`read_into`, :func:`open_array`, :func:`tune_malloc` and :func:`supported`
+are the pool and its buffers themselves (``benchmarks/bench_host_codecs.py`` times them against
+zarr's own codec pipelines).
 
 Integrity checks (``benchmarks/bench_resume_checks.py`` times them):
 
@@ -37,13 +40,14 @@ from . import _backends, _fingerprint, _ledger, _output, _tasks
 from ._config import options
 from ._engines import HostEngine
 from ._fingerprint import FRESH_SECONDS
-from ._io_pool import io_settings, open_array
+from ._io_pool import IOPool, io_settings, open_array, read_into, shared_buffer, supported, tune_malloc
 from ._ops import output_specs
 from ._plan import Plan
 from ._store import ArrayRef
 from .errors import ResumeError
 
-__all__ = ["FRESH_SECONDS", "HostEngine", "ResumeChecks", "io_settings", "register_engine",
+__all__ = ["FRESH_SECONDS", "HostEngine", "IOPool", "ResumeChecks", "io_settings", "open_array", "read_into",
+           "shared_buffer", "supported", "tune_malloc", "register_engine",
            "without_input_checksums"]
 
 
