@@ -196,10 +196,13 @@ def _endian(codec) -> str | None:
     return None if endian is None else str(getattr(endian, "value", endian))
 
 
-def choose(array, setting: str, *, gpu: bool, nvcomp: str | None) -> Choice:
+def choose(array, setting: str, *, gpu: bool, nvcomp: str | None, reading: bool = False) -> Choice:
     """Where ``array``'s codec runs for ``batchlu.codec-device`` = ``setting``.
 
-    ``gpu``: the run computes on GPUs; ``nvcomp``: None when every worker imports nvCOMP, else why not.
+    ``gpu``: the run computes on GPUs; ``nvcomp``: None when every worker imports nvCOMP, else why not;
+    ``reading``: an input. An input decodes on the GPU only when its chunks carry zarr's crc32c (checked
+    on the host before the frame goes to the device): nvCOMP cannot be relied on to notice a damaged
+    frame, and a run must never compute from one.
     ``auto`` takes the GPU where it can and says why not otherwise; ``gpu`` asked for an array the GPU
     cannot decode falls back to the host with the reason too (the run does not fail over it).
     """
@@ -212,6 +215,9 @@ def choose(array, setting: str, *, gpu: bool, nvcomp: str | None) -> Choice:
     stored, why = describe(array)
     if stored is None:
         return Choice("cpu", why)
+    if reading and stored.frames.algorithm != "none" and not stored.frames.crc32c:
+        return Choice("cpu", "its chunks carry no crc32c checksum, which the GPU path needs to catch a "
+                             "damaged frame (batchlu generate --layout sharded writes one)")
     frame_bytes = stored.inner * stored.matrix_bytes
     if setting == "auto" and frame_bytes > AUTO_FRAME_BYTES:
         return Choice("cpu", f"its chunks of {frame_bytes / 2**20:.0f} MiB are faster on the host (the GPU "

@@ -52,7 +52,8 @@ def choose_codecs(client, job):
         arrays["b"] = job.rhs.open("r")
     for name in job.outputs:
         arrays[name] = zarr.open_array(store=job.output, path=name, mode="r")
-    codecs = {name: _codecs.choose(array, setting, gpu=True, nvcomp=nvcomp) for name, array in arrays.items()}
+    codecs = {name: _codecs.choose(array, setting, gpu=True, nvcomp=nvcomp, reading=name in ("a", "b"))
+              for name, array in arrays.items()}
     return dataclasses.replace(job, codecs=codecs)
 
 

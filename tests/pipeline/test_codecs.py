@@ -115,6 +115,16 @@ def test_auto_keeps_large_frames_on_the_host(tmp_path):
     assert _codecs.choose(sharded, "auto", gpu=True, nvcomp=None).device == "gpu"
 
 
+def test_inputs_without_crc32c_are_decoded_on_the_host(tmp_path):
+    plain = zarr.create_array(str(tmp_path / "p.zarr"), shape=(8, 4, 4), chunks=(4, 4, 4), dtype="f8")
+    choice = _codecs.choose(plain, "gpu", gpu=True, nvcomp=None, reading=True)
+    assert choice.device == "cpu" and "no crc32c" in choice.reason
+    assert _codecs.choose(plain, "gpu", gpu=True, nvcomp=None).device == "gpu"   # an output: encoded there
+    checked = zarr.create_array(str(tmp_path / "c.zarr"), shape=(8, 4, 4), chunks=(4, 4, 4), dtype="f8",
+                                compressors=[ZSTD(), zarr.codecs.Crc32cCodec()])
+    assert _codecs.choose(checked, "gpu", gpu=True, nvcomp=None, reading=True).device == "gpu"
+
+
 def test_a_memory_store_goes_to_the_host():
     array = zarr.create_array(zarr.storage.MemoryStore(), shape=(8, 4, 4), chunks=(4, 4, 4), dtype="f8")
     choice = _codecs.choose(array, "gpu", gpu=True, nvcomp=None)
