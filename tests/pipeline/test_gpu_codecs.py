@@ -217,7 +217,7 @@ def test_killed_worker_restarted_by_its_nanny_gives_the_same_bits(inputs, tmp_pa
     from distributed import Client
 
     reference = tmp_path / "reference.zarr"
-    pipeline.run(inputs["chunks"], str(reference), op="inv", backend="gpu", progress=False,
+    pipeline.run(inputs["sharded"], str(reference), op="inv", backend="gpu", progress=False,
                  config=_config(**{"codec-device": "cpu"}))
     out = tmp_path / "killed.zarr"
     with make_gpu_cluster(visible_gpus()[:1], threads_per_worker=2, dashboard_address="127.0.0.1:0") as cluster, \
@@ -228,7 +228,7 @@ def test_killed_worker_restarted_by_its_nanny_gives_the_same_bits(inputs, tmp_pa
         def target():
             try:
                 with dask.config.set({TESTING_TASK_DELAY: 0.5}):
-                    box["report"] = pipeline.run(inputs["chunks"], str(out), op="inv", backend="gpu",
+                    box["report"] = pipeline.run(inputs["sharded"], str(out), op="inv", backend="gpu",
                                                  client=client, progress=False, config={"codec-device": "gpu"})
             except BaseException as exc:  # pragma: no cover - reported below
                 box["error"] = exc
