@@ -7,6 +7,8 @@
 // Pass 2 (crc32_join), once per tree level: out[r][i] = Z^(S*2^t) in[r][2i]  xor  in[r][2i+1], the
 // 32x32 GF(2) matrix given as its 32 columns.
 
+#include "common.cuh"
+
 namespace blu {
 
 __device__ __forceinline__ unsigned int crc32_table_entry(unsigned int i) {
