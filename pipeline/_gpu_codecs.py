@@ -28,15 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from batchlu.errors import FrameError
+
 from . import _codecs
 
 __all__ = ["FrameError", "Lane", "lane", "missing"]
 
 IO_THREADS = 8   # file reads and writes in flight per worker process
-
-
-class FrameError(ValueError):
-    """A stored frame that cannot be read or decoded to its chunk's bytes."""
 
 
 def missing() -> str | None:
