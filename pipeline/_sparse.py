@@ -89,7 +89,7 @@ def read_pattern(ref: ArrayRef):
 
 
 def open_input(input, rhs, *, needs_rhs: bool, settings) -> SparseInput:
-    """Open and check a sparse batch and analyse its pattern (``settings``: the run's SparseOptions)."""
+    """Open and check a sparse batch and analyse its pattern (``settings``: the run's Options)."""
     from batchlu.kernels import sparse
 
     ref = parse_ref(input)
@@ -111,7 +111,7 @@ def open_input(input, rhs, *, needs_rhs: bool, settings) -> SparseInput:
                          f"Got shape {values.shape} instead.")
     if values.dtype not in VALUE_DTYPES:
         raise InputError(f"Expected values of dtype float32 or float64 in {ref}. Got {values.dtype} instead.")
-    symbolic = sparse.analyze(indptr, indices, n, kind=kind, ordering=settings.ordering, pattern=pattern)
+    symbolic = sparse.analyze(indptr, indices, n, kind=kind, ordering=settings.sparse_ordering, pattern=pattern)
     rhs_info, k = None, None
     if needs_rhs:
         if rhs is None:

@@ -86,8 +86,26 @@ def _check_room(out: str, shape: tuple, dtype: np.dtype, chunk: int, kind: str) 
     return max(1, int(available // need))
 
 
+LAYOUTS = ("chunks", "sharded")
+
+
+def _layout(layout: str, chunk: int, tail: tuple, dtype: np.dtype) -> dict:
+    """zarr's ``chunks=`` / ``shards=`` for ``layout``: one chunk of ``chunk`` matrices, or one shard
+    of them in inner chunks of about 256 KiB (what nvCOMP decodes fastest, docs/performance.md)."""
+    from ._output import inner_chunk
+
+    if layout not in LAYOUTS:
+        raise ConfigError(f"Expected layout to be one of {', '.join(LAYOUTS)}. Got {layout!r} instead.")
+    if layout == "chunks":
+        return {"chunks": (chunk,) + tail}
+    inner = inner_chunk(chunk, int(np.prod(tail, dtype=np.int64)) * dtype.itemsize)
+    # crc32c on each inner chunk: the GPU decodes an input only when its frames carry a checksum
+    return {"chunks": (inner,) + tail, "shards": (chunk,) + tail,
+            "compressors": [zarr.codecs.ZstdCodec(level=0), zarr.codecs.Crc32cCodec()]}
+
+
 def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, attrs: dict, *,
-           kind: str, overwrite: bool, force: bool) -> str:
+           kind: str, overwrite: bool, force: bool, layout: str = "chunks") -> str:
     out = check_output_path(path, [])
     exists = os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out))
     if exists and not overwrite:
@@ -99,11 +117,14 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
     if chunk is None:
         per = int(np.prod(tail, dtype=np.int64)) * dtype.itemsize
         chunk = max(1, min(count or 1, make_options().generate_chunk_bytes // max(1, per)))
+    grid = _layout(layout, chunk, tail, dtype)
     threads = _check_room(out, shape, dtype, chunk, kind)
     if os.path.exists(out):
         remove(out)  # only a Zarr store or an empty folder; anything else is refused
-    array = zarr.create_array(store=out, shape=shape, chunks=(chunk,) + tail, dtype=dtype,
-                              zarr_format=3, attributes={MARK_WRITING: attrs})
+    # write_empty_chunks: a chunk of zero matrices (singular-mix) is stored too; zarr would skip it,
+    # and batchlu run would then refuse the input for a missing chunk
+    array = zarr.create_array(store=out, shape=shape, dtype=dtype, zarr_format=3,
+                              attributes={MARK_WRITING: attrs}, config={"write_empty_chunks": True}, **grid)
 
     def one(c: int) -> None:
         lo, hi = c * chunk, min((c + 1) * chunk, count)
@@ -129,7 +150,7 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
 
 
 def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="random", seed=0,
-             overwrite=False, force=False, nodes=None, dim=2, rhs_columns=1) -> str:
+             overwrite=False, force=False, layout="chunks", nodes=None, dim=2, rhs_columns=1) -> str:
     """Write ``count`` matrices of size ``size`` to a Zarr v3 array (count, size, size) at ``path``.
 
     The sparse kinds (``fem-poisson``, ``fem-elasticity``, ``saddle``, ``power-grid``) write a sparse
@@ -137,7 +158,8 @@ def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="rando
 
     ``kind`` is ``random``, ``illcond`` or ``singular-mix`` (see :mod:`batchlu.testing.matrices`); the same
     ``seed`` gives the same matrices. ``chunk`` is the chunk length along N (default: about
-    ``batchlu.generate.chunk-bytes``). An existing store is replaced only with ``overwrite`` and
+    ``batchlu.generate.chunk-bytes``); ``layout`` ``sharded`` stores each chunk as a shard of small
+    inner chunks (the layout the GPU codecs decode fastest). An existing store is replaced only with ``overwrite`` and
     only if ``batchlu generate`` wrote it (``force`` replaces any Zarr store). Returns the absolute
     path.
     """
@@ -146,7 +168,8 @@ def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="rando
     check_not_bootstrapping("batchlu.generate")
     if kind in sparse.KINDS:
         return generate_sparse(path, count=count, kind=kind, size=size, nodes=nodes, dim=dim, dtype=dtype,
-                               chunk=chunk, seed=seed, rhs_columns=rhs_columns, overwrite=overwrite, force=force)
+                               chunk=chunk, seed=seed, rhs_columns=rhs_columns, overwrite=overwrite, force=force,
+                               layout=layout)
     if size is None:
         raise ConfigError(f"Expected size (the matrix order n) for kind {kind!r}. Got none instead.")
     if nodes is not None:
@@ -159,11 +182,11 @@ def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="rando
     attrs = {"kind": kind, "seed": int(seed), "what": "matrices", "version": version()}
     return _write(path, (count, size, size), dtype, chunk,
                   lambda lo, hi: matrices.generate(kind, size, dtype, seed=seed, start=lo, stop=hi),
-                  attrs, kind=kind, overwrite=overwrite, force=force)
+                  attrs, kind=kind, overwrite=overwrite, force=force, layout=layout)
 
 
 def generate_rhs(path, *, count, size, k=1, dtype="float64", chunk=None, seed=0, overwrite=False,
-                 force=False) -> str:
+                 force=False, layout="chunks") -> str:
     """Write right-hand sides for ``solve``: (count, size) when ``k`` is 1, else (count, size, k).
 
     ``overwrite`` and ``force`` as for :func:`generate`."""
@@ -176,18 +199,19 @@ def generate_rhs(path, *, count, size, k=1, dtype="float64", chunk=None, seed=0,
     attrs = {"what": "rhs", "k": int(k), "seed": int(seed), "version": version()}
     return _write(path, shape, dtype, chunk,
                   lambda lo, hi: matrices.rhs(size, cols, dtype, seed=seed, start=lo, stop=hi), attrs,
-                  kind="rhs", overwrite=overwrite, force=force)
+                  kind="rhs", overwrite=overwrite, force=force, layout=layout)
 
 
 def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="float64", chunk=None, seed=0,
-                    rhs_columns=1, overwrite=False, force=False) -> str:
+                    rhs_columns=1, overwrite=False, force=False, layout="chunks") -> str:
     """Write a sparse batch (:mod:`batchlu.pipeline._sparse`) of ``count`` matrices of ``kind`` (see
     :mod:`batchlu.testing.sparse`) with about ``size`` unknowns or ``nodes`` mesh nodes / buses, and
     right-hand sides ``rhs`` of shape (count, n) (``rhs_columns`` 1) or (count, n, rhs_columns).
 
     The pattern is the lower triangle; the group's attributes say so (``sparse.pattern``) with the
     matrices' kind (``spd`` or ``sym-indef``). ``overwrite``, ``force`` and ``seed`` as for
-    :func:`generate`. Returns the absolute path.
+    :func:`generate`; ``layout`` as for :func:`generate`, for ``values`` and ``rhs``. Returns the
+    absolute path.
     """
     from batchlu.testing import sparse
 
@@ -206,20 +230,21 @@ def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="f
     n, nnz = problem.n, problem.nnz
     if chunk is None:
         chunk = max(1, min(count or 1, make_options().generate_chunk_bytes // max(1, nnz * dtype.itemsize)))
+    k = None if rhs_columns == 1 else int(rhs_columns)
+    rhs_shape = (count, n) if k is None else (count, n, k)
+    values_grid, rhs_grid = _layout(layout, chunk, (nnz,), dtype), _layout(layout, chunk, rhs_shape[1:], dtype)
     threads = _check_room(out, (count, nnz + n * rhs_columns), dtype, chunk, "random")
     if os.path.exists(out):
         remove(out)
     info = {"kind": kind, "seed": int(seed), "what": "sparse", "dim": int(dim), "n": int(n), "nnz": int(nnz),
             "rhs_columns": int(rhs_columns), "description": problem.description, "version": version()}
-    layout = {"pattern": "lower", "kind": problem.matrix_kind, "n": int(n),
+    attrs = {"pattern": "lower", "kind": problem.matrix_kind, "n": int(n),
               "inertia": None if problem.inertia is None else [int(x) for x in problem.inertia]}
     group = zarr.open_group(store=out, mode="w", zarr_format=3, attributes={MARK_WRITING: info})
     group.create_array("indptr", data=problem.indptr.astype(np.int64))
     group.create_array("indices", data=problem.indices.astype(np.int64))
-    values = group.create_array("values", shape=(count, nnz), chunks=(chunk, nnz), dtype=dtype)
-    k = None if rhs_columns == 1 else int(rhs_columns)
-    rhs_shape = (count, n) if k is None else (count, n, k)
-    rhs = group.create_array("rhs", shape=rhs_shape, chunks=(chunk,) + rhs_shape[1:], dtype=dtype)
+    values = group.create_array("values", shape=(count, nnz), dtype=dtype, **values_grid)
+    rhs = group.create_array("rhs", shape=rhs_shape, dtype=dtype, **rhs_grid)
 
     def one(c: int) -> None:
         lo, hi = c * chunk, min((c + 1) * chunk, count)
@@ -231,7 +256,7 @@ def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="f
         with concurrent.futures.ThreadPoolExecutor(max(1, min(n_chunks, os.cpu_count() or 1, threads))) as pool:
             for future in [pool.submit(one, c) for c in range(n_chunks)]:
                 future.result()
-        group.attrs.put({MARK: info, "sparse": layout})
+        group.attrs.put({MARK: info, "sparse": attrs})
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise

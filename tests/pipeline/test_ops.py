@@ -41,7 +41,7 @@ def test_the_cli_takes_its_op_choices_from_the_table():
 @pytest.mark.parametrize("op", SPARSE_OPS)
 def test_sparse_compute_writes_what_outputs_declares(op, dtype, k):
     import batchlu
-    from batchlu.pipeline._config import SparseOptions
+    from batchlu import pipeline
     from batchlu.testing import sparse
 
     problem = sparse.make("fem-poisson", size=60)
@@ -53,8 +53,31 @@ def test_sparse_compute_writes_what_outputs_declares(op, dtype, k):
     outputs = spec.outputs(problem.n, dtype, dtype if b is not None else None, k)
     with pytest.raises(TypeError, match="bound"):
         spec.compute(values, b)
-    got = spec.bind(plan, SparseOptions()).compute(values, b)
+    got = spec.bind(plan, pipeline.Options()).compute(values, b)
     assert [o.name for o in outputs] == list(got) == [*spec.results, "info"]
     for o in outputs:
         assert got[o.name].dtype == o.dtype and got[o.name].shape == (count, *o.tail), o.name
     assert (got["info"] == 0).all()
+    with pytest.raises(TypeError, match="sparse op"):
+        spec.ratios(values, got, b)   # their backward error needs the pattern: _verify_sparse
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("op", DENSE_OPS)
+def test_each_op_rates_its_own_results_and_verify_has_a_rule_per_ratio(op, dtype):
+    from batchlu.pipeline._verify_rules import rules_for
+    from batchlu.testing.ratios import THRESHOLD
+
+    spec = OP_TABLE[op]
+    n, count = 9, 6
+    a = matrices.generate("random", n, dtype, seed=5, start=0, stop=count)
+    b = matrices.rhs(n, 2, dtype, seed=6, stop=count) if spec.needs_rhs else None
+    got = spec.compute(a, b)
+    ratios = spec.ratios(a, got, b)
+    assert set(ratios) <= {rule.name for rule in rules_for(op)}
+    assert {rule.name for rule in rules_for(op) if rule.ratio} <= set(ratios)
+    for name, value in ratios.items():
+        assert value.shape == (count,) and np.isfinite(value).all() and (value < THRESHOLD).all(), name
+    wrong = {k: v.copy() for k, v in got.items()}
+    wrong[spec.results[0]][0] *= 1.5 if spec.results[0] != "sign" else -1   # one result spoilt
+    assert any(v[0] >= THRESHOLD for v in spec.ratios(a, wrong, b).values())
