@@ -194,14 +194,25 @@ class BoundOp:
         return self.op.name
 
     def compute(self, a, b=None) -> dict:
+        """One batch: NumPy ``a`` (values) on the CPU backend, CuPy on the GPU's; results stay there."""
         s = self.settings
         factor = self.symbolic.factorize(a, perturb=s.sparse_perturb, pivot_tol=s.sparse_pivot_tol)
         if self.op.kernel == "ldlt_solve":
             x, info = factor.solve(b, refine=s.sparse_refine)
             # a non-finite right-hand side makes the whole matrix's outputs those of -1
-            perturbed = np.where(info == INFO_NONFINITE_INPUT, -1, factor.perturbed_pivots()).astype(np.int32)
+            xp = _array_module(info)
+            perturbed = xp.where(info == INFO_NONFINITE_INPUT, -1, factor.perturbed_pivots()).astype(np.int32)
             return {"x": x, "berr": factor.last_backward_error, "perturbed": perturbed, "info": info}
         return {"inertia": factor.inertia(), "perturbed": factor.perturbed_pivots(), "info": factor.info}
+
+
+def _array_module(x):
+    """NumPy, or CuPy for a CuPy array (imported only then)."""
+    if type(x).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
 
 
 # The one table of ops: the CLI's choices, the outputs, the compute and verify all read it.

@@ -52,7 +52,6 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     spec = get_op(op)
     symbolic = None
     if spec.sparse:
-        opts = opts.replace(backend=_sparse.check_backend(opts.backend))
         source = _sparse.open_input(input, rhs, needs_rhs=spec.needs_rhs, settings=opts)
         matrices, rhs_info, k, n, symbolic = source.values, source.rhs, source.k, source.n, source.symbolic
     else:

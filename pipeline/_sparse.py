@@ -21,7 +21,7 @@ import numpy as np
 import zarr
 
 from ._store import ArrayInfo, ArrayRef, check_rhs, open_array_info, parse_ref
-from .errors import BackendError, InputError
+from .errors import InputError
 
 ATTR = "sparse"
 VALUE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -147,11 +147,3 @@ def bytes_per_matrix(symbolic, itemsize: int, out_bytes: int, rhs_bytes: int) ->
     values, the per-level copy before division, the wide supernodes' dense panels, their ``L D``
     and ``L^T`` copies and block inverses), plus the solves' workspace."""
     return 2 * (symbolic.nnz * itemsize + rhs_bytes + out_bytes) + 6 * symbolic.nnz_l * itemsize
-
-
-def check_backend(backend: str) -> str:
-    """The sparse ops run on the CPU until their GPU numeric factorization is written."""
-    if backend == "gpu":
-        raise BackendError("Expected backend cpu or auto for the sparse ops (ldlt-solve, ldlt-inertia): "
-                          "their GPU numeric factorization is not written yet. Got gpu instead.")
-    return "cpu"

@@ -285,7 +285,7 @@ class Factor:
         eps = float(np.finfo(self.dtype).eps)
         tol = max(n, 1) * eps if tol is None else float(tol)
         info = self.info.copy()
-        info[(info == INFO_OK) & ~np.isfinite(b3).reshape(count, -1).all(axis=1)] = INFO_NONFINITE_INPUT
+        info[(info == INFO_OK) & ~np.isfinite(b3).all(axis=(1, 2))] = INFO_NONFINITE_INPUT
         steps = np.zeros(count, np.int32)
         if n == 0 or b3.shape[2] == 0 or count == 0:
             x = np.zeros(b3.shape, self.dtype)
@@ -313,7 +313,7 @@ class Factor:
                 berr[keep] = new[better]
                 steps[active] += 1
                 rows = keep
-            finite_x = np.isfinite(x).reshape(count, -1).all(axis=1)
+            finite_x = np.isfinite(x).all(axis=(1, 2))
             info[(info == INFO_OK) & ~finite_x] = INFO_NONFINITE_RESULT
             info[(info == INFO_OK) & ~(berr <= tol)] = INFO_REFINEMENT
             x[(info == INFO_NONFINITE_INPUT) | (info > 0)] = np.nan
