@@ -1,7 +1,7 @@
 """batchlu.sparse: LDL^T of batches of sparse symmetric matrices that share one pattern.
 
     plan = batchlu.sparse.analyze(indptr, indices, n, kind="sym-indef", ordering="amd")
-    F = plan.factorize(values)          # values (B, nnz): NumPy -> CPU
+    F = plan.factorize(values)          # values (B, nnz): NumPy -> CPU, CuPy -> GPU (one pass)
     x, info = F.solve(b, refine=2)      # b (B, n) or (B, n, k)
     F.inertia(), F.perturbed_pivots(), F.backward_error(b, x)
 

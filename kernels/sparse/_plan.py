@@ -98,10 +98,11 @@ class Plan:
         return f"{crc:08x}"
 
     def schedule(self) -> _schedule.Schedule:
-        """The per-column-level index maps of the seed paper's numeric phase, for a GPU backend
-        (built once, cached in this process). Their update triples take 12 bytes per multiply-add
-        (:attr:`update_pairs`): gigabytes for 3-D meshes of a few thousand unknowns. The CPU
-        backend builds its own, supernodal, schedule instead."""
+        """The per-column-level index maps of the seed paper's right-looking numeric phase (built
+        once, cached in this process). Their update triples take 12 bytes per multiply-add
+        (:attr:`update_pairs`): gigabytes for 3-D meshes of a few thousand unknowns, so neither
+        backend uses them whole: the CPU builds its supernodal schedule from the same pieces
+        (:mod:`._supernodal`), the GPU's dot-product form needs only L's rows (:mod:`._gpu_maps`)."""
         return _schedule.for_plan(self)
 
     def describe(self) -> str:
