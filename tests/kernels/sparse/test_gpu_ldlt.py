@@ -399,3 +399,24 @@ def test_kernels_stay_inside_their_arrays(host_lib, tmp_path):
     assert done.returncode == 0 and "AddressSanitizer" not in done.stderr, done.stderr[-3000:]
     assert done.stdout.strip().endswith("done"), done.stdout
     assert "saddle [0, -1, 0]" in done.stdout
+
+
+def test_cuda_launch_compiles_the_dtype_family_and_covers_the_threads(monkeypatch):
+    """CudaLaunch (without a GPU: the compiled kernel is a stand-in): the family's kernels of the
+    launch's dtype compiled together, a 1-D grid of THREADS-thread blocks covering every thread,
+    nothing launched for no thread."""
+    from batchlu.kernels._gpu import _runtime
+
+    calls = []
+
+    def kernel(family, name, names):
+        return lambda grid, block, args: calls.append((family, name, names, grid, block, args))
+
+    monkeypatch.setattr(_runtime, "kernel", kernel)
+    launch = _gpu.CudaLaunch()
+    launch(_gpu.name("ldlt_pivots", np.float32), 2 * _gpu.THREADS + 1, ("args",))
+    launch(_gpu.name("ldlt_entries", np.float64), 0, ("args",))
+    ((family, name, names, grid, block, args),) = calls
+    assert family == "ldlt" and name == "blu::ldlt_pivots<float>" and name in names
+    assert names == _gpu.names(np.float32) and all(n.endswith("<float>") for n in names) and len(names) == 6
+    assert grid == (3,) and block == (_gpu.THREADS,) and args == ("args",)
