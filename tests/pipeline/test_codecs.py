@@ -21,15 +21,15 @@ def _values(shape, dtype="f8"):
 
 
 
-def _read_back(stored: _codecs.Stored, start: int, stop: int) -> np.ndarray:
+def _read_back(stored: _codecs.Stored, start: int, stop: int, pool=None) -> np.ndarray:
     """Matrices [start, stop) through plan_reads / read_frames / payload and numcodecs: what the GPU
     path does with nvCOMP."""
     reads = _codecs.plan_reads(stored, start, stop)
     sizes = _codecs.frame_sizes(reads)
     offsets, total = _codecs.aligned(sizes)
     buffer = np.empty(max(total, 1), np.uint8)
-    read_frames = _codecs.read_frames
-    read_frames(reads, sizes, offsets, buffer)
+    buffer[:] = 0xA5   # poison: every frame byte must be read
+    _codecs.read_frames(reads, sizes, offsets, buffer, pool)
     first = reads[0].first
     out = np.full((reads[-1].first + reads[-1].matrices - first,) + stored.shape[1:], np.nan, stored.dtype)
     flat = out.reshape(-1).view(np.uint8)
@@ -74,6 +74,37 @@ def test_gpu_decodable_layouts_read_back_as_zarr_does(tmp_path, layout):
     for start, stop in ((0, unit), (unit, 3 * unit), (4 * unit, 40)):
         got = _read_back(stored, start, min(stop, 40))
         np.testing.assert_array_equal(got, x[start:min(stop, 40)])
+
+
+def test_shard_frames_read_in_threads_as_zarr_reads_them(tmp_path):
+    """Back-to-back inner chunks of one shard are read by one preadv each run, in the pool's threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x = _values((1500, 3, 3))   # 500 inner chunks per shard file: runs longer than one call's buffers
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, chunks=(1, 3, 3),
+                              shards=(1200, 3, 3), compressors=[ZSTD(level=1), zarr.codecs.Crc32cCodec()])
+    array[:] = x
+    stored = _codecs.choose(array, "auto", gpu=True, nvcomp=None).stored
+    with ThreadPoolExecutor(3) as pool:
+        np.testing.assert_array_equal(_read_back(stored, 0, 1500, pool), x)
+        np.testing.assert_array_equal(_read_back(stored, 1200, 1500, pool), x[1200:])
+
+
+def test_a_truncated_shard_names_the_chunk_that_ends_early(tmp_path):
+    x = _values((18, 5, 5))
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, chunks=(3, 5, 5),
+                              shards=(9, 5, 5), compressors=[ZSTD(), zarr.codecs.Crc32cCodec()])
+    array[:] = x
+    stored = _codecs.choose(array, "auto", gpu=True, nvcomp=None).stored
+    reads = _codecs.plan_reads(stored, 9, 18)   # the index is read before the file is cut
+    path = stored.path(1)
+    data = open(path, "rb").read()
+    cut = reads[1].offset + 3   # three bytes into the shard's second chunk
+    open(path, "wb").write(data[:cut])
+    sizes = _codecs.frame_sizes(reads)
+    offsets, total = _codecs.aligned(sizes)
+    with pytest.raises(ValueError, match=r"c/1/0/0 \(chunk 1 of the shard\) ended after 3 of"):
+        _codecs.read_frames(reads, sizes, offsets, np.empty(total, np.uint8))
 
 
 def test_big_endian_v2_goes_to_the_host(tmp_path):
