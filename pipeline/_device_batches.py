@@ -71,7 +71,10 @@ def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, 
               for arr in (io.source, io.rhs) if arr is not None)
     groups = group_batches(batches, per, dio.group_bytes)
     if host_inputs:
-        largest = max(g[-1][1] - g[0][0] for g in groups)
+        # slots of one size for every task (a group's most matrices, in whole chunks): the pool keeps
+        # reusing them, where a size per task would register and free pinned memory per task
+        fit = max(dio.chunk, dio.group_bytes // max(1, per) // dio.chunk * dio.chunk)
+        largest = max(fit, max(g[-1][1] - g[0][0] for g in groups))
         with engine.pool.borrow(layout, largest) as slots:
             _run(engine, op, dio, lane, groups, stats, delay, slots)
     else:

@@ -123,7 +123,7 @@ class Lane:
             if size == 0:
                 continue
             try:
-                offset, length = _codecs.payload(stored.frames, host, at, size, r.label)
+                offset, length = _codecs.payload(stored.frames, host, at, size, r.label, r.matrices * per)
             except ValueError as exc:
                 raise FrameError(str(exc)) from exc
             frames.append((offset, length, (r.first - first) * per, r.matrices * per, r.label))
