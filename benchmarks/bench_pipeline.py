@@ -447,7 +447,9 @@ def _run_pipelines(args, use, src, small, work, layout, chunk, codecs, codec_dev
                                    codec_device=where.split(" ")[0], codec_device_setting=device_setting,
                                    codec_reason=where, output_layout=out_layout,
                                    io_processes_setting=label[0], io_processes=label[1], io_threads=label[2],
-                                   max_dget03_sample=ratio, repeat=rep)
+                                   max_dget03_sample=ratio, repeat=rep, tasks=report["r"].tasks,
+                                   stage_s={k: round(getattr(report["r"], k), 3)
+                                            for k in ("cluster_start", "warmup", "read_s", "compute_s", "write_s")})
                             shutil.rmtree(out, ignore_errors=True)
     if "dask-cupy" not in skip:
         best = {}
