@@ -18,6 +18,12 @@ and reused). For each GPU count, three pipelines run on a LocalCUDACluster of th
 * ``io-floor``  -- the same read and write (same codecs, same chunks), no compute, one task per
                    range of chunks on the same cluster.
 
+batchlu's ``codec-device gpu`` runs write sharded outputs (``--gpu-output-layout``), the layout made
+for the GPU codecs; its ``cpu`` runs write the input's layout. ``--limits`` adds the physical limits
+on the same machine, in GB/s of input: ``limit-page-cache`` (every file of the input read from the
+page cache, 16 threads), ``limit-h2d`` (a 1 GiB pinned buffer to the GPU) and ``limit-kernel``
+(batchlu's inverse kernel on device-resident matrices).
+
 ``--host-noop`` measures the same on a machine without a GPU: a CPU LocalCluster with one worker
 process per ``--gpus``, batchlu with a no-op compute (copies the input to ``inv``: the Zarr I/O and
 the bookkeeping only) as ``batchlu-noop``, and ``io-floor``.
@@ -227,6 +233,56 @@ def run_io_floor(client, src, out, step, codec="zstd"):
     assert sum(client.gather(futures)) == a.shape[0]
 
 
+def limit_page_cache(src: Path, threads: int = 16) -> float:
+    """Seconds to read every file of the store ``src`` (already in the page cache: the timed runs read
+    it just before) into memory, in ``threads`` threads: no pipeline reading it can be faster."""
+    files = [os.path.join(d, f) for d, _, names in os.walk(src) for f in names]
+
+    def one(path):
+        with open(path, "rb", buffering=0) as f:
+            while f.read(64 << 20):
+                pass
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, files))   # warm: the files in the page cache
+        return timed(lambda: list(pool.map(one, files)))
+
+
+def limit_h2d(nbytes: int = 1 << 30) -> float:
+    """GB/s of one pinned host buffer copied to the GPU (best of 5)."""
+    import cupy
+
+    pinned = np.frombuffer(cupy.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes)
+    pinned[:] = 1
+    device = cupy.empty(nbytes, cupy.uint8)
+    best = float("inf")
+    for _ in range(5):
+        cupy.cuda.Device().synchronize()
+        t = time.perf_counter()
+        device.set(pinned)
+        cupy.cuda.Device().synchronize()
+        best = min(best, time.perf_counter() - t)
+    return nbytes / 1e9 / best
+
+
+def limit_kernel(n: int, count: int) -> float:
+    """GB/s of input through batchlu's inverse kernel alone, on device-resident random matrices."""
+    import cupy
+
+    from batchlu import kernels
+
+    a = cupy.asarray(np.random.default_rng(3).standard_normal((count, n, n)))
+    kernels.inv(a)   # compile
+    best = float("inf")
+    for _ in range(5):
+        cupy.cuda.Device().synchronize()
+        t = time.perf_counter()
+        kernels.inv(a)
+        cupy.cuda.Device().synchronize()
+        best = min(best, time.perf_counter() - t)
+    return a.nbytes / 1e9 / best
+
+
 def check_inverse(src, out, sample=64):
     """Spot check of the timed output: LAPACK's dget03 ratio on a random sample of matrices."""
     import zarr
@@ -265,6 +321,12 @@ def main(argv=None):
     parser.add_argument("--data", default="normal,rounded", help="normal and/or rounded (2 decimals)")
     parser.add_argument("--layouts", default="chunks,sharded", help="input (and output) layouts")
     parser.add_argument("--codec-devices", default="gpu,cpu", help="batchlu.codec-device settings to run")
+    parser.add_argument("--gpu-output-layout", default="sharded", choices=("sharded", "same"),
+                        help="output layout of batchlu's codec-device gpu runs: sharded (the layout for the "
+                             "GPU codecs) or the input's; cpu runs write the input's")
+    parser.add_argument("--limits", action="store_true",
+                        help="also measure the physical limits: page-cache read of the input's files, "
+                             "pinned H2D, the kernel alone (records impl limit-*)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--host-noop", action="store_true",
                         help="no GPU: CPU workers, batchlu with a no-op compute, and the I/O floor")
@@ -326,6 +388,13 @@ def main(argv=None):
                         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
                         Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
 
+                if args.limits and not DRY_RUN:
+                    record("limit-page-cache", 1, 16, limit_page_cache(src))
+                    h2d = limit_h2d()
+                    record("limit-h2d", 1, 1, nbytes / 1e9 / h2d)
+                    kernel = limit_kernel(size, min(count, 10_000 * 128 ** 2 // size ** 2))
+                    record("limit-kernel", 1, 1, nbytes / 1e9 / kernel)
+
                 for gpus in args.gpus or [1]:
                     if gpus > len(devices):
                         print(f"skipping {gpus} GPUs: only {len(devices)} visible", flush=True)
@@ -361,22 +430,26 @@ def _run_pipelines(args, use, src, small, work, layout, chunk, codecs, codec_dev
                 setting = (io, args.io_threads)
                 label = io_label(io, threads, args.io_threads)
                 for device_setting in codec_devices:
+                    out_layout = "sharded" if device_setting == "gpu" and args.gpu_output_layout == "sharded" \
+                        else layout
                     run_batchlu(client, small, work / "warm-batchlu.zarr", args.budget, io=setting,
-                                codec_device=device_setting, layout=layout)  # starts the pool, compiles
+                                codec_device=device_setting, layout=out_layout)  # starts the pool, compiles
                     for codec in codecs:
                         for rep in range(args.repeat):
                             out = work / "batchlu-out.zarr"
                             shutil.rmtree(out, ignore_errors=True)
                             report = {}
                             seconds = timed(lambda: report.setdefault("r", run_batchlu(
-                                client, src, out, args.budget, codec, setting, device_setting, layout)))
+                                client, src, out, args.budget, codec, setting, device_setting, out_layout)))
                             ratio = None if HOST_NOOP else check_inverse(src, out)
                             where = report["r"].codecs.get("a", "cpu (host)")
                             record(impl, gpus, threads, seconds, output_codec=codec, memory_budget=args.budget,
                                    codec_device=where.split(" ")[0], codec_device_setting=device_setting,
-                                   codec_reason=where, output_layout=layout,
+                                   codec_reason=where, output_layout=out_layout,
                                    io_processes_setting=label[0], io_processes=label[1], io_threads=label[2],
-                                   max_dget03_sample=ratio, repeat=rep)
+                                   max_dget03_sample=ratio, repeat=rep, tasks=report["r"].tasks,
+                                   stage_s={k: round(getattr(report["r"], k), 3)
+                                            for k in ("cluster_start", "warmup", "read_s", "compute_s", "write_s")})
                             shutil.rmtree(out, ignore_errors=True)
     if "dask-cupy" not in skip:
         best = {}

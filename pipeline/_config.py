@@ -423,6 +423,7 @@ class Options:
         flag="--codec-device", help="GPU runs: where Zarr chunks are decoded and encoded. auto (default): on "
                                     "the GPU where nvCOMP is installed and the codec allows it; gpu; cpu. "
                                     "The report says where, per array, and why.")
+    device_batch_bytes: int = setting("device-batch-bytes", Size())
     output_layout: str = setting(
         "output-layout", OneOf(OUTPUT_LAYOUTS), fixed_at_creation="the layout",
         flag="--output-layout", help="chunks (default): one Zarr chunk per output chunk; sharded: one shard "

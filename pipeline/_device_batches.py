@@ -7,7 +7,11 @@
                     chunk files or shards, then record the chunks complete
 
 The same three stages as :mod:`batchlu.pipeline._batches`, with the device arrays handed from one to
-the next instead of host slots. An input whose codec the client sent to the host
+the next instead of host slots, over groups of consecutive batches of up to
+``batchlu.device-batch-bytes`` of input: nvCOMP decodes and encodes across frames, so one call over a
+group's many chunks keeps the GPU busy where one chunk's frames (one 32 MiB frame, say) would not.
+The kernels still run once per batch (one output chunk), as on the host path, so a chunk's results
+never depend on which group it was computed in. An input whose codec the client sent to the host
 (:mod:`batchlu.pipeline._codecs`) is read as there (I/O processes into a pinned slot) and copied to
 the device; an output sent to the host is copied back and written through zarr.
 
@@ -47,6 +51,7 @@ class DeviceIO:
     stored: dict
     chunk: int
     digests: object = None
+    group_bytes: int = 0   # input bytes per group of batches (0: one batch per group)
 
 
 def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, int]], *,
@@ -60,16 +65,35 @@ def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, 
     lane = _gpu_codecs.lane(engine.device)
     io = dio.io
     host_inputs = [name for name in ("a", "b") if _array(io, name) is not None and dio.stored.get(name) is None]
-    largest = max(stop - start for start, stop in batches)
     layout = Layout(a=(tuple(io.source.shape[1:]), np.dtype(io.source.dtype)),
                     b=None if io.rhs is None else (tuple(io.rhs.shape[1:]), np.dtype(io.rhs.dtype)), outs=())
+    per = sum(int(np.prod(arr.shape[1:], dtype=np.int64)) * np.dtype(arr.dtype).itemsize
+              for arr in (io.source, io.rhs) if arr is not None)
+    groups = group_batches(batches, per, dio.group_bytes)
     if host_inputs:
+        # slots of one size for every task (a group's most matrices, in whole chunks): the pool keeps
+        # reusing them, where a size per task would register and free pinned memory per task
+        fit = max(dio.chunk, dio.group_bytes // max(1, per) // dio.chunk * dio.chunk)
+        largest = max(fit, max(g[-1][1] - g[0][0] for g in groups))
         with engine.pool.borrow(layout, largest) as slots:
-            _run(engine, op, dio, lane, batches, stats, delay, slots)
+            _run(engine, op, dio, lane, groups, stats, delay, slots)
     else:
-        _run(engine, op, dio, lane, batches, stats, delay, None)
+        _run(engine, op, dio, lane, groups, stats, delay, None)
     stats.wall_s = time.perf_counter() - t_start
     return stats
+
+
+def group_batches(batches: list[tuple[int, int]], matrix_bytes: int, limit: int) -> list[list[tuple[int, int]]]:
+    """Consecutive ``batches`` gathered into groups of at most ``limit`` bytes of input
+    (``matrix_bytes`` per matrix), each at least one batch."""
+    groups: list[list[tuple[int, int]]] = []
+    for start, stop in batches:
+        if (groups and groups[-1][-1][1] == start
+                and (stop - groups[-1][0][0]) * matrix_bytes <= limit):
+            groups[-1].append((start, stop))
+        else:
+            groups.append([(start, stop)])
+    return groups
 
 
 def _array(io: BatchIO, name: str):
@@ -135,14 +159,15 @@ def _digests(chunk: int, start: int, stop: int, a, b) -> np.ndarray:
     return np.array([_crc32.combine(int(r), n, int(s), m) for r, n, s, m in zip(ra, la, rb, lb)], np.uint32)
 
 
-def _run(engine, op, dio, lane, batches, stats, delay, slots) -> None:
+def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
     import cupy
 
     io = dio.io
     lock = threading.Lock()
+    shapes = {name: tuple(arr.shape[1:]) for name, arr in io.outputs.items()}
 
     def read(index: int):
-        start, stop = batches[index]
+        start, stop = groups[index][0][0], groups[index][-1][1]
         t = time.perf_counter()
         gaps = io.missing(start, stop) if io.missing is not None else None
         a = _input(engine, dio, lane, "a", start, stop, index % 2, slots)
@@ -156,8 +181,13 @@ def _run(engine, op, dio, lane, batches, stats, delay, slots) -> None:
             stats.bytes_in += a.nbytes + (0 if b is None else b.nbytes)
         return a, b, gaps
 
+    def compute(index: int, a, b) -> dict:
+        """The kernels, once per batch of the group (see the module docstring)."""
+        g0 = groups[index][0][0]
+        return engine.run_device(op, a, b, shapes, [(start - g0, stop - g0) for start, stop in groups[index]])
+
     def write(index: int, outs: dict) -> None:
-        start, stop = batches[index]
+        start, stop = groups[index][0][0], groups[index][-1][1]
         t = time.perf_counter()
         for name, value in outs.items():
             stored = dio.stored.get(name)
@@ -178,16 +208,17 @@ def _run(engine, op, dio, lane, batches, stats, delay, slots) -> None:
         pending = reader.submit(read, 0)
         writes: deque = deque()
         try:
-            for i, (start, stop) in enumerate(batches):
+            for i, group in enumerate(groups):
+                start, stop = group[0][0], group[-1][1]
                 a, b, gaps = pending.result()
-                if i + 1 < len(batches):
-                    while writes and writes[0][0] <= i - 1:   # bound the batches alive on the device
+                if i + 1 < len(groups):
+                    while writes and writes[0][0] <= i - 1:   # bound the groups alive on the device
                         writes.popleft()[1].result()
                     pending = reader.submit(read, i + 1)
                 if delay:
                     time.sleep(delay)
                 t = time.perf_counter()
-                outs = engine.run_device(op, a, b, {name: tuple(arr.shape[1:]) for name, arr in io.outputs.items()})
+                outs = compute(i, a, b)
                 del a, b
                 if gaps is not None:   # batchlu.missing-chunks: fill
                     _mark_missing_device(outs, gaps)

@@ -116,27 +116,41 @@ class CudaEngine:
             del a, b, result
         stream.synchronize()
 
-    def run_device(self, op: str, a, b, tails: dict) -> dict:
+    def run_device(self, op: str, a, b, tails: dict, splits: list[tuple[int, int]] | None = None) -> dict:
         """``op`` on device arrays (the GPU codec path): the outputs named in ``tails`` (name -> shape
-        after N), on the device, computed on this thread's stream. An out-of-memory error releases
-        CuPy's cache and computes the batch in halves."""
+        after N), on the device, computed on this thread's stream, one kernels call per ``splits``
+        row range (default: one for all; the batch loop gives one per output chunk). An
+        out-of-memory error releases CuPy's cache and computes the ranges in halves."""
         import cupy
 
-        stream = self._stream()
         m = a.shape[0]
+        splits = list(splits) if splits else [(0, m)]
+        stream = self._stream()
+        parts: list[dict] = []
         try:
             with cupy.cuda.Device(self.device), stream:
-                result = _ops.compute(op, a, b)
-                outs = {name: result[name].reshape((m,) + tuple(tail)) for name, tail in tails.items()}
+                for lo, hi in splits:
+                    result = _ops.compute(op, a[lo:hi], None if b is None else b[lo:hi])
+                    parts.append({name: result[name].reshape((hi - lo,) + tuple(tail))
+                                  for name, tail in tails.items()})
+                outs = parts[0] if len(parts) == 1 else {
+                    name: cupy.concatenate([p[name] for p in parts]) for name in tails}
             stream.synchronize()
             return outs
         except self.oom_errors:
             if m == 1:
                 raise
+            parts.clear()
             self.release()
-            h = m // 2
-            first = self.run_device(op, a[:h], None if b is None else b[:h], tails)
-            second = self.run_device(op, a[h:], None if b is None else b[h:], tails)
+            if len(splits) > 1:   # halves at a range's edge: each range still one kernels call
+                h = splits[len(splits) // 2][0]
+                first_splits = [(lo, hi) for lo, hi in splits if hi <= h]
+                second_splits = [(lo - h, hi - h) for lo, hi in splits if lo >= h]
+            else:
+                h = m // 2
+                first_splits = second_splits = None
+            first = self.run_device(op, a[:h], None if b is None else b[:h], tails, first_splits)
+            second = self.run_device(op, a[h:], None if b is None else b[h:], tails, second_splits)
             with cupy.cuda.Device(self.device), stream:
                 outs = {name: cupy.concatenate((first[name], second[name])) for name in tails}
             stream.synchronize()

@@ -22,6 +22,7 @@ time.
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,8 @@ from batchlu.errors import FrameError
 from . import _codecs
 
 __all__ = ["FrameError", "Lane", "lane", "missing"]
+
+logger = logging.getLogger("batchlu.path")
 
 IO_THREADS = 8   # file reads and writes in flight per worker process
 
@@ -123,7 +126,7 @@ class Lane:
             if size == 0:
                 continue
             try:
-                offset, length = _codecs.payload(stored.frames, host, at, size, r.label)
+                offset, length = _codecs.payload(stored.frames, host, at, size, r.label, r.matrices * per)
             except ValueError as exc:
                 raise FrameError(str(exc)) from exc
             frames.append((offset, length, (r.first - first) * per, r.matrices * per, r.label))
@@ -184,20 +187,53 @@ class Lane:
             else:
                 codec = self._codec(stored.frames.algorithm, stream)
                 src = nvcomp.as_arrays(flat, [i * size for i in range(frames)], [size] * frames, stream.ptr)
-                encoded = codec.encode(src)
-                sizes = [int(s) for s in encoded.buffer_sizes]
-                offsets, total = _codecs.aligned(sizes)
-                host = self._write.get(max(total, 1))
-                for i in range(frames):
-                    frame = cupy.asarray(encoded[i])
-                    if sizes[i]:
-                        cupy.cuda.runtime.memcpyAsync(host[offsets[i]:].ctypes.data, frame.data.ptr, sizes[i],
-                                                      cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
-                stream.synchronize()
-                del encoded
-                parts = [host[offsets[i]:offsets[i] + sizes[i]] for i in range(frames)]
+                parts = self._encode_into_slots(codec, stored.frames.algorithm, src, frames, size, stream)
+                if parts is None:
+                    logger.warning("batchlu: nvCOMP's frames did not fit or check in fixed slots; "
+                                   "encoding these %d frames again into buffers nvCOMP allocates", frames)
+                    encoded = codec.encode(src)
+                    sizes = [int(s) for s in encoded.buffer_sizes]
+                    offsets, total = _codecs.aligned(sizes)
+                    host = self._write.get(max(total, 1))
+                    for i in range(frames):
+                        frame = cupy.asarray(encoded[i])
+                        if sizes[i]:
+                            cupy.cuda.runtime.memcpyAsync(host[offsets[i]:].ctypes.data, frame.data.ptr,
+                                                          sizes[i], cupy.cuda.runtime.memcpyDeviceToHost,
+                                                          stream.ptr)
+                    stream.synchronize()
+                    del encoded
+                    parts = [host[offsets[i]:offsets[i] + sizes[i]] for i in range(frames)]
         _codecs.write_chunks(stored, start // stored.unit, parts, [size] * frames, io_threads())
 
+
+    def _encode_into_slots(self, codec, algorithm: str, src, frames: int, size: int, stream) -> list | None:
+        """Encode ``frames`` frames of ``size`` bytes into one device buffer of fixed slots, copied to
+        the host in one transfer: the frames (views of the host copy), or None where a frame does not
+        fit its slot (nvCOMP raises ValueError; the caller then lets nvCOMP allocate)."""
+        import cupy
+        from nvidia import nvcomp
+
+        slot = -(-(size + size // 64 + 4096) // _codecs.ALIGN) * _codecs.ALIGN   # zstd/lz4 bound + margin
+        device = cupy.empty(frames * slot, cupy.uint8)
+        out = nvcomp.as_arrays(device, [i * slot for i in range(frames)], [slot] * frames, stream.ptr)
+        try:
+            encoded = codec.encode(src, out=out)
+        except ValueError:
+            return None
+        sizes = [int(s) for s in encoded.buffer_sizes]
+        if any(not 0 < n < slot for n in sizes):   # a size that is not a frame's: let nvCOMP allocate
+            return None
+        host = self._write.get(device.size)
+        device.get(stream=stream, out=host)
+        stream.synchronize()
+        if algorithm == "zstd":   # each frame whole, declaring its decoded size (what a reader checks)
+            try:
+                for i in range(frames):
+                    _codecs.zstd_check(host, i * slot, sizes[i], size, f"encoded frame {i}")
+            except ValueError:
+                return None
+        return [host[i * slot:i * slot + sizes[i]] for i in range(frames)]
 
     def close(self) -> None:
         """Let go of the codecs and pinned buffers (before CUDA is torn down at exit: nvCOMP's codec

@@ -138,3 +138,25 @@ def _chunk(count: int, fit: int, unit: int, matrix_bytes: int, target: int, inne
                     int(target) // max(1, unit * int(matrix_bytes)) if matrix_bytes and target else 1)
         chunk = unit * max(1, merge)
     return max(1, min(chunk, count or 1))
+
+
+def merge_tasks(tasks: list[tuple[int, int]], parts: int) -> list[tuple[int, int]]:
+    """Chunk ranges ``tasks`` (from :meth:`Plan.tasks`) merged into about ``parts`` longer ones, of
+    about equal chunk counts, joining only ranges that touch. The GPU codec path wants a few long tasks
+    per worker thread: its batch loop decodes many chunks per nvCOMP call and overlaps the reading,
+    computing and writing of consecutive batches, which a one-chunk task cannot."""
+    total = sum(c1 - c0 for c0, c1 in tasks)
+    if not tasks or parts < 1:
+        return list(tasks)
+    size = max(1, math.ceil(total / parts))
+    merged: list[tuple[int, int]] = []
+    for c0, c1 in tasks:
+        while c0 < c1:
+            if merged and merged[-1][1] == c0 and merged[-1][1] - merged[-1][0] < size:
+                m0 = merged.pop()[0]
+            else:
+                m0 = c0
+            end = min(c1, m0 + size)
+            merged.append((m0, end))
+            c0 = end
+    return merged

@@ -15,12 +15,14 @@ import zarr
 from . import _cluster, _fingerprint, _live, _ledger, _lock, _output, _sparse
 from ._config import Options, options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
-from ._plan import budget_warning, bytes_per_matrix, make_plan
+from ._plan import budget_warning, bytes_per_matrix, make_plan, merge_tasks
 from ._report import Report
 from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
                      parse_ref)
 from ._tasks import Job, process_range
 from .errors import BatchluWarning, InputError, ResumeError
+
+TASKS_PER_THREAD = 2   # GPU codec path: tasks per worker thread after merging (some balance, long tasks)
 
 
 def _count_info(path: str) -> InfoCounts:
@@ -220,6 +222,10 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
         _warmup.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
         submitted = time.perf_counter()
         report.warmup = submitted - started
+        if any(c.device == "gpu" for c in (job.codecs or {}).values()):
+            # the GPU codec path: a few long tasks per worker thread (see _plan.merge_tasks)
+            tasks = merge_tasks(tasks, TASKS_PER_THREAD * sum(client.nthreads().values()))
+            report.tasks = len(tasks)
         c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]
         report.submitted = True  # from here on tasks may write: a failure keeps the output
         # a sparse op's Job holds its pattern's analysis (arrays of the size of L): sent to every

@@ -180,7 +180,8 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
     if engine.name == "gpu" and stored:
         from ._device_batches import DeviceIO, run_device_batches
 
-        dio = DeviceIO(batch_io, stored, plan.chunk, digests=digests.__setitem__)
+        dio = DeviceIO(batch_io, stored, plan.chunk, digests=digests.__setitem__,
+                       group_bytes=job.settings.device_batch_bytes)
         stats = run_device_batches(engine, job.compute_op(), dio, ranges, delay=job.task_delay)
     else:
         stats = run_batches(engine, job.compute_op(), batch_io, ranges, delay=job.task_delay)

@@ -21,15 +21,15 @@ def _values(shape, dtype="f8"):
 
 
 
-def _read_back(stored: _codecs.Stored, start: int, stop: int) -> np.ndarray:
+def _read_back(stored: _codecs.Stored, start: int, stop: int, pool=None) -> np.ndarray:
     """Matrices [start, stop) through plan_reads / read_frames / payload and numcodecs: what the GPU
     path does with nvCOMP."""
     reads = _codecs.plan_reads(stored, start, stop)
     sizes = _codecs.frame_sizes(reads)
     offsets, total = _codecs.aligned(sizes)
     buffer = np.empty(max(total, 1), np.uint8)
-    read_frames = _codecs.read_frames
-    read_frames(reads, sizes, offsets, buffer)
+    buffer[:] = 0xA5   # poison: every frame byte must be read
+    _codecs.read_frames(reads, sizes, offsets, buffer, pool)
     first = reads[0].first
     out = np.full((reads[-1].first + reads[-1].matrices - first,) + stored.shape[1:], np.nan, stored.dtype)
     flat = out.reshape(-1).view(np.uint8)
@@ -76,6 +76,37 @@ def test_gpu_decodable_layouts_read_back_as_zarr_does(tmp_path, layout):
         np.testing.assert_array_equal(got, x[start:min(stop, 40)])
 
 
+def test_shard_frames_read_in_threads_as_zarr_reads_them(tmp_path):
+    """Back-to-back inner chunks of one shard are read by one preadv each run, in the pool's threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x = _values((1500, 3, 3))   # 500 inner chunks per shard file: runs longer than one call's buffers
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, chunks=(1, 3, 3),
+                              shards=(1200, 3, 3), compressors=[ZSTD(level=1), zarr.codecs.Crc32cCodec()])
+    array[:] = x
+    stored = _codecs.choose(array, "auto", gpu=True, nvcomp=None).stored
+    with ThreadPoolExecutor(3) as pool:
+        np.testing.assert_array_equal(_read_back(stored, 0, 1500, pool), x)
+        np.testing.assert_array_equal(_read_back(stored, 1200, 1500, pool), x[1200:])
+
+
+def test_a_truncated_shard_names_the_chunk_that_ends_early(tmp_path):
+    x = _values((18, 5, 5))
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, chunks=(3, 5, 5),
+                              shards=(9, 5, 5), compressors=[ZSTD(), zarr.codecs.Crc32cCodec()])
+    array[:] = x
+    stored = _codecs.choose(array, "auto", gpu=True, nvcomp=None).stored
+    reads = _codecs.plan_reads(stored, 9, 18)   # the index is read before the file is cut
+    path = stored.path(1)
+    data = open(path, "rb").read()
+    cut = reads[1].offset + 3   # three bytes into the shard's second chunk
+    open(path, "wb").write(data[:cut])
+    sizes = _codecs.frame_sizes(reads)
+    offsets, total = _codecs.aligned(sizes)
+    with pytest.raises(ValueError, match=r"c/1/0/0 \(chunk 1 of the shard\) ended after 3 of"):
+        _codecs.read_frames(reads, sizes, offsets, np.empty(total, np.uint8))
+
+
 def test_big_endian_v2_goes_to_the_host(tmp_path):
     array = zarr.create_array(str(tmp_path / "a.zarr"), shape=(8, 4, 4), chunks=(4, 4, 4), dtype=">f8",
                               zarr_format=2, compressors=numcodecs.Zstd())
@@ -115,14 +146,61 @@ def test_auto_keeps_large_frames_on_the_host(tmp_path):
     assert _codecs.choose(sharded, "auto", gpu=True, nvcomp=None).device == "gpu"
 
 
-def test_inputs_without_crc32c_are_decoded_on_the_host(tmp_path):
+def test_zstd_inputs_without_crc32c_decode_on_the_gpu_lz4_ones_on_the_host(tmp_path):
     plain = zarr.create_array(str(tmp_path / "p.zarr"), shape=(8, 4, 4), chunks=(4, 4, 4), dtype="f8")
     choice = _codecs.choose(plain, "gpu", gpu=True, nvcomp=None, reading=True)
+    assert choice.device == "gpu" and "frames checked on the host" in choice.reason
+    lz4 = zarr.create_array(str(tmp_path / "l.zarr"), shape=(8, 4, 4), chunks=(4, 4, 4), dtype="f8",
+                            zarr_format=2, compressors=numcodecs.LZ4())
+    choice = _codecs.choose(lz4, "gpu", gpu=True, nvcomp=None, reading=True)
     assert choice.device == "cpu" and "no crc32c" in choice.reason
-    assert _codecs.choose(plain, "gpu", gpu=True, nvcomp=None).device == "gpu"   # an output: encoded there
+    assert _codecs.choose(lz4, "gpu", gpu=True, nvcomp=None).device == "gpu"   # an output: encoded there
     checked = zarr.create_array(str(tmp_path / "c.zarr"), shape=(8, 4, 4), chunks=(4, 4, 4), dtype="f8",
                                 compressors=[ZSTD(), zarr.codecs.Crc32cCodec()])
     assert _codecs.choose(checked, "gpu", gpu=True, nvcomp=None, reading=True).device == "gpu"
+
+
+@pytest.mark.parametrize("data", ["normal", "rounded", "tiny"])
+@pytest.mark.parametrize("level, checksum", [(0, False), (3, True), (19, False)])
+def test_zstd_check_passes_whole_frames_and_catches_every_cut(data, level, checksum):
+    values = {"normal": _values(70_000), "rounded": np.round(_values(70_000), 2), "tiny": _values(3)}[data]
+    raw = values.tobytes()
+    frame = np.frombuffer(numcodecs.Zstd(level=level, checksum=checksum).encode(raw), np.uint8)
+    padded = np.concatenate((np.full(5, 7, np.uint8), frame, np.full(9, 7, np.uint8)))   # at an offset
+    _codecs.zstd_check(padded, 5, frame.size, len(raw), "c/0")
+    for cut in sorted({1, 2, 3, 4, 5, frame.size // 2, frame.size - 6} - {0}):
+        if 0 < cut < frame.size:
+            with pytest.raises(ValueError, match="c/0"):
+                _codecs.zstd_check(padded, 5, frame.size - cut, len(raw), "c/0")
+    with pytest.raises(ValueError, match="bytes after its zstd frame"):
+        _codecs.zstd_check(padded, 5, frame.size + 4, len(raw), "c/0")
+    with pytest.raises(ValueError, match=f"declares {len(raw)} bytes; its matrices take {len(raw) + 8}"):
+        _codecs.zstd_check(padded, 5, frame.size, len(raw) + 8, "c/0")
+    damaged = padded.copy()
+    damaged[5 + 4] |= 0x08
+    with pytest.raises(ValueError, match="damaged zstd frame header"):
+        _codecs.zstd_check(damaged, 5, frame.size, len(raw), "c/0")
+    damaged = padded.copy()
+    damaged[5:9] = 0
+    with pytest.raises(ValueError, match="not a zstd frame"):
+        _codecs.zstd_check(damaged, 5, frame.size, len(raw), "c/0")
+
+
+def test_a_truncated_zstd_chunk_without_crc32c_is_named_before_decoding(tmp_path):
+    x = _values((21, 5, 5))
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, chunks=(7, 5, 5))
+    array[:] = x
+    stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None, reading=True).stored
+    path = stored.path(1)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[:len(data) - 5])
+    reads = _codecs.plan_reads(stored, 7, 14)
+    sizes = _codecs.frame_sizes(reads)
+    offsets, total = _codecs.aligned(sizes)
+    buffer = np.empty(total, np.uint8)
+    _codecs.read_frames(reads, sizes, offsets, buffer)
+    with pytest.raises(ValueError, match=r"the chunk c/1/0/0 .*(truncated|ends inside)"):
+        _codecs.payload(stored.frames, buffer, offsets[0], sizes[0], reads[0].label, 7 * stored.matrix_bytes)
 
 
 def test_a_memory_store_goes_to_the_host():

@@ -112,6 +112,7 @@ def _identical(path, reference) -> None:
 
 
 QUIET = {"cluster.dashboard-address": "127.0.0.1:0"}
+GROUP = "200KiB"   # the kill tests: groups of two 96 KiB chunks, so that the ledger fills in steps
 
 
 def _config(**extra):
@@ -141,8 +142,9 @@ def test_gpu_codecs_give_the_host_paths_bits(inputs, tmp_path, op, layout):
     assert all(where.startswith("cpu") for where in host.codecs.values()), host.codecs
     outputs = {name: where for name, where in gpu.codecs.items() if name not in ("a", "b")}
     assert all(where.startswith("gpu") for where in outputs.values()), gpu.codecs
-    # inputs decode on the GPU only with crc32c frames: generate's sharded layout has them
-    assert gpu.codecs["a"].startswith("gpu" if layout == "sharded" else "cpu"), gpu.codecs
+    # zstd inputs decode on the GPU: with crc32c (generate's sharded layout), or frames checked on the host
+    assert gpu.codecs["a"].startswith("gpu"), gpu.codecs
+    assert ("crc32c" if layout == "sharded" else "frames checked on the host") in gpu.codecs["a"], gpu.codecs
     assert gpu.counts == host.counts and gpu.singular > 0
     _identical(tmp_path / "gpu.zarr", tmp_path / "host.zarr")
     assert pipeline.verify(inputs[layout], str(tmp_path / "gpu.zarr"), rhs=rhs).ok
@@ -157,6 +159,27 @@ def test_corrupt_frames_name_the_chunk_and_write_nothing_from_them(tmp_path):
     with pytest.raises(CorruptInputError, match=r"c/4/0/0 \(matrices 96:120\)"):
         pipeline.run(path, str(tmp_path / "out.zarr"), op="inv", backend="gpu", progress=False,
                      config=_config(**{"codec-device": "gpu"}))
+    flags = complete_flags_once_created(tmp_path / "out.zarr")
+    assert flags is None or not flags[4]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "trailing bytes", "frame header"])
+def test_damaged_frames_without_checksum_name_the_chunk_and_write_nothing_from_them(tmp_path, damage):
+    """A zstd input without crc32c decodes on the GPU after its frames' structure is checked on the
+    host: a frame cut short (which nvCOMP decoded without an error) stops the run, naming its file."""
+    path = pipeline.generate(tmp_path / "a.zarr", count=240, size=16, chunk=24, seed=9)
+    victim = os.path.join(path, "c", "4", "0", "0")
+    data = bytearray(open(victim, "rb").read())
+    if damage == "truncated":
+        data = data[:len(data) // 2]
+    elif damage == "trailing bytes":
+        data += b"\x00" * 8
+    else:
+        data[4] |= 0x08   # the frame header's reserved bit
+    open(victim, "wb").write(bytes(data))
+    with pytest.raises(CorruptInputError, match=r"c/4/0/0 \(matrices 96:120\)"):
+        pipeline.run(path, str(tmp_path / "out.zarr"), op="inv", backend="gpu", progress=False,
+                     config=_config(**{"codec-device": "gpu", "device-batch-bytes": "8KiB"}))
     flags = complete_flags_once_created(tmp_path / "out.zarr")
     assert flags is None or not flags[4]
 
@@ -191,7 +214,7 @@ def test_killed_run_resumes_bit_identical_through_gpu_codecs(inputs, tmp_path):
     out = tmp_path / "killed.zarr"
     env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")
     cmd = [sys.executable, "-m", "batchlu", "run", str(inputs["sharded"]), str(out), "--op", "lu", "--backend",
-           "gpu", "--codec-device", "gpu", "--output-layout", "sharded",
+           "gpu", "--codec-device", "gpu", "--output-layout", "sharded", "--config", f"device-batch-bytes={GROUP}",
            "--config", "cluster.dashboard-address=127.0.0.1:0", "--config", f"cluster.gpus={visible_gpus()[0]}"]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
@@ -229,7 +252,8 @@ def test_killed_worker_restarted_by_its_nanny_gives_the_same_bits(inputs, tmp_pa
             try:
                 with dask.config.set({TESTING_TASK_DELAY: 0.5}):
                     box["report"] = pipeline.run(inputs["sharded"], str(out), op="inv", backend="gpu",
-                                                 client=client, progress=False, config={"codec-device": "gpu"})
+                                                 client=client, progress=False,
+                                                 config={"codec-device": "gpu", "device-batch-bytes": GROUP})
             except BaseException as exc:  # pragma: no cover - reported below
                 box["error"] = exc
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from batchlu.pipeline._batches import sub_batches
-from batchlu.pipeline._plan import MIN_CHUNKS, Plan, bytes_per_matrix, make_plan
+from batchlu.pipeline._plan import MIN_CHUNKS, Plan, bytes_per_matrix, make_plan, merge_tasks
 
 
 def covered(plan: Plan, tasks) -> np.ndarray:
@@ -177,3 +177,31 @@ def test_a_matrix_above_the_budget_runs_alone_and_says_so():
     forced = make_plan(3, per, memory_budget=budget, max_tasks=20000, input_chunk=2, chunk=2)
     assert forced.batch == 2 and budget_warning(forced, per, budget).startswith("chunk 2 needs about 2 GiB")
     assert budget_warning(make_plan(0, per, memory_budget=1, max_tasks=5, input_chunk=1), per, 1) is None
+
+
+@pytest.mark.parametrize("tasks, parts", [
+    ([(c, c + 1) for c in range(160)], 8),          # a fresh run: one chunk per task
+    ([(0, 3), (3, 7), (9, 10), (10, 40)], 3),       # a resumed run: chunks 7 and 8 done
+    ([(0, 5)], 16),                                  # fewer chunks than parts
+    ([(2, 3), (5, 6), (8, 9)], 2),                   # nothing touches
+])
+def test_merged_tasks_cover_the_same_chunks_in_runs_that_touch(tasks, parts):
+    merged = merge_tasks(tasks, parts)
+    covered = sorted(c for c0, c1 in merged for c in range(c0, c1))
+    assert covered == sorted(c for c0, c1 in tasks for c in range(c0, c1))   # each once, none added
+    todo = {c for c0, c1 in tasks for c in range(c0, c1)}
+    for c0, c1 in merged:
+        assert set(range(c0, c1)) <= todo, (c0, c1)   # never spans a chunk not to do
+    size = -(-sum(c1 - c0 for c0, c1 in tasks) // parts)
+    assert all(c1 - c0 <= size for c0, c1 in merged)
+    if tasks == [(c, c + 1) for c in range(160)]:
+        assert merged == [(c, c + 20) for c in range(0, 160, 20)]
+
+
+def test_device_groups_hold_consecutive_batches_within_the_bytes():
+    from batchlu.pipeline._device_batches import group_batches
+
+    batches = [(0, 256), (256, 512), (512, 768), (768, 1000), (2000, 2256)]
+    assert group_batches(batches, 1000, 600_000) == [[(0, 256), (256, 512)], [(512, 768), (768, 1000)],
+                                                     [(2000, 2256)]]
+    assert group_batches(batches, 1000, 0) == [[b] for b in batches]   # at least one batch per group
