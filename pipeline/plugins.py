@@ -40,6 +40,7 @@ class WarmUp:
     batch: int
     rhs: tuple[tuple[int, ...], str] | None = None
     settings: Options = dataclasses.field(default_factory=Options)
+    staging: int = 0   # the GPU codec path: bytes of input per group (batchlu.device-batch-bytes); 0: unused
 
 
 class GPUSetup(WorkerPlugin):
