@@ -74,7 +74,7 @@ def variants(cores: int) -> list[dict]:
     half = (max(1, cores // 2), 2 if cores > 1 else 1)  # batchlu's default pool on a GPU worker
     zarrs = {"codec_pipeline.path": ZARRS, "codec_pipeline.strict": True}
     fused = {"codec_pipeline.path": FUSED, "codec_pipeline.max_workers": cores}
-    wide = {"codec_pipeline.batch_size": cores, "async.concurrency": 2 * cores, "threading.max_workers": cores}
+    wide = {"codec_pipeline.batch_size": cores, "async.concurrency": 2 * cores, "threading.max_workers": 2 * cores}
     out = [dict(name=f"processes {half[0]}x{half[1]}", engine="processes", pool=half, zarr={}),
            dict(name=f"zarrs {cores} callers", engine="zarrs", callers=cores, zarr=zarrs),
            dict(name=f"zarr-fused {cores} callers", engine="zarr-fused", callers=cores, zarr=fused),
@@ -308,6 +308,25 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def settings_table(records: list[dict], cores: int) -> str:
+    """What each ``batchlu.io-engine`` x ``io-processes`` setting would move, from the variants that
+    do its reads and its writes (zarrs decodes only: zarr's pipeline writes for it)."""
+    half = f"{max(1, cores // 2)}x{2 if cores > 1 else 1}"
+    combos = [("zarr, I/O processes " + half + " (GPU default)", f"processes {half}", f"processes {half}"),
+              ("zarr, in the worker", f"zarr {cores} callers", f"zarr {cores} callers"),
+              ("zarr-fused, in the worker", f"zarr-fused {cores} callers", f"zarr-fused {cores} callers"),
+              ("zarrs, in the worker", f"zarrs {cores} callers", f"zarr {cores} callers"),
+              ("zarrs, I/O processes " + half, f"processes {half} + zarrs", f"processes {half}")]
+    lines = ["", "data     batchlu io-engine, where                  read GB/s  write GB/s  read+write"]
+    for kind in dict.fromkeys(r["data"] for r in records):
+        got = {r["variant"]: r for r in records if r["data"] == kind and "read_gbps" in r}
+        for label, reader, writer in combos:
+            if reader in got and writer in got:
+                r, w = got[reader]["read_gbps"], got[writer]["write_gbps"]
+                lines.append(f"{kind:<8} {label:<40} {r:>9.2f}  {w:>10.2f}  {1 / (1 / r + 1 / w):>10.2f}")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=40_000)
@@ -369,6 +388,7 @@ def main(argv=None):
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(records, indent=1) + "\n")
     print(table([r for r in records if r["data"] in kinds]))
+    print(settings_table([r for r in records if r["data"] in kinds], cores))
     print(f"\nrecords: {out}")
     return records
 
