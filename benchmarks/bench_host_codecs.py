@@ -13,7 +13,7 @@ Each variant runs in a fresh Python process (its zarr configuration, thread pool
 its own) and times, best of ``--repeat``:
 
 * **read**: decode the whole input into one preallocated buffer (in shared memory, as the pipeline's
-  slots; filled with NaN before each run), through ``batchlu.pipeline._io_pool.read_into``, the
+  slots; filled with NaN before each run), through ``batchlu.pipeline.tuning.read_into``, the
   pipeline's own read call;
 * **write**: encode that buffer into an equal-size output array made like the pipeline's outputs
   (zstd, zarr's default codec; ``write_empty_chunks``; fresh before each run, removed after).
@@ -115,9 +115,9 @@ def unavailable(variant: dict) -> str | None:
 
             return f"zarr {zarr.__version__} has no {path}"
     if variant["engine"].startswith("processes"):
-        from batchlu.pipeline import _io_pool
+        from batchlu.pipeline import tuning as io_pool
 
-        if not _io_pool.supported():
+        if not io_pool.supported():
             return "I/O processes need Linux (memfd_create and /proc)"
     return None
 
@@ -170,21 +170,21 @@ def run_variant(variant: dict, src: Path, work: Path, repeat: int, per: int, crc
     import numcodecs
     import zarr
 
-    from batchlu.pipeline import _io_pool
+    from batchlu.pipeline import tuning as io_pool
 
-    _io_pool.tune_malloc()  # as a worker process does (the I/O children get it from their environment)
+    io_pool.tune_malloc()  # as a worker process does (the I/O children get it from their environment)
     for key, value in variant["zarr"].items():  # already in force through ZARR_*; made sure here
         zarr.config.set({key: value})
-    arr = _io_pool.open_array(str(src), "", "r")
+    arr = io_pool.open_array(str(src), "", "r")
     pipeline = type(arr._async_array.codec_pipeline).__name__
     count, n, chunk = arr.shape[0], arr.shape[1], arr.chunks[0]
-    raw = _io_pool.shared_buffer(arr.nbytes)
+    raw = io_pool.shared_buffer(arr.nbytes)
     buf = raw[:arr.nbytes].view(np.float64).reshape(arr.shape)
     out_store = work / f"out-{os.getpid()}.zarr"
 
     pool = None
     if variant.get("pool"):
-        pool = _io_pool.IOPool(*variant["pool"])
+        pool = io_pool.IOPool(*variant["pool"])
         callers = variant["pool"][0] * variant["pool"][1]
     else:
         callers = variant["callers"]
@@ -196,7 +196,7 @@ def run_variant(variant: dict, src: Path, work: Path, repeat: int, per: int, crc
                 f.result()
             return
         with concurrent.futures.ThreadPoolExecutor(max(1, callers)) as ex:
-            list(ex.map(lambda r: _io_pool.read_into(arr, r[0], r[1], buf[r[0]:r[1]]), ranges))
+            list(ex.map(lambda r: io_pool.read_into(arr, r[0], r[1], buf[r[0]:r[1]]), ranges))
 
     def fresh_output():
         shutil.rmtree(out_store, ignore_errors=True)
@@ -208,7 +208,7 @@ def run_variant(variant: dict, src: Path, work: Path, repeat: int, per: int, crc
             for f in [pool.write(str(out_store), "inv", s, e, buf[s:e]) for s, e in ranges]:
                 f.result()
             return
-        out = _io_pool.open_array(str(out_store), "inv", "r+", write_empty=True)
+        out = io_pool.open_array(str(out_store), "inv", "r+", write_empty=True)
         with concurrent.futures.ThreadPoolExecutor(max(1, callers)) as ex:
             list(ex.map(lambda r: out.__setitem__(slice(r[0], r[1]), buf[r[0]:r[1]]), ranges))
 
@@ -364,7 +364,7 @@ def main(argv=None):
                if not (r.get("data") in kinds and r.get("variant") in chosen)]
     for kind in kinds:
         src = work / f"host-codecs-{kind}-{args.count}x{args.size}.zarr"
-        t = timed(lambda: generate(src, args.count, args.size, args.chunk, seed=2024, kind=kind))
+        t = timed(lambda: generate(src, args.count, args.size, args.chunk, seed=2024, data=kind))
         t_crc = timed(lambda: reference_crcs(src))  # reads the whole input once: the page cache is warm
         ratio = stored_ratio(src)
         print(f"{kind}: {src} ready in {t:.1f} s, compression ratio {ratio}, reference read {t_crc:.1f} s",

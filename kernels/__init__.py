@@ -1,6 +1,7 @@
 """batchlu.kernels: batched LU, inverse, solve and log-determinant of small dense matrices.
 
-NumPy arrays go to the CPU backend (SciPy/LAPACK); CuPy arrays go to batchlu's own CUDA kernels.
+NumPy arrays go to the CPU backend (SciPy/LAPACK); CuPy arrays go to batchlu's own CUDA kernels,
+or to cuSOLVER above the n those cover (docs/design.md#large-n-cusolver): every n works on both.
 Both follow the same conventions:
 
 * arrays are C-order ``(..., n, n)``; float32, float64, complex64 and complex128; results keep the
@@ -21,7 +22,7 @@ Both follow the same conventions:
   raises :class:`numpy.linalg.LinAlgError` naming the first bad index.
 
 The GPU kernels' dispatch tables, plans and launchers are public in :mod:`batchlu.kernels.tuning`
-(for benchmarks; it imports CuPy, so it is not imported here).
+(for benchmarks; not imported here).
 """
 
 from ._api import inv, lu_factor, lu_solve, slogdet, solve

@@ -2,9 +2,10 @@
 take an explicit plan, and control over compilation. For benchmarks and sweeps (``benchmarks/``);
 everyday code uses :mod:`batchlu.kernels`, which dispatches by these tables itself.
 
-Importing this module imports CuPy: it is for machines with a GPU. Why each dispatch row is what it
-is: ``docs/design.md``. Arrays are CuPy arrays, C-contiguous, (B, n, n) with one flat batch axis; the
-launchers write into preallocated outputs on CuPy's current stream and never synchronise.
+The tables and plans need no GPU; the launchers and the device queries need CuPy (imported when
+they run). Why each dispatch row is what it is: ``docs/design.md``. Arrays are CuPy arrays,
+C-contiguous, (B, n, n) with one flat batch axis; the launchers write into preallocated outputs on
+CuPy's current stream and never synchronise.
 
 Dispatch tables (first matching row wins):
 
@@ -13,14 +14,18 @@ Dispatch tables (first matching row wins):
 * inverse: :data:`FUSED_MAX_N` and :data:`GJE_TILES` (the fused ``inv_gje``), :data:`GETRI_MODE`,
   :data:`GETRI_PLANS` and :data:`GETRI_NBS` (getrf + ``getri``);
 * solve: :data:`GESV_ROWS` and :data:`GESV_ROWS_MAX_RHS` (the fused ``gesv_rows``), else getrf +
-  ``getrs``.
+  ``getrs``;
+* every op: :func:`path` (the kernels above, or ``"cusolver"`` where they do not fit the device:
+  :func:`fitting_plan`, :func:`getri_fits`, :func:`getrs_fits`), :func:`first_cusolver_n`.
 
 Plans: :func:`getrf_plan` / :func:`rows_plan` / :class:`Plan`; :func:`inv_plan`, :func:`gje_tile`,
 :func:`getri_plan`; :func:`solve_plan`, :func:`gesv_rows_tile`.
 
 Launchers: :func:`launch_getrf` (``plan``), :func:`launch_inv_gje` (``tile``), :func:`launch_getri`
 (``mode``, ``minb``, ``mma``, ``nb``), :func:`launch_gesv_rows` (``tile``), :func:`launch_getrs`,
-:func:`launch_slogdet`; each takes the dispatched plan when none is given.
+:func:`launch_slogdet`; each takes the dispatched plan when none is given. The cuSOLVER path at any n
+(the backend's contract, allocating its outputs): :func:`cusolver_getrf`, :func:`cusolver_getrs`,
+:func:`cusolver_inv`, :func:`cusolver_solve`, :func:`cusolver_slogdet`.
 
 Compilation: every kernel family is one ``kernels/cuda/<family>.cu`` (:data:`FAMILIES`), compiled at
 first use by NVRTC. :func:`getrf_kernel_name`, :func:`gje_name`, :func:`gesv_rows_name` and
@@ -39,6 +44,7 @@ from ._gpu._getrf import (
     Plan,
     blocked_ldp,
     blocked_smem,
+    fitting_plan,
     getrf_plan,
     launch_getrf,
     rows_plan,
@@ -50,15 +56,23 @@ from ._gpu._getri import (
     GETRI_NBS,
     GETRI_PLANS,
     GJE_TILES,
+    getri_fits,
     getri_kernels,
     getri_plan,
+    getri_smem,
     gje_name,
     gje_tile,
     inv_plan,
     launch_getri,
     launch_inv_gje,
 )
-from ._gpu._getrs import default_nb, launch_getrs, solve_plan
+from ._gpu._getrs import default_nb, getrs_fits, getrs_smem, launch_getrs, solve_plan
+from ._gpu._paths import CUSOLVER, first_cusolver_n, path
+from ._gpu._cusolver import getrf as cusolver_getrf
+from ._gpu._cusolver import getrs as cusolver_getrs
+from ._gpu._cusolver import inv as cusolver_inv
+from ._gpu._cusolver import slogdet as cusolver_slogdet
+from ._gpu._cusolver import solve as cusolver_solve
 from ._gpu._runtime import KernelCompileError, compile_kernels, families, smem_optin, smem_per_sm
 from ._gpu._runtime import source as kernel_source
 from ._gpu._runtime import source_override
@@ -68,6 +82,7 @@ FAMILIES = families()
 
 __all__ = [
     "BLOCKED_NB",
+    "CUSOLVER",
     "FAMILIES",
     "FUSED_MAX_N",
     "GESV_ROWS",
@@ -83,13 +98,24 @@ __all__ = [
     "blocked_ldp",
     "blocked_smem",
     "compile_kernels",
+    "cusolver_getrf",
+    "cusolver_getrs",
+    "cusolver_inv",
+    "cusolver_slogdet",
+    "cusolver_solve",
     "default_nb",
+    "first_cusolver_n",
+    "fitting_plan",
     "gesv_rows_name",
     "gesv_rows_tile",
     "getrf_kernel_name",
     "getrf_plan",
+    "getri_fits",
     "getri_kernels",
     "getri_plan",
+    "getri_smem",
+    "getrs_fits",
+    "getrs_smem",
     "gje_name",
     "gje_tile",
     "inv_plan",
@@ -100,6 +126,7 @@ __all__ = [
     "launch_getrs",
     "launch_inv_gje",
     "launch_slogdet",
+    "path",
     "rows_plan",
     "smem_optin",
     "smem_per_sm",
