@@ -74,7 +74,7 @@ def variants(cores: int) -> list[dict]:
     half = (max(1, cores // 2), 2 if cores > 1 else 1)  # batchlu's default pool on a GPU worker
     zarrs = {"codec_pipeline.path": ZARRS, "codec_pipeline.strict": True}
     fused = {"codec_pipeline.path": FUSED, "codec_pipeline.max_workers": cores}
-    wide = {"codec_pipeline.batch_size": cores, "async.concurrency": 2 * cores, "threading.max_workers": cores}
+    wide = {"codec_pipeline.batch_size": cores, "async.concurrency": 2 * cores, "threading.max_workers": 2 * cores}
     out = [dict(name=f"processes {half[0]}x{half[1]}", engine="processes", pool=half, zarr={}),
            dict(name=f"zarrs {cores} callers", engine="zarrs", callers=cores, zarr=zarrs),
            dict(name=f"zarr-fused {cores} callers", engine="zarr-fused", callers=cores, zarr=fused),
@@ -308,6 +308,25 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def settings_table(records: list[dict], cores: int) -> str:
+    """What each ``batchlu.io-engine`` x ``io-processes`` setting would move, from the variants that
+    do its reads and its writes (zarrs decodes only: zarr's pipeline writes for it)."""
+    half = f"{max(1, cores // 2)}x{2 if cores > 1 else 1}"
+    combos = [("zarr, I/O processes " + half + " (GPU default)", f"processes {half}", f"processes {half}"),
+              ("zarr, in the worker", f"zarr {cores} callers", f"zarr {cores} callers"),
+              ("zarr-fused, in the worker", f"zarr-fused {cores} callers", f"zarr-fused {cores} callers"),
+              ("zarrs, in the worker", f"zarrs {cores} callers", f"zarr {cores} callers"),
+              ("zarrs, I/O processes " + half, f"processes {half} + zarrs", f"processes {half}")]
+    lines = ["", "data     batchlu io-engine, where                  read GB/s  write GB/s  read+write"]
+    for kind in dict.fromkeys(r["data"] for r in records):
+        got = {r["variant"]: r for r in records if r["data"] == kind and "read_gbps" in r}
+        for label, reader, writer in combos:
+            if reader in got and writer in got:
+                r, w = got[reader]["read_gbps"], got[writer]["write_gbps"]
+                lines.append(f"{kind:<8} {label:<40} {r:>9.2f}  {w:>10.2f}  {1 / (1 / r + 1 / w):>10.2f}")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=40_000)
@@ -320,7 +339,8 @@ def main(argv=None):
                                                    "comma-separated words")
     parser.add_argument("--dir", default="/tmp/batchlu-bench")
     parser.add_argument("--out", default=None, help="default: benchmarks/results/host-codecs-HOST.json; "
-                                                    "records of other data kinds already there are kept")
+                                                    "the records already there are kept, but for what "
+                                                    "this run measures again")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--crcs", help=argparse.SUPPRESS)
@@ -337,8 +357,11 @@ def main(argv=None):
     nbytes = args.count * args.size * args.size * 8
     print(f"{cores} cores, {device}; {args.count} x {args.size}^2 float64 = {nbytes / 1e9:.2f} GB, chunk "
           f"{args.chunk}; {info}", flush=True)
-    records = [r for r in (json.loads(out.read_text()) if out.exists() else []) if r.get("data") not in kinds]
     words = [w for w in args.only.split(",") if w]
+    chosen = [v["name"] for v in variants(cores) if not words or any(w in v["name"] for w in words)]
+    # records already in --out are kept, but for the (kind, variant) pairs this run measures again
+    records = [r for r in (json.loads(out.read_text()) if out.exists() else [])
+               if not (r.get("data") in kinds and r.get("variant") in chosen)]
     for kind in kinds:
         src = work / f"host-codecs-{kind}-{args.count}x{args.size}.zarr"
         t = timed(lambda: generate(src, args.count, args.size, args.chunk, seed=2024, data=kind))
@@ -347,7 +370,7 @@ def main(argv=None):
         print(f"{kind}: {src} ready in {t:.1f} s, compression ratio {ratio}, reference read {t_crc:.1f} s",
               flush=True)
         for variant in variants(cores):
-            if words and not any(w in variant["name"] for w in words):
+            if variant["name"] not in chosen:
                 continue
             base = dict(data=kind, variant=variant["name"], engine=variant["engine"], zarr_config=variant["zarr"],
                         pool=variant.get("pool"), dtype="float64", n=args.size, count=args.count,
@@ -369,6 +392,7 @@ def main(argv=None):
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(records, indent=1) + "\n")
     print(table([r for r in records if r["data"] in kinds]))
+    print(settings_table([r for r in records if r["data"] in kinds], cores))
     print(f"\nrecords: {out}")
     return records
 

@@ -33,7 +33,7 @@ from batchlu.errors import FrameError
 
 from . import _codecs
 
-__all__ = ["FrameError", "Lane", "lane", "missing"]
+__all__ = ["FrameError", "Lane", "lane", "missing", "reserve", "staging_bytes"]
 
 logger = logging.getLogger("batchlu.path")
 
@@ -61,20 +61,58 @@ def io_threads() -> ThreadPoolExecutor:
 
 
 class _Pinned:
-    """A grow-only page-locked host buffer."""
+    """A grow-only page-locked host buffer. Growing takes a spare made at warm-up (:func:`reserve`)
+    where one is large enough: pinning memory is slow (about 2 GB/s) and is the run's cost, not a
+    task's."""
 
     def __init__(self):
         self.array = np.empty(0, np.uint8)
         self._memory = None
 
     def get(self, nbytes: int) -> np.ndarray:
+        if self.array.nbytes < nbytes:
+            spare = _take_spare(nbytes)
+            if spare is not None:
+                self.array, self._memory = spare.array, spare._memory
+            else:
+                self._allocate(max(int(nbytes * 1.25), 1 << 20))
+        return self.array[:nbytes]
+
+    def _allocate(self, size: int) -> None:
         import cupy
 
-        if self.array.nbytes < nbytes:
-            size = max(int(nbytes * 1.25), 1 << 20)
-            self._memory = cupy.cuda.alloc_pinned_memory(size)
-            self.array = np.frombuffer(self._memory, np.uint8, size)
-        return self.array[:nbytes]
+        self._memory = cupy.cuda.alloc_pinned_memory(size)
+        self.array = np.frombuffer(self._memory, np.uint8, size)
+
+
+_SPARE_LOCK = threading.Lock()
+_SPARES: list[_Pinned] = []
+
+
+def staging_bytes(group_bytes: int) -> int:
+    """Bytes of one staging buffer for groups of ``group_bytes`` of input: a group's stored frames,
+    or its encoded frames in fixed slots (see :meth:`Lane._encode_into_slots`)."""
+    return int(group_bytes * 1.05) + (1 << 20)
+
+
+def reserve(count: int, nbytes: int) -> None:
+    """At warm-up: make sure this process holds ``count`` page-locked staging buffers of at least
+    ``nbytes`` (the lanes' own, or spares for the lanes to take), allocating what is missing."""
+    with _SPARE_LOCK:
+        _SPARES[:] = [p for p in _SPARES if p.array.nbytes >= nbytes]
+        held = sum(1 for each in list(_LANES) for p in each.buffers() if p.array.nbytes >= nbytes)
+        for _ in range(count - held - len(_SPARES)):
+            spare = _Pinned()
+            spare._allocate(nbytes)
+            _SPARES.append(spare)
+
+
+def _take_spare(nbytes: int) -> _Pinned | None:
+    with _SPARE_LOCK:
+        for i, spare in enumerate(_SPARES):
+            if spare.array.nbytes >= nbytes:
+                return _SPARES.pop(i)
+    return None
 
 
 class Lane:
@@ -90,6 +128,9 @@ class Lane:
         self._codecs: dict = {}
         self._read = [_Pinned(), _Pinned()]
         self._write = _Pinned()
+
+    def buffers(self) -> list[_Pinned]:
+        return [*self._read, self._write]
 
     def _codec(self, algorithm: str, stream):
         from nvidia import nvcomp

@@ -129,6 +129,12 @@ def inner_chunk(chunk: int, matrix_bytes: int, target: int = INNER_BYTES) -> int
     return best
 
 
+def chunk_shape(matrices: int, tail: tuple) -> tuple:
+    """The chunk (or shard) shape of ``matrices`` matrices of shape ``tail``: at least 1 along each
+    axis, since zarr-python >= 3.2 refuses a chunk of 0 along an empty axis (n = 0)."""
+    return (matrices,) + tuple(max(1, int(t)) for t in tail)
+
+
 def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compressor: str,
                   layout: str) -> None:
     """Create whichever output arrays (and the ledger) are missing, e.g. after a kill during creation;
@@ -146,9 +152,9 @@ def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compre
         if layout == "sharded":
             matrix_bytes = int(np.prod(spec.tail, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
             inner = inner_chunk(chunk, matrix_bytes)
-            extra = {"chunks": (inner,) + spec.tail, "shards": (chunk,) + spec.tail}
+            extra = {"chunks": chunk_shape(inner, spec.tail), "shards": chunk_shape(chunk, spec.tail)}
         else:
-            extra = {"chunks": (chunk,) + spec.tail}
+            extra = {"chunks": chunk_shape(chunk, spec.tail)}
         group.create_array(spec.name, shape=shape, dtype=spec.dtype, fill_value=spec.fill,
                            compressors=compressors(compressor), config={"write_empty_chunks": True}, **extra)
     if not _ledger.exists(group):
@@ -174,7 +180,7 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
                                   f"of {plan.n_chunks:,} chunks are recorded complete. Got no such array "
                                   f"instead; {hint}")
             continue
-        want = ((plan.count,) + spec.tail, np.dtype(spec.dtype), (plan.chunk,) + spec.tail)
+        want = ((plan.count,) + spec.tail, np.dtype(spec.dtype), chunk_shape(plan.chunk, spec.tail))
         got = ((tuple(node.shape), np.dtype(node.dtype), tuple(node.shards or node.chunks))
                if isinstance(node, zarr.Array) else None)
         if got != want:
@@ -182,6 +188,8 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
             raise ResumeError(f"Expected the output array {spec.name} in {path} to have shape {want[0]}, "
                               f"dtype {want[1]} and chunks {want[2]}, as recorded. Got {found} instead; "
                               f"{hint}")
+        if 0 in spec.tail:   # n = 0: an empty array stores no chunk files
+            continue
         files = {int(c): os.path.join(path, spec.name, stored_key(node, int(c))) for c in done}
         missing = [c for c, file in files.items() if not os.path.isfile(file)]
         if missing:

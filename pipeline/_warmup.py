@@ -8,6 +8,7 @@ that will run on it: this module reads the run's :class:`batchlu.pipeline._tasks
 
 from __future__ import annotations
 
+import numpy as np
 import zarr
 
 from . import _backends
@@ -86,4 +87,14 @@ def warmup_for(job):
                   outputs=tuple(outputs), batch=max(1, batch),
                   rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]), str(rhs.dtype)),
                   settings=job.settings, tail=tuple(int(d) for d in source.shape[1:]) if sparse else None,
-                  symbolic=job.symbolic)
+                  symbolic=job.symbolic, staging=_staging(job, source, rhs))
+
+
+def _staging(job, source, rhs) -> int:
+    """Input bytes per group of the GPU codec path (its lanes' staging buffers are sized for it at
+    warm-up): ``batchlu.device-batch-bytes``, or the whole input where that is less; 0 where no array
+    is decoded or encoded on the GPU."""
+    if not any(c.device == "gpu" for c in (job.codecs or {}).values()):
+        return 0
+    per = sum(int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for a in (source, rhs) if a is not None)
+    return min(int(job.settings.device_batch_bytes), per * int(source.shape[0]))

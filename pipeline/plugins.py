@@ -44,6 +44,7 @@ class WarmUp:
     settings: Options = dataclasses.field(default_factory=Options)
     tail: tuple[int, ...] | None = None   # the input's shape after N; None: (n, n)
     symbolic: object = None               # sparse ops: the pattern's batchlu.kernels.sparse.Plan
+    staging: int = 0   # the GPU codec path: bytes of input per group (batchlu.device-batch-bytes); 0: unused
 
 
 class GPUSetup(WorkerPlugin):

@@ -269,3 +269,21 @@ def test_killed_worker_restarted_by_its_nanny_gives_the_same_bits(inputs, tmp_pa
     report = box["report"]
     assert report.status == "complete" and report.codecs["a"].startswith("gpu")
     _identical(out, reference)
+
+
+def test_staging_buffers_reserved_at_warm_up_are_what_lanes_take():
+    """Warm-up pins the lanes' staging buffers once per process (pinning is slow): a lane growing its
+    buffer takes a spare, and reserving again counts what the lanes hold."""
+    from batchlu.pipeline import _gpu_codecs
+
+    size = 3 << 20
+    _gpu_codecs.reserve(2, size)
+    spares = len(_gpu_codecs._SPARES)
+    assert spares >= 2
+    lane = _gpu_codecs.Lane(0)
+    _gpu_codecs._LANES.add(lane)
+    view = lane._read[0].get(size - 5)
+    assert view.nbytes == size - 5 and len(_gpu_codecs._SPARES) == spares - 1
+    view[:] = 7   # writable host memory
+    _gpu_codecs.reserve(2, size)   # the lane's buffer counts: nothing new is pinned
+    assert len(_gpu_codecs._SPARES) == spares - 1

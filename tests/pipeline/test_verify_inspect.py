@@ -302,8 +302,8 @@ def test_verify_slogdet_of_scaled_matrices(client, tmp_path, scale):
 def empty_outputs(client, tmp_path_factory):
     """Every op on 5 matrices of size 0 x 0 (det 1, empty inverses and solutions)."""
     root = tmp_path_factory.mktemp("empty")
-    a = zarr.create_array(str(root / "a.zarr"), shape=(5, 0, 0), dtype="float64", chunks=(2, 0, 0))
-    b = zarr.create_array(str(root / "b.zarr"), shape=(5, 0), dtype="float64", chunks=(2, 0))
+    a = zarr.create_array(str(root / "a.zarr"), shape=(5, 0, 0), dtype="float64", chunks=(2, 1, 1))
+    b = zarr.create_array(str(root / "b.zarr"), shape=(5, 0), dtype="float64", chunks=(2, 1))
     a[...], b[...] = np.empty((5, 0, 0)), np.empty((5, 0))
     made = {}
     for op in pipeline.DENSE_OPS:
@@ -321,6 +321,15 @@ def test_verify_n0(empty_outputs, invoke, tmp_path, op):
     assert invoke("verify", a, outs[op]).exit_code == 0
     if op == "slogdet":  # and a wrong determinant of the empty matrix is caught
         _fails(a, _tamper(outs[op], tmp_path / "bad.zarr", 2, logabsdet=1.0), "logabsdet", 2)
+
+
+def test_resume_n0(empty_outputs, client):
+    """An empty output stores no chunk files (zarr writes none for 0 x 0 matrices), and resume's
+    check of the stored chunks knows it: the run resumes, and the output still verifies."""
+    a, outs = empty_outputs
+    pipeline.run(a, outs["inv"], op="inv", client=client, progress=False, resume=True, config={"chunk": 2})
+    result = pipeline.verify(a, outs["inv"])
+    assert result.ok and result.checked == 5, result.summary()
 
 
 def test_verify_reports_incomplete(outputs, stores, tmp_path, invoke):
