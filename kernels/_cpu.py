@@ -29,15 +29,58 @@ Results are in the input dtype.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import _cpu_lapack, _cpu_vectorised
 
-__all__ = ["getrf", "getrs", "inv", "slogdet", "solve"]
+__all__ = ["flags_results", "getrf", "getrs", "inv", "slogdet", "solve"]
 
 LAPACK_MIN_N = 10           # n from which LAPACK (one call per matrix) beats the vectorised NumPy LU
+# The compiled engine's inv, solve and slogdet return no factors, so they may keep their compiled
+# xGETF2 above LAPACK_MIN_N, up to where LAPACK's call overhead stops paying: (real, complex).
+COMPILED_LAPACK_MIN_N = {"inv": (10, 10), "solve": (10, 10), "slogdet": (10, 10)}
+ENGINE_ENV = "BATCHLU_CPU_ENGINE"   # "numpy": the NumPy engines even where numba is importable
 _CHUNK_ENTRIES = 1 << 19    # matrices per pass ~ this many entries, to bound the temporaries
 _CHUNK_MIN = 16             # ... but at least this many, so Python's per-step cost stays shared
+
+
+_COMPILED = None   # the module batchlu.kernels._cpu_numba once imported, False where numba is not
+
+
+def _compiled():
+    """The compiled engine (``batchlu.kernels._cpu_numba``), or None: numba is not importable, or
+    ``BATCHLU_CPU_ENGINE=numpy``. Imported on first use, never at ``import batchlu``."""
+    global _COMPILED
+    choice = os.environ.get(ENGINE_ENV, "").strip().lower()
+    if choice == "numpy":
+        return None
+    if choice not in ("", "compiled"):
+        raise ValueError(f"Expected {ENGINE_ENV} to be 'compiled' or 'numpy'. Got {choice!r} instead.")
+    if _COMPILED is None:
+        try:
+            from . import _cpu_numba
+        except ImportError:
+            _COMPILED = False
+        else:
+            _COMPILED = _cpu_numba
+    return _COMPILED or None
+
+
+def flags_results() -> bool:
+    """Whether ``inv``, ``solve`` and ``slogdet`` return ``info`` with ``batchlu.kernels._info``'s
+    rule already applied (the compiled engine applies it as it writes the results), so that the API
+    skips its own passes over them."""
+    return _compiled() is not None
+
+
+def _lapack_min_n(op: str, dtype) -> int:
+    """The compiled engine's crossover for ``op``: LAPACK from this n on, its own xGETF2 below."""
+    if op not in COMPILED_LAPACK_MIN_N:
+        return LAPACK_MIN_N
+    real, complex_ = COMPILED_LAPACK_MIN_N[op]
+    return complex_ if np.dtype(dtype).kind == "c" else real
 
 
 def _engine(n: int):
@@ -92,6 +135,10 @@ def getrf(a: np.ndarray):
     lu = np.empty_like(a)
     piv = np.empty((count, n), np.int32)
     info = np.empty(count, np.int32)
+    compiled = _compiled()
+    if compiled is not None:
+        compiled.getrf(a, lu, piv, info, _lapack_min_n("getrf", a.dtype))
+        return lu, piv, info
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * n):
             work, p = lu[part], piv[part]           # views: factored in place
@@ -122,8 +169,12 @@ def getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
     if piv.size and (piv.min() < 0 or piv.max() >= n):
         raise ValueError(f"Expected piv values in [0, {n}). Got values in "
                          f"[{int(piv.min())}, {int(piv.max())}] instead.")
-    engine = _engine(n)
     x = np.empty(b.shape, lu.dtype)
+    compiled = _compiled()
+    if compiled is not None:
+        compiled.getrs(lu, piv, np.ascontiguousarray(b, lu.dtype), x, _lapack_min_n("getrs", lu.dtype))
+        return x
+    engine = _engine(n)
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * (n + b.shape[-1])):
             x[part] = engine.substitute(lu[part], piv[part], b[part].astype(lu.dtype, copy=False))
@@ -144,6 +195,12 @@ def _on_good(info: np.ndarray, shape: tuple, dtype, compute) -> np.ndarray:
 
 def solve(a: np.ndarray, b: np.ndarray):
     """``x`` (B, n, k) with ``a x = b``, NaN for matrices with info != 0; and ``info``."""
+    compiled = _compiled()
+    if compiled is not None:
+        x = np.empty(b.shape, a.dtype)
+        info = np.empty(a.shape[0], np.int32)
+        compiled.solve(a, np.ascontiguousarray(b, a.dtype), x, info, _lapack_min_n("solve", a.dtype))
+        return x, info
     lu, piv, info = getrf(a)
     x = _on_good(info, b.shape, a.dtype, lambda sel: getrs(lu[sel], piv[sel], b[sel]))
     return x, info
@@ -164,6 +221,12 @@ def _inverse_small(a: np.ndarray, lu: np.ndarray, piv: np.ndarray) -> np.ndarray
 
 def inv(a: np.ndarray):
     """Inverse of each matrix, NaN where info != 0; and ``info``."""
+    compiled = _compiled()
+    if compiled is not None:
+        ainv = np.empty_like(a)
+        info = np.empty(a.shape[0], np.int32)
+        compiled.inv(a, ainv, info, _lapack_min_n("inv", a.dtype))
+        return ainv, info
     lu, piv, info = getrf(a)
     if _engine(a.shape[-1]) is _cpu_lapack:
         def compute(sel):
@@ -178,6 +241,13 @@ def inv(a: np.ndarray):
 
 def slogdet(a: np.ndarray):
     """Sign (input dtype) and log|det| (real) of each matrix from its LU; and ``info``."""
+    compiled = _compiled()
+    if compiled is not None:
+        sign = np.empty(a.shape[0], a.dtype)
+        logabsdet = np.empty(a.shape[0], a.real.dtype)
+        info = np.empty(a.shape[0], np.int32)
+        compiled.slogdet(a, sign, logabsdet, info, _lapack_min_n("slogdet", a.dtype))
+        return sign, logabsdet, info
     lu, piv, info = getrf(a)
     n = a.shape[-1]
     d = np.diagonal(lu, axis1=-2, axis2=-1)
