@@ -35,12 +35,23 @@ import numpy as np
 
 from . import _cpu_lapack, _cpu_vectorised
 
-__all__ = ["flags_results", "getrf", "getrs", "inv", "slogdet", "solve"]
+__all__ = ["flags_results", "getrf", "lapack_min_n", "getrs", "inv", "slogdet", "solve"]
 
-LAPACK_MIN_N = 10           # n from which LAPACK (one call per matrix) beats the vectorised NumPy LU
-# The compiled engine's inv, solve and slogdet return no factors, so they may keep their compiled
-# xGETF2 above LAPACK_MIN_N, up to where LAPACK's call overhead stops paying: (real, complex).
-COMPILED_LAPACK_MIN_N = {"inv": (10, 10), "solve": (10, 10), "slogdet": (10, 10)}
+# Crossovers: LAPACK from this n on, the engine's own LU below. LAPACK_MIN_N, when set (tests,
+# experiments), overrides every op of both engines.
+LAPACK_MIN_N: int | None = None
+NUMPY_LAPACK_MIN_N = 10     # NumPy engine: one LAPACK call per matrix beats the vectorised LU here
+# Compiled engine, per op and dtype (float32, float64, complex64, complex128): where LAPACK through
+# function pointers beats the compiled xGETF2 (``getrs``: the substitutions) on one thread, measured
+# on this project's 2-core machine (docs/design.md, CPU backend).
+COMPILED_LAPACK_MIN_N = {
+    "getrf": (24, 28, 24, 28),
+    "getrs": (40, 64, 12, 12),
+    "inv": (30, 33, 12, 17),
+    "solve": (28, 30, 22, 27),
+    "slogdet": (27, 28, 25, 28),
+}
+_DTYPE_INDEX = {"f": 0, "d": 1, "F": 2, "D": 3}
 ENGINE_ENV = "BATCHLU_CPU_ENGINE"   # "numpy": the NumPy engines even where numba is importable
 _CHUNK_ENTRIES = 1 << 19    # matrices per pass ~ this many entries, to bound the temporaries
 _CHUNK_MIN = 16             # ... but at least this many, so Python's per-step cost stays shared
@@ -75,16 +86,20 @@ def flags_results() -> bool:
     return _compiled() is not None
 
 
-def _lapack_min_n(op: str, dtype) -> int:
-    """The compiled engine's crossover for ``op``: LAPACK from this n on, its own xGETF2 below."""
-    if op not in COMPILED_LAPACK_MIN_N:
+def lapack_min_n(op: str, dtype) -> int:
+    """The active engine's crossover for ``op`` (getrf, getrs, inv, solve, slogdet) and ``dtype``:
+    LAPACK from this n on, the engine's own LU below."""
+    if LAPACK_MIN_N is not None:
         return LAPACK_MIN_N
-    real, complex_ = COMPILED_LAPACK_MIN_N[op]
-    return complex_ if np.dtype(dtype).kind == "c" else real
+    if _compiled() is None:
+        return NUMPY_LAPACK_MIN_N
+    return COMPILED_LAPACK_MIN_N[op][_DTYPE_INDEX[np.dtype(dtype).char]]
 
 
 def _engine(n: int):
-    return _cpu_lapack if n >= LAPACK_MIN_N else _cpu_vectorised
+    """The NumPy engine's module for n."""
+    return _cpu_lapack if n >= (NUMPY_LAPACK_MIN_N if LAPACK_MIN_N is None else LAPACK_MIN_N) \
+        else _cpu_vectorised
 
 
 def _chunks(count: int, per_matrix: int):
@@ -137,13 +152,13 @@ def getrf(a: np.ndarray):
     info = np.empty(count, np.int32)
     compiled = _compiled()
     if compiled is not None:
-        compiled.getrf(a, lu, piv, info, _lapack_min_n("getrf", a.dtype))
+        compiled.getrf(a, lu, piv, info, lapack_min_n("getrf", a.dtype))
         return lu, piv, info
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * n):
             work, p = lu[part], piv[part]           # views: factored in place
             work[...] = a[part]
-            if n >= LAPACK_MIN_N:
+            if _engine(n) is _cpu_lapack:
                 finite, fit = _screen(work)
                 lapack = finite & fit
             else:
@@ -172,7 +187,7 @@ def getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
     x = np.empty(b.shape, lu.dtype)
     compiled = _compiled()
     if compiled is not None:
-        compiled.getrs(lu, piv, np.ascontiguousarray(b, lu.dtype), x, _lapack_min_n("getrs", lu.dtype))
+        compiled.getrs(lu, piv, np.ascontiguousarray(b, lu.dtype), x, lapack_min_n("getrs", lu.dtype))
         return x
     engine = _engine(n)
     with np.errstate(all="ignore"):
@@ -199,7 +214,7 @@ def solve(a: np.ndarray, b: np.ndarray):
     if compiled is not None:
         x = np.empty(b.shape, a.dtype)
         info = np.empty(a.shape[0], np.int32)
-        compiled.solve(a, np.ascontiguousarray(b, a.dtype), x, info, _lapack_min_n("solve", a.dtype))
+        compiled.solve(a, np.ascontiguousarray(b, a.dtype), x, info, lapack_min_n("solve", a.dtype))
         return x, info
     lu, piv, info = getrf(a)
     x = _on_good(info, b.shape, a.dtype, lambda sel: getrs(lu[sel], piv[sel], b[sel]))
@@ -225,7 +240,7 @@ def inv(a: np.ndarray):
     if compiled is not None:
         ainv = np.empty_like(a)
         info = np.empty(a.shape[0], np.int32)
-        compiled.inv(a, ainv, info, _lapack_min_n("inv", a.dtype))
+        compiled.inv(a, ainv, info, lapack_min_n("inv", a.dtype))
         return ainv, info
     lu, piv, info = getrf(a)
     if _engine(a.shape[-1]) is _cpu_lapack:
@@ -246,7 +261,7 @@ def slogdet(a: np.ndarray):
         sign = np.empty(a.shape[0], a.dtype)
         logabsdet = np.empty(a.shape[0], a.real.dtype)
         info = np.empty(a.shape[0], np.int32)
-        compiled.slogdet(a, sign, logabsdet, info, _lapack_min_n("slogdet", a.dtype))
+        compiled.slogdet(a, sign, logabsdet, info, lapack_min_n("slogdet", a.dtype))
         return sign, logabsdet, info
     lu, piv, info = getrf(a)
     n = a.shape[-1]

@@ -1,22 +1,25 @@
 """Compiled batched loops (numba) for the CPU backend: one nopython loop over a range of the batch per op.
 
 Each kernel takes its outputs from the caller and works on the matrices ``lo .. hi - 1`` of the
-batch, with the GIL released (``nogil``), so ``batchlu.kernels._cpu`` splits a batch between threads
-by handing each a range. Per matrix, a kernel
+batch with the GIL released (``nogil``), so ``batchlu.kernels._cpu`` splits a batch between threads
+by handing each a range (``batchlu.kernels._cpu_threads``). Per matrix, a kernel
 
-1. copies the matrix into a work buffer and checks on the way that it is finite (-1 otherwise: NaN
-   results, identity ``piv``) and whether LAPACK may factor it (no nonzero entry below
-   ``tiny / eps``, see ``batchlu.kernels._cpu._screen``);
-2. factors it: with LAPACK's ``xGETRF`` through SciPy's ``cython_lapack`` function pointers when
-   ``n >= lapack_min_n`` (on a column-major copy: ``lu``/``piv`` bit-identical to
-   ``scipy.linalg.lu_factor``), else with :func:`_getf2` below (LAPACK's unblocked ``xGETF2``, which is
-   also the fallback for a LAPACK ``U`` with a subnormal pivot);
-3. sets ``info`` from the first exactly zero pivot, and finishes the op from the factors: ``xGETRI``
-   / ``xGETRS`` on the column-major copy on the LAPACK side, row-major substitutions on the other.
+1. copies the matrix, transposed, into a column-major scratch buffer ``f`` (LAPACK's layout, so
+   that LAPACK factors the matrix itself and not its transpose), checking on the way that it is
+   finite (-1 otherwise: NaN results, identity ``piv``);
+2. factors it in ``f``: with LAPACK's ``xGETRF`` through SciPy's ``cython_lapack`` function pointers
+   (the ``_lapack`` kernels, for large n: ``lu`` and ``piv`` bit-identical to
+   ``scipy.linalg.lu_factor``), or with :func:`_getf2` below, LAPACK's unblocked ``xGETF2`` compiled
+   here (the ``_own`` kernels, for small n, where a LAPACK call costs more than the arithmetic; also
+   the fallback, in the ``_lapack`` kernels, for the matrices OpenBLAS would get wrong, see
+   ``batchlu.kernels._cpu._screen``);
+3. sets ``info`` from the first exactly zero pivot and finishes the op from the factors: ``xGETRI`` /
+   ``xGETRS`` after LAPACK's factorization, the compiled substitutions of :func:`_substitute`
+   (``xGETRS``'s algorithm) otherwise.
 
 Compiled at first use per dtype (``cache=True``: later processes load the machine code from numba's
-cache) and never at import of ``batchlu``. LAPACK functions enter as first-class function arguments,
-not globals, so the compiled code does not embed their addresses and can be cached.
+cache), never at import of ``batchlu``. LAPACK's routines enter as first-class function arguments,
+not as globals, so the compiled code does not embed their addresses and can be cached.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ _jit = njit(cache=True, nogil=True, error_model="numpy")
 _inline = njit(cache=True, nogil=True, error_model="numpy", inline="always")
 
 
-# --- one matrix -------------------------------------------------------------------------------
+# --- one matrix, in column-major scratch: f[c, r] is entry (r, c) ------------------------------
 
 
 @_inline
@@ -84,22 +87,22 @@ def _mag(x):
 
 
 @_inline
-def _copy(a, w):
-    """Copy ``a`` (n, n) into ``w``. Returns whether every entry is finite."""
+def _load(a, f):
+    """``f`` := ``a`` (n, n) transposed. Returns whether every entry is finite."""
     n = a.shape[0]
     nonfinite = 0.0
     for i in range(n):
         for j in range(n):
             x = a[i, j]
-            w[i, j] = x
+            f[j, i] = x
             nonfinite += (x.real + x.imag) * 0.0     # NaN once a part is NaN or Inf
     return nonfinite == 0.0
 
 
 @_inline
-def _copy_transposed(a, f, small):
-    """Copy ``a`` (n, n) row-major into ``f`` as column-major (``f[j, i] = a[i, j]``: LAPACK sees
-    ``a`` in ``f``). Returns (finite, fit for OpenBLAS: no nonzero part below ``small``)."""
+def _load_screened(a, f, small):
+    """:func:`_load`, and whether OpenBLAS may factor ``a``: no nonzero part below ``small``.
+    Returns (finite, fit)."""
     n = a.shape[0]
     nonfinite = 0.0
     least = np.inf
@@ -115,70 +118,71 @@ def _copy_transposed(a, f, small):
 
 
 @_inline
-def _getf2(w, piv, sfmin):
-    """LU with partial pivoting of ``w`` (n, n) row-major, in place; 0-based ``piv`` (LAPACK's
-    ``xGETF2``: first largest ``|re| + |im|`` pivots, the column is scaled by the pivot's reciprocal
-    unless the pivot is below ``sfmin``; a zero pivot leaves its column and goes on)."""
-    n = w.shape[0]
+def _getf2(f, piv, sfmin):
+    """LU with partial pivoting of the column-major ``f`` in place, 0-based ``piv``: LAPACK's
+    ``xGETF2`` (the first largest ``|re| + |im|`` pivots; the column is scaled by the pivot's
+    reciprocal, or divided by a pivot below ``sfmin``; a zero pivot leaves its column, and goes on)."""
+    n = f.shape[0]
     for j in range(n):
         p = j
-        best = _mag(w[j, j])
+        best = _mag(f[j, j])
         for i in range(j + 1, n):
-            m = _mag(w[i, j])
+            m = _mag(f[j, i])
             if m > best:
                 best = m
                 p = i
         piv[j] = p
         if p != j:
-            for k in range(n):
-                t = w[j, k]
-                w[j, k] = w[p, k]
-                w[p, k] = t
+            for c in range(n):
+                t = f[c, j]
+                f[c, j] = f[c, p]
+                f[c, p] = t
         if j + 1 == n:
             break
-        pivot = w[j, j]
+        pivot = f[j, j]
         if pivot != 0:
             if abs(pivot) >= sfmin:
                 r = 1 / pivot
                 for i in range(j + 1, n):
-                    w[i, j] *= r
+                    f[j, i] *= r
             else:
                 for i in range(j + 1, n):
-                    w[i, j] /= pivot
-        for i in range(j + 1, n):
-            lij = w[i, j]
-            for k in range(j + 1, n):
-                w[i, k] -= lij * w[j, k]
+                    f[j, i] /= pivot
+        for c in range(j + 1, n):
+            u = f[c, j]
+            for i in range(j + 1, n):
+                f[c, i] -= f[j, i] * u
 
 
 @_inline
-def _first_zero_pivot(w):
+def _first_zero_pivot(f):
     """LAPACK's ``info``: 1 + the index of the first exactly zero diagonal entry, else 0."""
-    for i in range(w.shape[0]):
-        if w[i, i] == 0:
+    for i in range(f.shape[0]):
+        if f[i, i] == 0:
             return i + 1
     return 0
 
 
 @_inline
-def _own_getrf(a, w, piv, sfmin):
-    """``a`` copied into ``w`` and factored there by :func:`_getf2`. Returns ``info`` (-1: not
-    finite, ``w`` and ``piv`` then unset)."""
-    if not _copy(a, w):
-        return -1
-    _getf2(w, piv, sfmin)
-    return _first_zero_pivot(w)
+def _own_getrf(a, f, piv, sfmin):
+    """``a`` factored by :func:`_getf2` in ``f``. Returns ``info`` (-1: not finite; ``f`` and
+    ``piv`` then unset)."""
+    if not _load(a, f):
+        return INFO_NONFINITE_INPUT
+    _getf2(f, piv, sfmin)
+    return _first_zero_pivot(f)
 
 
 @_inline
-def _lapack_getrf(fgetrf, a, w, f, ipiv, piv, ni, status, small, sfmin):
-    """``a`` factored by LAPACK in the column-major ``f`` (``column_major`` True), or, where OpenBLAS
-    would lose subnormal intermediates (a tiny entry, or a subnormal pivot in its ``U``), by
-    :func:`_getf2` in the row-major ``w``. ``piv`` 0-based either way. Returns (info, column_major)."""
+def _lapack_getrf(fgetrf, a, f, ipiv, piv, ni, status, small, sfmin):
+    """``a`` factored in ``f`` by LAPACK or, where OpenBLAS would lose subnormal intermediates (a
+    nonzero part below ``small``, or a subnormal pivot in its ``U``), by :func:`_getf2`; 0-based
+    ``piv``, and LAPACK's 1-based ones in ``ipiv`` when LAPACK's factors are kept. Returns
+    (info, by LAPACK)."""
     n = a.shape[0]
-    finite, fit = _copy_transposed(a, f, small)
+    finite, fit = _load_screened(a, f, small)
     if not finite:
-        return -1, False
+        return INFO_NONFINITE_INPUT, False
     if fit:
         fgetrf(ni.ctypes, ni.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes, status.ctypes)
         subnormal = False
@@ -188,80 +192,84 @@ def _lapack_getrf(fgetrf, a, w, f, ipiv, piv, ni, status, small, sfmin):
             subnormal |= d != 0 and d < sfmin
         if not subnormal:
             return _first_zero_pivot(f), True
-    return _own_getrf(a, w, piv, sfmin), False
+        _load(a, f)
+    _getf2(f, piv, sfmin)
+    return _first_zero_pivot(f), False
 
 
 @_inline
-def _scale_row(x, i, d, sfmin):
-    """``x[i, :] /= d``, as a product with ``1 / d`` unless ``|d| < sfmin`` (LAPACK's rule)."""
-    if abs(d) >= sfmin:
-        r = 1 / d
-        for c in range(x.shape[1]):
-            x[i, c] *= r
-    else:
-        for c in range(x.shape[1]):
-            x[i, c] /= d
+def _substitute(f, piv, g, sfmin):
+    """``g`` (k, n), right-hand sides as rows, := ``A^-1`` applied to each, from the factors in
+    ``f`` and 0-based ``piv``: ``xGETRS``'s interchanges, unit-lower and upper solves, column by
+    column (contiguous), skipping zeros in the first solve as ``xTRSM`` does. Diagonal entries at
+    or above ``sfmin`` are applied as products with their reciprocals."""
+    k, n = g.shape
+    for c in range(k):
+        for i in range(n):
+            p = piv[i]
+            if p != i:
+                t = g[c, i]
+                g[c, i] = g[c, p]
+                g[c, p] = t
+        for j in range(n):
+            xj = g[c, j]
+            if xj != 0:
+                for i in range(j + 1, n):
+                    g[c, i] -= xj * f[j, i]
+        for j in range(n - 1, -1, -1):
+            d = f[j, j]
+            if abs(d) >= sfmin:
+                xj = g[c, j] * (1 / d)
+            else:
+                xj = g[c, j] / d
+            g[c, j] = xj
+            for i in range(j):
+                g[c, i] -= xj * f[j, i]
 
 
 @_inline
-def _substitute(w, piv, x, sfmin):
-    """``x`` (n, k) := ``A^-1 x`` from the row-major factors ``w``, 0-based ``piv`` (``xGETRS``)."""
-    n, k = x.shape
-    for i in range(n):
-        p = piv[i]
-        if p != i:
-            for c in range(k):
-                t = x[i, c]
-                x[i, c] = x[p, c]
-                x[p, c] = t
-    for i in range(1, n):
-        for j in range(i):
-            lij = w[i, j]
-            for c in range(k):
-                x[i, c] -= lij * x[j, c]
-    for i in range(n - 1, -1, -1):
-        for j in range(i + 1, n):
-            uij = w[i, j]
-            for c in range(k):
-                x[i, c] -= uij * x[j, c]
-        _scale_row(x, i, w[i, i], sfmin)
-
-
-@_inline
-def _invert(w, piv, x, sfmin):
-    """``x`` (n, n) := ``A^-1`` from the row-major factors ``w``, 0-based ``piv``, as ``xGETRI``
-    (``U^-1 L^-1``, then the interchanges undone on the columns, last first): ~4/3 n^3 flops."""
-    n = w.shape[0]
-    for i in range(n):                     # x = L^-1, unit lower triangular, row by row
+def _invert(f, piv, y, sfmin):
+    """``y`` (row-major) := ``A^-1`` from the factors in ``f`` and 0-based ``piv``, as ``xGETRI``:
+    ``U^-1 L^-1``, then the interchanges undone on the columns, last first (~4/3 n^3 flops). Rows
+    of ``y`` are updated whole (contiguous) with scalars of the factors."""
+    n = f.shape[0]
+    for i in range(n):                     # y = L^-1, unit lower triangular, row by row
         for c in range(n):
-            x[i, c] = 0
-        x[i, i] = 1
+            y[i, c] = 0
+        y[i, i] = 1
         for j in range(i):
-            lij = w[i, j]
+            lij = f[j, i]
             for c in range(j + 1):
-                x[i, c] -= lij * x[j, c]
-    for i in range(n - 1, -1, -1):         # x = U^-1 x, bottom row first
+                y[i, c] -= lij * y[j, c]
+    for i in range(n - 1, -1, -1):         # y = U^-1 y, bottom row first
         for j in range(i + 1, n):
-            uij = w[i, j]
+            uij = f[j, i]
             for c in range(n):
-                x[i, c] -= uij * x[j, c]
-        _scale_row(x, i, w[i, i], sfmin)
+                y[i, c] -= uij * y[j, c]
+        d = f[i, i]
+        if abs(d) >= sfmin:
+            r = 1 / d
+            for c in range(n):
+                y[i, c] *= r
+        else:
+            for c in range(n):
+                y[i, c] /= d
     for j in range(n - 2, -1, -1):
         p = piv[j]
         if p != j:
             for i in range(n):
-                t = x[i, j]
-                x[i, j] = x[i, p]
-                x[i, p] = t
+                t = y[i, j]
+                y[i, j] = y[i, p]
+                y[i, p] = t
 
 
 @_inline
-def _log_det(w, piv):
-    """(sign, log|det|) from factors with no zero pivot (row- or column-major: the diagonal)."""
+def _log_det(f, piv):
+    """(sign, log|det|) from factors with no zero pivot."""
     s = 1.0
     total = 0.0
-    for i in range(w.shape[0]):
-        d = w[i, i]
+    for i in range(f.shape[0]):
+        d = f[i, i]
         m = abs(d)
         s = s * (d / m)
         total += np.log(m)
@@ -273,25 +281,25 @@ def _log_det(w, piv):
 # --- kernels over a range of the batch ----------------------------------------------------------
 # Each op has two: ``_own`` (the compiled xGETF2 and substitutions) and ``_lapack`` (LAPACK through
 # function pointers); the caller picks by n. Each matrix is worked on in scratch buffers allocated
-# once per range (w: row-major factors, f: column-major, LAPACK's; y: a result; ipiv: LAPACK's
+# once per range (f: the factors; g: right-hand sides, column-major, or the inverse, row-major; ipiv: LAPACK's
 # 1-based pivots; LAPACK's integer arguments as one-element arrays), and the kernel's own loop
-# reads its input and writes its outputs by index. Measured at n = 2: handing an output view, or a
-# branch to LAPACK, to the small-n loop made it up to 2x slower (reference counts and lost
-# registers).
+# reads its inputs and writes its outputs by index. Measured at n = 2: handing an output view to a
+# helper, or a branch to LAPACK, inside the small-n loop made it up to 2x slower (reference counts,
+# and the compiler assuming that LAPACK may change the scratch buffers).
 #
-# inv, solve and slogdet apply ``batchlu.kernels._info``'s rule themselves as they write: a finite
-# input whose result is not finite gets INFO_NONFINITE_RESULT, and for solve a right-hand side
-# holding NaN or Inf makes the input non-finite (INFO_NONFINITE_INPUT, NaN x), so the API's
-# separate passes over the results are skipped (``_cpu.flags_results``).
+# inv, solve and slogdet apply ``batchlu.kernels._info``'s rule as they write their results: a
+# finite input whose result is not finite gets INFO_NONFINITE_RESULT, and for solve a right-hand
+# side holding NaN or Inf makes the input non-finite (INFO_NONFINITE_INPUT, NaN x); the API then
+# skips its own passes over the results (``_cpu.flags_results``).
 
 
 @_jit
 def _getrf_own(a, lu, piv, info, sfmin, lo, hi):
     n = a.shape[-1]
-    w = np.empty((n, n), a.dtype)
+    f = np.empty((n, n), a.dtype)
     p = np.empty(n, np.int32)
     for b in range(lo, hi):
-        code = _own_getrf(a[b], w, p, sfmin)
+        code = _own_getrf(a[b], f, p, sfmin)
         info[b] = code
         if code < 0:
             for i in range(n):
@@ -302,20 +310,19 @@ def _getrf_own(a, lu, piv, info, sfmin, lo, hi):
             for i in range(n):
                 piv[b, i] = p[i]
                 for j in range(n):
-                    lu[b, i, j] = w[i, j]
+                    lu[b, i, j] = f[j, i]
 
 
 @_jit
 def _getrf_lapack(fgetrf, a, lu, piv, info, small, sfmin, lo, hi):
     n = a.shape[-1]
-    w = np.empty((n, n), a.dtype)
     f = np.empty((n, n), a.dtype)
     p = np.empty(n, np.int32)
     ipiv = np.empty(n, np.int32)
     ni = np.full(1, n, np.int32)
     status = np.zeros(1, np.int32)
     for b in range(lo, hi):
-        code, column_major = _lapack_getrf(fgetrf, a[b], w, f, ipiv, p, ni, status, small, sfmin)
+        code, _ = _lapack_getrf(fgetrf, a[b], f, ipiv, p, ni, status, small, sfmin)
         info[b] = code
         if code < 0:
             for i in range(n):
@@ -326,23 +333,23 @@ def _getrf_lapack(fgetrf, a, lu, piv, info, small, sfmin, lo, hi):
             for i in range(n):
                 piv[b, i] = p[i]
                 for j in range(n):
-                    lu[b, i, j] = f[j, i] if column_major else w[i, j]
+                    lu[b, i, j] = f[j, i]
 
 
 @_jit
 def _inv_own(a, out, info, sfmin, lo, hi):
     n = a.shape[-1]
-    w = np.empty((n, n), a.dtype)
-    y = np.empty((n, n), a.dtype)
+    f = np.empty((n, n), a.dtype)
+    g = np.empty((n, n), a.dtype)
     piv = np.empty(n, np.int32)
     for b in range(lo, hi):
-        code = _own_getrf(a[b], w, piv, sfmin)
+        code = _own_getrf(a[b], f, piv, sfmin)
         if code == 0:
-            _invert(w, piv, y, sfmin)
+            _invert(f, piv, g, sfmin)
             nonfinite = 0.0
             for i in range(n):
                 for j in range(n):
-                    v = y[i, j]
+                    v = g[i, j]
                     out[b, i, j] = v
                     nonfinite += (v.real + v.imag) * 0.0
             if nonfinite != 0.0:
@@ -358,8 +365,7 @@ def _inv_own(a, out, info, sfmin, lo, hi):
 def _inv_lapack(fgetrf, fgetri, a, out, info, small, sfmin, lo, hi):
     n = a.shape[-1]
     f = np.empty((n, n), a.dtype)
-    w = np.empty((n, n), a.dtype)
-    y = np.empty((n, n), a.dtype)
+    g = np.empty((n, n), a.dtype)
     ipiv = np.empty(n, np.int32)
     piv = np.empty(n, np.int32)
     ni = np.full(1, n, np.int32)
@@ -371,17 +377,17 @@ def _inv_lapack(fgetrf, fgetri, a, out, info, small, sfmin, lo, hi):
     lwork[0] = max(1, int(work[0].real))
     work = np.empty(lwork[0], a.dtype)
     for b in range(lo, hi):
-        code, column_major = _lapack_getrf(fgetrf, a[b], w, f, ipiv, piv, ni, status, small, sfmin)
+        code, by_lapack = _lapack_getrf(fgetrf, a[b], f, ipiv, piv, ni, status, small, sfmin)
         if code == 0:
-            if column_major:
+            if by_lapack:
                 fgetri(ni.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes, work.ctypes, lwork.ctypes,
                        status.ctypes)
             else:
-                _invert(w, piv, y, sfmin)
+                _invert(f, piv, g, sfmin)
             nonfinite = 0.0
             for i in range(n):
                 for j in range(n):
-                    v = f[j, i] if column_major else y[i, j]
+                    v = f[j, i] if by_lapack else g[i, j]
                     out[b, i, j] = v
                     nonfinite += (v.real + v.imag) * 0.0
             if nonfinite != 0.0:
@@ -396,10 +402,10 @@ def _inv_lapack(fgetrf, fgetri, a, out, info, small, sfmin, lo, hi):
 @_jit
 def _slogdet_own(a, sign, logabsdet, info, sfmin, lo, hi):
     n = a.shape[-1]
-    w = np.empty((n, n), a.dtype)
+    f = np.empty((n, n), a.dtype)
     piv = np.empty(n, np.int32)
     for b in range(lo, hi):
-        code = _own_getrf(a[b], w, piv, sfmin)
+        code = _own_getrf(a[b], f, piv, sfmin)
         if code < 0:
             sign[b] = np.nan
             logabsdet[b] = np.nan
@@ -407,7 +413,7 @@ def _slogdet_own(a, sign, logabsdet, info, sfmin, lo, hi):
             sign[b] = 0
             logabsdet[b] = -np.inf
         else:
-            s, total = _log_det(w, piv)
+            s, total = _log_det(f, piv)
             sign[b] = s
             logabsdet[b] = total
             if (s.real + s.imag + total) * 0.0 != 0.0:
@@ -419,13 +425,12 @@ def _slogdet_own(a, sign, logabsdet, info, sfmin, lo, hi):
 def _slogdet_lapack(fgetrf, a, sign, logabsdet, info, small, sfmin, lo, hi):
     n = a.shape[-1]
     f = np.empty((n, n), a.dtype)
-    w = np.empty((n, n), a.dtype)
     ipiv = np.empty(n, np.int32)
     piv = np.empty(n, np.int32)
     ni = np.full(1, n, np.int32)
     status = np.zeros(1, np.int32)
     for b in range(lo, hi):
-        code, column_major = _lapack_getrf(fgetrf, a[b], w, f, ipiv, piv, ni, status, small, sfmin)
+        code, _ = _lapack_getrf(fgetrf, a[b], f, ipiv, piv, ni, status, small, sfmin)
         if code < 0:
             sign[b] = np.nan
             logabsdet[b] = np.nan
@@ -433,7 +438,7 @@ def _slogdet_lapack(fgetrf, a, sign, logabsdet, info, small, sfmin, lo, hi):
             sign[b] = 0
             logabsdet[b] = -np.inf
         else:
-            s, total = _log_det(f if column_major else w, piv)
+            s, total = _log_det(f, piv)
             sign[b] = s
             logabsdet[b] = total
             if (s.real + s.imag + total) * 0.0 != 0.0:
@@ -445,20 +450,20 @@ def _slogdet_lapack(fgetrf, a, sign, logabsdet, info, small, sfmin, lo, hi):
 def _getrs_own(lu, piv, b, x, sfmin, lo, hi):
     n = lu.shape[-1]
     k = b.shape[-1]
-    w = np.empty((n, n), lu.dtype)
+    f = np.empty((n, n), lu.dtype)
     p = np.empty(n, np.int32)
-    y = np.empty((n, k), lu.dtype)
+    g = np.empty((k, n), lu.dtype)
     for m in range(lo, hi):
         for i in range(n):
             p[i] = piv[m, i]
             for j in range(n):
-                w[i, j] = lu[m, i, j]
+                f[j, i] = lu[m, i, j]
             for c in range(k):
-                y[i, c] = b[m, i, c]
-        _substitute(w, p, y, sfmin)
+                g[c, i] = b[m, i, c]
+        _substitute(f, p, g, sfmin)
         for i in range(n):
             for c in range(k):
-                x[m, i, c] = y[i, c]
+                x[m, i, c] = g[c, i]
 
 
 @_jit
@@ -490,24 +495,24 @@ def _getrs_lapack(fgetrs, lu, piv, b, x, lo, hi):
 def _solve_own(a, b, x, info, sfmin, lo, hi):
     n = a.shape[-1]
     k = b.shape[-1]
-    w = np.empty((n, n), a.dtype)
+    f = np.empty((n, n), a.dtype)
     piv = np.empty(n, np.int32)
-    y = np.empty((n, k), a.dtype)
+    g = np.empty((k, n), a.dtype)
     for m in range(lo, hi):
-        code = _own_getrf(a[m], w, piv, sfmin)
+        code = _own_getrf(a[m], f, piv, sfmin)
         nonfinite = 0.0
         for i in range(n):
             for c in range(k):
                 v = b[m, i, c]
-                y[i, c] = v
+                g[c, i] = v
                 nonfinite += (v.real + v.imag) * 0.0
         if nonfinite != 0.0:
             code = INFO_NONFINITE_INPUT
         if code == 0:
-            _substitute(w, piv, y, sfmin)
+            _substitute(f, piv, g, sfmin)
             for i in range(n):
                 for c in range(k):
-                    v = y[i, c]
+                    v = g[c, i]
                     x[m, i, c] = v
                     nonfinite += (v.real + v.imag) * 0.0
             if nonfinite != 0.0:
@@ -524,9 +529,7 @@ def _solve_lapack(fgetrf, fgetrs, a, b, x, info, small, sfmin, lo, hi):
     n = a.shape[-1]
     k = b.shape[-1]
     f = np.empty((n, n), a.dtype)
-    w = np.empty((n, n), a.dtype)
     g = np.empty((k, n), a.dtype)
-    y = np.empty((n, k), a.dtype)
     ipiv = np.empty(n, np.int32)
     piv = np.empty(n, np.int32)
     ni = np.full(1, n, np.int32)
@@ -534,25 +537,24 @@ def _solve_lapack(fgetrf, fgetrs, a, b, x, info, small, sfmin, lo, hi):
     status = np.zeros(1, np.int32)
     trans = np.full(1, ord("N"), np.uint8)
     for m in range(lo, hi):
-        code, column_major = _lapack_getrf(fgetrf, a[m], w, f, ipiv, piv, ni, status, small, sfmin)
+        code, by_lapack = _lapack_getrf(fgetrf, a[m], f, ipiv, piv, ni, status, small, sfmin)
         nonfinite = 0.0
         for i in range(n):
             for c in range(k):
                 v = b[m, i, c]
-                y[i, c] = v
                 g[c, i] = v
                 nonfinite += (v.real + v.imag) * 0.0
         if nonfinite != 0.0:
             code = INFO_NONFINITE_INPUT
         if code == 0:
-            if column_major:
+            if by_lapack:
                 fgetrs(trans.ctypes, ni.ctypes, ki.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes,
                        g.ctypes, ni.ctypes, status.ctypes)
             else:
-                _substitute(w, piv, y, sfmin)
+                _substitute(f, piv, g, sfmin)
             for i in range(n):
                 for c in range(k):
-                    v = g[c, i] if column_major else y[i, c]
+                    v = g[c, i]
                     x[m, i, c] = v
                     nonfinite += (v.real + v.imag) * 0.0
             if nonfinite != 0.0:
