@@ -44,7 +44,6 @@ import scipy
 import scipy.linalg
 
 from batchlu import kernels
-from batchlu.kernels import _cpu, _cpu_threads
 from batchlu.testing import matrices
 from batchlu.testing.ratios import THRESHOLD, get01, get02, get03, slogdet_ratios
 
@@ -65,7 +64,7 @@ def default_batch(n: int) -> int:
 
 def _ours(op, threads):
     def run(c):
-        with _cpu_threads.cpu_threads(threads):
+        with kernels.cpu_threads(threads):
             if op == "lu_factor":
                 return kernels.lu_factor(c["a"])
             if op == "lu_solve":
@@ -186,9 +185,9 @@ def main(argv=None) -> None:
         parser.error(f"Expected ops among {', '.join(OPS)}. Got {', '.join(unknown)} instead.")
     dtypes = [d for d in args.dtypes.split(",") if d]
     sizes = [int(n) for n in args.sizes.split(",") if n]
-    cores = _cpu_threads.threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     seed = args.seed if args.seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
-    engine = "compiled (numba)" if _cpu._compiled() is not None else "numpy (numba not importable)"
+    engine = kernels.cpu_engine()
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     print(f"# {args.machine}: {cores} cores, {platform.processor() or platform.machine()}; "
           f"batchlu CPU engine {engine}; numpy {np.__version__}, scipy {scipy.__version__}; "
