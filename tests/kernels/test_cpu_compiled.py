@@ -274,3 +274,18 @@ def test_unknown_engine_name(monkeypatch):
     with pytest.raises(ValueError, match="Expected BATCHLU_CPU_ENGINE to be 'compiled' or 'numpy'. "
                                          "Got 'fortran' instead."):
         kernels.inv(np.eye(2)[None])
+
+
+def test_a_dask_worker_thread_computes_on_one_core():
+    """The pipeline's CPU tasks run in Dask worker threads: one core each, by the thread rule."""
+    distributed = pytest.importorskip("distributed")
+
+    def task():
+        a = matrices.generate("random", 6, np.float64, seed=2, stop=100)
+        ainv, info = kernels.inv(a)
+        return _cpu_threads.threads(), int((info == 0).sum()), float(get03(a, ainv).max())
+
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=2,
+                            dashboard_address=None) as client:
+        threads, ok, ratio = client.submit(task, pure=False).result()
+    assert threads == 1 and ok == 100 and ratio < THRESHOLD
