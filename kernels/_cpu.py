@@ -1,25 +1,25 @@
 """NumPy backend: LU, solve, inverse and log-determinant of each matrix with per-matrix ``info``.
 
 Two engines compute the same LAPACK factorization (``lu`` and ``piv`` mean what ``xGETRF`` returns,
-``piv`` 0-based), picked by the matrix size:
+``piv`` 0-based):
 
-- n >= ``LAPACK_MIN_N``: LAPACK through SciPy (``batchlu.kernels._cpu_lapack``), one call per matrix, as
-  ``scipy.linalg.lu_factor`` does for a batch; ``lu`` and ``piv`` are bit-identical to its own.
-  ``inv`` is ``xGETRI`` and ``solve`` / ``getrs`` are ``xGETRS`` on that LU.
-- smaller n: LAPACK's algorithm re-written in NumPy and vectorised over the batch
-  (``batchlu.kernels._cpu_vectorised``), where one Python-level LAPACK call per matrix would cost more than
-  the arithmetic; ``lu`` agrees with SciPy's to rounding. ``inv`` there is ``numpy.linalg.inv`` on
-  the matrices with info == 0 (its LAPACK loop is compiled), ``solve`` the vectorised ``xGETRS``.
+- **compiled** (``batchlu.kernels._cpu_numba``, wherever numba is importable): one compiled loop over
+  the batch per op, split between threads (``batchlu.kernels._cpu_threads``). From the crossover
+  ``COMPILED_LAPACK_MIN_N[op]`` on it calls LAPACK through SciPy's ``cython_lapack`` function
+  pointers (``lu`` and ``piv`` bit-identical to ``scipy.linalg.lu_factor``; ``inv`` is ``xGETRI``,
+  ``solve`` ``xGETRS``); below, where a LAPACK call costs more than the arithmetic, LAPACK's
+  unblocked ``xGETF2`` and ``xGETRS``'s substitutions compiled by numba. ``inv``, ``solve`` and
+  ``slogdet`` apply ``batchlu.kernels._info``'s -2 rule in the loop (``flags_results``).
+- **numpy** (the fallback: numba not importable, or ``BATCHLU_CPU_ENGINE=numpy``): from
+  ``NUMPY_LAPACK_MIN_N`` on, LAPACK through SciPy's Python wrappers, one call per matrix
+  (``batchlu.kernels._cpu_lapack``); below, LAPACK's algorithm re-written in NumPy and vectorised
+  over the batch (``batchlu.kernels._cpu_vectorised``); ``inv`` there is ``numpy.linalg.inv`` on the
+  matrices with info == 0. Measured (best of 5 wall times; 2 busy cores, ``OPENBLAS_NUM_THREADS=1``,
+  batches of 2000): the two break even at n = 9-10 for ``getrf`` in all four dtypes.
 
-Measured (best of 5 wall times; 2 busy cores, ``OPENBLAS_NUM_THREADS=1``, batches of 2000): the
-engines break even at n = 9-10 for ``getrf`` in all four dtypes; at n = 33 LAPACK is ~3x faster
-and at n = 128 ~4x. ``xGETRI`` on our LU beats ``numpy.linalg.inv`` (which factors again) from
-n ~ 10 on (1.7x at n = 33-128); below, ``numpy.linalg.inv`` beats solving against the identity
-by ~1.4x at n = 8.
-
-One exception to the size rule: OpenBLAS's ``xGETRF`` loses subnormal intermediates, so a matrix
-with a nonzero entry below ``tiny / eps`` (~2e-292 in float64), or whose LAPACK ``U`` has a subnormal
-pivot, is factored by the vectorised engine, which follows reference LAPACK there.
+One exception to the size rule in both: OpenBLAS's ``xGETRF`` loses subnormal intermediates, so a
+matrix with a nonzero entry below ``tiny / eps`` (~2e-292 in float64), or whose LAPACK ``U`` has a
+subnormal pivot, is factored by the engine's own LU, which follows reference LAPACK there.
 
 Functions take arrays normalised by ``batchlu.kernels._api``: C-contiguous (B, n, n), a supported dtype,
 B >= 1, n >= 1. Matrices holding NaN or Inf are set aside up front (``info == -1``, NaN results,
@@ -41,15 +41,17 @@ __all__ = ["flags_results", "getrf", "lapack_min_n", "getrs", "inv", "slogdet", 
 # experiments), overrides every op of both engines.
 LAPACK_MIN_N: int | None = None
 NUMPY_LAPACK_MIN_N = 10     # NumPy engine: one LAPACK call per matrix beats the vectorised LU here
-# Compiled engine, per op and dtype (float32, float64, complex64, complex128): where LAPACK through
-# function pointers beats the compiled xGETF2 (``getrs``: the substitutions) on one thread, measured
-# on this project's 2-core machine (docs/design.md, CPU backend).
+# Compiled engine, per op and dtype (float32, float64, complex64, complex128): the first n where LAPACK
+# through function pointers is as fast as the compiled xGETF2 on one thread, measured with
+# benchmarks/bench_cpu_crossover.py on the 2-core development machine (docs/design.md, CPU backend).
+# getrs (lu_solve) switches with getrf, so that lu_solve is SciPy's bit for bit wherever lu_factor is
+# (measured with one right-hand side, the compiled substitutions are within 10% of LAPACK's to n = 128).
 COMPILED_LAPACK_MIN_N = {
-    "getrf": (24, 28, 24, 28),
-    "getrs": (40, 64, 12, 12),
-    "inv": (30, 33, 12, 17),
-    "solve": (28, 30, 22, 27),
-    "slogdet": (27, 28, 25, 28),
+    "getrf": (28, 32, 24, 24),
+    "getrs": (28, 32, 24, 24),
+    "inv": (32, 40, 16, 16),
+    "solve": (24, 32, 24, 24),
+    "slogdet": (24, 28, 24, 24),
 }
 _DTYPE_INDEX = {"f": 0, "d": 1, "F": 2, "D": 3}
 ENGINE_ENV = "BATCHLU_CPU_ENGINE"   # "numpy": the NumPy engines even where numba is importable

@@ -27,13 +27,16 @@ PIPELINE_INTERNALS |= {("bench_resume_checks.py", name) for name in (
     "batchlu.pipeline._fingerprint", "batchlu.pipeline._ledger", "batchlu.pipeline._tasks",
     "batchlu.pipeline._io_pool", "batchlu.pipeline._io_pool.open_array", "batchlu.pipeline._ops",
     "batchlu.pipeline._plan", "batchlu.pipeline._store")}
+# bench_cpu_crossover.py times the compiled CPU engine's two kernels of each op against each other
+# (the backend's crossover override): internal by nature.
+PIPELINE_INTERNALS |= {("bench_cpu_crossover.py", "batchlu.kernels._cpu")}
 
 
 def test_the_scripts_are_there():
     assert {p.name for p in SCRIPTS} == {
         "bench_kernels.py", "bench_pipeline.py", "bench_host_io.py", "bench_blocked_sweep.py",
         "bench_gesv_sweep.py", "bench_gje_sweep.py", "bench_kernel_ab.py", "bench_resume_checks.py",
-        "bench_cpu.py"}
+        "bench_cpu.py", "bench_cpu_crossover.py"}
     for path in SOURCES:  # the rest are private helper modules, named so
         assert path.name.startswith(("bench_", "_")), f"{path.name}: name benchmark modules bench_* or _*"
 
