@@ -35,7 +35,8 @@ import numpy as np
 
 from . import _cpu_lapack, _cpu_vectorised
 
-__all__ = ["flags_results", "getrf", "lapack_min_n", "getrs", "inv", "slogdet", "solve"]
+__all__ = ["compiled_available", "flags_results", "getrf", "getrs", "inv", "lapack_min_n", "slogdet",
+           "solve"]
 
 # Crossovers: LAPACK from this n on, the engine's own LU below. LAPACK_MIN_N, when set (tests,
 # experiments), overrides every op of both engines.
@@ -59,26 +60,37 @@ _CHUNK_ENTRIES = 1 << 19    # matrices per pass ~ this many entries, to bound th
 _CHUNK_MIN = 16             # ... but at least this many, so Python's per-step cost stays shared
 
 
-_COMPILED = None   # the module batchlu.kernels._cpu_numba once imported, False where numba is not
+_COMPILED = None   # the module batchlu.kernels._cpu_numba once imported, or why it could not be
+
+
+def compiled_available() -> bool:
+    """Whether the compiled engine can run here (numba importable), importing it on the first call."""
+    global _COMPILED
+    if _COMPILED is None:
+        try:
+            from . import _cpu_numba
+        except (ImportError, OSError) as exc:   # OSError: llvmlite's library failed to load
+            _COMPILED = f"{type(exc).__name__}: {exc}"
+        else:
+            _COMPILED = _cpu_numba
+    return not isinstance(_COMPILED, str)
 
 
 def _compiled():
-    """The compiled engine (``batchlu.kernels._cpu_numba``), or None: numba is not importable, or
-    ``BATCHLU_CPU_ENGINE=numpy``. Imported on first use, never at ``import batchlu``."""
-    global _COMPILED
+    """The compiled engine (``batchlu.kernels._cpu_numba``), or None: the NumPy engine runs, because
+    numba is not importable or ``BATCHLU_CPU_ENGINE=numpy``. Imported on first use, never at
+    ``import batchlu``; ``BATCHLU_CPU_ENGINE=compiled`` insists on it."""
     choice = os.environ.get(ENGINE_ENV, "").strip().lower()
     if choice == "numpy":
         return None
     if choice not in ("", "compiled"):
         raise ValueError(f"Expected {ENGINE_ENV} to be 'compiled' or 'numpy'. Got {choice!r} instead.")
-    if _COMPILED is None:
-        try:
-            from . import _cpu_numba
-        except ImportError:
-            _COMPILED = False
-        else:
-            _COMPILED = _cpu_numba
-    return _COMPILED or None
+    if compiled_available():
+        return _COMPILED
+    if choice == "compiled":
+        raise ImportError(f"Expected numba to be importable for {ENGINE_ENV}=compiled. "
+                          f"Got {_COMPILED} instead.")
+    return None
 
 
 def flags_results() -> bool:

@@ -42,9 +42,9 @@ def engine(request, monkeypatch):
     """One engine, with every n on one side of its crossover: all through LAPACK, or all through
     the engine's own LU (compiled xGETF2, or vectorised NumPy)."""
     kind, side = request.param.split("-")
-    monkeypatch.setenv(_cpu.ENGINE_ENV, kind)
-    if kind == "compiled" and _cpu._compiled() is None:
+    if kind == "compiled" and not _cpu.compiled_available():
         pytest.skip("numba is not importable: the CPU backend has only its NumPy engine")
+    monkeypatch.setenv(_cpu.ENGINE_ENV, kind)
     monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 if side == "lapack" else 1 << 30)
     return request.param
 

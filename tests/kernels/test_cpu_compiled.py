@@ -267,6 +267,11 @@ print(kernels.cpu_engine(), int((info == 0).sum()), float(get03(a, ainv).max()) 
     done = _python(code)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["numpy", "50", "True"]
+    done = _python(code, BATCHLU_CPU_ENGINE="compiled")     # asked for by name: an error that says why
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: Expected numba to be importable for BATCHLU_CPU_ENGINE=compiled. "
+                           "Got ModuleNotFoundError: ") and last.endswith(" instead."), last
 
 
 def test_unknown_engine_name(monkeypatch):
