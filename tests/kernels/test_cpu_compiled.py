@@ -243,8 +243,10 @@ def test_openblas_thread_count_is_restored():
 
 
 def _python(code: str, **env) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter, with this environment less the engine choice, plus ``env``."""
+    base = {k: v for k, v in os.environ.items() if k != _cpu.ENGINE_ENV}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env})
+                          env={**base, **env})
 
 
 def test_import_batchlu_does_not_import_numba():
