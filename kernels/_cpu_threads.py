@@ -76,11 +76,11 @@ def threads() -> int:
 
 
 def _get_pool(size: int) -> concurrent.futures.ThreadPoolExecutor:
+    """A pool of at least ``size`` threads. A larger one replaces a smaller one, which is not shut
+    down: another caller may still be submitting to it (its idle threads end with the process)."""
     global _pool, _pool_size
     with _pool_lock:
         if _pool is None or _pool_size < size:
-            if _pool is not None:
-                _pool.shutdown(wait=False)
             _pool = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="batchlu-cpu")
             _pool_size = size
         return _pool
