@@ -192,7 +192,8 @@ def main(argv=None) -> None:
     print(f"# {args.machine}: {cores} cores, {platform.processor() or platform.machine()}; "
           f"batchlu CPU engine {engine}; numpy {np.__version__}, scipy {scipy.__version__}; "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; seed {seed}")
-    print("# ms per batch (SciPy loops: scaled from their 5,000); ratio = peer / batchlu, > 1: batchlu faster")
+    print("# ms per batch (SciPy loops: scaled from their 5,000); "
+          "ratio = peer / batchlu, > 1: batchlu faster")
     print(f"{'op':10} {'dtype':10} {'n':>4} {'batch':>7} {'batchlu':>9} {'1 thread':>9} {'peer':>9} "
           f"{'peer':10} {'ratio':>6} {'ratio 1t':>8}")
     records = []

@@ -11,8 +11,8 @@ backend's ``LAPACK_MIN_N`` override), on the same fresh random batch (about 4e6 
 at least 200; ``getrs`` and ``solve`` with one right-hand side). The best process-CPU time of each
 over ``--repeat`` rounds gives the ratio own / LAPACK; the crossover printed for each op and dtype
 is the first n from which LAPACK is at least as fast, the value that goes into
-``batchlu.kernels._cpu.COMPILED_LAPACK_MIN_N`` (but for ``getrs``, which switches with ``getrf``). Writes the ratios to
-``benchmarks/results/cpu-crossover-<machine>.json``.
+``batchlu.kernels._cpu.COMPILED_LAPACK_MIN_N`` (but for ``getrs``, which switches with ``getrf``).
+Writes the ratios to ``benchmarks/results/cpu-crossover-<machine>.json``.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def main(argv=None) -> None:
     print("crossovers (first n where LAPACK is as fast):")
     for (op, dtype), n in crossovers.items():
         print(f"  {op:8} {dtype:10} {n}")
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"cpu-crossover-{args.machine}.json"
+    out = Path(args.out) if args.out else \
+        ROOT / "benchmarks" / "results" / f"cpu-crossover-{args.machine}.json"
     out.write_text(json.dumps({
         "command": "python benchmarks/bench_cpu_crossover.py " + " ".join(argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
