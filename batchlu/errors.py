@@ -15,6 +15,7 @@ __all__ = [
     "ClusterError",
     "ConfigError",
     "CorruptInputError",
+    "FrameError",
     "GPUUnavailableError",
     "IOProcessError",
     "InputError",
@@ -62,6 +63,11 @@ class InputNotFoundError(InputError, FileNotFoundError):
 
 class CorruptInputError(InputError):
     """A chunk of the input could not be read or decoded; the message names the chunk file."""
+
+
+class FrameError(CorruptInputError):
+    """A stored frame that the GPU codec path cannot read or decode to exactly its chunk's bytes. The
+    run re-reads that batch through zarr, which names the chunk if it is really corrupt."""
 
 
 class MissingChunkError(InputError):

@@ -6,12 +6,12 @@
                                              [--machine NAME] [--out PATH]
 
 For each (op, dtype, n), the op runs through the public API on one thread twice per round, once
-with every n on the compiled xGETF2 / substitution kernels and once on the LAPACK ones (the
-backend's ``LAPACK_MIN_N`` override), on the same fresh random batch (about 4e6 / n^3 matrices,
+with every n on the compiled xGETF2 / substitution kernels and once on the LAPACK ones
+(``batchlu.kernels.tuning.cpu_crossover``), on the same fresh random batch (about 4e6 / n^3 matrices,
 at least 200; ``getrs`` and ``solve`` with one right-hand side). The best process-CPU time of each
 over ``--repeat`` rounds gives the ratio own / LAPACK; the crossover printed for each op and dtype
 is the first n from which LAPACK is at least as fast, the value that goes into
-``batchlu.kernels._cpu.COMPILED_LAPACK_MIN_N`` (but for ``getrs``, which switches with ``getrf``).
+``batchlu.kernels.tuning.COMPILED_LAPACK_MIN_N`` (but for ``getrs``, which switches with ``getrf``).
 Writes the ratios to ``benchmarks/results/cpu-crossover-<machine>.json``.
 """
 
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from batchlu import kernels
-from batchlu.kernels import _cpu
+from batchlu.kernels import tuning
 from batchlu.testing import matrices
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,15 +53,14 @@ def ratio(op: str, dtype: str, n: int, repeat: int, seed: int) -> float:
     best = {}
     with kernels.cpu_threads(1):
         for side, crossover in (("own", 1 << 30), ("lapack", 1)):
-            _cpu.LAPACK_MIN_N = crossover
-            _call(op, a, b, lu, piv)                 # compiles, or loads numba's cache
+            with tuning.cpu_crossover(crossover):
+                _call(op, a, b, lu, piv)             # compiles, or loads numba's cache
         for _ in range(repeat):
             for side, crossover in (("own", 1 << 30), ("lapack", 1)):
-                _cpu.LAPACK_MIN_N = crossover
-                start = time.process_time()
-                _call(op, a, b, lu, piv)
-                best[side] = min(best.get(side, float("inf")), time.process_time() - start)
-    _cpu.LAPACK_MIN_N = None
+                with tuning.cpu_crossover(crossover):
+                    start = time.process_time()
+                    _call(op, a, b, lu, piv)
+                    best[side] = min(best.get(side, float("inf")), time.process_time() - start)
     return best["own"] / best["lapack"]
 
 

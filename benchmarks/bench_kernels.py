@@ -6,7 +6,8 @@
 Implementations come from per-op registries, private modules beside this file that expose
 ``IMPLS = {op: {name: factory(dtype, n, batch) -> Case}}`` and ``FLOPS = {op: fn(n, batch, dtype)}``
 (optionally ``BYTES`` for the memory floor and ``variant(op, name)`` for extra names such as
-``ours:blocked-16``): ``_lu_impls`` (op ``lu``) and ``_inv_impls`` (ops ``inv``, ``solve``).
+``ours:blocked-16``): ``_lu_impls`` (op ``lu``), ``_inv_impls`` (ops ``inv``, ``solve``) and
+``_api_impls`` (``api``: the public API's dispatch; ``cusolver``: the large-n path forced).
 
 Timing: per (op, dtype, n, impl) two fresh random input sets, a warm-up, then ``--reps`` runs, each
 after an untimed copy of fresh input into the work buffer and a 256 MB write that evicts the L2
@@ -37,7 +38,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # JAX's default allocator keeps what it once took: the next points then run out of memory.
 os.environ.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
 
-REGISTRIES = ("_lu_impls", "_inv_impls")
+REGISTRIES = ("_lu_impls", "_inv_impls", "_api_impls")
 BAR_SIZES = (33, 64, 128, 190)
 # H100 SXM non-tensor peaks (datasheet): FP32 66.9 TFLOP/s, FP64 33.5 TFLOP/s.
 PEAK = {"float32": 66.9e12, "complex64": 66.9e12, "float64": 33.5e12, "complex128": 33.5e12}

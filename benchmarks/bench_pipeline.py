@@ -77,22 +77,33 @@ def make_gpu_cluster(use, threads_per_worker, dashboard_address):
                             dashboard_address=dashboard_address, silence_logs=logging.ERROR)
 
 
-def generate(path: Path, count: int, n: int, chunk: int, seed: int) -> None:
-    """Random normal float64 matrices, each chunk from its own generator, zstd-compressed."""
+DATA_KINDS = ("normal", "rounded")  # random normal entries; the same rounded to 2 decimals (compressible)
+INNER_BYTES = 256 << 10   # sharded inputs: inner chunks of about this many bytes, as batchlu generate writes
+
+
+def generate(path: Path, count: int, n: int, chunk: int, seed: int, data: str = "normal",
+             layout: str = "chunks") -> None:
+    """Float64 matrices, each chunk from its own generator, zstd-compressed: ``normal`` random normal
+    entries, or ``rounded`` (the same rounded to 2 decimals: compressible, like measured data); one
+    zarr chunk per ``chunk`` matrices, or (``sharded``) one shard of ~256 KiB inner chunks."""
     import zarr
 
+    inner = max(d for d in range(1, chunk + 1) if chunk % d == 0 and (d * n * n * 8 <= INNER_BYTES or d == 1))
+    grid = {"chunks": (chunk, n, n)} if layout == "chunks" else {"chunks": (inner, n, n), "shards": (chunk, n, n)}
     if (path / "zarr.json").exists():
         arr = zarr.open_array(str(path), mode="r")
-        if arr.shape == (count, n, n) and arr.chunks[0] == chunk:
+        if arr.shape == (count, n, n) and (arr.shards or arr.chunks)[0] == chunk and arr.attrs.get("data") == data \
+                and bool(arr.shards) == (layout == "sharded"):
             return
     shutil.rmtree(path, ignore_errors=True)
-    arr = zarr.create_array(str(path), shape=(count, n, n), chunks=(chunk, n, n), dtype="float64",
-                            compressors=zarr.codecs.ZstdCodec(level=0))
+    arr = zarr.create_array(str(path), shape=(count, n, n), dtype="float64", attributes={"data": data},
+                            compressors=zarr.codecs.ZstdCodec(level=0), **grid)
 
     def one(start):
         stop = min(start + chunk, count)
         rng = np.random.default_rng([seed, start])
-        arr[start:stop] = rng.standard_normal((stop - start, n, n))
+        x = rng.standard_normal((stop - start, n, n))
+        arr[start:stop] = np.round(x, 2) if data == "rounded" else x
 
     with ThreadPoolExecutor(os.cpu_count()) as pool:
         list(pool.map(one, range(0, count, chunk)))
@@ -127,13 +138,15 @@ def timed(fn) -> float:
 DRY_RUN = False  # --dry-run-cpu / --host-noop: a CPU LocalCluster instead of GPUs
 
 
-def run_batchlu(client, src, out, budget, codec="zstd", io=("auto", "auto")):
+def run_batchlu(client, src, out, budget, codec="zstd", io=("auto", "auto"), codec_device="auto",
+                layout="chunks"):
     from batchlu import pipeline
 
     backend = "cpu" if DRY_RUN else "gpu"
     report = pipeline.run(str(src), str(out), op="inv", backend=backend, client=client, progress=False,
                           overwrite=True, config={"memory-budget": budget, "output-compressor": codec,
-                                                  "io-processes": io[0], "io-threads": io[1]})
+                                                  "io-processes": io[0], "io-threads": io[1],
+                                                  "codec-device": codec_device, "output-layout": layout})
     assert report.status == "complete" and report.backends == (backend,), report
     return report
 
@@ -141,21 +154,21 @@ def run_batchlu(client, src, out, budget, codec="zstd", io=("auto", "auto")):
 def install_noop_engine():
     """On each worker (``client.run``): the ``cpu`` backend's compute becomes a copy of the input, so
     that batchlu's run is its Zarr I/O and bookkeeping alone (``--host-noop``)."""
-    from batchlu.pipeline import _backends, _engines
+    from batchlu.pipeline import tuning
 
-    class NoopEngine(_engines.HostEngine):
+    class NoopEngine(tuning.HostEngine):
         def run(self, op, slot):
             np.copyto(slot.outs["inv"], slot.a)
             slot.outs["info"][...] = 0
 
     engine = NoopEngine()
-    _backends.register("cpu", lambda: engine)
+    tuning.register_engine("cpu", lambda: engine)
     return True
 
 
 def io_label(value: str, threads: int, io_threads: str) -> tuple:
     """``(setting, processes, threads)`` of the I/O pool a GPU worker of ``threads`` threads gets."""
-    from batchlu.pipeline._io_pool import io_settings
+    from batchlu.pipeline.tuning import io_settings
 
     procs = None if value == "auto" else int(value)
     per = None if io_threads == "auto" else int(io_threads)
@@ -181,7 +194,10 @@ def run_dask_cupy(src, out, codec="zstd"):
     else:
         import cupy
 
-    x = da.from_zarr(str(src))
+    import zarr
+
+    source = zarr.open_array(str(src), mode="r")
+    x = da.from_zarr(source, chunks=source.shards or source.chunks)   # a task per shard of a sharded store
     y = x.map_blocks(cupy.asarray).map_blocks(cupy.linalg.inv).map_blocks(cupy.asnumpy)
     if codec == "zstd":
         y.to_zarr(str(out), overwrite=True)  # zarr's default codecs: zstd
@@ -244,6 +260,11 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=1,
                         help="timed runs of each setting (each is recorded; the summary gives the median)")
     parser.add_argument("--skip", default="", help="impls to skip, comma separated")
+    parser.add_argument("--sizes", default="128,32",
+                        help="matrix orders to run, each with the bytes of --count matrices of --size")
+    parser.add_argument("--data", default="normal,rounded", help="normal and/or rounded (2 decimals)")
+    parser.add_argument("--layouts", default="chunks,sharded", help="input (and output) layouts")
+    parser.add_argument("--codec-devices", default="gpu,cpu", help="batchlu.codec-device settings to run")
     parser.add_argument("--out", default=None)
     parser.add_argument("--host-noop", action="store_true",
                         help="no GPU: CPU workers, batchlu with a no-op compute, and the I/O floor")
@@ -269,98 +290,121 @@ def main(argv=None):
 
     work = Path(args.dir)
     work.mkdir(parents=True, exist_ok=True)
-    src, small = work / "in.zarr", work / "warm.zarr"
-    t = timed(lambda: generate(src, args.count, args.size, args.chunk, seed=2024))
-    generate(small, min(args.count, 16 * args.chunk), args.size, args.chunk, seed=7)
-    nbytes = args.count * args.size * args.size * 8
-    print(f"input {src}: {args.count} x {args.size}^2 float64, {nbytes / 1e9:.2f} GB, chunk {args.chunk} "
-          f"(ready in {t:.1f} s); cores {os.cpu_count()}", flush=True)
-
-    print("zstd encode+decode GB/s by threads:",
-          codec_scaling(np.random.default_rng(1).standard_normal((args.chunk, args.size, args.size)),
-                        (1, 2) if HOST_NOOP else (1, 8, 16)), flush=True)
     devices = visible_gpus()
     device = device_name()
     date = datetime.date.today().isoformat()
     skip = set(filter(None, args.skip.split(",")))
     records = []
-
-    def record(impl, gpus, threads, seconds, **extra):
-        rec = dict(impl=impl, gpus=gpus, threads_per_worker=threads, gbps=round(nbytes / 1e9 / seconds, 4),
-                   seconds=round(seconds, 3), dtype="float64", n=args.size, count=args.count, device=device,
-                   date=date, chunk=args.chunk, cpu_cores=os.cpu_count(), **extra)
-        records.append(rec)
-        print(json.dumps(rec), flush=True)
-        if args.out:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
-
     codecs = [c for c in args.codecs.split(",") if c]
-    for gpus in args.gpus or [1]:
-        if gpus > len(devices):
-            print(f"skipping {gpus} GPUs: only {len(devices)} visible", flush=True)
-            continue
-        use = devices[:gpus]
-        for threads in [int(x) for x in args.batchlu_threads.split(",")]:
-            with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
-                    Client(cluster) as client:
-                # first, on the fresh workers: batchlu tunes its worker processes (malloc padding)
-                if "io-floor" not in skip and threads == int(args.batchlu_threads.split(",")[0]):
-                    step = 4 * args.chunk
-                    out = work / "io-out.zarr"
-                    run_io_floor(client, small, work / "warm-out.zarr", step)
-                    for codec in codecs:
-                        for rep in range(args.repeat):
-                            seconds = timed(lambda: run_io_floor(client, src, out, step, codec))
-                            record("io-floor", gpus, threads, seconds, output_codec=codec, repeat=rep)
-                            shutil.rmtree(out, ignore_errors=True)
-                impl = "batchlu-noop" if HOST_NOOP else "batchlu"
-                if HOST_NOOP:
-                    client.run(install_noop_engine)
-                for io in [x for x in args.io_processes.split(",") if x] if "batchlu" not in skip else []:
-                    setting = (io, args.io_threads)
-                    label = io_label(io, threads, args.io_threads)
-                    run_batchlu(client, small, work / "warm-batchlu.zarr", args.budget, io=setting)  # starts the pool
+    codec_devices = [c for c in args.codec_devices.split(",") if c]
+    first = True
+    for size in [int(x) for x in args.sizes.split(",")] if args.sizes else [args.size]:
+        count = args.count * args.size ** 2 // size ** 2       # the same bytes at every size
+        chunk = max(1, args.chunk * args.size ** 2 // size ** 2)
+        nbytes = count * size * size * 8
+        for data in args.data.split(","):
+            for layout in args.layouts.split(","):
+                src, small = work / f"in-{size}-{data}-{layout}.zarr", work / f"warm-{size}-{layout}.zarr"
+                t = timed(lambda: generate(src, count, size, chunk, 2024, data, layout))
+                generate(small, min(count, 16 * chunk), size, chunk, 7, data, layout)
+                print(f"input {src}: {count} x {size}^2 float64 {data} {layout}, {nbytes / 1e9:.2f} GB, chunk "
+                      f"{chunk} (ready in {t:.1f} s); cores {os.cpu_count()}", flush=True)
+                if first:
+                    print("zstd encode+decode GB/s by threads:",
+                          codec_scaling(np.random.default_rng(1).standard_normal((chunk, size, size)),
+                                        (1, 2) if HOST_NOOP else (1, 8, 16)), flush=True)
+                    first = False
+
+                def record(impl, gpus, threads, seconds, **extra):
+                    rec = dict(impl=impl, gpus=gpus, threads_per_worker=threads,
+                               gbps=round(nbytes / 1e9 / seconds, 4), seconds=round(seconds, 3), dtype="float64",
+                               n=size, count=count, device=device, date=date, data=data, layout=layout,
+                               chunk=chunk, cpu_cores=os.cpu_count(), **{"codec_device": None, **extra})
+                    records.append(rec)
+                    print(json.dumps(rec), flush=True)
+                    if args.out:
+                        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                        Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+
+                for gpus in args.gpus or [1]:
+                    if gpus > len(devices):
+                        print(f"skipping {gpus} GPUs: only {len(devices)} visible", flush=True)
+                        continue
+                    use = devices[:gpus]
+                    _run_pipelines(args, use, src, small, work, layout, chunk, codecs, codec_devices, skip, record)
+    print(summary(records))
+    return records
+
+
+def _run_pipelines(args, use, src, small, work, layout, chunk, codecs, codec_devices, skip, record) -> None:
+    """batchlu (each codec device and output codec), the I/O floor and dask-cupy on ``use``'s GPUs."""
+    from distributed import Client
+
+    gpus = len(use)
+    for threads in [int(x) for x in args.batchlu_threads.split(",")]:
+        with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
+                Client(cluster) as client:
+            # first, on the fresh workers: batchlu tunes its worker processes (malloc padding)
+            if "io-floor" not in skip and threads == int(args.batchlu_threads.split(",")[0]):
+                step = 4 * chunk
+                out = work / "io-out.zarr"
+                run_io_floor(client, small, work / "warm-out.zarr", step)
+                for codec in codecs:
+                    for rep in range(args.repeat):
+                        seconds = timed(lambda: run_io_floor(client, src, out, step, codec))
+                        record("io-floor", gpus, threads, seconds, output_codec=codec, repeat=rep)
+                        shutil.rmtree(out, ignore_errors=True)
+            impl = "batchlu-noop" if HOST_NOOP else "batchlu"
+            if HOST_NOOP:
+                client.run(install_noop_engine)
+            for io in [x for x in args.io_processes.split(",") if x] if "batchlu" not in skip else []:
+                setting = (io, args.io_threads)
+                label = io_label(io, threads, args.io_threads)
+                for device_setting in codec_devices:
+                    run_batchlu(client, small, work / "warm-batchlu.zarr", args.budget, io=setting,
+                                codec_device=device_setting, layout=layout)  # starts the pool, compiles
                     for codec in codecs:
                         for rep in range(args.repeat):
                             out = work / "batchlu-out.zarr"
                             shutil.rmtree(out, ignore_errors=True)
-                            seconds = timed(lambda: run_batchlu(client, src, out, args.budget, codec, setting))
+                            report = {}
+                            seconds = timed(lambda: report.setdefault("r", run_batchlu(
+                                client, src, out, args.budget, codec, setting, device_setting, layout)))
                             ratio = None if HOST_NOOP else check_inverse(src, out)
+                            where = report["r"].codecs.get("a", "cpu (host)")
                             record(impl, gpus, threads, seconds, output_codec=codec, memory_budget=args.budget,
+                                   codec_device=where.split(" ")[0], codec_device_setting=device_setting,
+                                   codec_reason=where, output_layout=layout,
                                    io_processes_setting=label[0], io_processes=label[1], io_threads=label[2],
                                    max_dget03_sample=ratio, repeat=rep)
                             shutil.rmtree(out, ignore_errors=True)
-        if "dask-cupy" not in skip:
-            best = {}
-            for threads in [int(x) for x in args.threads.split(",")]:
-                with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
-                        Client(cluster):
-                    run_dask_cupy(small, work / "warm-out.zarr")
-                    out = work / "dask-out.zarr"
-                    times = []
-                    for rep in range(args.repeat):
-                        shutil.rmtree(out, ignore_errors=True)
-                        seconds = timed(lambda: run_dask_cupy(src, out))
-                        ratio = check_inverse(src, out)
-                        record("dask-cupy", gpus, threads, seconds, output_codec="zstd", max_dget03_sample=ratio,
-                               repeat=rep)
-                        shutil.rmtree(out, ignore_errors=True)
-                        times.append(seconds)
-                    best[threads] = float(np.median(times))
-            if "none" in codecs and best:  # the same pipeline writing uncompressed, at its best threads
-                threads = min(best, key=best.get)
-                with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
-                        Client(cluster):
-                    run_dask_cupy(small, work / "warm-out.zarr", "none")
-                    out = work / "dask-out.zarr"
-                    for rep in range(args.repeat):
-                        seconds = timed(lambda: run_dask_cupy(src, out, "none"))
-                        record("dask-cupy", gpus, threads, seconds, output_codec="none", repeat=rep)
-                        shutil.rmtree(out, ignore_errors=True)
-
-    print(summary(records))
-    return records
+    if "dask-cupy" not in skip:
+        best = {}
+        for threads in [int(x) for x in args.threads.split(",")]:
+            with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
+                    Client(cluster):
+                run_dask_cupy(small, work / "warm-out.zarr")
+                out = work / "dask-out.zarr"
+                times = []
+                for rep in range(args.repeat):
+                    shutil.rmtree(out, ignore_errors=True)
+                    seconds = timed(lambda: run_dask_cupy(src, out))
+                    ratio = check_inverse(src, out)
+                    record("dask-cupy", gpus, threads, seconds, output_codec="zstd", max_dget03_sample=ratio,
+                           repeat=rep)
+                    shutil.rmtree(out, ignore_errors=True)
+                    times.append(seconds)
+                best[threads] = float(np.median(times))
+        if "none" in codecs and best:  # the same pipeline writing uncompressed, at its best threads
+            threads = min(best, key=best.get)
+            with make_gpu_cluster(use, threads_per_worker=threads, dashboard_address="127.0.0.1:0") as cluster, \
+                    Client(cluster):
+                run_dask_cupy(small, work / "warm-out.zarr", "none")
+                out = work / "dask-out.zarr"
+                for rep in range(args.repeat):
+                    seconds = timed(lambda: run_dask_cupy(src, out, "none"))
+                    record("dask-cupy", gpus, threads, seconds, output_codec="none", repeat=rep)
+                    shutil.rmtree(out, ignore_errors=True)
 
 
 def summary(records: list[dict]) -> str:
@@ -369,13 +413,14 @@ def summary(records: list[dict]) -> str:
     for r in records:
         io = f"{r['io_processes']}x{r['io_threads']}" if r.get("io_processes") else \
             ("0" if "io_processes" in r else "")
-        key = (r["impl"], r["gpus"], r["threads_per_worker"], io, r.get("output_codec", ""))
+        key = (r["impl"], r["n"], r.get("data", ""), r.get("layout", ""), r.get("codec_device") or "",
+               r["gpus"], r["threads_per_worker"], io, r.get("output_codec", ""))
         groups.setdefault(key, []).append(r)
-    lines = ["", "impl          gpus  threads  io-procs  codec  median GB/s  runs"]
-    for (impl, gpus, threads, io, codec), rs in groups.items():
+    lines = ["", "impl            n  data     layout   codec-dev  gpus  threads  io-procs  codec  median GB/s  runs"]
+    for (impl, n, data, layout, where, gpus, threads, io, codec), rs in groups.items():
         runs = [r["gbps"] for r in rs]
-        lines.append(f"{impl:<13} {gpus:>4} {threads:>8}  {io:>8}  {codec:<5} {np.median(runs):>11.3f}  "
-                     + " ".join(f"{g:.2f}" for g in runs))
+        lines.append(f"{impl:<13} {n:>3}  {data:<8} {layout:<8} {where:<9} {gpus:>4} {threads:>8}  {io:>8}  "
+                     f"{codec:<5} {np.median(runs):>11.3f}  " + " ".join(f"{g:.2f}" for g in runs))
     return "\n".join(lines)
 
 

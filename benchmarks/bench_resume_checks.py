@@ -7,12 +7,14 @@
   stat per file) and after they were rewritten with the same values (every completed chunk read
   again and its CRC-32 compared).
 
-    python benchmarks/resume_checks.py [--dir /tmp/bench-resume] [--count 40000] [--size 16]
+    python benchmarks/bench_resume_checks.py [--dir /tmp/bench-resume] [--count 40000] [--size 16]
                                        [--chunks input,500,100] [--repeat 5]
 
-One in-process LocalCluster (2 workers x 1 thread), so that the "without" can be patched into the
-workers; with and without alternate, and the medians of the wall time and of the process's CPU
-time (all its threads: the client and both workers) are printed (and written as JSON with --out).
+One in-process LocalCluster (2 workers x 1 thread), so that the "without"
+(``batchlu.pipeline.tuning.without_input_checksums``) reaches the workers; with and without
+alternate, and the medians of the wall time and of the process's CPU time (all its threads: the
+client and both workers) are printed (and written as JSON with --out). The checks before a resume
+are timed one by one through ``batchlu.pipeline.tuning.ResumeChecks``.
 """
 
 from __future__ import annotations
@@ -30,31 +32,13 @@ import numpy as np
 import zarr
 
 
-@contextlib.contextmanager
-def _without_checksums():
-    from batchlu.pipeline import _fingerprint, _ledger, _tasks
-    from batchlu.pipeline._io_pool import open_array
-
-    def no_digests(chunk, start, stop, a, b=None):
-        return None
-
-    def mark(self, c0, c1, digests):
-        open_array(self.job.output, _ledger.NAME, "r+")[c0:c1] = True
-
-    saved = _fingerprint.chunk_digests, _tasks.TaskIO.mark
-    _fingerprint.chunk_digests, _tasks.TaskIO.mark = no_digests, mark
-    try:
-        yield
-    finally:
-        _fingerprint.chunk_digests, _tasks.TaskIO.mark = saved
-
-
 def _run_once(client, source, out, chunk, checks: bool) -> float:
     from batchlu import pipeline
+    from batchlu.pipeline import tuning
 
     shutil.rmtree(out, ignore_errors=True)
     config = {} if chunk is None else {"chunk": chunk}
-    with (contextlib.nullcontext() if checks else _without_checksums()):
+    with (contextlib.nullcontext() if checks else tuning.without_input_checksums()):
         start, cpu = time.perf_counter(), time.process_time()
         report = pipeline.run(source, out, op="inv", backend="cpu", client=client, progress=False,
                               config=config)
@@ -63,29 +47,21 @@ def _run_once(client, source, out, chunk, checks: bool) -> float:
     return elapsed, cpu
 
 
-def _resume_checks(source, out) -> dict:
+def _resume_checks(out) -> dict:
     """Time the checks resume runs before it trusts the ledger, on a complete output."""
-    from batchlu import pipeline
-    from batchlu.pipeline import _fingerprint, _ledger, _ops, _plan, _store
+    from batchlu.pipeline import tuning
 
-    record = zarr.open_group(out, mode="r").attrs["batchlu"]
-    ref = _store.parse_ref(source)
-    info = _store.open_array_info(ref)
-    specs = _ops.output_specs("inv", info.shape[1], info.dtype)
-    plan = _plan.Plan(**{k: record["plan"][k] for k in ("count", "chunk", "batch", "chunks_per_task")})
-    group = zarr.open_group(out, mode="r")
+    checks = tuning.ResumeChecks(out)
     times = {}
     start = time.perf_counter()
-    complete = _ledger.read(out)
-    pipeline._output.check_stored(out, group, specs, plan, complete)
+    checks.stored()
     times["stored_chunks_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    now = _fingerprint.signatures(ref, None)
-    _fingerprint.check_unchanged(out, record, now, plan, complete, ref, None, 256 << 20)
+    read = checks.input()
     times["input_untouched_s"] = time.perf_counter() - start
-    assert now["input"] is not None and now == record["input_files"]
+    assert read == 0  # the signature of the input's files is the recorded one: nothing read
     start = time.perf_counter()
-    _fingerprint.compare_content(out, plan, complete, ref, None, 256 << 20)
+    checks.input(read=True)
     times["input_rewritten_s"] = time.perf_counter() - start
     return times
 
@@ -103,7 +79,7 @@ def main(argv=None) -> None:
     from distributed import Client, LocalCluster
 
     from batchlu import pipeline
-    from batchlu.pipeline import _fingerprint
+    from batchlu.pipeline.tuning import FRESH_SECONDS
 
     work = Path(args.dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -114,7 +90,7 @@ def main(argv=None) -> None:
     for folder, _, names in os.walk(source):  # the input's times older than FRESH_SECONDS
         for name in names:
             os.utime(os.path.join(folder, name), (old, old))
-    time.sleep(_fingerprint.FRESH_SECONDS + 0.5)  # ... and their ctimes too
+    time.sleep(FRESH_SECONDS + 0.5)  # ... and their ctimes too
 
     results = {"count": args.count, "size": args.size, "dtype": "float64", "op": "inv",
                "cores": os.cpu_count(), "runs": []}
@@ -135,7 +111,7 @@ def main(argv=None) -> None:
                      "without_s": statistics.median(t for t, _ in timings[False]),
                      "with_cpu_s": statistics.median(c for _, c in timings[True]),
                      "without_cpu_s": statistics.median(c for _, c in timings[False]),
-                     **_resume_checks(source, out)}
+                     **_resume_checks(out)}
             entry["overhead"] = entry["with_s"] / entry["without_s"] - 1
             entry["cpu_overhead"] = entry["with_cpu_s"] / entry["without_cpu_s"] - 1
             results["runs"].append(entry)

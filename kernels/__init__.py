@@ -1,6 +1,7 @@
 """batchlu.kernels: batched LU, inverse, solve and log-determinant of small dense matrices.
 
-NumPy arrays go to the CPU backend (SciPy/LAPACK); CuPy arrays go to batchlu's own CUDA kernels.
+NumPy arrays go to the CPU backend (SciPy/LAPACK); CuPy arrays go to batchlu's own CUDA kernels,
+or to cuSOLVER above the n those cover (docs/design.md#large-n-cusolver): every n works on both.
 Both follow the same conventions:
 
 * arrays are C-order ``(..., n, n)``; float32, float64, complex64 and complex128; results keep the
@@ -26,7 +27,7 @@ core of the process from the main thread and one core from any other thread (a D
 unless told otherwise by :func:`cpu_threads` or ``BATCHLU_CPU_THREADS``.
 
 The GPU kernels' dispatch tables, plans and launchers are public in :mod:`batchlu.kernels.tuning`
-(for benchmarks; it imports CuPy, so it is not imported here).
+(for benchmarks; not imported here).
 """
 
 from ._api import inv, lu_factor, lu_solve, slogdet, solve

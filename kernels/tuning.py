@@ -1,10 +1,12 @@
-"""The tuning surface of batchlu's GPU kernels: dispatch tables, the plans they give, launchers that
-take an explicit plan, and control over compilation. For benchmarks and sweeps (``benchmarks/``);
-everyday code uses :mod:`batchlu.kernels`, which dispatches by these tables itself.
+"""The tuning surface of batchlu's GPU kernels (dispatch tables, the plans they give, launchers that
+take an explicit plan, and control over compilation) and of the CPU backend (its crossovers). For
+benchmarks and sweeps (``benchmarks/``); everyday code uses :mod:`batchlu.kernels`, which dispatches
+by these tables itself.
 
-Importing this module imports CuPy: it is for machines with a GPU. Why each dispatch row is what it
-is: ``docs/design.md``. Arrays are CuPy arrays, C-contiguous, (B, n, n) with one flat batch axis; the
-launchers write into preallocated outputs on CuPy's current stream and never synchronise.
+The tables and plans need no GPU; the launchers and the device queries need CuPy (imported when
+they run). Why each dispatch row is what it is: ``docs/design.md``. Arrays are CuPy arrays,
+C-contiguous, (B, n, n) with one flat batch axis; the launchers write into preallocated outputs on
+CuPy's current stream and never synchronise.
 
 Dispatch tables (first matching row wins):
 
@@ -13,14 +15,18 @@ Dispatch tables (first matching row wins):
 * inverse: :data:`FUSED_MAX_N` and :data:`GJE_TILES` (the fused ``inv_gje``), :data:`GETRI_MODE`,
   :data:`GETRI_PLANS` and :data:`GETRI_NBS` (getrf + ``getri``);
 * solve: :data:`GESV_ROWS` and :data:`GESV_ROWS_MAX_RHS` (the fused ``gesv_rows``), else getrf +
-  ``getrs``.
+  ``getrs``;
+* every op: :func:`path` (the kernels above, or ``"cusolver"`` where they do not fit the device:
+  :func:`fitting_plan`, :func:`getri_fits`, :func:`getrs_fits`), :func:`first_cusolver_n`.
 
 Plans: :func:`getrf_plan` / :func:`rows_plan` / :class:`Plan`; :func:`inv_plan`, :func:`gje_tile`,
 :func:`getri_plan`; :func:`solve_plan`, :func:`gesv_rows_tile`.
 
 Launchers: :func:`launch_getrf` (``plan``), :func:`launch_inv_gje` (``tile``), :func:`launch_getri`
 (``mode``, ``minb``, ``mma``, ``nb``), :func:`launch_gesv_rows` (``tile``), :func:`launch_getrs`,
-:func:`launch_slogdet`; each takes the dispatched plan when none is given.
+:func:`launch_slogdet`; each takes the dispatched plan when none is given. The cuSOLVER path at any n
+(the backend's contract, allocating its outputs): :func:`cusolver_getrf`, :func:`cusolver_getrs`,
+:func:`cusolver_inv`, :func:`cusolver_solve`, :func:`cusolver_slogdet`.
 
 Compilation: every kernel family is one ``kernels/cuda/<family>.cu`` (:data:`FAMILIES`), compiled at
 first use by NVRTC. :func:`getrf_kernel_name`, :func:`gje_name`, :func:`gesv_rows_name` and
@@ -29,7 +35,15 @@ set ahead of use (e.g. in parallel processes before timing: CuPy's disk cache ke
 :func:`source_override` compiles a family from another text inside a ``with`` block, for A/B timings
 of an edit (:func:`kernel_source` gives the text compiled now). Shared-memory sizes:
 :func:`blocked_smem`, :func:`blocked_ldp`, :func:`smem_optin`, :func:`smem_per_sm`.
+
+CPU backend (NumPy arrays; no CuPy): LAPACK from a crossover n on, the engine's own LU below it.
+:data:`COMPILED_LAPACK_MIN_N` (per op, per dtype float32/float64/complex64/complex128) and
+:data:`NUMPY_LAPACK_MIN_N` are the two engines' tables, :func:`cpu_lapack_min_n` the one in force
+for an (op, dtype); :func:`cpu_crossover` moves every op's crossover of both engines to one n inside
+a ``with`` block (``1``: LAPACK at every n; a huge n: the own LU at every n), for A/B timings.
 """
+
+from contextlib import contextmanager
 
 from ._gpu._gesv import GESV_ROWS, GESV_ROWS_MAX_RHS, gesv_rows_name, gesv_rows_tile, launch_gesv_rows
 from ._gpu._getrf import (
@@ -39,6 +53,7 @@ from ._gpu._getrf import (
     Plan,
     blocked_ldp,
     blocked_smem,
+    fitting_plan,
     getrf_plan,
     launch_getrf,
     rows_plan,
@@ -50,24 +65,51 @@ from ._gpu._getri import (
     GETRI_NBS,
     GETRI_PLANS,
     GJE_TILES,
+    getri_fits,
     getri_kernels,
     getri_plan,
+    getri_smem,
     gje_name,
     gje_tile,
     inv_plan,
     launch_getri,
     launch_inv_gje,
 )
-from ._gpu._getrs import default_nb, launch_getrs, solve_plan
+from ._gpu._getrs import default_nb, getrs_fits, getrs_smem, launch_getrs, solve_plan
+from ._gpu._paths import CUSOLVER, first_cusolver_n, path
+from ._gpu._cusolver import getrf as cusolver_getrf
+from ._gpu._cusolver import getrs as cusolver_getrs
+from ._gpu._cusolver import inv as cusolver_inv
+from ._gpu._cusolver import slogdet as cusolver_slogdet
+from ._gpu._cusolver import solve as cusolver_solve
 from ._gpu._runtime import KernelCompileError, compile_kernels, families, smem_optin, smem_per_sm
 from ._gpu._runtime import source as kernel_source
 from ._gpu._runtime import source_override
 from ._gpu._slogdet import launch_slogdet
+from . import _cpu
+from ._cpu import COMPILED_LAPACK_MIN_N, NUMPY_LAPACK_MIN_N
+from ._cpu import lapack_min_n as cpu_lapack_min_n
 
 FAMILIES = families()
 
+
+@contextmanager
+def cpu_crossover(n: int):
+    """Inside the block, the CPU backend calls LAPACK for every op from ``n`` on, its own LU below
+    (both engines); the tables are in force again after it. Process-wide: not for concurrent use."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"Expected a crossover n >= 1. Got {n!r} instead.")
+    before = _cpu.LAPACK_MIN_N
+    _cpu.LAPACK_MIN_N = n
+    try:
+        yield
+    finally:
+        _cpu.LAPACK_MIN_N = before
+
 __all__ = [
     "BLOCKED_NB",
+    "COMPILED_LAPACK_MIN_N",
+    "CUSOLVER",
     "FAMILIES",
     "FUSED_MAX_N",
     "GESV_ROWS",
@@ -77,19 +119,33 @@ __all__ = [
     "GETRI_NBS",
     "GETRI_PLANS",
     "GJE_TILES",
+    "NUMPY_LAPACK_MIN_N",
     "SMALL_NP",
     "KernelCompileError",
     "Plan",
     "blocked_ldp",
     "blocked_smem",
     "compile_kernels",
+    "cpu_crossover",
+    "cpu_lapack_min_n",
+    "cusolver_getrf",
+    "cusolver_getrs",
+    "cusolver_inv",
+    "cusolver_slogdet",
+    "cusolver_solve",
     "default_nb",
+    "first_cusolver_n",
+    "fitting_plan",
     "gesv_rows_name",
     "gesv_rows_tile",
     "getrf_kernel_name",
     "getrf_plan",
+    "getri_fits",
     "getri_kernels",
     "getri_plan",
+    "getri_smem",
+    "getrs_fits",
+    "getrs_smem",
     "gje_name",
     "gje_tile",
     "inv_plan",
@@ -100,6 +156,7 @@ __all__ = [
     "launch_getrs",
     "launch_inv_gje",
     "launch_slogdet",
+    "path",
     "rows_plan",
     "smem_optin",
     "smem_per_sm",

@@ -18,9 +18,12 @@ from .errors import BackendError
 _REGISTRY: dict[str, Callable[[], object]] = {"cpu": _engines.host_engine, "gpu": _engines.current_engine}
 
 
-def register(name: str, factory: Callable[[], object]) -> None:
-    """Make ``factory()`` the engine of backend ``name`` in this process (call it on every worker)."""
+def register(name: str, factory: Callable[[], object]) -> Callable[[], object] | None:
+    """Make ``factory()`` the engine of backend ``name`` in this process (call it on every worker);
+    returns the factory it replaces (None: a new backend name), to put it back with."""
+    previous = _REGISTRY.get(name)
     _REGISTRY[name] = factory
+    return previous
 
 
 @functools.lru_cache(maxsize=None)

@@ -28,6 +28,8 @@ def _local_cluster(options: Options, security=None):
     spec = options.cluster
     kwargs = {"processes": spec.processes, "host": spec.host,
               "dashboard_address": spec.dashboard_address, "silence_logs": logging.ERROR}
+    if not spec.processes:  # distributed's default for threads, inproc://, does not take a host
+        kwargs["protocol"] = "tcp"
     if spec.n_workers is not None:
         kwargs["n_workers"] = spec.n_workers
     if spec.threads_per_worker is not None:
@@ -37,10 +39,17 @@ def _local_cluster(options: Options, security=None):
     return LocalCluster(**kwargs)
 
 
+def embedded_backend(options: Options) -> str:
+    """``cpu`` or ``gpu``: what the embedded cluster is built for (LocalCluster or LocalCUDACluster),
+    and so what its tasks run; ``auto`` is the GPU where this machine has one and CuPy and dask-cuda
+    are installed."""
+    return _gpu_cluster.resolve_backend(options.backend, options.cluster.gpus)
+
+
 def _embedded_cluster(options: Options, security=None):
     """LocalCUDACluster (one worker per GPU) when the backend resolves to the GPU, else LocalCluster."""
     spec = options.cluster
-    if _gpu_cluster.resolve_backend(options.backend, spec.gpus) != "gpu":
+    if embedded_backend(options) != "gpu":
         return _local_cluster(options, security)
     devices = _gpu_cluster.visible_gpus(spec.gpus)
     threads = spec.threads_per_worker or _gpu_cluster.default_gpu_threads(len(devices))

@@ -1,17 +1,43 @@
-"""Settings: defaults shipped in ``batchlu.yaml`` under ``dask.config``'s ``batchlu`` namespace, and
-one frozen :class:`Options` object built from them that travels from the CLI to the tasks."""
+"""Settings, declared once: one frozen :class:`Options` object that travels from the CLI to the tasks.
+
+Every setting is one field of :class:`Options` (or of :class:`ClusterOptions`, its ``cluster`` part),
+declared with :func:`setting`: its ``batchlu.*`` key, its parser (which checks a value and converts
+it), and, where ``batchlu run`` has one, its flag and help text. :data:`SETTINGS` lists them all; the
+CLI builds its shortcut flags from it (``batchlu.workflows._run_options``).
+
+Defaults live only in the shipped ``batchlu.yaml``, loaded into ``dask.config``'s ``batchlu``
+namespace: a field's default is the YAML's value for its key, through its parser, so ``Options()``
+holds the shipped defaults and :func:`options` the current ``dask.config`` plus overrides.
+
+To add a setting, e.g. ``output-layout``:
+
+1. ``batchlu.yaml``: ``  output-layout: auto   # what it means``;
+2. here, one field of :class:`Options` (or :class:`ClusterOptions`), with a parser below or a new
+   one (a callable ``parse(value, key)``; the CLI maps it to a click type in ``_click_type``)::
+
+       output_layout: str = setting("output-layout", OneOf(LAYOUTS), fixed_at_creation="the layout",
+                                    flag="--output-layout", help="...")
+
+   (``flag`` / ``help`` only for a ``batchlu run`` shortcut; ``fixed_at_creation`` names what an
+   output keeps on ``--resume``, ``embedded_only`` marks the embedded cluster's own settings);
+3. README.md's configuration table: one row.
+
+``tests/pipeline/test_config.py`` checks that the YAML and the fields agree and that no default is
+written in Python; ``tests/test_readme.py`` that the README lists every key with its default.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dask.config
 import yaml
-from dask.utils import parse_bytes
+from dask.utils import parse_bytes, parse_timedelta
 
+from ._io_engines import check as _io_engine
 from ._missing import POLICIES as MISSING_CHUNKS
 from .errors import ConfigError
 
@@ -21,48 +47,383 @@ with _DEFAULTS.open() as _f:
 dask.config.update_defaults(_SHIPPED)
 
 BACKENDS = ("auto", "cpu", "gpu")
+CODEC_DEVICES = ("auto", "gpu", "cpu")
+OUTPUT_LAYOUTS = ("chunks", "sharded")
+ZSTD_LEVELS = range(-(1 << 17), 23)  # Zstandard's levels: ZSTD_minCLevel() to ZSTD_maxCLevel()
 # Not a product setting, hence outside the ``batchlu`` namespace and absent from batchlu.yaml: seconds
 # slept before each batch, for the tests that interrupt a run (``dask.config.set`` or the environment
 # variable DASK_BATCHLU_TESTING__TASK_DELAY=0.1).
 TESTING_TASK_DELAY = "batchlu-testing.task-delay"
 
 
+def _flatten(mapping: Mapping, prefix: str = "", *, sections: bool = False) -> dict[str, Any]:
+    flat = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if sections:
+                flat[name] = value
+            flat.update(_flatten(value, name + ".", sections=sections))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _lookup(cfg: Mapping, key: str) -> tuple[bool, Any]:
+    """``(found, value)`` of the dotted ``key`` in the nested ``cfg`` (dashes or underscores)."""
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, Mapping):
+            return False, None
+        for name in (part, part.replace("-", "_")):
+            if name in node:
+                node = node[name]
+                break
+        else:
+            return False, None
+    return True, node
+
+
+# --------------------------------------------------------------------------------------------- parsers
+# Each parser is called as ``parse(value, key)`` and returns the checked value or raises ConfigError
+# naming ``batchlu.<key>``. Parsing a parsed value gives it back unchanged (Options parses its fields
+# whenever it is built, from YAML text or from values already checked).
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """A positive size in bytes: a number, or text dask understands (``256MiB``); ``optional``: or null."""
+
+    optional: bool = False
+
+    def __call__(self, value, key: str) -> int | None:
+        if value is None and self.optional:
+            return None
+        try:
+            number = parse_bytes(value) if isinstance(value, str) else int(value)
+            if isinstance(value, bool):
+                raise ValueError
+        except (TypeError, ValueError):
+            number = None
+        if number is None or number <= 0:
+            raise ConfigError(f"Expected batchlu.{key} to be a positive size such as '256MiB'"
+                              f"{' or null' if self.optional else ''}. Got {value!r} instead.")
+        return number
+
+
+@dataclasses.dataclass(frozen=True)
+class Integer:
+    """An integer >= ``minimum``; ``optional``: or null."""
+
+    minimum: int
+    optional: bool = False
+
+    def __call__(self, value, key: str) -> int | None:
+        if value is None and self.optional:
+            return None
+        try:
+            number = int(value)
+            if isinstance(value, bool) or (number != value and not isinstance(value, str)):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ConfigError(f"Expected batchlu.{key} to be an integer >= {self.minimum}"
+                              f"{' or null' if self.optional else ''}. Got {value!r} instead.") from None
+        if number < self.minimum:
+            raise ConfigError(f"Expected batchlu.{key} >= {self.minimum}. Got {number} instead.")
+        return number
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoInteger:
+    """``auto`` (or null) -> None, else an integer >= ``minimum``."""
+
+    minimum: int
+
+    def __call__(self, value, key: str) -> int | None:
+        if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+            return None
+        try:
+            number = int(value)
+            if isinstance(value, bool) or (number != value and not isinstance(value, str)):
+                raise ValueError
+        except (TypeError, ValueError):
+            number = None
+        if number is None or number < self.minimum:
+            raise ConfigError(f"Expected batchlu.{key} to be auto or an integer >= {self.minimum}. "
+                              f"Got {value!r} instead.")
+        return number
+
+
+@dataclasses.dataclass(frozen=True)
+class Number:
+    """A positive number."""
+
+    def __call__(self, value, key: str) -> float:
+        try:
+            number = float(value)
+            if isinstance(value, bool):
+                raise ValueError
+        except (TypeError, ValueError):
+            number = None
+        if number is None or not 0 < number < float("inf"):
+            raise ConfigError(f"Expected batchlu.{key} to be a positive number. Got {value!r} instead.")
+        return number
+
+
+@dataclasses.dataclass(frozen=True)
+class Duration:
+    """A positive duration: seconds as a number, or text dask understands (``30s``, ``2 minutes``)."""
+
+    def __call__(self, value, key: str) -> float:
+        try:
+            seconds = parse_timedelta(value, default="seconds")
+        except (TypeError, ValueError, KeyError):
+            seconds = None
+        if seconds is None or isinstance(value, bool) or not seconds > 0:
+            raise ConfigError(f"Expected batchlu.{key} to be a positive duration such as 30s. "
+                              f"Got {value!r} instead.")
+        return float(seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Boolean:
+    def __call__(self, value, key: str) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"Expected batchlu.{key} to be true or false. Got {value!r} instead.")
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """One of ``choices`` (any case)."""
+
+    choices: tuple[str, ...]
+
+    def __call__(self, value, key: str) -> str:
+        text = value.strip().lower() if isinstance(value, str) else value
+        if text not in self.choices:
+            raise ConfigError(f"Expected batchlu.{key} to be one of {', '.join(self.choices)}. "
+                              f"Got {value!r} instead.")
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Text:
+    """Non-empty text (an address, a host name)."""
+
+    def __call__(self, value, key: str) -> str:
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+            raise ConfigError(f"Expected batchlu.{key} to be text. Got {value!r} instead.")
+        return str(value).strip()
+
+
+@dataclasses.dataclass(frozen=True)
+class Compressor:
+    """The output arrays' codec: ``zstd``, ``zstd:LEVEL``, ``lz4`` or ``none`` (null and false: none)."""
+
+    def __call__(self, value, key: str) -> str:
+        text = "none" if value is None or value is False else str(value).strip().lower()
+        name, _, level = text.partition(":")
+        if name in ("none", "lz4") and not level:
+            return text
+        if name == "zstd" and (not level or (level.lstrip("-").isdigit() and int(level) in ZSTD_LEVELS)):
+            return text
+        raise ConfigError(f"Expected batchlu.{key} to be zstd, zstd:LEVEL with LEVEL from "
+                          f"{ZSTD_LEVELS[0]} to {ZSTD_LEVELS[-1]}, lz4, or none. Got {value!r} instead.")
+
+
+@dataclasses.dataclass(frozen=True)
+class IOEngine:
+    """``batchlu.io-engine``: one of pipeline._io_engines.NAMES, installed where named."""
+
+    def __call__(self, value, key: str) -> str:
+        return _io_engine(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class GPUs:
+    """GPUs as CUDA_VISIBLE_DEVICES lists them, ``"0,1"`` (a YAML list too); null: unset."""
+
+    def __call__(self, value, key: str) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, (list, tuple)):
+            return ",".join(str(g) for g in value)
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ConfigError(f"Expected batchlu.{key} to be GPUs such as '0,1'. Got {value!r} instead.")
+        return str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputFile:
+    """A file the run reads (a certificate); null or empty: none. The CLI checks that it exists."""
+
+    def __call__(self, value, key: str) -> str | None:
+        if value is None or value == "":
+            return None
+        if not isinstance(value, (str, pathlib.PurePath)):
+            raise ConfigError(f"Expected batchlu.{key} to be a file path. Got {value!r} instead.")
+        return str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class NewFile:
+    """A file the run writes (report, log), made absolute: its folder must exist (a run never creates
+    folders); null or empty: none."""
+
+    def __call__(self, value, key: str) -> str | None:
+        path = InputFile()(value, key)
+        if path is None:
+            return None
+        target = pathlib.Path(path).expanduser().absolute()
+        if target.is_dir():
+            raise ConfigError(f"Expected batchlu.{key} to be a file path. Got the folder {target} instead.")
+        if not target.parent.is_dir():
+            raise ConfigError(f"Expected the folder of batchlu.{key} {target} to exist. Got no folder "
+                              f"{target.parent} instead.")
+        return str(target)
+
+
+# --------------------------------------------------------------------------------------- the table
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One row of the settings table: a ``batchlu.*`` key and the :class:`Options` field it fills."""
+
+    key: str                                 # under ``batchlu``, dashed and dotted: "cluster.n-workers"
+    parse: Callable[[Any, str], Any]         # checks and converts a value: parse(value, key)
+    flag: str | None = None                  # ``batchlu run``'s shortcut for it, e.g. "--workers"
+    help: str | None = None                  # the flag's help
+    fixed_at_creation: str | None = None     # what the output keeps on resume, e.g. "the chunking"
+    embedded_only: bool = False              # sets up the embedded cluster only (no use with --scheduler)
+    field: str = ""                          # the Options field, dotted: "cluster.n_workers"
+
+    @property
+    def name(self) -> str:
+        """The full ``dask.config`` key: ``batchlu.<key>``."""
+        return f"batchlu.{self.key}"
+
+    @property
+    def default(self) -> Any:
+        """The shipped YAML's value for this key, parsed."""
+        return self.parse(_lookup(_SHIPPED["batchlu"], self.key)[1], self.key)
+
+
+_ROW = "batchlu-setting"  # the dataclass field metadata entry holding the field's Setting
+
+
+def setting(key: str, parse: Callable[[Any, str], Any], **row) -> Any:
+    """Declare a field of :class:`Options` or :class:`ClusterOptions` as the setting ``batchlu.<key>``:
+    its default is the shipped ``batchlu.yaml``'s value for ``key``, through ``parse``; ``row`` holds
+    the rest of its :class:`Setting` (``flag``, ``help``, ``fixed_at_creation``, ``embedded_only``)."""
+    row = Setting(key, parse, **row)
+    found, _ = _lookup(_SHIPPED["batchlu"], key)
+    if not found:
+        raise ConfigError(f"Expected {_DEFAULTS.name} to ship a default for batchlu.{key}. "
+                          f"Got none instead: add it there.")
+    return dataclasses.field(default=row.default, metadata={_ROW: row})
+
+
+def _parse_fields(obj) -> None:
+    """Parse every setting field of the (frozen) dataclass ``obj`` in place."""
+    for f in dataclasses.fields(obj):
+        row = f.metadata.get(_ROW)
+        if row is not None:
+            object.__setattr__(obj, f.name, row.parse(getattr(obj, f.name), row.key))
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterOptions:
-    """How the embedded LocalCluster is sized; ignored when a client or scheduler is given."""
+    """The cluster's settings: how the embedded cluster is made (ignored when a client or scheduler
+    is given), how GPU workers allocate memory, and TLS."""
 
-    n_workers: int | None = None
-    threads_per_worker: int | None = None
-    processes: bool = True
-    host: str = "127.0.0.1"
-    dashboard_address: str = "127.0.0.1:8787"
-    log_file: str | None = None        # the embedded cluster's worker log; None: see pipeline._cluster
-    gpus: str | None = None            # GPU backend: "0,1"; None: CUDA_VISIBLE_DEVICES or all
-    rmm_pool_size: int | None = None   # GPU backend: RMM pool bytes per GPU; None: CuPy's pool
-    tls_ca_file: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
+    n_workers: int | None = setting(
+        "cluster.n-workers", Integer(minimum=1, optional=True), embedded_only=True,
+        flag="--workers", help="Number of worker processes of the embedded local cluster.")
+    threads_per_worker: int | None = setting(
+        "cluster.threads-per-worker", Integer(minimum=1, optional=True), embedded_only=True,
+        flag="--threads-per-worker", help="Threads per worker of the embedded local cluster.")
+    processes: bool = setting("cluster.processes", Boolean(), embedded_only=True)
+    host: str = setting("cluster.host", Text(), embedded_only=True)
+    dashboard_address: str = setting("cluster.dashboard-address", Text(), embedded_only=True)
+    log_file: str | None = setting("cluster.log-file", NewFile(), embedded_only=True)
+    gpus: str | None = setting(
+        "cluster.gpus", GPUs(), embedded_only=True,
+        flag="--gpus", help="GPUs of the embedded GPU cluster, one worker each, e.g. 0,1 (default: "
+                            "CUDA_VISIBLE_DEVICES, else all).")
+    rmm_pool_size: int | None = setting(
+        "cluster.rmm-pool-size", Size(optional=True),
+        flag="--rmm-pool-size", help="Give each GPU worker an RMM memory pool of this size (needs rmm), "
+                                     "e.g. 30GiB.")
+    tls_ca_file: str | None = setting(
+        "tls.ca-file", InputFile(),
+        flag="--tls-ca-file", help="CA certificate (PEM): talk TLS to the scheduler and workers "
+                                   "(distributed's Security).")
+    tls_cert: str | None = setting(
+        "tls.cert", InputFile(),
+        flag="--tls-cert", help="Certificate (PEM) of this client (and of the embedded cluster).")
+    tls_key: str | None = setting(
+        "tls.key", InputFile(),
+        flag="--tls-key", help="Private key (PEM) of --tls-cert, unless the certificate file holds it.")
+
+    def __post_init__(self):
+        _parse_fields(self)
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """The run's settings, checked once; built by :func:`options`."""
+    """The run's settings, each checked by its parser whenever an Options is built; build one from
+    ``dask.config`` with :func:`options`."""
 
-    backend: str = "auto"
-    memory_budget: int = 256 * 2**20
-    output_compressor: str = "zstd"
-    chunk: int | None = None
-    max_tasks: int = 20000
-    progress: bool = True
-    connect_timeout: float = 30.0      # seconds to reach a scheduler given by address or file
-    io_processes: int | None = None    # I/O processes per worker; None: auto (see pipeline._io_pool.io_settings)
-    io_threads: int | None = None      # threads per I/O process; None: auto
-    missing_chunks: str = "error"      # a chunk missing from the input: "error", or "fill" (info -3)
-    generate_chunk_bytes: int = 32 * 2**20
-    verify_threshold: float = 30.0
-    verify_block_bytes: int = 64 * 2**20
-    performance_report: str | None = None
+    backend: str = setting("backend", OneOf(BACKENDS))
+    memory_budget: int = setting(
+        "memory-budget", Size(),
+        flag="--memory-budget", help="Memory one task may use for its batch (input, outputs and workspace), "
+                                     "e.g. 256MiB.")
+    chunk: int | None = setting(
+        "chunk", Integer(minimum=1, optional=True), fixed_at_creation="the chunking",
+        flag="--chunk", help="Output chunk length along N, in matrices (default: the input's, capped by the "
+                             "budget). Fixed when OUT is created: --resume keeps OUT's.")
+    chunk_bytes: int = setting("chunk-bytes", Size())   # with chunk null: output chunks gather input chunks up to this
+    max_tasks: int = setting("max-tasks", Integer(minimum=1))
     cluster: ClusterOptions = dataclasses.field(default_factory=ClusterOptions)
+    performance_report: str | None = setting(
+        "performance-report", NewFile(),
+        flag="--report", help="Save Dask's performance report of the run to this HTML file (its folder "
+                              "must exist).")
+    output_compressor: str = setting(
+        "output-compressor", Compressor(), fixed_at_creation="the codec",
+        flag="--output-compressor", help="Codec of the output arrays: zstd (default), zstd:LEVEL (LEVEL up "
+                                         "to 22), lz4 or none (fastest). Fixed when OUT is created: --resume "
+                                         "keeps OUT's.")
+    codec_device: str = setting(
+        "codec-device", OneOf(CODEC_DEVICES),
+        flag="--codec-device", help="GPU runs: where Zarr chunks are decoded and encoded. auto (default): on "
+                                    "the GPU where nvCOMP is installed and the codec allows it; gpu; cpu. "
+                                    "The report says where, per array, and why.")
+    output_layout: str = setting(
+        "output-layout", OneOf(OUTPUT_LAYOUTS), fixed_at_creation="the layout",
+        flag="--output-layout", help="chunks (default): one Zarr chunk per output chunk; sharded: one shard "
+                                     "per output chunk, of inner chunks of about 256 KiB (the fastest for "
+                                     "the GPU codecs). Fixed when OUT is created.")
+    missing_chunks: str = setting(
+        "missing-chunks", OneOf(MISSING_CHUNKS),
+        flag="--missing-chunks", help="A chunk missing from the input or right-hand side store: error "
+                                      "(default: name it and stop), or fill (go on; its matrices get "
+                                      "info -3 and NaN results).")
+    io_processes: int | None = setting("io-processes", AutoInteger(minimum=0))   # None: auto
+    io_threads: int | None = setting("io-threads", AutoInteger(minimum=1))       # None: auto
+    io_engine: str = setting("io-engine", IOEngine())   # the host's Zarr codec pipeline (pipeline._io_engines)
+    progress: bool = setting("progress", Boolean())
+    connect_timeout: float = setting("connect-timeout", Duration())              # seconds
+    generate_chunk_bytes: int = setting("generate.chunk-bytes", Size())
+    verify_threshold: float = setting("verify.threshold", Number())
+    verify_block_bytes: int = setting("verify.block-bytes", Size())
+
+    def __post_init__(self):
+        if not isinstance(self.cluster, ClusterOptions):
+            raise ConfigError(f"Expected cluster to be a ClusterOptions. Got {self.cluster!r} instead.")
+        _parse_fields(self)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict, recorded in the output's provenance."""
@@ -72,6 +433,23 @@ class Options:
         return dataclasses.replace(self, **changes)
 
 
+def _rows(cls, prefix: str = "") -> list[Setting]:
+    rows = []
+    for f in dataclasses.fields(cls):
+        if _ROW in f.metadata:
+            rows.append(dataclasses.replace(f.metadata[_ROW], field=prefix + f.name))
+        elif f.name == "cluster":
+            rows += _rows(ClusterOptions, "cluster.")
+    return rows
+
+
+SETTINGS: tuple[Setting, ...] = tuple(_rows(Options))
+"""Every setting, in the order of :class:`Options`' fields (the ``cluster`` ones where it sits)."""
+BY_KEY: dict[str, Setting] = {row.key: row for row in SETTINGS}
+"""The rows by key (``"cluster.n-workers"``)."""
+
+
+# ---------------------------------------------------------------------------------- keys and building
 def task_delay() -> float:
     """The test-only delay before each batch (see ``TESTING_TASK_DELAY``); 0 unless a test sets it."""
     value = dask.config.get(TESTING_TASK_DELAY, 0) or 0
@@ -100,126 +478,15 @@ def check_keys(keys) -> None:
                               f"Got {name!r} instead.")
 
 
-def _flatten(mapping: Mapping, prefix: str = "", *, sections: bool = False) -> dict[str, Any]:
-    flat = {}
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            if sections:
-                flat[name] = value
-            flat.update(_flatten(value, name + ".", sections=sections))
-        else:
-            flat[name] = value
-    return flat
-
-
-def _int(value, what: str, *, minimum: int, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    try:
-        number = int(value)
-        if number != value and not isinstance(value, str):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ConfigError(f"Expected batchlu.{what} to be an integer >= {minimum}"
-                          f"{' or null' if allow_none else ''}. Got {value!r} instead.") from None
-    if number < minimum:
-        raise ConfigError(f"Expected batchlu.{what} >= {minimum}. Got {number} instead.")
-    return number
-
-
-def _bytes(value, what: str) -> int:
-    try:
-        number = parse_bytes(value) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or number <= 0:
-        raise ConfigError(f"Expected batchlu.{what} to be a positive size such as '256MiB'. "
-                          f"Got {value!r} instead.")
-    return number
-
-
-ZSTD_LEVELS = range(-(1 << 17), 23)  # Zstandard's levels: ZSTD_minCLevel() to ZSTD_maxCLevel()
-
-
-def _compressor(value) -> str:
-    text = "none" if value is None or value is False else str(value).strip().lower()
-    name, _, level = text.partition(":")
-    if name == "none" and not level:
-        return text
-    if name == "zstd" and (not level or (level.lstrip("-").isdigit() and int(level) in ZSTD_LEVELS)):
-        return text
-    raise ConfigError(f"Expected batchlu.output-compressor to be zstd, zstd:LEVEL with LEVEL from "
-                      f"{ZSTD_LEVELS[0]} to {ZSTD_LEVELS[-1]}, or none. Got {value!r} instead.")
-
-
-def _seconds(value, what: str) -> float:
-    """A duration: seconds as a number, or text dask understands (``30s``, ``2 minutes``)."""
-    from dask.utils import parse_timedelta
-
-    try:
-        seconds = parse_timedelta(value, default="seconds")
-    except (TypeError, ValueError, KeyError):
-        seconds = None
-    if seconds is None or isinstance(value, bool) or not seconds > 0:
-        raise ConfigError(f"Expected batchlu.{what} to be a positive duration such as 30s. "
-                          f"Got {value!r} instead.")
-    return float(seconds)
-
-
-def _new_file(value, what: str) -> str | None:
-    """A file a run writes (report, log): its folder must exist (a run never creates folders)."""
-    path = _path(value, what)
-    if path is None:
-        return None
-    target = pathlib.Path(path).expanduser().absolute()
-    if target.is_dir():
-        raise ConfigError(f"Expected batchlu.{what} to be a file path. Got the folder {target} instead.")
-    if not target.parent.is_dir():
-        raise ConfigError(f"Expected the folder of batchlu.{what} {target} to exist. Got no folder "
-                          f"{target.parent} instead.")
-    return str(target)
-
-
-def _auto_int(value, what: str, *, minimum: int) -> int | None:
-    """``auto`` (or null) -> None, else an integer >= ``minimum``."""
-    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
-        return None
-    try:
-        number = int(value)
-        if isinstance(value, bool) or (number != value and not isinstance(value, str)):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ConfigError(f"Expected batchlu.{what} to be auto or an integer >= {minimum}. "
-                          f"Got {value!r} instead.") from None
-    if number < minimum:
-        raise ConfigError(f"Expected batchlu.{what} to be auto or an integer >= {minimum}. "
-                          f"Got {number} instead.")
-    return number
-
-
-def _path(value, what: str) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, (str, pathlib.PurePath)):
-        raise ConfigError(f"Expected batchlu.{what} to be a file path. Got {value!r} instead.")
-    return str(value)
-
-
-def _choice(value, what: str, choices: tuple[str, ...]) -> str:
-    text = str(value).strip().lower() if isinstance(value, str) else value
-    if text not in choices:
-        raise ConfigError(f"Expected batchlu.{what} to be one of {', '.join(choices)}. "
-                          f"Got {value!r} instead.")
-    return text
-
-
-def _bool(value, what: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return value.lower() in ("true", "1", "yes")
-    raise ConfigError(f"Expected batchlu.{what} to be true or false. Got {value!r} instead.")
+def _from_config(cfg: Mapping) -> Options:
+    """An :class:`Options` of the ``batchlu`` mapping ``cfg``; a key it lacks keeps the shipped default."""
+    top, cluster = {}, {}
+    for row in SETTINGS:
+        found, value = _lookup(cfg, row.key)
+        if found:
+            section, _, name = row.field.rpartition(".")
+            (cluster if section == "cluster" else top)[name] = value
+    return Options(**top, cluster=ClusterOptions(**cluster))
 
 
 def options(overrides: Mapping | Options | None = None, **changes) -> Options:
@@ -227,7 +494,7 @@ def options(overrides: Mapping | Options | None = None, **changes) -> Options:
 
     ``overrides`` is an :class:`Options` (used as is) or a mapping of ``batchlu`` keys, nested or
     dotted, with dashes or underscores: ``{"memory-budget": "64MiB", "cluster.n-workers": 2}``.
-    Keyword ``changes`` that are not None win over both (e.g. ``backend="cpu"``).
+    Keyword ``changes`` (Options fields) that are not None win over both (e.g. ``backend="cpu"``).
     """
     changes = {k: v for k, v in changes.items() if v is not None}
     if isinstance(overrides, Options):
@@ -240,64 +507,5 @@ def options(overrides: Mapping | Options | None = None, **changes) -> Options:
         flat = {k[len("batchlu."):] if k.startswith("batchlu.") else k: v for k, v in flat.items()}
         check_keys(flat)
         with dask.config.set({f"batchlu.{k}": v for k, v in flat.items()}):
-            base = _from_mapping(dask.config.get("batchlu"))
-    opts = dataclasses.replace(base, **changes) if changes else base
-    return _checked(opts)
-
-
-def _get(cfg: Mapping, key: str, default=None):
-    for name in (key, key.replace("-", "_")):
-        if name in cfg:
-            return cfg[name]
-    return default
-
-
-def _from_mapping(cfg: Mapping) -> Options:
-    cluster = _get(cfg, "cluster", {}) or {}
-    generate = _get(cfg, "generate", {}) or {}
-    verify = _get(cfg, "verify", {}) or {}
-    tls = _get(cfg, "tls", {}) or {}
-    rmm_pool = _get(cluster, "rmm-pool-size")
-    gpus = _get(cluster, "gpus")
-    return Options(
-        backend=_get(cfg, "backend", "auto"),
-        memory_budget=_bytes(_get(cfg, "memory-budget", "256MiB"), "memory-budget"),
-        output_compressor=_compressor(_get(cfg, "output-compressor", "zstd")),
-        chunk=_int(_get(cfg, "chunk"), "chunk", minimum=1, allow_none=True),
-        max_tasks=_int(_get(cfg, "max-tasks", 20000), "max-tasks", minimum=1),
-        progress=_bool(_get(cfg, "progress", True), "progress"),
-        connect_timeout=_seconds(_get(cfg, "connect-timeout", "30s"), "connect-timeout"),
-        io_processes=_auto_int(_get(cfg, "io-processes", "auto"), "io-processes", minimum=0),
-        io_threads=_auto_int(_get(cfg, "io-threads", "auto"), "io-threads", minimum=1),
-        missing_chunks=_choice(_get(cfg, "missing-chunks", "error"), "missing-chunks", MISSING_CHUNKS),
-        generate_chunk_bytes=_bytes(_get(generate, "chunk-bytes", "32MiB"), "generate.chunk-bytes"),
-        verify_threshold=float(_get(verify, "threshold", 30)),
-        verify_block_bytes=_bytes(_get(verify, "block-bytes", "64MiB"), "verify.block-bytes"),
-        performance_report=_new_file(_get(cfg, "performance-report"), "performance-report"),
-        cluster=ClusterOptions(
-            n_workers=_int(_get(cluster, "n-workers"), "cluster.n-workers", minimum=1,
-                           allow_none=True),
-            threads_per_worker=_int(_get(cluster, "threads-per-worker"),
-                                    "cluster.threads-per-worker", minimum=1, allow_none=True),
-            processes=_bool(_get(cluster, "processes", True), "cluster.processes"),
-            host=str(_get(cluster, "host", "127.0.0.1")),
-            dashboard_address=str(_get(cluster, "dashboard-address", "127.0.0.1:8787")),
-            log_file=_new_file(_get(cluster, "log-file"), "cluster.log-file"),
-            gpus=None if gpus is None else ",".join(str(g) for g in gpus) if isinstance(gpus, (list, tuple))
-            else str(gpus),
-            rmm_pool_size=None if rmm_pool is None else _bytes(rmm_pool, "cluster.rmm-pool-size"),
-            tls_ca_file=_path(_get(tls, "ca-file"), "tls.ca-file"),
-            tls_cert=_path(_get(tls, "cert"), "tls.cert"),
-            tls_key=_path(_get(tls, "key"), "tls.key"),
-        ),
-    )
-
-
-def _checked(opts: Options) -> Options:
-    if opts.backend not in BACKENDS:
-        raise ConfigError(f"Expected backend to be one of {', '.join(BACKENDS)}. "
-                          f"Got {opts.backend!r} instead.")
-    if opts.missing_chunks not in MISSING_CHUNKS:
-        raise ConfigError(f"Expected batchlu.missing-chunks to be one of {', '.join(MISSING_CHUNKS)}. "
-                          f"Got {opts.missing_chunks!r} instead.")
-    return opts
+            base = _from_config(dask.config.get("batchlu"))
+    return dataclasses.replace(base, **changes) if changes else base

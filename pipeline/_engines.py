@@ -116,6 +116,32 @@ class CudaEngine:
             del a, b, result
         stream.synchronize()
 
+    def run_device(self, op: str, a, b, tails: dict) -> dict:
+        """``op`` on device arrays (the GPU codec path): the outputs named in ``tails`` (name -> shape
+        after N), on the device, computed on this thread's stream. An out-of-memory error releases
+        CuPy's cache and computes the batch in halves."""
+        import cupy
+
+        stream = self._stream()
+        m = a.shape[0]
+        try:
+            with cupy.cuda.Device(self.device), stream:
+                result = _ops.compute(op, a, b)
+                outs = {name: result[name].reshape((m,) + tuple(tail)) for name, tail in tails.items()}
+            stream.synchronize()
+            return outs
+        except self.oom_errors:
+            if m == 1:
+                raise
+            self.release()
+            h = m // 2
+            first = self.run_device(op, a[:h], None if b is None else b[:h], tails)
+            second = self.run_device(op, a[h:], None if b is None else b[h:], tails)
+            with cupy.cuda.Device(self.device), stream:
+                outs = {name: cupy.concatenate((first[name], second[name])) for name in tails}
+            stream.synchronize()
+            return outs
+
     def release(self) -> None:
         """Give CuPy's cached device blocks back (after an out-of-memory error)."""
         import cupy

@@ -91,12 +91,14 @@ def signatures(matrices: ArrayRef, rhs: ArrayRef | None) -> dict:
 
 # ---------------------------------------------------------------------------------------- the check
 def check_unchanged(out_path: str, record: dict, now: dict, plan, complete, matrices: ArrayRef,
-                    rhs: ArrayRef | None, memory_budget: int) -> None:
+                    rhs: ArrayRef | None, memory_budget: int) -> bool:
     """Refuse to resume ``out_path`` if the values its completed chunks were computed from are not the
     ones in ``matrices`` (and ``rhs``) now. ``record`` is the output's provenance, ``now`` the
-    signatures of the input files now (:func:`signatures`), ``complete`` the ledger."""
+    signatures of the input files now (:func:`signatures`), ``complete`` the ledger. Returns whether
+    the input of the completed chunks was read again (False: no chunk complete, or the signatures
+    are the recorded ones)."""
     if complete is None or not np.any(complete):
-        return
+        return False
     if not _ledger.has_digests(out_path) or "input_files" not in record:
         raise ResumeError(f"Expected checksums of the input recorded in {out_path} for resume. Got an "
                           f"output without them (batchlu {record.get('version')}) instead; use "
@@ -104,8 +106,9 @@ def check_unchanged(out_path: str, record: dict, now: dict, plan, complete, matr
     before = record.get("input_files") or {}
     if now.get("input") is not None and before.get("input") == now["input"] and \
             (rhs is None or (now.get("rhs") is not None and before.get("rhs") == now["rhs"])):
-        return  # no file written since the run started
+        return False  # no file written since the run started
     compare_content(out_path, plan, complete, matrices, rhs, memory_budget)
+    return True
 
 
 def compare_content(out_path: str, plan, complete, matrices: ArrayRef, rhs: ArrayRef | None,

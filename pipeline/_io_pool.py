@@ -12,8 +12,10 @@ So a worker hands its Zarr I/O to a few child processes of its own, and keeps on
   GPU copies from, and writes (encodes) outputs directly from the buffer the GPU copied into. The GPU
   engine page-locks those pages with ``cudaHostRegister``, so its copies stay asynchronous. The
   memory has no name: it goes away with the last process that maps it, even after a SIGKILL.
-* **Control messages only.** A request is ``(id, kind, store, array, start, stop, buffer)``: a few
-  hundred bytes over a pipe; the data never goes through it.
+* **Control messages only.** A request is ``(id, kind, store, array, start, stop, buffer, engine)``: a
+  few hundred bytes over a pipe; the data never goes through it. ``engine`` is the run's
+  ``batchlu.io-engine`` (:mod:`batchlu.pipeline._io_engines`): the Zarr codec pipeline the child
+  opens the array with.
 * **Children.** ``processes`` children started with :mod:`subprocess` (not :mod:`multiprocessing`:
   Dask's worker processes are daemonic and may not have multiprocessing children), each running
   ``threads`` requests at once, with its own cache of opened arrays. A child exits when its pipe
@@ -46,8 +48,9 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from ..errors import IOProcessError
+from . import _io_engines
 
-__all__ = ["IOPool", "IOProcessError", "get_pool", "locate", "open_array", "read_into", "shared_buffer",
+__all__ = ["EnginePool", "IOPool", "IOProcessError", "get_pool", "locate", "open_array", "read_into", "shared_buffer",
            "supported"]
 
 logger = logging.getLogger("batchlu.io")
@@ -157,22 +160,24 @@ def _signature(store: str, path: str) -> tuple:
     return ()
 
 
-def open_array(store: str, path: str, mode: str, write_empty: bool = False):
+def open_array(store: str, path: str, mode: str, write_empty: bool = False, engine: str = "auto"):
     """``zarr.open_array``, cached in this process (worker or I/O process) while the array's metadata
     file is the same file with the same modification time: an output deleted and made again, or an
     input replaced, is opened afresh; a missing one raises as zarr does. ``write_empty``: store
-    every chunk written, even one whose values all equal the fill value (zarr skips those)."""
+    every chunk written, even one whose values all equal the fill value (zarr skips those).
+    ``engine``: the ``batchlu.io-engine`` whose codec pipeline decodes and encodes its chunks."""
     import zarr
 
-    key = (str(store), str(path), mode, bool(write_empty))
+    key = (str(store), str(path), mode, bool(write_empty), engine)
     signature = _signature(store, path)
     with _OPENED_LOCK:
         cached = _OPENED.get(key)
     if cached is not None and signature and cached[0] == signature:
         return cached[1]
-    array = zarr.open_array(store=store, path=path, mode=mode)
-    if write_empty:
-        array = array.with_config({"write_empty_chunks": True})
+    with _io_engines.opening(engine, write=mode != "r"):  # with_config makes a new array: its pipeline too
+        array = zarr.open_array(store=store, path=path, mode=mode)
+        if write_empty:
+            array = array.with_config({"write_empty_chunks": True})
     with _OPENED_LOCK:
         if len(_OPENED) >= 256:
             _OPENED.clear()
@@ -297,7 +302,8 @@ class IOPool:
                     self.restarts += 1
             return min(self._children, key=lambda c: len(c.pending))
 
-    def _submit(self, kind: str, store: str, array: str, start: int, stop: int, buffer: np.ndarray):
+    def _submit(self, kind: str, store: str, array: str, start: int, stop: int, buffer: np.ndarray,
+                engine: str = "auto"):
         where = locate(buffer)
         if where is None:
             raise ValueError("Expected a buffer from batchlu.pipeline._io_pool.shared_buffer for the I/O "
@@ -306,7 +312,7 @@ class IOPool:
             forget, _FORGOTTEN[:] = list(_FORGOTTEN), []
         future: concurrent.futures.Future = concurrent.futures.Future()
         child = self._pick()
-        message = (kind, str(store), str(array), int(start), int(stop), where, tuple(forget))
+        message = (kind, str(store), str(array), int(start), int(stop), where, tuple(forget), str(engine))
         try:
             child.send(next(self._ids), message, future)
         except (OSError, IOProcessError) as exc:
@@ -315,13 +321,17 @@ class IOPool:
                     f"Expected to reach I/O process {child.process.pid}. Got {exc!r} instead."))
         return future
 
-    def read(self, store: str, array: str, start: int, stop: int, out: np.ndarray):
+    def read(self, store: str, array: str, start: int, stop: int, out: np.ndarray, engine: str = "auto"):
         """Decode ``array[start:stop]`` of the Zarr store at ``store`` into ``out``."""
-        return self._submit("read", store, array, start, stop, out)
+        return self._submit("read", store, array, start, stop, out, engine)
 
-    def write(self, store: str, array: str, start: int, stop: int, value: np.ndarray):
+    def write(self, store: str, array: str, start: int, stop: int, value: np.ndarray, engine: str = "auto"):
         """Encode ``value`` into ``array[start:stop]`` of the Zarr store at ``store``."""
-        return self._submit("write", store, array, start, stop, value)
+        return self._submit("write", store, array, start, stop, value, engine)
+
+    def using(self, engine: str) -> "EnginePool":
+        """This pool with every request decoded and encoded by ``batchlu.io-engine`` ``engine``."""
+        return EnginePool(self, engine)
 
     def close(self, wait: float = 30.0) -> None:
         """Close the pipes: each child finishes what it started, then exits."""
@@ -338,6 +348,20 @@ class IOPool:
             except subprocess.TimeoutExpired:
                 child.process.kill()
                 child.process.wait()
+
+
+class EnginePool:
+    """An :class:`IOPool` whose :meth:`read` and :meth:`write` name one ``batchlu.io-engine`` (a
+    run's), with the pool's signature otherwise."""
+
+    def __init__(self, pool: IOPool, engine: str):
+        self.pool, self.engine = pool, engine
+
+    def read(self, store: str, array: str, start: int, stop: int, out: np.ndarray):
+        return self.pool.read(store, array, start, stop, out, self.engine)
+
+    def write(self, store: str, array: str, start: int, stop: int, value: np.ndarray):
+        return self.pool.write(store, array, start, stop, value, self.engine)
 
 
 _POOL: IOPool | None = None
@@ -406,12 +430,12 @@ class _ChildState:
                 self.maps.pop(name, None)  # unmapped once the last view of it is gone
 
 
-def _serve(state: _ChildState, kind, store, path, start, stop, where) -> None:
+def _serve(state: _ChildState, kind, store, path, start, stop, where, engine="auto") -> None:
     view = state.view(where)
     if kind == "read":
-        read_into(open_array(store, path, "r"), start, stop, view)
+        read_into(open_array(store, path, "r", engine=engine), start, stop, view)
     elif kind == "write":  # outputs only (the worker records chunks complete itself)
-        open_array(store, path, "r+", write_empty=True)[start:stop] = view
+        open_array(store, path, "r+", write_empty=True, engine=engine)[start:stop] = view
     else:
         raise ValueError(f"Expected an I/O request read or write. Got {kind!r} instead.")
 
@@ -452,11 +476,11 @@ def _child_main() -> None:
     with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="batchlu-io") as pool:
         while True:
             try:
-                rid, kind, store, path, start, stop, where, forget = requests.recv()
+                rid, kind, store, path, start, stop, where, forget, engine = requests.recv()
             except (EOFError, OSError):
                 break  # pool closed or worker dead: finish what was started, then exit
             if forget:
                 state.forget(forget)
-            future = pool.submit(_serve, state, kind, store, path, start, stop, where)
+            future = pool.submit(_serve, state, kind, store, path, start, stop, where, engine)
             future.add_done_callback(lambda f, rid=rid: answer(rid, f))
 

@@ -85,18 +85,46 @@ def _slogdet_outputs(n, dtype, rhs_dtype, k, nan, real):
     return [OutputSpec("sign", (), dtype, nan), OutputSpec("logabsdet", (), real, nan)]
 
 
+# The test ratios ``batchlu verify`` judges each op's results by (name -> one float per matrix), from
+# :mod:`batchlu.testing.ratios`; ``out`` holds the op's outputs, ``b`` the right-hand sides of solve.
+def _lu_ratios(a, out, b):
+    from batchlu.testing import ratios
+
+    return {"dget01": ratios.get01(a, out["lu"], out["piv"])}
+
+
+def _inv_ratios(a, out, b):
+    from batchlu.testing import ratios
+
+    return {"dget03": ratios.get03(a, out["inv"])}
+
+
+def _solve_ratios(a, out, b):
+    from batchlu.testing import ratios
+
+    return {"dget02": ratios.get02(a, out["x"], b)}
+
+
+def _slogdet_ratios(a, out, b):
+    from batchlu.testing import ratios
+
+    r = ratios.slogdet_ratios(a, out["sign"], out["logabsdet"])
+    return {"logabsdet": r.logabsdet, "sign": r.sign, "sign-modulus": r.modulus}
+
+
 @dataclasses.dataclass(frozen=True)
 class Op:
     """One op: the :mod:`batchlu.kernels` function that computes a batch, the arrays it writes (before
-    ``info``, in that function's return order), whether it takes right-hand sides, and the test ratio
-    ``batchlu verify`` judges its results by (its other rules: :mod:`batchlu.pipeline._verify_rules`)."""
+    ``info``, in that function's return order; the first is its main result), whether it takes
+    right-hand sides, and the test ratios ``batchlu verify`` judges its results by (its other rules:
+    :mod:`batchlu.pipeline._verify_rules`)."""
 
     name: str
     kernel: str
     results: tuple[str, ...]
     needs_rhs: bool
-    ratio: str
     _outputs: object = dataclasses.field(repr=False, compare=False)
+    _ratios: object = dataclasses.field(repr=False, compare=False)
 
     def outputs(self, n: int, dtype, rhs_dtype=None, k: int | None = None) -> list[OutputSpec]:
         """The arrays the op writes, ``info`` last, in the order they are created and written."""
@@ -112,14 +140,18 @@ class Op:
         values = getattr(kernels, self.kernel)(*((a, b) if self.needs_rhs else (a,)))
         return dict(zip(self.results + ("info",), values))
 
+    def ratios(self, a, out: dict, b=None) -> dict:
+        """The op's test ratios of the outputs ``out`` for inputs ``a`` (and ``b``): name -> per matrix."""
+        return self._ratios(a, out, b)
+
 
 # The one table of ops: the CLI's choices, the outputs, the compute and verify all read it.
 OP_TABLE = {op.name: op for op in (
-    Op("lu", "lu_factor", ("lu", "piv"), needs_rhs=False, ratio="dget01", _outputs=_lu_outputs),
-    Op("inv", "inv", ("inv",), needs_rhs=False, ratio="dget03", _outputs=_inv_outputs),
-    Op("solve", "solve", ("x",), needs_rhs=True, ratio="dget02", _outputs=_solve_outputs),
-    Op("slogdet", "slogdet", ("sign", "logabsdet"), needs_rhs=False, ratio="logabsdet, sign",
-       _outputs=_slogdet_outputs),
+    Op("lu", "lu_factor", ("lu", "piv"), needs_rhs=False, _outputs=_lu_outputs, _ratios=_lu_ratios),
+    Op("inv", "inv", ("inv",), needs_rhs=False, _outputs=_inv_outputs, _ratios=_inv_ratios),
+    Op("solve", "solve", ("x",), needs_rhs=True, _outputs=_solve_outputs, _ratios=_solve_ratios),
+    Op("slogdet", "slogdet", ("sign", "logabsdet"), needs_rhs=False, _outputs=_slogdet_outputs,
+       _ratios=_slogdet_ratios),
 )}
 OPS = tuple(OP_TABLE)
 

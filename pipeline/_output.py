@@ -108,29 +108,49 @@ def check_resume(record: dict, provenance: dict) -> None:
 
 
 def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan,
-           compressor: str = "zstd") -> zarr.Group:
+           compressor: str, layout: str) -> zarr.Group:
     """A fresh output group: provenance first (status "running"), then the arrays (compressed with
-    ``compressor``, the ``output-compressor`` setting), then the ledger."""
+    ``compressor``, the ``output-compressor`` setting, in ``layout``), then the ledger."""
     group = zarr.open_group(store=path, mode="w-", zarr_format=3, attributes={ATTR: provenance})
-    ensure_arrays(group, specs, plan, compressor)
+    ensure_arrays(group, specs, plan, compressor, layout)
     return group
 
 
-def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compressor: str = "zstd") -> None:
+INNER_BYTES = 256 << 10   # sharded outputs: inner chunks of about this many bytes (nvCOMP's sweet spot)
+
+
+def inner_chunk(chunk: int, matrix_bytes: int, target: int = INNER_BYTES) -> int:
+    """Matrices per inner chunk of a shard of ``chunk`` matrices: the largest divisor of ``chunk``
+    whose chunk takes at most ``target`` bytes (at least one matrix)."""
+    best = 1
+    for d in range(1, chunk + 1):
+        if chunk % d == 0 and d * matrix_bytes <= target:
+            best = d
+    return best
+
+
+def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compressor: str,
+                  layout: str) -> None:
     """Create whichever output arrays (and the ledger) are missing, e.g. after a kill during creation;
-    ``compressor`` is the ``output-compressor`` setting of the run that created the output."""
+    ``compressor`` and ``layout`` are the settings of the run that created the output."""
     count, chunk = plan.count, plan.chunk
     for spec in specs:
         if spec.name in group:
             array = group[spec.name]
-            if tuple(array.shape) != (count,) + spec.tail or array.chunks[0] != chunk:
+            if tuple(array.shape) != (count,) + spec.tail or (array.shards or array.chunks)[0] != chunk:
                 raise ResumeError(f"Expected the output array {spec.name} to have shape "
                                   f"{(count,) + spec.tail} and chunks of {chunk} along N. Got shape "
                                   f"{array.shape}, chunks {array.chunks} instead.")
             continue
-        group.create_array(spec.name, shape=(count,) + spec.tail, chunks=(chunk,) + spec.tail,
-                           dtype=spec.dtype, fill_value=spec.fill, compressors=compressors(compressor),
-                           config={"write_empty_chunks": True})
+        shape = (count,) + spec.tail
+        if layout == "sharded":
+            matrix_bytes = int(np.prod(spec.tail, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
+            inner = inner_chunk(chunk, matrix_bytes)
+            extra = {"chunks": (inner,) + spec.tail, "shards": (chunk,) + spec.tail}
+        else:
+            extra = {"chunks": (chunk,) + spec.tail}
+        group.create_array(spec.name, shape=shape, dtype=spec.dtype, fill_value=spec.fill,
+                           compressors=compressors(compressor), config={"write_empty_chunks": True}, **extra)
     if not _ledger.exists(group):
         _ledger.create(group, plan.n_chunks)
     elif _ledger.DIGESTS not in group:  # an older batchlu's output, with no chunk complete (resume checked)
@@ -155,7 +175,7 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
                                   f"instead; {hint}")
             continue
         want = ((plan.count,) + spec.tail, np.dtype(spec.dtype), (plan.chunk,) + spec.tail)
-        got = ((tuple(node.shape), np.dtype(node.dtype), tuple(node.chunks))
+        got = ((tuple(node.shape), np.dtype(node.dtype), tuple(node.shards or node.chunks))
                if isinstance(node, zarr.Array) else None)
         if got != want:
             found = (f"shape {got[0]}, dtype {got[1]}, chunks {got[2]}" if got else "a group")
@@ -173,13 +193,10 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
 
 def compressors(setting: str):
     """The output arrays' codecs for the ``output-compressor`` setting: ``zstd`` (zarr's default),
-    ``zstd:LEVEL`` or ``none``."""
-    name, _, level = str(setting).partition(":")
-    if name == "none":
-        return None
-    if level:
-        return zarr.codecs.ZstdCodec(level=int(level))
-    return "auto"
+    ``zstd:LEVEL``, ``lz4`` (numcodecs' LZ4, which zarr-python reads) or ``none``."""
+    from ._codecs import output_compressors
+
+    return output_compressors(str(setting))
 
 
 def update(path: str, **changes) -> dict:

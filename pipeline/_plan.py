@@ -1,4 +1,4 @@
-"""Cut N matrices into tasks: whole output chunks per task, batches from the memory budget, and a
+"""Cut N matrices into tasks: whole output chunks per task, chunks and batches sized in bytes, and a
 bounded number of tasks however large N is.
 
 Vocabulary: the output is chunked along N in ``chunk`` matrices; chunk ``c`` holds matrices
@@ -6,11 +6,25 @@ Vocabulary: the output is chunked along N in ``chunk`` matrices; chunk ``c`` hol
 write the same chunk; inside a task, matrices go through in batches of ``batch`` (a multiple of
 ``chunk``) so that memory stays within the budget whatever the task's length.
 
+Sizing in bytes: every chunk costs the same fixed work whatever it holds (a task, a missing-chunk
+look-up, a file per output array, two ledger records, a CRC), so a chunk of a few hundred kilobytes
+moves far fewer GB/s than one of tens of megabytes. The output chunk is therefore whole input
+chunks (or shards), as many as fit in ``batchlu.chunk-bytes`` of input and in the memory budget:
+an input written with small chunks (``--chunk 256`` at n = 8 is 128 KiB) is read and written in
+chunks of about the same bytes as one written with large ones, whatever n is. Merging stops where
+it would leave fewer than :data:`MIN_CHUNKS` chunks, so that a short job still has a task for every
+worker thread. Input chunks are never split unless one does not fit the memory budget (a task that
+reads part of a chunk decodes all of it).
+
 Determinism: ``batch == chunk``, so every kernels call covers exactly one output chunk, whatever
 the tasks are. The CPU backend's results for complex dtypes depend on the batch's size and
 composition in the last bit (NumPy's SIMD and scalar loops round complex products differently), so
 a chunk computed inside a larger batch would differ from the same chunk recomputed alone on resume.
 The batch loop cuts a task into its batches (:func:`batchlu.pipeline._batches.sub_batches`).
+
+A matrix larger than the budget (n = 4096 complex128 takes 1 GiB for ``inv`` with its workspace,
+against the default 256 MiB) still runs, one matrix per batch: :func:`budget_warning` says so, with
+the budget that would hold it.
 """
 
 from __future__ import annotations
@@ -21,6 +35,7 @@ import math
 import numpy as np
 
 WORKSPACE_FACTOR = 2  # the kernels' copies and workspace, relative to input + output bytes
+MIN_CHUNKS = 64       # merging small input chunks stops short of leaving fewer output chunks than this
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,21 +79,62 @@ def bytes_per_matrix(n: int, in_itemsize: int, out_bytes: int, rhs_bytes: int = 
     return WORKSPACE_FACTOR * (n * n * in_itemsize + rhs_bytes + out_bytes)
 
 
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes} B"
+
+
+def budget_warning(plan: Plan, per_matrix: int, memory_budget: int) -> str | None:
+    """A one-line warning where one batch of ``plan`` needs more than ``memory_budget`` (one matrix of
+    ``per_matrix`` bytes already does, or an explicit ``chunk`` asks for more); None where it fits."""
+    need = plan.batch * per_matrix
+    if not plan.count or need <= memory_budget:
+        return None
+    if plan.batch == 1:
+        return (f"memory-budget {_size(memory_budget)} is smaller than one matrix with its outputs and "
+                f"workspace ({_size(per_matrix)}): running one matrix per batch, about {_size(per_matrix)} "
+                f"each; set memory-budget to at least {_size(per_matrix)} to plan within it.")
+    return (f"chunk {plan.chunk} needs about {_size(need)} per batch ({_size(per_matrix)} per matrix with "
+            f"outputs and workspace), more than memory-budget {_size(memory_budget)}; running batches of "
+            f"{plan.batch} matrices as the chunk asks.")
+
+
 def make_plan(count: int, per_matrix: int, *, memory_budget: int, max_tasks: int,
-              input_chunk: int, chunk: int | None = None) -> Plan:
+              input_chunk: int, chunk: int | None = None, matrix_bytes: int = 0, chunk_bytes: int = 0,
+              input_inner: int | None = None) -> Plan:
     """Choose the output chunk, the batch and the task grid.
 
-    * ``chunk``: as given, else the input's chunk length along N capped by what fits the budget
-      (so that tasks read whole input chunks where they can);
+    * ``chunk``: as given, else whole input chunks of ``input_chunk`` matrices (the input's read
+      unit: its chunk, or its shard), as many as fit both ``chunk_bytes`` bytes of input
+      (``matrix_bytes`` per matrix: matrix and right-hand side) and the memory budget, while at least
+      :data:`MIN_CHUNKS` chunks remain (see the module docstring). An input chunk larger than the
+      budget allows is cut: into whole inner chunks of ``input_inner`` matrices for a sharded input,
+      else to what fits;
     * ``batch``: one chunk (see the module docstring);
     * tasks: one batch each, or more when that would exceed ``max_tasks``.
     """
     fit = max(1, memory_budget // max(1, per_matrix))
     if chunk is None:
-        chunk = max(1, min(input_chunk, fit, count or 1))
+        chunk = _chunk(count, fit, input_chunk, matrix_bytes, chunk_bytes, input_inner)
     batch = chunk
     n_chunks = math.ceil(count / chunk) if count else 0
     chunks_per_task = batch // chunk
     if n_chunks and math.ceil(n_chunks / chunks_per_task) > max_tasks:
         chunks_per_task = math.ceil(n_chunks / max_tasks)
     return Plan(count=count, chunk=chunk, batch=batch, chunks_per_task=chunks_per_task)
+
+
+def _chunk(count: int, fit: int, unit: int, matrix_bytes: int, target: int, inner: int | None) -> int:
+    """The output chunk (matrices) :func:`make_plan` picks when none is given."""
+    unit = max(1, int(unit))
+    if unit > fit:  # one input chunk exceeds the budget: cut it, at inner chunks where there are some
+        inner = int(inner or 0)
+        chunk = fit // inner * inner if 0 < inner <= fit else fit
+    else:
+        units = math.ceil(count / unit) if count else 0
+        merge = min(fit // unit, units // MIN_CHUNKS,
+                    int(target) // max(1, unit * int(matrix_bytes)) if matrix_bytes and target else 1)
+        chunk = unit * max(1, merge)
+    return max(1, min(chunk, count or 1))

@@ -1,4 +1,19 @@
-"""What a run reports: counts, throughput and where the work went, with a readable repr."""
+"""What a run reports: counts, throughput and where the work and the time went, with a readable repr.
+
+The time of a run, in four parts that add up to less than its whole (:attr:`Report.wall`; the rest is
+the checks before the tasks, the output's creation or the resume checks, and closing the cluster):
+
+* ``cluster_start``: connecting to the cluster, or starting the embedded one;
+* ``warmup``: asking the workers which backend they run and setting up the GPU workers for the run
+  (device, allocator, kernel compilation or CuPy's on-disk kernel cache, pinned buffers, I/O
+  processes; :mod:`batchlu.pipeline._warmup`);
+* ``elapsed``: the compute, from handing the tasks to the cluster to the last result. The rates
+  (matrices/s, GB/s) are over this part only, so that a short job's rate is not its start-up's.
+
+``read_s``, ``compute_s`` and ``write_s`` are the tasks' stage times summed over the tasks (the
+stages overlap, within a task and across the worker threads): they say which stage the tasks
+spent their time in, not how long the run took.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +34,14 @@ class Report:
     nonfinite: int = 0         # info == -1: the input holds NaN or Inf
     nonfinite_result: int = 0  # info == -2: finite input, non-finite result (overflow)
     missing: int = 0           # info == -3: input chunk missing (batchlu.missing-chunks: fill)
-    elapsed: float = 0.0       # seconds from submitting the tasks to the last result
+    elapsed: float = 0.0       # compute: seconds from submitting the tasks to the last result
     submitted: bool = False    # tasks were handed to the cluster (internal: decides cleanup on failure)
-    startup: float = 0.0       # seconds to connect (or start the embedded cluster) and set it up
+    cluster_start: float = 0.0  # seconds to connect, or to start the embedded cluster
+    warmup: float = 0.0        # seconds to resolve the backend and set up the workers (GPU: compile)
+    wall: float = 0.0          # seconds of the whole run, from the call to its return
+    read_s: float = 0.0        # the tasks' read, compute and write stages, summed over the tasks
+    compute_s: float = 0.0
+    write_s: float = 0.0
     bytes_in: int = 0          # bytes read by this run's tasks
     bytes_out: int = 0         # bytes written by this run's tasks
     tasks: int = 0
@@ -30,6 +50,7 @@ class Report:
     per_worker: dict[str, int] = dataclasses.field(default_factory=dict)  # matrices per worker
     status: str = "complete"
     dashboard: str | None = None
+    codecs: dict[str, str] = dataclasses.field(default_factory=dict)  # GPU runs: array -> where its codec ran, why
 
     @property
     def counts(self) -> InfoCounts:
@@ -70,12 +91,17 @@ class Report:
             f"matrices/s, {self.gb_in_per_s:.3f} GB/s in, {self.gb_out_per_s:.3f} GB/s out), "
             f"{self.tasks:,} tasks",
         ]
-        if self.startup >= 0.05:
-            lines.append(f"  cluster start and setup {self.startup:.2f} s"
-                         + (f", dashboard {self.dashboard}" if self.dashboard else ""))
+        lines.append(f"  time: cluster start {self.cluster_start:.2f} s, warm-up {self.warmup:.2f} s, "
+                     f"compute {self.elapsed:.2f} s, total {self.wall:.2f} s"
+                     + (f"; dashboard {self.dashboard}" if self.dashboard else ""))
+        if self.processed:
+            lines.append(f"  task stages, summed over the tasks: read {self.read_s:.2f} s, "
+                         f"compute {self.compute_s:.2f} s, write {self.write_s:.2f} s")
         if self.skipped:
             lines.append(f"  skipped {self.skipped:,} already complete (resume)")
         lines.append(f"  backend {self.backend} -> {', '.join(self.backends) or '-'}")
+        for name, where in self.codecs.items():
+            lines.append(f"  codec of {'the input' if name == 'a' else 'the right-hand side' if name == 'b' else name}: {where}")
         if len(self.per_worker) > 1:
             share = ", ".join(f"{w} {s:.0%}" for w, s in self.worker_share.items())
             lines.append(f"  per worker: {share}")

@@ -7,19 +7,20 @@ import dataclasses
 import os
 import shutil
 import time
+import warnings
 
 import numpy as np
 import zarr
 
 from . import _cluster, _fingerprint, _live, _ledger, _lock, _output
-from ._config import options as make_options, task_delay
+from ._config import Options, options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
-from ._plan import bytes_per_matrix, make_plan
+from ._plan import budget_warning, bytes_per_matrix, make_plan
 from ._report import Report
 from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
                      parse_ref)
 from ._tasks import Job, process_range
-from .errors import InputError
+from .errors import BatchluWarning, InputError
 
 
 def _count_info(path: str) -> InfoCounts:
@@ -42,6 +43,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     (mapping or :class:`batchlu.pipeline.Options`). Returns a :class:`batchlu.pipeline.Report`.
     """
     _cluster.check_not_bootstrapping("batchlu.run")
+    called = time.perf_counter()
     opts = make_options(config, backend=None if backend == "auto" else backend)
     show = bool(progress) and opts.progress
     spec = get_op(op)
@@ -77,14 +79,20 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     if record is not None:
         _output.check_resume(record, provenance)
     chunk = int(record["plan"]["chunk"]) if record and record.get("plan") else opts.chunk
-    per_matrix = bytes_per_matrix(n, matrices.dtype.itemsize, sum(s.nbytes() for s in specs),
-                                  rhs_info.dtype.itemsize * n * (k or 1) if rhs_info else 0)
+    rhs_bytes = rhs_info.dtype.itemsize * n * (k or 1) if rhs_info else 0
+    per_matrix = bytes_per_matrix(n, matrices.dtype.itemsize, sum(s.nbytes() for s in specs), rhs_bytes)
+    matrix_bytes = n * n * matrices.dtype.itemsize + rhs_bytes  # input read per matrix
     plan = make_plan(matrices.count, per_matrix, memory_budget=opts.memory_budget,
-                     max_tasks=opts.max_tasks, input_chunk=matrices.read_unit, chunk=chunk)
+                     max_tasks=opts.max_tasks, input_chunk=matrices.read_unit, chunk=chunk,
+                     matrix_bytes=matrix_bytes, chunk_bytes=opts.chunk_bytes,
+                     input_inner=matrices.chunks[0] if matrices.chunks else None)
+    note = budget_warning(plan, per_matrix, opts.memory_budget)
+    if note is not None:
+        warnings.warn(note, BatchluWarning, stacklevel=2)
     provenance["plan"] = plan.as_dict()
 
     if record is None:
-        _output.create(out_path, provenance, specs, plan, opts.output_compressor)
+        _output.create(out_path, provenance, specs, plan, opts.output_compressor, opts.output_layout)
         runs = []
     else:
         group = zarr.open_group(store=out_path, mode="r+")
@@ -95,8 +103,9 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
                                      matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
         _output.clean_partials(out_path)
         # arrays made again after a kill during creation: as the run that created the output made them
-        recorded = record.get("settings", {}).get("output_compressor", "zstd")
-        _output.ensure_arrays(group, specs, plan, recorded)
+        recorded = record.get("settings") or {}
+        _output.ensure_arrays(group, specs, plan, recorded.get("output_compressor", Options().output_compressor),
+                              recorded.get("output_layout", "chunks"))
         runs = list(record.get("runs", []))
         provenance["started"] = record.get("started", provenance["started"])
         provenance["backends_used"] = list(record.get("backends_used", []))
@@ -122,13 +131,13 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
             # behind, so that the corrected command needs neither --resume nor --overwrite
             shutil.rmtree(out_path, ignore_errors=True)
         else:
-            _fail(out_path, provenance, runs, run_started, report, exc)
+            _fail(out_path, provenance, runs, run_started, report, exc, _times(report, called))
         raise
 
     if not _ledger.read(out_path).all():  # a task returned without recording its chunks
         exc = RuntimeError("Expected every output chunk recorded complete after the run. "
                            "Got some unrecorded instead.")
-        _fail(out_path, provenance, runs, run_started, report, exc)
+        _fail(out_path, provenance, runs, run_started, report, exc, _times(report, called))
         raise exc
     if report.skipped:
         report.counts = _count_info(out_path)
@@ -136,18 +145,26 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     _output.update(out_path, status="complete", finished=_output.now(), backends_used=used,
                    runs=runs + [{"started": run_started, "finished": _output.now(),
                                  "resume": bool(record), "status": "complete",
-                                 "matrices": report.processed, "seconds": report.elapsed}],
+                                 "matrices": report.processed, **_times(report, called)}],
                    counts=report.counts._asdict())
     report.status = "complete"
+    report.wall = time.perf_counter() - called
     return report
 
 
-def _fail(out_path, provenance, runs, run_started, report, exc) -> None:
+def _times(report: Report, called: float) -> dict:
+    """The run's times as its record in the output's provenance keeps them (see pipeline._report)."""
+    return {"cluster_start": report.cluster_start, "warmup": report.warmup, "seconds": report.elapsed,
+            "wall": time.perf_counter() - called}
+
+
+def _fail(out_path, provenance, runs, run_started, report, exc, times: dict) -> None:
     """Best effort: record the failure; the status never says complete."""
+    report.wall = times["wall"]
     try:
         _output.update(out_path, status="failed", error=f"{type(exc).__name__}: {exc}",
                        runs=runs + [{"started": run_started, "finished": _output.now(),
-                                     "status": "failed", "matrices": report.processed}])
+                                     "status": "failed", "matrices": report.processed, **times}])
     except Exception:
         pass
     report.status = "failed"
@@ -159,13 +176,21 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
     from . import _warmup
 
     t0 = time.perf_counter()
+    if all(value is None for value in connect.values()):
+        # the embedded cluster is built for one backend, decided here once: it is the tasks' too
+        opts = opts.replace(backend=_cluster.embedded_backend(opts))
     with _cluster.connect(opts, **connect) as client, _cluster.performance_report(opts.performance_report):
         report.dashboard = _cluster.dashboard_link(client)
-        # one probe: the tasks get cpu or gpu (gpu fails here, before any task, where a worker has none)
-        job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, job.backend))
+        started = time.perf_counter()
+        report.cluster_start = started - t0
+        # cpu asks nothing; else one probe of the workers: the tasks get cpu or gpu (gpu fails here,
+        # before any task, where a worker has none)
+        job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, opts.backend))
+        job = _warmup.choose_codecs(client, job)  # GPU runs: where each array's chunks are decoded/encoded
+        report.codecs = {name: f"{c.device} ({c.reason})" for name, c in (job.codecs or {}).items()}
         _warmup.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
         submitted = time.perf_counter()
-        report.startup = submitted - t0
+        report.warmup = submitted - started
         c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]
         report.submitted = True  # from here on tasks may write: a failure keeps the output
         futures = client.map(process_range, [job] * len(tasks), c0s, c1s, pure=False,
@@ -186,6 +211,9 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
                 report.counts = report.counts.plus(result.counts)
                 report.bytes_in += result.bytes_in
                 report.bytes_out += result.bytes_out
+                report.read_s += result.read_s
+                report.compute_s += result.compute_s
+                report.write_s += result.write_s
                 report.per_worker[result.worker] = report.per_worker.get(result.worker, 0) + result.matrices
                 backends.add(result.backend)
         except BaseException:

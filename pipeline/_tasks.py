@@ -45,6 +45,7 @@ class Job:
     backend: str = "auto"             # cpu or gpu, resolved in the client (auto: each worker its own)
     settings: Options = dataclasses.field(default_factory=Options)   # the run's, whole
     task_delay: float = 0.0           # batchlu-testing.task-delay: tests that interrupt a run only
+    codecs: dict | None = None        # GPU runs: array ("a", "b", outputs) -> pipeline._codecs.Choice
 
 
 @dataclasses.dataclass
@@ -57,6 +58,9 @@ class TaskResult(InfoTally):
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
+    read_s: float = 0.0       # the batch loop's stage times (pipeline._batches.PathStats)
+    compute_s: float = 0.0
+    write_s: float = 0.0
     worker: str = ""
     backend: str = ""
     error: BaseException | None = None   # an error raised on purpose in the task: the client raises it
@@ -68,11 +72,13 @@ class TaskIO:
 
     def __init__(self, job: Job):
         self.job = job
-        self.input = open_array(job.input.path, job.input.array, "r")
-        self.rhs = open_array(job.rhs.path, job.rhs.array, "r") if job.rhs is not None else None
+        engine = job.settings.io_engine  # batchlu.io-engine: the codec pipeline (pipeline._io_engines)
+        self.input = open_array(job.input.path, job.input.array, "r", engine=engine)
+        self.rhs = open_array(job.rhs.path, job.rhs.array, "r", engine=engine) if job.rhs is not None else None
         # write_empty: a chunk whose values all equal the fill value (the NaN inverses of a chunk of
         # singular matrices) is stored too, so that resume can check every complete chunk is there
-        self.out = {name: open_array(job.output, name, "r+", write_empty=True) for name in job.outputs}
+        self.out = {name: open_array(job.output, name, "r+", write_empty=True, engine=engine)
+                    for name in job.outputs}
 
     def missing(self, start: int, stop: int) -> np.ndarray | None:
         """Look up the chunks matrices ``[start, stop)`` need, in the input and the right-hand side:
@@ -123,7 +129,7 @@ def io_pool_for(job: Job, engine):
                                               _worker_threads())
     if processes == 0 or not _io_pool.supported():
         return None
-    return _io_pool.get_pool(processes, threads)
+    return _io_pool.get_pool(processes, threads).using(job.settings.io_engine)
 
 
 def _worker_threads() -> int:
@@ -162,10 +168,18 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
     batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error,
                        pool=io_pool_for(job, engine), where=where, missing=io.missing,
                        on_read=on_read)
-    stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
+    stored = {name: c.stored for name, c in (job.codecs or {}).items() if c.device == "gpu"}
+    if engine.name == "gpu" and stored:
+        from ._device_batches import DeviceIO, run_device_batches
+
+        dio = DeviceIO(batch_io, stored, plan.chunk, digests=digests.__setitem__)
+        stats = run_device_batches(engine, job.op, dio, ranges, delay=job.task_delay)
+    else:
+        stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
     address = _worker_address()
     return TaskResult(c0, c1, matrices=stats.matrices, **stats.counts._asdict(), bytes_in=stats.bytes_in,
-                      bytes_out=stats.bytes_out, seconds=stats.wall_s,
+                      bytes_out=stats.bytes_out, seconds=stats.wall_s, read_s=stats.read_s,
+                      compute_s=stats.compute_s, write_s=stats.write_s,
                       worker=address if engine.name == "cpu" else f"{address} {engine.describe()}")
 
 

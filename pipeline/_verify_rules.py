@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._ops import INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_NOT_COMPUTED, OPS
+from ._ops import INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_NOT_COMPUTED, OP_TABLE, OPS
 
 __all__ = ["NAN_OUTPUT_CODES", "NEGATIVE_CODES", "RULES", "Block", "Rule", "rules_for"]
 
@@ -53,7 +53,7 @@ class Block:
     @functools.cached_property
     def result(self) -> np.ndarray:
         """The op's main floating output: lu, inv, x or sign."""
-        return self.out[{"lu": "lu", "inv": "inv", "solve": "x", "slogdet": "sign"}[self.op]]
+        return self.out[OP_TABLE[self.op].results[0]]
 
     @functools.cached_property
     def eps(self) -> float:
@@ -107,24 +107,12 @@ class Block:
         pick = self.rated
         a, out = self.a[pick], {k: v[pick] for k, v in self.out.items()}
         with np.errstate(all="ignore"):  # NaN / Inf in a result give a NaN / Inf ratio: broken
-            got = self._op_ratios(a, out, None if self.b is None else self.b[pick])
+            got = OP_TABLE[self.op].ratios(a, out, None if self.b is None else self.b[pick])
         full = {}
         for name, value in got.items():
             full[name] = np.zeros(len(self.info))
             full[name][pick] = np.where(np.isnan(value), np.inf, value)
         return full
-
-    def _op_ratios(self, a, out, b) -> dict:
-        from batchlu.testing import ratios
-
-        if self.op == "lu":
-            return {"dget01": ratios.get01(a, out["lu"], out["piv"])}
-        if self.op == "inv":
-            return {"dget03": ratios.get03(a, out["inv"])}
-        if self.op == "solve":
-            return {"dget02": ratios.get02(a, out["x"], b)}
-        r = ratios.slogdet_ratios(a, out["sign"], out["logabsdet"])
-        return {"logabsdet": r.logabsdet, "sign": r.sign, "sign-modulus": r.modulus}
 
 
 @dataclasses.dataclass(frozen=True)

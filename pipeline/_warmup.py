@@ -15,7 +15,7 @@ from ._batches import sub_batches
 from ._config import Options
 from .plugins import GPUSetup, WarmUp
 
-__all__ = ["prepare_workers", "resolve_backend", "warmup_for"]
+__all__ = ["choose_codecs", "prepare_workers", "resolve_backend", "warmup_for"]
 
 
 def resolve_backend(client, requested: str) -> str:
@@ -30,6 +30,31 @@ def resolve_backend(client, requested: str) -> str:
         return "cpu"
     answers = set(client.run(_backends.probe, requested).values())
     return answers.pop() if len(answers) == 1 else requested
+
+
+def choose_codecs(client, job):
+    """``job`` with :attr:`codecs`: where each array's chunks are decoded or encoded
+    (:func:`batchlu.pipeline._codecs.choose`), from one probe of the workers for nvCOMP. Only GPU runs
+    ask; a CPU run decodes on the host, as always."""
+    import dataclasses
+
+    from . import _codecs, _gpu_codecs
+
+    if job.backend != "gpu":
+        return job
+    setting = job.settings.codec_device
+    nvcomp = None
+    if setting != "cpu":
+        answers = {why for why in client.run(_gpu_codecs.missing).values() if why}
+        nvcomp = sorted(answers)[0] if answers else None
+    arrays = {"a": job.input.open("r")}
+    if job.rhs is not None:
+        arrays["b"] = job.rhs.open("r")
+    for name in job.outputs:
+        arrays[name] = zarr.open_array(store=job.output, path=name, mode="r")
+    codecs = {name: _codecs.choose(array, setting, gpu=True, nvcomp=nvcomp, reading=name in ("a", "b"))
+              for name, array in arrays.items()}
+    return dataclasses.replace(job, codecs=codecs)
 
 
 def prepare_workers(client, job, options: Options) -> None:

@@ -86,8 +86,26 @@ def _check_room(out: str, shape: tuple, dtype: np.dtype, chunk: int, kind: str) 
     return max(1, int(available // need))
 
 
+LAYOUTS = ("chunks", "sharded")
+
+
+def _layout(layout: str, chunk: int, tail: tuple, dtype: np.dtype) -> dict:
+    """zarr's ``chunks=`` / ``shards=`` for ``layout``: one chunk of ``chunk`` matrices, or one shard
+    of them in inner chunks of about 256 KiB (what nvCOMP decodes fastest, docs/performance.md)."""
+    from ._output import inner_chunk
+
+    if layout not in LAYOUTS:
+        raise ConfigError(f"Expected layout to be one of {', '.join(LAYOUTS)}. Got {layout!r} instead.")
+    if layout == "chunks":
+        return {"chunks": (chunk,) + tail}
+    inner = inner_chunk(chunk, int(np.prod(tail, dtype=np.int64)) * dtype.itemsize)
+    # crc32c on each inner chunk: the GPU decodes an input only when its frames carry a checksum
+    return {"chunks": (inner,) + tail, "shards": (chunk,) + tail,
+            "compressors": [zarr.codecs.ZstdCodec(level=0), zarr.codecs.Crc32cCodec()]}
+
+
 def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, attrs: dict, *,
-           kind: str, overwrite: bool, force: bool) -> str:
+           kind: str, overwrite: bool, force: bool, layout: str = "chunks") -> str:
     out = check_output_path(path, [])
     exists = os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out))
     if exists and not overwrite:
@@ -99,11 +117,14 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
     if chunk is None:
         per = int(np.prod(tail, dtype=np.int64)) * dtype.itemsize
         chunk = max(1, min(count or 1, make_options().generate_chunk_bytes // max(1, per)))
+    grid = _layout(layout, chunk, tail, dtype)
     threads = _check_room(out, shape, dtype, chunk, kind)
     if os.path.exists(out):
         remove(out)  # only a Zarr store or an empty folder; anything else is refused
-    array = zarr.create_array(store=out, shape=shape, chunks=(chunk,) + tail, dtype=dtype,
-                              zarr_format=3, attributes={MARK_WRITING: attrs})
+    # write_empty_chunks: a chunk of zero matrices (singular-mix) is stored too; zarr would skip it,
+    # and batchlu run would then refuse the input for a missing chunk
+    array = zarr.create_array(store=out, shape=shape, dtype=dtype, zarr_format=3,
+                              attributes={MARK_WRITING: attrs}, config={"write_empty_chunks": True}, **grid)
 
     def one(c: int) -> None:
         lo, hi = c * chunk, min((c + 1) * chunk, count)
@@ -129,12 +150,13 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
 
 
 def generate(path, *, count, size, dtype="float64", chunk=None, kind="random", seed=0,
-             overwrite=False, force=False) -> str:
+             overwrite=False, force=False, layout="chunks") -> str:
     """Write ``count`` matrices of size ``size`` to a Zarr v3 array (count, size, size) at ``path``.
 
     ``kind`` is ``random``, ``illcond`` or ``singular-mix`` (see :mod:`batchlu.testing.matrices`); the same
     ``seed`` gives the same matrices. ``chunk`` is the chunk length along N (default: about
-    ``batchlu.generate.chunk-bytes``). An existing store is replaced only with ``overwrite`` and
+    ``batchlu.generate.chunk-bytes``); ``layout`` ``sharded`` stores each chunk as a shard of small
+    inner chunks (the layout the GPU codecs decode fastest). An existing store is replaced only with ``overwrite`` and
     only if ``batchlu generate`` wrote it (``force`` replaces any Zarr store). Returns the absolute
     path.
     """
@@ -148,11 +170,11 @@ def generate(path, *, count, size, dtype="float64", chunk=None, kind="random", s
     attrs = {"kind": kind, "seed": int(seed), "what": "matrices", "version": version()}
     return _write(path, (count, size, size), dtype, chunk,
                   lambda lo, hi: matrices.generate(kind, size, dtype, seed=seed, start=lo, stop=hi),
-                  attrs, kind=kind, overwrite=overwrite, force=force)
+                  attrs, kind=kind, overwrite=overwrite, force=force, layout=layout)
 
 
 def generate_rhs(path, *, count, size, k=1, dtype="float64", chunk=None, seed=0, overwrite=False,
-                 force=False) -> str:
+                 force=False, layout="chunks") -> str:
     """Write right-hand sides for ``solve``: (count, size) when ``k`` is 1, else (count, size, k).
 
     ``overwrite`` and ``force`` as for :func:`generate`."""
@@ -165,4 +187,4 @@ def generate_rhs(path, *, count, size, k=1, dtype="float64", chunk=None, seed=0,
     attrs = {"what": "rhs", "k": int(k), "seed": int(seed), "version": version()}
     return _write(path, shape, dtype, chunk,
                   lambda lo, hi: matrices.rhs(size, cols, dtype, seed=seed, start=lo, stop=hi), attrs,
-                  kind="rhs", overwrite=overwrite, force=force)
+                  kind="rhs", overwrite=overwrite, force=force, layout=layout)

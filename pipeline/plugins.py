@@ -16,6 +16,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from ._config import Options
 from ._logs import WorkerLog
+from .errors import GPUUnavailableError
 
 __all__ = ["GPUSetup", "WarmUp", "WorkerLog"]
 
@@ -109,9 +110,9 @@ def _use_rmm_pool(device: int, size: int) -> None:
         import rmm
         from rmm.allocators.cupy import rmm_cupy_allocator
     except ImportError as exc:
-        raise RuntimeError("Expected the rmm package on the worker for batchlu.cluster.rmm-pool-size. "
-                           "Got an ImportError instead: install rmm (conda environment.yml) or leave "
-                           "rmm-pool-size unset to use CuPy's memory pool.") from exc
+        raise GPUUnavailableError("Expected the rmm package on the worker for batchlu.cluster.rmm-pool-size. "
+                                  "Got an ImportError instead: install rmm (conda environment.yml) or "
+                                  "leave rmm-pool-size unset to use CuPy's memory pool.") from exc
     import cupy
 
     rmm.reinitialize(pool_allocator=True, initial_pool_size=size, devices=device)

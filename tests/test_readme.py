@@ -43,6 +43,26 @@ def test_every_shipped_setting_is_in_the_configuration_table():
     assert not stale, f"README documents settings that batchlu.yaml does not ship: {stale}"
 
 
+def _leaf_values(mapping, prefix="batchlu") -> dict:
+    values = {}
+    for name, value in mapping.items():
+        if isinstance(value, dict):
+            values.update(_leaf_values(value, f"{prefix}.{name}"))
+        else:
+            values[f"{prefix}.{name}"] = value
+    return values
+
+
+def test_the_configuration_table_gives_the_shipped_defaults():
+    shipped = _leaf_values(yaml.safe_load((ROOT / "pipeline" / "batchlu.yaml").read_text())["batchlu"])
+    rows = [line for line in _section("Configuration").splitlines() if line.startswith("| `batchlu.")]
+    documented = dict(re.match(r"\| `([^`]+)` \| `([^`]*)` \|", row).groups() for row in rows)
+    for key, value in shipped.items():
+        text = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        assert documented.get(key) == text, f"README: {key} defaults to {documented.get(key)!r}, " \
+                                            f"batchlu.yaml ships {text!r}"
+
+
 def _synopsis(command: str) -> str:
     """The lines of the README's synopsis block that belong to ``batchlu COMMAND``."""
     block = re.search(r"## The `batchlu` command line\n\n```text\n(.*?)```", README, re.S).group(1)

@@ -5,11 +5,13 @@ Everything ``batchlu run`` accepts beyond its two paths lives here, in three tab
 
 * ``RUN_OPTIONS``     -- what to compute and how to treat an existing output;
 * ``CLUSTER_OPTIONS`` -- where to run (an existing scheduler, or the embedded default);
-* ``CONFIG_OPTIONS``  -- shortcuts for ``batchlu.*`` keys of ``dask.config``; ``--config KEY=VALUE``
-  sets any other key.
+* ``CONFIG_OPTIONS``  -- shortcuts for ``batchlu.*`` keys of ``dask.config``, derived from the settings
+  table (:data:`batchlu.pipeline._config.SETTINGS`: a setting with a ``flag`` gets one, with its help
+  and a click type from its parser); ``--config KEY=VALUE`` sets any other key.
 
-To add an option, add one row to the table it belongs to (and, for a cluster option, one line in
-:func:`pipeline_kwargs`). The command in ``cli.py`` never lists options itself.
+To add a run or cluster option, add one row to the table it belongs to (and, for a cluster option, one
+line in :func:`pipeline_kwargs`); to give a setting a flag, give its field in ``pipeline/_config.py`` a
+``flag`` and ``help``. The command in ``cli.py`` never lists options itself.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import click
 import yaml
 
+from batchlu.pipeline import _config as settings
 from batchlu.pipeline._config import BACKENDS
 from batchlu.pipeline._ops import OP_TABLE, OPS
 
@@ -61,37 +64,25 @@ class ConfigOption:
         return click.option(self.flag, self.dest, type=self.type, default=None, help=self.help)
 
 
-CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
-    ConfigOption("--memory-budget", "batchlu.memory-budget", ByteSize(),
-                 "Memory one task may use for its batch (input, outputs and workspace), e.g. 256MiB."),
-    ConfigOption("--chunk", "batchlu.chunk", click.IntRange(min=1),
-                 "Output chunk length along N, in matrices (default: the input's, capped by the budget). "
-                 "Fixed when OUT is created: --resume keeps OUT's."),
-    ConfigOption("--workers", "batchlu.cluster.n-workers", click.IntRange(min=1),
-                 "Number of worker processes of the embedded local cluster."),
-    ConfigOption("--threads-per-worker", "batchlu.cluster.threads-per-worker", click.IntRange(min=1),
-                 "Threads per worker of the embedded local cluster."),
-    # issue 5: GPUs, TLS, performance report, output codec
-    ConfigOption("--gpus", "batchlu.cluster.gpus", click.STRING,
-                 "GPUs of the embedded GPU cluster, one worker each, e.g. 0,1 (default: "
-                 "CUDA_VISIBLE_DEVICES, else all)."),
-    ConfigOption("--rmm-pool-size", "batchlu.cluster.rmm-pool-size", ByteSize(),
-                 "Give each GPU worker an RMM memory pool of this size (needs rmm), e.g. 30GiB."),
-    ConfigOption("--tls-ca-file", "batchlu.tls.ca-file", click.Path(dir_okay=False, exists=True),
-                 "CA certificate (PEM): talk TLS to the scheduler and workers (distributed's Security)."),
-    ConfigOption("--tls-cert", "batchlu.tls.cert", click.Path(dir_okay=False, exists=True),
-                 "Certificate (PEM) of this client (and of the embedded cluster)."),
-    ConfigOption("--tls-key", "batchlu.tls.key", click.Path(dir_okay=False, exists=True),
-                 "Private key (PEM) of --tls-cert, unless the certificate file holds it."),
-    ConfigOption("--report", "batchlu.performance-report", click.Path(dir_okay=False),
-                 "Save Dask's performance report of the run to this HTML file (its folder must exist)."),
-    ConfigOption("--output-compressor", "batchlu.output-compressor", click.STRING,
-                 "Codec of the output arrays: zstd (default), zstd:LEVEL (LEVEL up to 22) or none "
-                 "(fastest). Fixed when OUT is created: --resume keeps OUT's."),
-    ConfigOption("--missing-chunks", "batchlu.missing-chunks", click.Choice(("error", "fill")),
-                 "A chunk missing from the input or right-hand side store: error (default: name it "
-                 "and stop), or fill (go on; its matrices get info -3 and NaN results)."),
-)
+def _click_type(parse) -> click.ParamType:
+    """The click type of a setting's flag, from its parser (:mod:`batchlu.pipeline._config`); the
+    parser checks the value again when the run's Options are built."""
+    if isinstance(parse, settings.Size):
+        return ByteSize()
+    if isinstance(parse, settings.Integer):
+        return click.IntRange(min=parse.minimum)
+    if isinstance(parse, settings.OneOf):
+        return click.Choice(parse.choices)
+    if isinstance(parse, settings.InputFile):
+        return click.Path(dir_okay=False, exists=True)
+    if isinstance(parse, settings.NewFile):
+        return click.Path(dir_okay=False)
+    return click.STRING
+
+
+# One flag per setting of the table that names one (batchlu.pipeline._config.SETTINGS), in its order.
+CONFIG_OPTIONS: tuple[ConfigOption, ...] = tuple(
+    ConfigOption(row.flag, row.name, _click_type(row.parse), row.help) for row in settings.SETTINGS if row.flag)
 
 
 def _config_pair(ctx, param, values):
@@ -134,7 +125,7 @@ RUN_OPTIONS = (
 CLUSTER_OPTIONS = (
     click.option("--scheduler", metavar="ADDRESS", default=None,
                  help="Address of a running Dask scheduler, e.g. tcp://10.0.0.1:8786; it must answer "
-                      "within batchlu.connect-timeout (30s)."),
+                      f"within batchlu.connect-timeout ({settings.BY_KEY['connect-timeout'].default:g}s)."),
     click.option("--scheduler-file", type=click.Path(dir_okay=False, exists=True), default=None,
                  help="Scheduler file written by `dask scheduler --scheduler-file`."),
 )
@@ -196,22 +187,19 @@ def _check_known(config: dict) -> None:
     """Refuse ``--config`` keys that no default declares: a typo would otherwise be ignored silently."""
     if not config:
         return
-    from batchlu.pipeline._config import check_keys
     from batchlu.pipeline.errors import ConfigError
 
     try:
-        check_keys(config)
+        settings.check_keys(config)
     except ConfigError as exc:
         raise click.UsageError(f"--config: {exc}") from None
 
 
 # Settings of the embedded cluster only: with --scheduler / --scheduler-file the cluster's own workers
 # run the tasks, and these would be ignored.
-EMBEDDED_ONLY = ("batchlu.cluster.n-workers", "batchlu.cluster.threads-per-worker", "batchlu.cluster.processes",
-                 "batchlu.cluster.host", "batchlu.cluster.dashboard-address", "batchlu.cluster.gpus",
-                 "batchlu.cluster.log-file")
+EMBEDDED_ONLY = tuple(row.name for row in settings.SETTINGS if row.embedded_only)
 # Settings fixed when the output is created: --resume keeps the output's own.
-FIXED_AT_CREATION = {"batchlu.chunk": "the chunking", "batchlu.output-compressor": "the codec"}
+FIXED_AT_CREATION = {row.name: row.fixed_at_creation for row in settings.SETTINGS if row.fixed_at_creation}
 
 
 def _given_as(params: dict, key: str) -> str | None:

@@ -24,11 +24,11 @@ import warnings
 import click
 
 from batchlu.kernels._validate import SUPPORTED_DTYPES
+from batchlu.testing.matrices import KINDS
 
 from ._run_options import join_array, pipeline_kwargs, run_options, stderr_is_terminal
 
 DTYPES = tuple(d.name for d in SUPPORTED_DTYPES)
-KINDS = ("random", "illcond", "singular-mix")
 DEMO_OP = "inv"
 
 
@@ -98,11 +98,14 @@ def cli(ctx, traceback):
               help="Also write right-hand sides for `batchlu run --op solve --rhs B.zarr`.")
 @click.option("--rhs-columns", "-k", type=click.IntRange(min=1), default=1, show_default=True,
               help="Columns per right-hand side: 1 gives B of shape (N, n), k > 1 gives (N, n, k).")
+@click.option("--layout", type=click.Choice(("chunks", "sharded")), default="chunks", show_default=True,
+              help="chunks: one Zarr chunk per --chunk matrices; sharded: one shard per --chunk matrices, "
+                   "in inner chunks of about 256 KiB (what the GPU codecs decode fastest).")
 @click.option("--overwrite", is_flag=True,
               help="Replace OUT.zarr (and B.zarr) if they exist and batchlu generate wrote them.")
 @click.option("--force", is_flag=True,
               help="With --overwrite: replace them even if batchlu generate did not write them.")
-def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns, overwrite, force):
+def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns, layout, overwrite, force):
     """Write N random n x n matrices to OUT.zarr (a Zarr v3 array of shape (N, n, n))."""
     from batchlu import pipeline
     from batchlu.pipeline._store import check_replaceable
@@ -122,11 +125,12 @@ def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns, o
         check_replaceable(target, writer="generate", force=force)
 
     where = pipeline.generate(out, count=count, size=size, dtype=dtype, chunk=chunk, kind=kind, seed=seed,
-                              overwrite=overwrite, force=force)
+                              overwrite=overwrite, force=force, layout=layout)
     click.echo(f"Wrote {count} {kind} {dtype} matrices of size {size}x{size} to {where}")
     if rhs_out:
         where = pipeline.generate_rhs(rhs_out, count=count, size=size, k=rhs_columns, dtype=dtype,
-                                      chunk=chunk, seed=seed, overwrite=overwrite, force=force)
+                                      chunk=chunk, seed=seed, overwrite=overwrite, force=force,
+                                      layout=layout)
         shape = (count, size) if rhs_columns == 1 else (count, size, rhs_columns)
         click.echo(f"Wrote right-hand sides of shape {shape} to {where}")
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cupy
 import numpy as np
 
 from ._runtime import kernel, smem_optin, smem_per_sm, template
@@ -141,8 +140,10 @@ def blocked_smem(dtype, n: int, nb: int, ldp: int | None = None, kb: int = 0) ->
     return _smem_bytes(np.dtype(dtype).itemsize, n, nb, _ldp(n) if ldp is None else ldp, kb)
 
 
-def getrf_plan(dtype, n: int) -> Plan:
-    """The measured-best kernel for (dtype, n) that fits this device's shared memory."""
+def fitting_plan(dtype, n: int, smem: int) -> Plan | None:
+    """The measured-best kernel for (dtype, n) on a device that lets a block opt in to ``smem`` bytes
+    of shared memory, or None where no getrf panel fits (``batchlu.kernels._gpu._paths`` sends those n
+    to cuSOLVER). Needs no GPU."""
     dtype = np.dtype(dtype)
     kind, nb = next((kind, tile) for bound, kind, tile in GETRF_DISPATCH[dtype] if n <= bound)
     if kind == "rows":
@@ -150,13 +151,22 @@ def getrf_plan(dtype, n: int) -> Plan:
     if kind == "small":
         return Plan("small", next(p for p in SMALL_NP if p >= n))
     nb, minb, kb = (tuple(nb) + (0, 0))[:3] if isinstance(nb, tuple) else (nb, 0, 0)
-    limit = smem_optin()
     for candidate in sorted(BLOCKED_NB[dtype.itemsize], reverse=True):
         ckb = kb if candidate == nb else 0
-        if candidate <= nb and blocked_smem(dtype, n, candidate, kb=ckb) <= limit:
+        if candidate <= nb and blocked_smem(dtype, n, candidate, kb=ckb) <= smem:
             return Plan(kind, candidate, minb if candidate == nb else 0, ckb)
-    raise ValueError(f"Expected n small enough for the GPU getrf panel to fit in shared memory "
-                     f"({limit} bytes). Got n = {n} for {dtype} instead.")
+    return None
+
+
+def getrf_plan(dtype, n: int, smem: int | None = None) -> Plan:
+    """The measured-best kernel for (dtype, n) that fits this device's shared memory (``smem`` bytes
+    per block; default: the current device's opt-in limit); raises where none fits."""
+    limit = smem_optin() if smem is None else smem
+    plan = fitting_plan(dtype, n, limit)
+    if plan is None:
+        raise ValueError(f"Expected n small enough for the GPU getrf panel to fit in shared memory "
+                         f"({limit} bytes). Got n = {n} for {np.dtype(dtype)} instead.")
+    return plan
 
 
 def _threads(p: Plan, n: int) -> int:
@@ -230,6 +240,8 @@ def launch_getrf(a, lu, piv, info, p: Plan | None = None) -> None:
 
 def getrf(a):
     """Backend entry point: ``lu``, ``piv`` (0-based int32), ``info`` for a (B, n, n) C-contiguous array."""
+    import cupy
+
     batch, n = a.shape[0], a.shape[-1]
     lu = cupy.empty_like(a)
     piv = cupy.empty((batch, n), dtype=np.int32)

@@ -14,12 +14,11 @@ no host synchronisation; :func:`inv` is the backend entry point (contract in ``k
 
 from __future__ import annotations
 
-import cupy
 import numpy as np
 
 from ._getrf import getrf
 from ._getrs import default_nb, launch_perm
-from ._runtime import check, check_n, kernel, smem_optin, template
+from ._runtime import MAX_N, check, check_n, kernel, smem_optin, template
 
 FAMILY = "getri"
 # The dispatch of this family, four tables; see docs/design.md#getri-dispatch.
@@ -64,6 +63,25 @@ def getri_plan(dtype, n: int) -> tuple[str, int, bool, int]:
 
 
 GETRI_NBS = (8, 16, 32)  # the block-row heights launch_getri accepts (whole 16-byte vectors, mma row tiles)
+
+
+def getri_smem(dtype, n: int, mma: bool = False, nb: int | None = None) -> int:
+    """Shared memory of getri's one-panel launch (static, or dynamic's widest step) for order n: the
+    panel of every row (npad x LDP scalars), plus the per-warp scratch of the tensor-core sums."""
+    dtype = np.dtype(dtype)
+    nb = nb or default_nb(dtype)
+    threads = -(-n // 32) * 32
+    scratch = (threads // 32) * _SCRATCH_ROWS * _SCRATCH_LD * dtype.itemsize if mma else 0
+    return -(-n // nb) * nb * _ldp(dtype, nb) * dtype.itemsize + scratch
+
+
+def getri_fits(dtype, n: int, smem: int) -> bool:
+    """Whether :func:`launch_getri` runs its planned launch (:func:`getri_plan`) for order n on a device
+    that lets a block opt in to ``smem`` bytes: n within MAX_N, mma within 512 threads, the panel in
+    shared memory. Needs no GPU."""
+    _mode, _minb, mma, nb = getri_plan(dtype, n)
+    return (n <= MAX_N and not (mma and -(-n // 32) * 32 > 512)
+            and getri_smem(dtype, n, mma, nb) <= smem)
 
 
 # ---- fused Gauss-Jordan inverse -----------------------------------------------------------------
@@ -187,7 +205,7 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
 
     scratch = scratch_for(threads)
     full = npad * ldp * item
-    if full + scratch > smem_optin():
+    if getri_smem(dtype, n, mma, nb) > smem_optin():
         raise ValueError(f"Expected getri's panel to fit in shared memory: n = {n} with nb = {nb} needs "
                          f"{full + scratch} bytes per block, this device allows {smem_optin()}. "
                          f"Use a smaller nb.")
@@ -222,6 +240,8 @@ def inv_plan(dtype, n: int) -> str:
 
 
 def inv(a):
+    import cupy
+
     batch, n = a.shape[0], a.shape[-1]
     out = cupy.empty_like(a)
     if inv_plan(a.dtype, n) == "fused":

@@ -13,12 +13,11 @@ outputs on CuPy's current stream with no host synchronisation.
 
 from __future__ import annotations
 
-import cupy
 import numpy as np
 
 from ._gesv import gesv_rows_tile, launch_gesv_rows
 from ._getrf import getrf
-from ._runtime import check, check_n, kernel, template
+from ._runtime import MAX_N, check, check_n, kernel, smem_optin, template
 
 FAMILY = "getrs"
 _PERM = "blu::perm_from_piv"
@@ -34,6 +33,8 @@ def default_nb(dtype) -> int:
 def launch_perm(piv, rp=None):
     """Row order ``rp`` (B, n) int32 of P^T A from LAPACK's interchanges ``piv`` (one thread per
     matrix); shared by getri (column interchange) and getrs (gathered right-hand sides)."""
+    import cupy
+
     batch, n = piv.shape
     rp = cupy.empty((batch, n), np.int32) if rp is None else rp
     check("rp", rp, (batch, n), np.int32)
@@ -59,6 +60,24 @@ def _getrs_kc(dtype, n: int, k: int) -> int:
     return kc
 
 
+def getrs_smem(dtype, n: int, k: int) -> int:
+    """Shared memory of one getrs block for order n and k right-hand sides: Y (npad x KC), the partial
+    sums (256), a staged chunk of NB rows (getrs_tw / getrs_ldt in getrs.cu: 16 KB, rows padded by 16
+    bytes) and the NB x NB diagonal block."""
+    dtype = np.dtype(dtype)
+    nb = default_nb(dtype)
+    npad = -(-n // nb) * nb
+    ldt = 16384 // (nb * dtype.itemsize) + max(1, 16 // dtype.itemsize)
+    return (npad * _getrs_kc(dtype, n, k) + 256 + nb * ldt + nb * nb) * dtype.itemsize
+
+
+def getrs_fits(dtype, n: int, k: int, smem: int) -> bool:
+    """Whether :func:`launch_getrs` runs for order n and k right-hand sides on a device that lets a
+    block opt in to ``smem`` bytes: n within MAX_N, the block's shared memory within ``smem``. Needs
+    no GPU."""
+    return n <= MAX_N and getrs_smem(dtype, n, k) <= smem
+
+
 def launch_getrs(lu, piv, b, x, info=None) -> None:
     """Solve into ``x`` (B, n, k) from ``lu``, ``piv`` and ``b`` (B, n, k); ``info`` given: NaN where
     info != 0 (solve); not given: a zero pivot gives inf/NaN in that matrix's x (lu_solve)."""
@@ -76,11 +95,10 @@ def launch_getrs(lu, piv, b, x, info=None) -> None:
         return
     nb = default_nb(dtype)
     kc = _getrs_kc(dtype, n, k)
-    npad = -(-n // nb) * nb
-    # Y (npad x KC), the partial sums (256), a staged chunk of NB rows (getrs_tw / getrs_ldt in
-    # getrs.cu: 16 KB, rows padded by 16 bytes) and the NB x NB diagonal block
-    ldt = 16384 // (nb * dtype.itemsize) + max(1, 16 // dtype.itemsize)
-    smem = (npad * kc + 256 + nb * ldt + nb * nb) * dtype.itemsize
+    smem = getrs_smem(dtype, n, k)
+    if smem > smem_optin():
+        raise ValueError(f"Expected getrs' block to fit in shared memory: n = {n} with {kc} right-hand "
+                         f"sides per block needs {smem} bytes, this device allows {smem_optin()}.")
     func = kernel(FAMILY, template("getrs_kernel", dtype, nb, kc), getrs_names(dtype), smem)
     rp = launch_perm(piv)
     info_arg = info if info is not None else np.uint64(0)
@@ -96,12 +114,16 @@ def solve_plan(dtype, n: int, k: int) -> str:
 
 
 def getrs(lu, piv, b):
+    import cupy
+
     x = cupy.empty(b.shape, lu.dtype)
     launch_getrs(lu, piv, b.astype(lu.dtype, copy=False), x)
     return x
 
 
 def solve(a, b):
+    import cupy
+
     batch, n, k = a.shape[0], a.shape[-1], b.shape[-1]
     b = b.astype(a.dtype, copy=False)
     x = cupy.empty(b.shape, a.dtype)

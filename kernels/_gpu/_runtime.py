@@ -7,8 +7,13 @@ compilation of ``kernels/cuda``.
 * :func:`smem_optin` and :func:`smem_per_sm` are device attributes, queried once per device;
 * :func:`kernel` returns a compiled kernel of a family: ``kernels/cuda/<family>.cu`` is compiled by
   NVRTC through ``cupy.RawModule`` at first use, once per compute capability (CuPy loads the module
-  on each device and keeps the binary in its on-disk cache); a failed compilation raises
-  :class:`KernelCompileError` with NVRTC's log;
+  on each device and keeps the binary in its on-disk cache, ``CUPY_CACHE_DIR``, so that a later
+  process or run loads it instead of compiling it again); a failed compilation raises
+  :class:`KernelCompileError` with NVRTC's log. The text compiled ends with a digest of the headers
+  (:func:`batchlu.kernels._cuda_sources.compiled_text`), which CuPy's cache key does not cover
+  otherwise. CuPy before 14.2 never reads that cache for modules compiled with name expressions,
+  as ours are: every process compiles again (``_cuda_sources.disk_cache_reused`` says which CuPy
+  does; the first compilation logs a warning where it does not);
 * :func:`source_override` compiles a family from another text for the duration of a ``with`` block
   (A/B timings of an edit, see ``batchlu.kernels.tuning``).
 """
@@ -17,14 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from pathlib import Path
+import logging
 
-import cupy
 import numpy as np
 
 from ...errors import KernelCompileError
+from .._cuda_sources import CUDA_DIR, compiled_text, disk_cache_reused, families, read as _read
 
-CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
+logger = logging.getLogger("batchlu.kernels")
 OPTIONS = ("-std=c++17", f"-I{CUDA_DIR}")
 SMEM_DEFAULT = 48 * 1024  # dynamic shared memory a kernel may take without opting in
 MAX_N = 1024  # getri and getrs: one thread per column, or a panel of every row in shared memory
@@ -54,21 +59,29 @@ def template(name: str, dtype, *args) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _attribute(device: int, name: str, number: int) -> int:
+    import cupy
+
     return int(cupy.cuda.runtime.deviceGetAttribute(getattr(cupy.cuda.runtime, name, number), device))
 
 
 def smem_optin() -> int:
     """Largest dynamic shared memory one block may opt in to on the current device."""
+    import cupy
+
     return _attribute(cupy.cuda.runtime.getDevice(), "cudaDevAttrMaxSharedMemoryPerBlockOptin", 97)
 
 
 def smem_per_sm() -> int:
     """Shared memory of one multiprocessor of the current device."""
+    import cupy
+
     return _attribute(cupy.cuda.runtime.getDevice(), "cudaDevAttrMaxSharedMemoryPerMultiprocessor", 81)
 
 
 @functools.lru_cache(maxsize=None)
 def _arch(device: int) -> str:
+    import cupy
+
     return str(cupy.cuda.Device(device).compute_capability)
 
 
@@ -91,11 +104,7 @@ def check_n(n: int) -> None:
 # ---- sources and compilation --------------------------------------------------------------------
 
 _OVERRIDES: dict[str, str] = {}
-
-
-@functools.lru_cache(maxsize=None)
-def _read(family: str) -> str:
-    return (CUDA_DIR / f"{family}.cu").read_text()
+_WARNED: list[bool] = []
 
 
 def source(family: str) -> str:
@@ -122,14 +131,17 @@ def source_override(family: str, text: str):
             _OVERRIDES[family] = previous
 
 
-def families() -> tuple[str, ...]:
-    """The kernel families: the ``.cu`` files of ``kernels/cuda``."""
-    return tuple(sorted(p.stem for p in CUDA_DIR.glob("*.cu")))
-
-
 @functools.lru_cache(maxsize=None)
 def _module(arch: str, family: str, code: str, names: tuple[str, ...]):
-    module = cupy.RawModule(code=code, name_expressions=names, options=OPTIONS)
+    import cupy
+
+    if not disk_cache_reused(cupy.__version__) and not _WARNED:
+        _WARNED.append(True)
+        logger.warning("batchlu: CuPy %s compiles batchlu's kernels again in every process (its disk "
+                       "cache skips modules with name expressions before CuPy 14.2); install "
+                       "cupy >= 14.2 so that runs after the first load them from CUPY_CACHE_DIR",
+                       cupy.__version__)
+    module = cupy.RawModule(code=compiled_text(code), name_expressions=names, options=OPTIONS)
     try:
         module.compile()
     except cupy.cuda.compiler.CompileException as err:
@@ -150,6 +162,8 @@ def kernel(family: str, name: str, names=None, smem: int = 0):
     ``names`` lists every instantiation compiled together with it (one NVRTC run for the set; by
     default ``name`` alone). Compiled at first use and cached per compute capability.
     """
+    import cupy
+
     names = tuple(names) if names else (name,)
     func = _function(_arch(cupy.cuda.runtime.getDevice()), family, source(family), name, names)
     if smem > SMEM_DEFAULT and func.max_dynamic_shared_size_bytes < smem:

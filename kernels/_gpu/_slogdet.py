@@ -4,7 +4,6 @@ its logs, in the input's precision)."""
 
 from __future__ import annotations
 
-import cupy
 import numpy as np
 
 from ._getrf import getrf
@@ -32,6 +31,8 @@ def launch_slogdet(lu, piv, info, sign, logabsdet) -> None:
 
 def slogdet(a):
     """Backend entry point: ``sign``, ``logabsdet``, ``info`` of a (B, n, n) C-contiguous array."""
+    import cupy
+
     batch = a.shape[0]
     lu, piv, info = getrf(a)
     sign = cupy.empty((batch,), a.dtype)

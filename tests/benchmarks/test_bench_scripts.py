@@ -1,7 +1,7 @@
 """The benchmark scripts stay runnable as ``python benchmarks/bench_x.py`` on any machine: no module
 shadows a package, no ``sys.path`` surgery or loading by path, only public names of
-``batchlu.kernels`` (the tuning surface), and ``--help`` works without a GPU (CuPy is imported inside
-the functions that time something)."""
+``batchlu`` (the tuning surfaces: ``batchlu.kernels.tuning``, ``batchlu.pipeline.tuning``), and
+``--help`` works without a GPU (CuPy is imported inside the functions that time something)."""
 
 from __future__ import annotations
 
@@ -15,28 +15,13 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPTS = sorted(BENCH.glob("bench_*.py"))
 SOURCES = sorted(BENCH.glob("*.py"))
-# Pipeline internals bench_pipeline.py still reaches for (the --host-noop engine and the I/O-pool
-# label), until batchlu.pipeline gives them a public hook.
-PIPELINE_INTERNALS = {("bench_pipeline.py", "batchlu.pipeline._backends"),
-                      ("bench_pipeline.py", "batchlu.pipeline._engines"),
-                      ("bench_pipeline.py", "batchlu.pipeline._io_pool"),
-                      ("bench_pipeline.py", "batchlu.pipeline._io_pool.io_settings")}
-# bench_resume_checks.py times the integrity checks themselves (the checksum patched out for the
-# "without" column), so it names the modules that hold them.
-PIPELINE_INTERNALS |= {("bench_resume_checks.py", name) for name in (
-    "batchlu.pipeline._fingerprint", "batchlu.pipeline._ledger", "batchlu.pipeline._tasks",
-    "batchlu.pipeline._io_pool", "batchlu.pipeline._io_pool.open_array", "batchlu.pipeline._ops",
-    "batchlu.pipeline._plan", "batchlu.pipeline._store")}
-# bench_cpu_crossover.py times the compiled CPU engine's two kernels of each op against each other
-# (the backend's crossover override): internal by nature.
-PIPELINE_INTERNALS |= {("bench_cpu_crossover.py", "batchlu.kernels._cpu")}
 
 
 def test_the_scripts_are_there():
     assert {p.name for p in SCRIPTS} == {
         "bench_kernels.py", "bench_pipeline.py", "bench_host_io.py", "bench_blocked_sweep.py",
         "bench_gesv_sweep.py", "bench_gje_sweep.py", "bench_kernel_ab.py", "bench_resume_checks.py",
-        "bench_cpu.py", "bench_cpu_crossover.py"}
+        "bench_cpu.py", "bench_cpu_crossover.py", "bench_host_codecs.py"}
     for path in SOURCES:  # the rest are private helper modules, named so
         assert path.name.startswith(("bench_", "_")), f"{path.name}: name benchmark modules bench_* or _*"
 
@@ -51,19 +36,64 @@ def _imports(tree):
             yield from (f"{node.module}.{alias.name}" for alias in node.names)
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
-def test_no_path_hacks_and_no_private_batchlu_names(path):
-    tree = ast.parse(path.read_text(), filename=str(path))
+def _batchlu_names(tree) -> set[str]:
+    """The names an import binds to batchlu or something of it (``from batchlu import pipeline``)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.asname or alias.name.split(".")[0] for alias in node.names
+                         if alias.name.split(".")[0] == "batchlu")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "batchlu":
+            names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _problems(name: str, source: str) -> list[str]:
+    """What a benchmark module must not do: change or read ``sys.path``, load a module by path, or
+    reach a private batchlu name (imported, or as an attribute of an imported batchlu module)."""
+    tree = ast.parse(source, filename=name)
+    problems = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
-            pytest.fail(f"{path.name}:{node.lineno}: sys.path is changed or read")
+            problems.append(f"{name}:{node.lineno}: sys.path is changed or read")
         if isinstance(node, ast.Attribute) and node.attr == "spec_from_file_location":
-            pytest.fail(f"{path.name}:{node.lineno}: a module is loaded by path")
-    for name in _imports(tree):
-        parts = name.split(".")
-        private = parts[0] == "batchlu" and any(p.startswith("_") for p in parts[1:])
-        if private and (path.name, name) not in PIPELINE_INTERNALS:
-            pytest.fail(f"{path.name}: imports the private name {name}; use batchlu.kernels.tuning")
+            problems.append(f"{name}:{node.lineno}: a module is loaded by path")
+    hint = "use the public API or a tuning surface (batchlu.kernels.tuning, batchlu.pipeline.tuning)"
+    for imported in _imports(tree):
+        parts = imported.split(".")
+        if parts[0] == "batchlu" and any(_private(p) for p in parts[1:]):
+            problems.append(f"{name}: imports the private name {imported}; {hint}")
+    bound = _batchlu_names(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound:
+                problems.append(f"{name}:{node.lineno}: reaches the private name {ast.unparse(node)}; {hint}")
+    return problems
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_no_path_hacks_and_no_private_batchlu_names(path):
+    problems = _problems(path.name, path.read_text())
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("source", [
+    "from batchlu.pipeline import _fingerprint\n",
+    "from batchlu.pipeline._io_pool import io_settings\n",
+    "import batchlu.pipeline._tasks\n",
+    "from batchlu import pipeline\npipeline._output.check_stored()\n",
+    "import batchlu as b\nb.pipeline._ledger.read('x')\n",
+    "import sys\nsys.path.insert(0, '.')\n",
+])
+def test_the_check_catches_each_way_in(source):
+    assert _problems("bench_x.py", source)
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)

@@ -295,3 +295,28 @@ def test_near_underflow_matrices_stay_accurate_through_the_lapack_engine(monkeyp
     # ~1e310: a column scaled by 1e-310; ~1e311: a 6e-312 pivot), so get03 is taken on the others
     assert not np.isfinite(ainv[[2, 3, 4]]).all(axis=(1, 2)).any()
     assert get03(a[[0, 1, 5]], ainv[[0, 1, 5]]).max() < THRESHOLD
+
+
+@pytest.mark.parametrize("engine_name", ["numpy", "compiled"])
+def test_tuning_cpu_crossover_moves_every_op_and_restores_the_tables(engine_name, monkeypatch):
+    """``batchlu.kernels.tuning.cpu_crossover`` (what bench_cpu_crossover.py times with) puts every
+    op of either engine on one side of n inside its block, and the tables are back after it."""
+    from batchlu.kernels import tuning
+
+    if engine_name == "compiled" and not _cpu.compiled_available():
+        pytest.skip("numba is not importable: the CPU backend has only its NumPy engine")
+    monkeypatch.setenv(_cpu.ENGINE_ENV, engine_name)
+    before = {op: tuning.cpu_lapack_min_n(op, np.float64) for op in ("getrf", "inv", "solve", "slogdet")}
+    assert before == ({op: tuning.NUMPY_LAPACK_MIN_N for op in before} if engine_name == "numpy" else
+                      {op: tuning.COMPILED_LAPACK_MIN_N[op][1] for op in before})
+    a = matrices.generate("random", 6, np.float64, seed=6, stop=30)
+    for crossover in (1, 1 << 30):
+        with tuning.cpu_crossover(crossover):
+            assert {tuning.cpu_lapack_min_n(op, np.complex64) for op in before} == {crossover}
+            lu, piv, info = kernels.lu_factor(a)
+            assert np.all(info == 0) and get01(a, lu, piv).max() < THRESHOLD
+        assert {op: tuning.cpu_lapack_min_n(op, np.float64) for op in before} == before
+    with pytest.raises(ValueError, match="Expected a crossover n >= 1. Got 0 instead."):
+        with tuning.cpu_crossover(0):
+            pass
+    assert _cpu.LAPACK_MIN_N is None

@@ -6,7 +6,7 @@ import dask.config
 import pytest
 
 from batchlu import pipeline
-from batchlu.pipeline import errors
+from batchlu.pipeline import _config, errors
 
 
 def test_defaults_from_yaml():
@@ -48,7 +48,7 @@ def test_options_are_frozen_and_json_able():
     ({"backend": "tpu"}, "backend"),
     ({"progress": "sometimes"}, "progress"),
     ({"output-compressor": "zstd:99"}, "output-compressor"),
-    ({"output-compressor": "lz4"}, "output-compressor"),
+    ({"output-compressor": "gzip"}, "output-compressor"),
     ({"connect-timeout": "soon"}, "connect-timeout"),
     ({"connect-timeout": 0}, "connect-timeout"),
     ({"task-delay": 0.1}, "task-delay"),  # test-only, not a batchlu setting (see TESTING_TASK_DELAY)
@@ -75,3 +75,96 @@ def test_task_delay_is_a_test_only_setting_outside_the_batchlu_namespace():
         assert task_delay() == 0.25
     with dask.config.set({TESTING_TASK_DELAY: -1}), pytest.raises(errors.ConfigError, match="task-delay"):
         task_delay()
+
+
+# ------------------------------------------------------------------------------ the table of settings
+def _leaf_keys(mapping, prefix=""):
+    keys = []
+    for name, value in mapping.items():
+        keys += _leaf_keys(value, f"{prefix}{name}.") if isinstance(value, dict) else [f"{prefix}{name}"]
+    return keys
+
+
+def _shipped():
+    import pathlib
+
+    import yaml
+
+    return yaml.safe_load(pathlib.Path(_config.__file__).with_name("batchlu.yaml").read_text())["batchlu"]
+
+
+def _leaf_fields(cls, prefix=""):
+    import dataclasses
+
+    fields = []
+    for f in dataclasses.fields(cls):
+        if f.name == "cluster":
+            fields += _leaf_fields(pipeline.ClusterOptions, f"{prefix}{f.name}.")
+        else:
+            fields.append(prefix + f.name)
+    return fields
+
+
+def test_every_shipped_key_is_one_row_and_every_field_one_key():
+    keys = [row.key for row in _config.SETTINGS]
+    fields = [row.field for row in _config.SETTINGS]
+    assert len(keys) == len(set(keys)) and len(fields) == len(set(fields))
+    assert sorted(keys) == sorted(_leaf_keys(_shipped()))
+    assert sorted(fields) == sorted(_leaf_fields(pipeline.Options))
+    assert len(keys) > 20
+
+
+def test_options_of_no_override_hold_the_yaml_values():
+    shipped = _shipped()
+    built = pipeline.options({})
+    assert built == pipeline.Options() == pipeline.options()
+    for row in _config.SETTINGS:
+        value = shipped
+        for part in row.key.split("."):
+            value = value[part]
+        held = built
+        for part in row.field.split("."):
+            held = getattr(held, part)
+        assert held == row.parse(value, row.key) == row.default, row.key
+        assert row.parse(held, row.key) == held, f"{row.key}: parsing a parsed value changes it"
+
+
+def test_no_default_is_written_in_python():
+    """Every field of Options and ClusterOptions is declared with setting(key, parser, ...): its
+    default can only come from batchlu.yaml."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(_config))
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    for name in ("Options", "ClusterOptions"):
+        fields = [node for node in classes[name].body if isinstance(node, ast.AnnAssign)]
+        assert fields
+        for node in fields:
+            target, value = node.target.id, node.value
+            if target == "cluster":
+                assert ast.unparse(value) == "dataclasses.field(default_factory=ClusterOptions)"
+                continue
+            assert isinstance(value, ast.Call) and getattr(value.func, "id", "") == "setting", \
+                f"{name}.{target}: declare it with setting(key, parser, ...), not {ast.unparse(value)}"
+            assert isinstance(value.args[0], ast.Constant), f"{name}.{target}: the key is a literal"
+            assert not any(k.arg in ("default", "default_factory") for k in value.keywords)
+
+
+def test_options_built_directly_are_checked_too():
+    assert pipeline.Options(memory_budget="64MiB").memory_budget == 64 * 2**20
+    assert pipeline.Options(backend="CPU").backend == "cpu"
+    assert pipeline.ClusterOptions(gpus=[0, 1]).gpus == "0,1"
+    with pytest.raises(errors.ConfigError, match="batchlu.backend"):
+        pipeline.Options(backend="tpu")
+    with pytest.raises(errors.ConfigError, match="batchlu.cluster.n-workers"):
+        pipeline.ClusterOptions(n_workers=0)
+    with pytest.raises(errors.ConfigError, match="cluster"):
+        pipeline.Options(cluster={"n-workers": 2})
+    with pytest.raises(errors.ConfigError, match="batchlu.verify.threshold"):
+        pipeline.options({"verify.threshold": "high"})
+
+
+def test_a_setting_must_ship_a_default():
+    with pytest.raises(errors.ConfigError, match="batchlu.yaml to ship a default for batchlu.made-up"):
+        _config.setting("made-up", _config.Boolean())

@@ -114,3 +114,15 @@ def test_generate_bad_arguments(tmp_path, kwargs, pattern):
     with pytest.raises(errors.ConfigError, match=pattern):
         pipeline.generate(tmp_path / "a.zarr", **kwargs)
     assert not (tmp_path / "a.zarr").exists()
+
+
+def test_chunks_of_zero_matrices_are_stored(tmp_path):
+    """singular-mix holds zero matrices: in one-matrix chunks they equal the fill value, and zarr
+    would skip them; then ``batchlu run`` would refuse the input for missing chunks."""
+    from batchlu.pipeline import _missing
+
+    out = pipeline.generate(tmp_path / "z.zarr", count=40, size=3, chunk=1, kind="singular-mix", seed=1)
+    arr = zarr.open_array(out, mode="r")
+    zero = [i for i in range(40) if not np.asarray(arr[i]).any()]
+    assert zero  # the test needs a chunk that is all fill value
+    assert _missing.find(arr, 0, 40) == []

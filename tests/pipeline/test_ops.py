@@ -33,3 +33,24 @@ def test_the_cli_takes_its_op_choices_from_the_table():
     (op_option,) = [p for p in run.params if p.name == "op"]
     assert tuple(op_option.type.choices) == OPS == tuple(OP_TABLE)
     assert [name for name, spec in OP_TABLE.items() if spec.needs_rhs] == ["solve"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("op", OPS)
+def test_each_op_rates_its_own_results_and_verify_has_a_rule_per_ratio(op, dtype):
+    from batchlu.pipeline._verify_rules import rules_for
+    from batchlu.testing.ratios import THRESHOLD
+
+    spec = OP_TABLE[op]
+    n, count = 9, 6
+    a = matrices.generate("random", n, dtype, seed=5, start=0, stop=count)
+    b = matrices.rhs(n, 2, dtype, seed=6, stop=count) if spec.needs_rhs else None
+    got = spec.compute(a, b)
+    ratios = spec.ratios(a, got, b)
+    assert set(ratios) <= {rule.name for rule in rules_for(op)}
+    assert {rule.name for rule in rules_for(op) if rule.ratio} <= set(ratios)
+    for name, value in ratios.items():
+        assert value.shape == (count,) and np.isfinite(value).all() and (value < THRESHOLD).all(), name
+    wrong = {k: v.copy() for k, v in got.items()}
+    wrong[spec.results[0]][0] *= 1.5 if spec.results[0] != "sign" else -1   # one result spoilt
+    assert any(v[0] >= THRESHOLD for v in spec.ratios(a, wrong, b).values())

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from batchlu.pipeline._batches import sub_batches
-from batchlu.pipeline._plan import Plan, bytes_per_matrix, make_plan
+from batchlu.pipeline._plan import MIN_CHUNKS, Plan, bytes_per_matrix, make_plan
 
 
 def covered(plan: Plan, tasks) -> np.ndarray:
@@ -88,3 +88,92 @@ def test_ledger_listing_matches_zarr(tmp_path):
     assert np.array_equal(_ledger.read(str(tmp_path / "o.zarr")), np.asarray(records[...]))
     mask = _ledger.matrix_mask(np.array([True, False, True]), 4, 10)
     assert mask.tolist() == [True] * 4 + [False] * 4 + [True] * 2
+
+
+# ------------------------------------------------------------------------------- sizing in bytes
+MiB = 2**20
+
+
+def inv_plan(count: int, n: int, input_chunk: int, *, inner=None, budget=256 * MiB, target=32 * MiB,
+             dtype="float64") -> Plan:
+    """The plan ``batchlu.pipeline.run`` makes for ``op="inv"`` (same arithmetic as pipeline._run)."""
+    from batchlu.pipeline._ops import output_specs
+
+    item = np.dtype(dtype).itemsize
+    specs = output_specs("inv", n, np.dtype(dtype), None, None)
+    per = bytes_per_matrix(n, item, sum(s.nbytes() for s in specs))
+    return make_plan(count, per, memory_budget=budget, max_tasks=20000, input_chunk=input_chunk,
+                     matrix_bytes=n * n * item, chunk_bytes=target, input_inner=inner)
+
+
+def chunk_bytes(plan: Plan, n: int) -> int:
+    return plan.chunk * n * n * 8
+
+
+@pytest.mark.parametrize("total", [100_000 * 32 * 32 * 8, 640_000 * 32 * 32 * 8])  # 0.8 and 5.2 GB
+def test_equal_bytes_give_equal_chunks_for_every_n(total):
+    """At equal bytes, n = 8 and n = 32 get output chunks (and tasks) of as many bytes as n = 128:
+    inputs written by ``batchlu generate`` (32 MiB chunks) and inputs of 256 matrices per chunk
+    (128 KiB at n = 8: 256 times fewer bytes per chunk than n = 128)."""
+    generated = {n: inv_plan(total // (n * n * 8), n, 32 * MiB // (n * n * 8)) for n in (8, 32, 128)}
+    assert {p.n_chunks for p in generated.values()} == {generated[128].n_chunks}
+    assert {chunk_bytes(p, n) for n, p in generated.items()} == {32 * MiB}
+    small = {n: inv_plan(total // (n * n * 8), n, 256) for n in (8, 32, 128)}
+    ref = small[128]
+    assert chunk_bytes(ref, 128) == 32 * MiB  # 256 matrices of n = 128 make a 32 MiB chunk already
+    for n, plan in small.items():
+        assert plan.chunk % 256 == 0 and plan.batch == plan.chunk and plan.chunks_per_task == 1
+        assert len(plan.tasks()) == plan.n_chunks
+        # chunks of as many bytes as n = 128's, unless that leaves fewer than MIN_CHUNKS chunks
+        assert plan.n_chunks <= max(ref.n_chunks, 2 * MIN_CHUNKS)
+        assert chunk_bytes(plan, n) >= min(chunk_bytes(ref, 128), total // (2 * MIN_CHUNKS))
+        if ref.n_chunks >= 2 * MIN_CHUNKS:
+            assert chunk_bytes(plan, n) == chunk_bytes(ref, 128) and plan.n_chunks == ref.n_chunks
+    before = {n: make_plan(total // (n * n * 8), 1, memory_budget=256 * MiB, max_tasks=20000,
+                           input_chunk=256) for n in (8, 32)}  # no byte target: one input chunk each
+    assert before[8].n_chunks == total // (256 * 8 * 8 * 8) and before[8].n_chunks > 50 * small[8].n_chunks
+
+
+def inv_bytes(n: int) -> int:
+    """``bytes_per_matrix`` of a float64 inverse: input, inverse and info, times the workspace factor."""
+    return 2 * (2 * n * n * 8 + 4)
+
+
+def test_merged_chunks_fit_the_budget_and_keep_whole_input_chunks():
+    assert inv_plan(10**6, 8, 100, budget=650 * inv_bytes(8)).chunk == 600  # 6 input chunks fit
+    assert inv_plan(10**6, 8, 100, target=100 * 8 * 8 * 8 * 5 + 1).chunk == 500  # 5 fit the target
+    # an input chunk of 3000 matrices already over the target is kept whole, never split
+    assert inv_plan(10**6, 8, 3000, target=1).chunk == 3000
+    # few input chunks: no merging below MIN_CHUNKS output chunks (a task for every thread)
+    assert inv_plan(MIN_CHUNKS * 100, 8, 100).chunk == 100
+    three = inv_plan(MIN_CHUNKS * 300, 8, 100)
+    assert three.chunk == 300 and three.n_chunks == MIN_CHUNKS
+
+
+def test_shards_over_the_budget_are_cut_at_inner_chunks():
+    budget = 1000 * inv_bytes(32)  # one batch fits 1000 matrices, a shard holds 10,000
+    assert inv_plan(10**5, 32, 10_000, inner=300, budget=budget).chunk == 900  # 3 whole inner chunks
+    assert inv_plan(10**5, 32, 10_000, inner=None, budget=budget).chunk == 1000
+    assert inv_plan(10**5, 32, 10_000, inner=2000, budget=budget).chunk == 1000  # inner too big
+    # a shard that fits is kept whole (and merged like a chunk)
+    assert inv_plan(10**5, 32, 500, inner=100, budget=budget).chunk == 1000  # two shards
+
+
+def test_a_matrix_above_the_budget_runs_alone_and_says_so():
+    """n = 4096 complex128: 256 MiB a matrix, 1 GiB with the inverse and workspace, against the default
+    256 MiB budget: one matrix per batch, and a warning naming the budget that would hold it."""
+    from batchlu.pipeline._ops import output_specs
+    from batchlu.pipeline._plan import budget_warning
+
+    n, budget = 4096, 256 * 2**20
+    per = bytes_per_matrix(n, 16, sum(s.nbytes() for s in output_specs("inv", n, np.complex128)))
+    assert per == 2 * (2 * n * n * 16 + 4)
+    plan = make_plan(3, per, memory_budget=budget, max_tasks=20000, input_chunk=2)
+    assert plan.chunk == plan.batch == 1 and plan.n_chunks == 3
+    note = budget_warning(plan, per, budget)
+    assert note.startswith("memory-budget 256 MiB is smaller than one matrix") and "1 GiB" in note
+    roomy = make_plan(3, per, memory_budget=2 * per, max_tasks=20000, input_chunk=2)
+    assert roomy.batch == 2 and budget_warning(roomy, per, 2 * per) is None
+    forced = make_plan(3, per, memory_budget=budget, max_tasks=20000, input_chunk=2, chunk=2)
+    assert forced.batch == 2 and budget_warning(forced, per, budget).startswith("chunk 2 needs about 2 GiB")
+    assert budget_warning(make_plan(0, per, memory_budget=1, max_tasks=5, input_chunk=1), per, 1) is None

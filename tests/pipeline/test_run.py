@@ -106,6 +106,37 @@ def test_report_repr(client, stores, tmp_path):
     assert abs(sum(report.worker_share.values()) - 1) < 1e-12
 
 
+def check_times(report, outer: float) -> None:
+    """The run's three times are there, in the text and the dict, and add up to at most its whole."""
+    assert report.cluster_start >= 0 and report.warmup >= 0 and report.elapsed > 0
+    parts = report.cluster_start + report.warmup + report.elapsed
+    assert parts <= report.wall <= outer, (report.cluster_start, report.warmup, report.elapsed,
+                                           report.wall, outer)
+    assert report.gb_in_per_s == pytest.approx(report.bytes_in / 1e9 / report.elapsed)  # compute only
+    for stage in (report.read_s, report.compute_s, report.write_s):
+        assert stage > 0
+    text = repr(report)
+    assert (f"cluster start {report.cluster_start:.2f} s, warm-up {report.warmup:.2f} s, "
+            f"compute {report.elapsed:.2f} s, total {report.wall:.2f} s") in text
+    assert "read " in text and "write " in text
+    record = report.as_dict()
+    assert {"cluster_start", "warmup", "elapsed", "wall", "read_s", "compute_s", "write_s"} <= set(record)
+    json.dumps(record)
+
+
+def test_report_times_with_a_client(client, stores, tmp_path):
+    import time
+
+    t = time.perf_counter()
+    report = pipeline.run(stores["a"], tmp_path / "o.zarr", op="inv", client=client, progress=False,
+                          config={"chunk": 9, "memory-budget": 1})
+    check_times(report, time.perf_counter() - t)
+    assert report.cluster_start < 1  # a client given: nothing to start
+    run = zarr.open_group(tmp_path / "o.zarr", mode="r").attrs["batchlu"]["runs"][-1]
+    assert run["seconds"] == report.elapsed and run["warmup"] == report.warmup
+    assert run["cluster_start"] == report.cluster_start and 0 < run["wall"] <= report.wall
+
+
 def test_v2_input_and_array_inside_group(client, tmp_path):
     from batchlu.testing import matrices
 
@@ -162,6 +193,22 @@ def test_many_tasks_one_chunk_each(client, stores, tmp_path):
     check_output(str(tmp_path / "o.zarr"), "slogdet", a, chunk=3)
 
 
+def test_small_input_chunks_are_merged_into_byte_sized_output_chunks(client, tmp_path):
+    """256 one-matrix input chunks: output chunks gather whole input chunks up to
+    batchlu.chunk-bytes (2 matrices here), and each holds what kernels.* give for it alone."""
+    from batchlu.pipeline._plan import MIN_CHUNKS
+
+    src = pipeline.generate(tmp_path / "a.zarr", count=4 * MIN_CHUNKS, size=5, dtype="complex128",
+                            chunk=1, kind="singular-mix", seed=3)
+    report = pipeline.run(src, tmp_path / "o.zarr", op="lu", client=client, progress=False,
+                          config={"chunk-bytes": 2 * 5 * 5 * 16})
+    assert report.tasks == 2 * MIN_CHUNKS
+    plan = zarr.open_group(tmp_path / "o.zarr", mode="r").attrs["batchlu"]["plan"]
+    assert plan["chunk"] == 2 and plan["n_chunks"] == 2 * MIN_CHUNKS
+    a = np.asarray(zarr.open_array(src, mode="r")[...])
+    check_output(str(tmp_path / "o.zarr"), "lu", a, chunk=2)
+
+
 def test_progress_bar(client, stores, tmp_path, capsys):
     pipeline.run(stores["a"], tmp_path / "o.zarr", op="inv", client=client, progress=True,
                  config={"chunk": 5, "memory-budget": 1})
@@ -183,7 +230,13 @@ def test_embedded_cluster_with_processes(stores, tmp_path):
     """No client: the embedded LocalCluster (2 worker processes here), on 127.0.0.1."""
     config = {"cluster": {"n-workers": 2, "threads-per-worker": 1, "processes": True,
                           "dashboard-address": "127.0.0.1:0"}, "chunk": 9, "memory-budget": 1}
+    import time
+
+    t = time.perf_counter()
     report = pipeline.run(stores["a"], tmp_path / "o.zarr", op="lu", progress=False, config=config)
+    check_times(report, time.perf_counter() - t)
+    # starting 2 worker processes takes far more than connecting to them once they run
+    assert report.cluster_start > 0.1 and report.cluster_start > report.warmup
     a = np.asarray(zarr.open_array(stores["a"], mode="r")[...])
     check_output(str(tmp_path / "o.zarr"), "lu", a, chunk=9)
     assert report.dashboard and "127.0.0.1" in report.dashboard
@@ -217,3 +270,21 @@ def test_sharded_input_and_options_object(client, tmp_path):
                           progress=False, config=opts)
     check_output(str(tmp_path / "o.zarr"), "inv", a, chunk=12)
     assert report.tasks == 4 and report.ok == 45
+
+
+def test_matrices_larger_than_the_budget(client, tmp_path):
+    """n = 300 complex128 with a budget below one matrix: one matrix per batch, a warning, and every
+    output as ``kernels`` computes it (the CPU backend; the GPU's large-n path is
+    tests/kernels/test_gpu_large_n.py)."""
+    from batchlu.pipeline.errors import BatchluWarning
+
+    source = pipeline.generate(tmp_path / "a.zarr", count=5, size=300, chunk=5, dtype="complex128",
+                               kind="random", seed=31)
+    a = np.asarray(zarr.open_array(source, mode="r")[...])
+    with pytest.warns(BatchluWarning, match=r"memory-budget 1 MiB is smaller than one matrix .*5\.49 MiB"):
+        report = pipeline.run(source, tmp_path / "o.zarr", op="inv", client=client, progress=False,
+                              config={"memory-budget": "1MiB"})
+    assert report.status == "complete" and report.tasks == 5 and report.processed == 5
+    got = check_output(str(tmp_path / "o.zarr"), "inv", a, chunk=1)
+    assert (got["info"] == 0).all()
+    assert pipeline.verify(source, tmp_path / "o.zarr").ok

@@ -35,3 +35,20 @@ def test_tasks_get_the_backend_resolved_in_the_client(client, stores, tmp_path, 
     assert report.status == "complete" and report.tasks >= 2
     assert asked == ["cpu"] * report.tasks
     assert report.backends == ("cpu",) and report.backend == "auto"
+
+
+def test_the_embedded_cluster_decides_the_backend_once(stores, tmp_path, monkeypatch):
+    """The embedded cluster is built for cpu or gpu: its tasks get that one, with no second
+    resolution of auto on the workers."""
+    if _backends.gpu_available():
+        pytest.skip("this machine has a GPU: auto would resolve to gpu")
+    asked, probed = [], []
+    real_resolve, real_probe = _warmup.resolve_backend, _backends.probe
+    monkeypatch.setattr(_warmup, "resolve_backend", lambda client, name: asked.append(name) or
+                        real_resolve(client, name))
+    monkeypatch.setattr(_backends, "probe", lambda name: probed.append(name) or real_probe(name))
+    report = pipeline.run(stores["a"], str(tmp_path / "out.zarr"), op="inv", backend="auto", progress=False,
+                          config={"cluster.processes": False, "cluster.n-workers": 1,
+                                  "cluster.dashboard-address": "127.0.0.1:0"})
+    assert report.status == "complete" and report.backends == ("cpu",) and report.backend == "auto"
+    assert asked == ["cpu"] and probed == []

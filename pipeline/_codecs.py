@@ -1,0 +1,433 @@
+"""Where each array's chunks are decoded and encoded, and the bytes of its stored chunks.
+
+The GPU codec path (``batchlu.codec-device``) moves the stored bytes of each chunk to the GPU and
+decodes them there with nvCOMP (:mod:`batchlu.pipeline._gpu_codecs`); outputs are encoded there and
+their frames written as chunk files. This module is the host half, with no CUDA in it:
+
+* :func:`choose` decides per array, in the client: the GPU where the codec, the byte order, the
+  chunking and the store allow it (and the workers have nvCOMP), else the host path, with the reason,
+  which the run's report prints.
+* :class:`Stored` is what a worker needs to find an array's chunk files and their frames: the folder,
+  the chunk key encoding, the chunk (or shard and inner chunk) length along N, and how a chunk's
+  bytes wrap the codec's frame (:class:`Frames`: numcodecs' LZ4 size header, zarr's crc32c trailer).
+* :func:`plan_reads` / :func:`read_frames` read a batch's frames into one host buffer (from chunk
+  files, or from shards through their index); :func:`write_chunks` writes encoded frames back as chunk
+  files or whole shards (index and its CRC-32C included) that plain zarr-python reads.
+
+Only local folders (zarr's ``LocalStore``) take this path: the files are read and written directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import warnings
+
+import numpy as np
+
+__all__ = ["CODEC_DEVICES", "Choice", "Frames", "OUTPUT_CODECS", "Read", "Stored", "choose", "crc32c",
+           "describe", "output_compressors", "plan_reads", "read_frames", "write_chunks"]
+
+CODEC_DEVICES = ("auto", "gpu", "cpu")
+OUTPUT_CODECS = ("zstd", "lz4", "none")
+# Codecs whose standard frames nvCOMP decodes bit-exactly (checked on the GPU by tests/pipeline/test_gpu_codecs.py)
+GPU_ALGORITHMS = ("zstd", "lz4")
+ALIGN = 16   # bytes: nvCOMP's strictest alignment of a frame in a batch
+# ``auto`` sends a codec to the GPU only when its frames are at most this large: nvCOMP spreads a batch
+# over its frames, and a batch of a few large frames decodes and encodes slower on the GPU than on the
+# host (docs/performance.md, "GPU codecs")
+AUTO_FRAME_BYTES = 4 << 20
+EMPTY = 2**64 - 1   # a shard index entry of a chunk that is not stored
+
+
+def crc32c(data) -> int:
+    import google_crc32c  # zarr's own dependency for its crc32c codec
+
+    return int(google_crc32c.value(bytes(data) if not isinstance(data, (bytes, bytearray)) else data))
+
+
+@dataclasses.dataclass(frozen=True)
+class Frames:
+    """How one stored chunk's bytes wrap the codec's frame."""
+
+    algorithm: str         # "zstd", "lz4", or "none" (the bytes are the values)
+    head: int = 0          # bytes before the frame: numcodecs' LZ4 keeps the decoded size there
+    crc32c: bool = False   # zarr's crc32c codec: a CRC-32C of the rest, 4 bytes little-endian, after it
+    level: int = 0         # zstd level the output is declared with (decoders ignore it)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """An array's chunk files, as a worker reads or writes them directly."""
+
+    root: str                  # the array's folder
+    prefix: str                # chunk key prefix: "c" + separator (v3 default encoding) or ""
+    separator: str
+    shape: tuple[int, ...]
+    dtype: str
+    unit: int                  # matrices per stored object along N: the shard, else the chunk
+    inner: int                 # matrices per chunk inside a shard (== unit when not sharded)
+    frames: Frames
+    sharded: bool = False
+    index_at_end: bool = True
+
+    @property
+    def per_shard(self) -> int:
+        return self.unit // self.inner
+
+    @property
+    def matrix_bytes(self) -> int:
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    @property
+    def index_bytes(self) -> int:
+        return 16 * self.per_shard + 4
+
+    def key(self, index: int) -> str:
+        return self.prefix + self.separator.join([str(index)] + ["0"] * (len(self.shape) - 1))
+
+    def path(self, index: int) -> str:
+        return os.path.join(self.root, *self.key(index).split("/"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """Where an array's codec runs: ``device`` "gpu" or "cpu", and why."""
+
+    device: str
+    reason: str
+    stored: Stored | None = None
+
+    def as_dict(self) -> dict:
+        return {"device": self.device, "reason": self.reason}
+
+
+# ------------------------------------------------------------------------------------ the layout
+def _name(codec) -> str:
+    to_dict = getattr(codec, "to_dict", None)
+    if to_dict is not None:
+        return str(to_dict().get("name", type(codec).__name__))
+    return str(getattr(codec, "codec_id", type(codec).__name__))
+
+
+def _frames(chain: list, where: str) -> tuple[Frames | None, str]:
+    """The :class:`Frames` of a chain of bytes-to-bytes codecs, or why the GPU cannot decode it."""
+    crc = bool(chain) and _name(chain[-1]) == "crc32c"
+    if crc:
+        chain = chain[:-1]
+    if not chain:
+        return Frames("none", crc32c=crc), ""
+    if len(chain) > 1:
+        return None, f"{where} has the codecs {', '.join(_name(c) for c in chain)}: only one compressor decodes on the GPU"
+    name = _name(chain[0])
+    if name == "zstd":
+        return Frames("zstd", crc32c=crc, level=int(getattr(chain[0], "level", 0) or 0)), ""
+    if name in ("lz4", "numcodecs.lz4"):
+        return Frames("lz4", head=4, crc32c=crc), ""
+    return None, f"{where} is compressed with {name}, which nvCOMP does not decode to the standard format"
+
+
+def describe(array) -> tuple[Stored | None, str]:
+    """The :class:`Stored` layout of a zarr array, or None and why its chunks cannot go to the GPU."""
+    from zarr.storage import LocalStore
+
+    store = array.store
+    if not isinstance(store, LocalStore):
+        return None, f"its store is a {type(store).__name__}, not a local folder"
+    shape = tuple(int(s) for s in array.shape)
+    dtype = np.dtype(array.dtype)
+    if dtype.byteorder == ">" or (dtype.byteorder == "=" and not np.little_endian):
+        return None, "its values are big-endian"
+    root = os.path.join(str(store.root), *[p for p in str(array.path).split("/") if p])
+    meta = array.metadata
+    sharded = False
+    index_at_end = True
+    if meta.zarr_format == 2:
+        if getattr(meta, "filters", None):
+            return None, f"it has the filters {', '.join(_name(f) for f in meta.filters)}"
+        if getattr(meta, "order", "C") != "C":
+            return None, "its chunks are in Fortran order"
+        compressor = getattr(meta, "compressor", None)
+        frames, why = _frames([] if compressor is None else [compressor], "it")
+        prefix, separator = "", str(getattr(meta, "dimension_separator", ".") or ".")
+        chunk = unit = int(array.chunks[0])
+        chunk_shape = tuple(array.chunks)
+    else:
+        codecs = list(meta.codecs)
+        if len(codecs) == 1 and _name(codecs[0]) == "sharding_indexed":
+            sharding = codecs[0]
+            sharded = True
+            index = [_name(c) for c in sharding.index_codecs]
+            if index not in (["bytes"], ["bytes", "crc32c"]) or _endian(sharding.index_codecs[0]) == "big":
+                return None, f"its shard index has the codecs {', '.join(index)}"
+            if index == ["bytes"]:
+                return None, "its shard index has no crc32c codec"
+            index_at_end = str(getattr(sharding.index_location, "value", sharding.index_location)) == "end"
+            codecs = list(sharding.codecs)
+            chunk_shape = tuple(int(c) for c in sharding.chunk_shape)
+            unit = int(array.shards[0])
+        else:
+            chunk_shape = tuple(array.chunks)
+            unit = int(chunk_shape[0])
+        if not codecs or _name(codecs[0]) != "bytes":
+            return None, f"its codecs start with {_name(codecs[0]) if codecs else 'nothing'}, not bytes"
+        if _endian(codecs[0]) == "big" and dtype.itemsize > 1:
+            return None, "its values are stored big-endian"
+        frames, why = _frames(codecs[1:], "it")
+        encoding = meta.chunk_key_encoding
+        separator = str(getattr(encoding, "separator", "/"))
+        prefix = ("c" + separator) if getattr(encoding, "name", "default") == "default" else ""
+        chunk = int(chunk_shape[0])
+    if frames is None:
+        return None, why
+    if tuple(chunk_shape[1:]) != shape[1:] or (array.shards is not None and tuple(array.shards[1:]) != shape[1:]):
+        return None, f"its chunks {chunk_shape} cut through the matrices {shape[1:]}"
+    stored = Stored(root, prefix, separator, shape, dtype.str, unit, chunk, frames, sharded, index_at_end)
+    for index in (0, 1, 17):
+        expected = meta.encode_chunk_key((index,) + (0,) * (len(shape) - 1))
+        if stored.key(index) != expected:
+            return None, f"its chunk keys ({expected}) use an encoding batchlu does not know"
+    return stored, ""
+
+
+def _endian(codec) -> str | None:
+    endian = getattr(codec, "endian", None)
+    return None if endian is None else str(getattr(endian, "value", endian))
+
+
+def choose(array, setting: str, *, gpu: bool, nvcomp: str | None, reading: bool = False) -> Choice:
+    """Where ``array``'s codec runs for ``batchlu.codec-device`` = ``setting``.
+
+    ``gpu``: the run computes on GPUs; ``nvcomp``: None when every worker imports nvCOMP, else why not;
+    ``reading``: an input. An input decodes on the GPU only when its chunks carry zarr's crc32c (checked
+    on the host before the frame goes to the device): nvCOMP cannot be relied on to notice a damaged
+    frame, and a run must never compute from one.
+    ``auto`` takes the GPU where it can and says why not otherwise; ``gpu`` asked for an array the GPU
+    cannot decode falls back to the host with the reason too (the run does not fail over it).
+    """
+    if setting == "cpu":
+        return Choice("cpu", "codec-device is cpu")
+    if not gpu:
+        return Choice("cpu", "the run computes on the CPU")
+    if nvcomp is not None:
+        return Choice("cpu", nvcomp)
+    stored, why = describe(array)
+    if stored is None:
+        return Choice("cpu", why)
+    if reading and stored.frames.algorithm != "none" and not stored.frames.crc32c:
+        return Choice("cpu", "its chunks carry no crc32c checksum, which the GPU path needs to catch a "
+                             "damaged frame (batchlu generate --layout sharded writes one)")
+    frame_bytes = stored.inner * stored.matrix_bytes
+    if setting == "auto" and frame_bytes > AUTO_FRAME_BYTES:
+        return Choice("cpu", f"its chunks of {frame_bytes / 2**20:.0f} MiB are faster on the host (the GPU "
+                             f"decodes many small frames well, few large ones slowly; the sharded layout "
+                             f"suits it)")
+    frames = stored.frames
+    what = "raw bytes" if frames.algorithm == "none" else frames.algorithm + (" + crc32c" if frames.crc32c else "")
+    layout = f"shards of {stored.unit} matrices in chunks of {stored.inner}" if stored.sharded \
+        else f"chunks of {stored.unit} matrices"
+    return Choice("gpu", f"{what}, {layout}", stored)
+
+
+# --------------------------------------------------------------------------------- output arrays
+def output_compressors(codec: str):
+    """zarr ``compressors=`` for ``batchlu.output-codec``: ``zstd``, ``zstd:LEVEL``, ``lz4`` or ``none``."""
+    import zarr
+
+    name, _, level = codec.partition(":")
+    if name == "none":
+        return None
+    if name == "lz4":
+        with warnings.catch_warnings():   # numcodecs' codecs are "not in the v3 spec": zarr-python reads them
+            warnings.simplefilter("ignore")
+            from zarr.codecs.numcodecs import LZ4
+
+            return LZ4()
+    return zarr.codecs.ZstdCodec(level=int(level) if level else 0)
+
+
+# ------------------------------------------------------------------------------------- reading
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """One frame to read: bytes ``[offset, offset + length)`` of ``path`` (``length`` None: the whole
+    file), decoding to ``matrices`` matrices from matrix ``first`` of the array. ``length`` 0: the
+    chunk is not stored (an empty shard slot, or a missing file; the missing-chunk check decides)."""
+
+    path: str
+    offset: int
+    length: int | None
+    first: int
+    matrices: int
+    label: str
+
+
+def shard_index(stored: Stored, shard: int) -> np.ndarray | None:
+    """The (offset, nbytes) pairs of a shard's chunks; None when the shard file is not there.
+    A shard whose index is unreadable or fails its CRC-32C raises ``ValueError``."""
+    path = stored.path(shard)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < stored.index_bytes:
+                raise ValueError(f"the shard {path} has {size} bytes, fewer than its index ({stored.index_bytes})")
+            f.seek(size - stored.index_bytes if stored.index_at_end else 0)
+            raw = f.read(stored.index_bytes)
+    except FileNotFoundError:
+        return None
+    body, trailer = raw[:-4], int.from_bytes(raw[-4:], "little")
+    if crc32c(body) != trailer:
+        raise ValueError(f"the index of shard {path} fails its CRC-32C")
+    return np.frombuffer(body, "<u8").reshape(stored.per_shard, 2)
+
+
+def plan_reads(stored: Stored, start: int, stop: int) -> list[Read]:
+    """The frames that hold matrices ``[start, stop)`` (whole stored objects), in order."""
+    count = stored.shape[0]
+    reads = []
+    for obj in range(start // stored.unit, -(-stop // stored.unit)):
+        lo = obj * stored.unit
+        if not stored.sharded:
+            reads.append(Read(stored.path(obj), 0, None, lo, stored.unit, stored.key(obj)))
+            continue
+        index = shard_index(stored, obj)
+        for i in range(stored.per_shard):
+            first = lo + i * stored.inner
+            if first >= count:
+                break
+            label = f"{stored.key(obj)} (chunk {i} of the shard)"
+            if index is None or int(index[i, 0]) == EMPTY:
+                reads.append(Read(stored.path(obj), 0, 0, first, stored.inner, label))
+            else:
+                reads.append(Read(stored.path(obj), int(index[i, 0]), int(index[i, 1]), first, stored.inner, label))
+    return reads
+
+
+def frame_sizes(reads: list[Read]) -> list[int]:
+    """Bytes each read takes (whole files: their size now; 0 for a chunk not stored)."""
+    sizes = []
+    for r in reads:
+        if r.length is not None:
+            sizes.append(r.length)
+            continue
+        try:
+            sizes.append(os.stat(r.path).st_size)
+        except FileNotFoundError:
+            sizes.append(0)
+    return sizes
+
+
+def aligned(sizes: list[int]) -> tuple[list[int], int]:
+    """Offsets of frames of ``sizes`` packed at :data:`ALIGN`-byte boundaries, and the total."""
+    offsets, at = [], 0
+    for size in sizes:
+        offsets.append(at)
+        at += -(-size // ALIGN) * ALIGN
+    return offsets, at
+
+
+def read_frames(reads: list[Read], sizes: list[int], offsets: list[int], buffer: np.ndarray, pool=None) -> None:
+    """Read every frame into ``buffer`` (uint8) at ``offsets``: in ``pool``'s threads if given."""
+    def one(i):
+        r, size = reads[i], sizes[i]
+        if size == 0:
+            return
+        view = memoryview(buffer)[offsets[i]:offsets[i] + size]
+        with open(r.path, "rb", buffering=0) as f:
+            if r.offset:
+                f.seek(r.offset)
+            got = f.readinto(view)
+            while got < size:
+                more = f.readinto(view[got:])
+                if not more:
+                    raise ValueError(f"the chunk {r.label} ended after {got} of {size} bytes")
+                got += more
+
+    if pool is None:
+        for i in range(len(reads)):
+            one(i)
+    else:
+        list(pool.map(one, range(len(reads))))
+
+
+def payload(frames: Frames, buffer: np.ndarray, offset: int, size: int, label: str) -> tuple[int, int]:
+    """The codec frame inside one stored chunk's bytes: checks the crc32c trailer and numcodecs'
+    LZ4 header; returns (offset, length) of the frame in ``buffer``."""
+    if frames.crc32c:
+        if size < 4:
+            raise ValueError(f"the chunk {label} has {size} bytes, too few for its CRC-32C")
+        body = buffer[offset:offset + size - 4]
+        if crc32c(body) != int.from_bytes(bytes(buffer[offset + size - 4:offset + size]), "little"):
+            raise ValueError(f"the chunk {label} fails its CRC-32C")
+        size -= 4
+    if frames.head:
+        if size < frames.head:
+            raise ValueError(f"the chunk {label} has {size} bytes, too few for its header")
+        offset += frames.head
+        size -= frames.head
+    return offset, size
+
+
+# ------------------------------------------------------------------------------------- writing
+def _write_file(path: str, parts) -> None:
+    """Write ``parts`` (bytes-like) to ``path`` through a temporary file renamed into place."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".batchlu-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for part in parts:
+                f.write(part)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def wrap(frames: Frames, frame, decoded_bytes: int) -> list:
+    """A stored chunk's parts around an encoded ``frame``: numcodecs' LZ4 header, the crc32c trailer."""
+    parts = [frame]
+    if frames.head:
+        parts.insert(0, int(decoded_bytes).to_bytes(4, "little"))
+    if frames.crc32c:
+        import google_crc32c
+
+        crc = google_crc32c.Checksum()
+        for part in parts:
+            crc.update(bytes(part))
+        parts.append(crc.digest()[::-1])   # big-endian digest -> zarr's little-endian trailer
+    return parts
+
+
+def write_chunks(stored: Stored, first_object: int, frames: list, decoded_bytes: list[int], pool=None) -> None:
+    """Write encoded chunks of consecutive stored objects from ``first_object`` on: one chunk file per
+    frame, or (sharded) one shard per ``per_shard`` frames with its index. ``decoded_bytes[i]`` is the
+    size frame ``i`` decodes to (numcodecs' LZ4 header keeps it)."""
+    jobs = []
+    if not stored.sharded:
+        for i, frame in enumerate(frames):
+            jobs.append((stored.path(first_object + i), wrap(stored.frames, frame, decoded_bytes[i])))
+    else:
+        k = stored.per_shard
+        for s in range(-(-len(frames) // k)):
+            chunks = [wrap(stored.frames, f, d) for f, d in zip(frames[s * k:(s + 1) * k],
+                                                                   decoded_bytes[s * k:(s + 1) * k])]
+            index = np.full((k, 2), EMPTY, "<u8")
+            at = 0 if stored.index_at_end else stored.index_bytes
+            for i, parts in enumerate(chunks):
+                size = sum(len(memoryview(p).cast("B")) for p in parts)
+                index[i] = (at, size)
+                at += size
+            body = index.tobytes()
+            index_parts = [body, crc32c(body).to_bytes(4, "little")]
+            parts = [p for c in chunks for p in c]
+            jobs.append((stored.path(first_object + s),
+                         parts + index_parts if stored.index_at_end else index_parts + parts))
+    if pool is None:
+        for path, parts in jobs:
+            _write_file(path, parts)
+    else:
+        list(pool.map(lambda job: _write_file(*job), jobs))

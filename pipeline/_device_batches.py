@@ -1,0 +1,215 @@
+"""The batch loop of the GPU codec path: stored frames in, stored frames out, the values on the device.
+
+    reader thread   batch i+1: read its frames, copy them to the GPU, decode there (nvCOMP), hash the
+                    decoded input (CRC-32 per output chunk, on the GPU), on the lane's read stream
+    this thread     batch i: the kernels, on the engine's stream of this thread
+    writer thread   batch i-1: encode every output on the GPU, copy the frames back, write them as
+                    chunk files or shards, then record the chunks complete
+
+The same three stages as :mod:`batchlu.pipeline._batches`, with the device arrays handed from one to
+the next instead of host slots. An input whose codec the client sent to the host
+(:mod:`batchlu.pipeline._codecs`) is read as there (I/O processes into a pinned slot) and copied to
+the device; an output sent to the host is copied back and written through zarr.
+
+A batch whose frames fail (a CRC-32C, a size, nvCOMP itself) is read again through zarr on the host:
+a chunk zarr cannot read either stops the run with the error that names its file; one zarr reads is
+used as zarr decoded it (and the worker's log says so). Nothing is written from a frame that did not
+decode to exactly its chunk's bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import _codecs, _ops
+from ._batches import BatchIO, PathStats, _pool_requests, _read_into
+from ._buffers import Layout, shared
+
+__all__ = ["DeviceIO", "run_device_batches"]
+
+logger = logging.getLogger("batchlu.path")
+
+
+@dataclasses.dataclass
+class DeviceIO:
+    """A :class:`batchlu.pipeline._batches.BatchIO` plus where each array's codec runs: ``stored``
+    maps ``"a"``, ``"b"`` and output names to a :class:`batchlu.pipeline._codecs.Stored` (GPU) or
+    None (host); ``digests(start, values)`` receives the CRC-32 of each output chunk's input."""
+
+    io: BatchIO
+    stored: dict
+    chunk: int
+    digests: object = None
+
+
+def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, int]], *,
+                       delay: float = 0.0) -> PathStats:
+    stats = PathStats()
+    if not batches:
+        return stats
+    from . import _gpu_codecs
+
+    t_start = time.perf_counter()
+    lane = _gpu_codecs.lane(engine.device)
+    io = dio.io
+    host_inputs = [name for name in ("a", "b") if _array(io, name) is not None and dio.stored.get(name) is None]
+    largest = max(stop - start for start, stop in batches)
+    layout = Layout(a=(tuple(io.source.shape[1:]), np.dtype(io.source.dtype)),
+                    b=None if io.rhs is None else (tuple(io.rhs.shape[1:]), np.dtype(io.rhs.dtype)), outs=())
+    if host_inputs:
+        with engine.pool.borrow(layout, largest) as slots:
+            _run(engine, op, dio, lane, batches, stats, delay, slots)
+    else:
+        _run(engine, op, dio, lane, batches, stats, delay, None)
+    stats.wall_s = time.perf_counter() - t_start
+    return stats
+
+
+def _array(io: BatchIO, name: str):
+    return io.source if name == "a" else io.rhs if name == "b" else io.outputs[name]
+
+
+def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int, slots):
+    """Input ``name`` of matrices ``[start, stop)`` on the device."""
+    import cupy
+
+    from ._gpu_codecs import FrameError
+
+    io = dio.io
+    array = _array(io, name)
+    stored = dio.stored.get(name)
+    if stored is not None:
+        try:
+            return lane.decode(stored, start, stop, parity)
+        except FrameError as exc:
+            logger.warning("batchlu: GPU decode of matrices %d:%d failed (%s); reading them through zarr",
+                           start, stop, exc)
+            if io.read_error is not None:
+                io.read_error(array, start, stop, exc)   # raises CorruptInputError naming the file
+            host = np.asarray(array[start:stop])     # zarr reads it: use zarr's values
+            with cupy.cuda.Device(engine.device), lane.read_stream:
+                value = cupy.asarray(host)
+            lane.read_stream.synchronize()
+            return value
+    buffer = slots[parity].a[:stop - start] if name == "a" else slots[parity].b[:stop - start]
+    if io.pool is not None and io.where and shared(slots[parity]):
+        failures = _pool_requests([lambda: io.pool.read(*io.where[name], start, stop, buffer)])
+        if failures:
+            if io.read_error is not None:
+                io.read_error(array, start, stop, failures[0][1])
+            raise failures[0][1]
+    else:
+        _read_into(array, start, stop, buffer, io.read_error)
+    with cupy.cuda.Device(engine.device), lane.read_stream:
+        value = cupy.empty(buffer.shape, buffer.dtype)
+        value.set(buffer, stream=lane.read_stream)
+    lane.read_stream.synchronize()
+    return value
+
+
+def _digests(chunk: int, start: int, stop: int, a, b) -> np.ndarray:
+    """CRC-32 of each output chunk's input (``a`` then ``b``), hashed on the device."""
+    from batchlu.kernels._gpu import _crc32 as gpu_crc
+
+    from . import _crc32
+
+    los = list(range(0, stop - start, chunk))
+    his = [min(lo + chunk, stop - start) for lo in los]
+
+    def registers(x):
+        per = int(np.prod(x.shape[1:], dtype=np.int64)) * x.dtype.itemsize
+        lengths = [(hi - lo) * per for lo, hi in zip(los, his)]
+        return gpu_crc.registers(x, [lo * per for lo in los], lengths), lengths
+
+    ra, la = registers(a)
+    if b is None:
+        return np.array([_crc32.combine(int(r), n) for r, n in zip(ra, la)], np.uint32)
+    rb, lb = registers(b)
+    return np.array([_crc32.combine(int(r), n, int(s), m) for r, n, s, m in zip(ra, la, rb, lb)], np.uint32)
+
+
+def _run(engine, op, dio, lane, batches, stats, delay, slots) -> None:
+    import cupy
+
+    io = dio.io
+    lock = threading.Lock()
+
+    def read(index: int):
+        start, stop = batches[index]
+        t = time.perf_counter()
+        gaps = io.missing(start, stop) if io.missing is not None else None
+        a = _input(engine, dio, lane, "a", start, stop, index % 2, slots)
+        b = None if io.rhs is None else _input(engine, dio, lane, "b", start, stop, index % 2, slots)
+        with cupy.cuda.Device(engine.device), lane.read_stream:
+            digests = _digests(dio.chunk, start, stop, a, b)
+        if dio.digests is not None:
+            dio.digests(start, digests)
+        with lock:
+            stats.read_s += time.perf_counter() - t
+            stats.bytes_in += a.nbytes + (0 if b is None else b.nbytes)
+        return a, b, gaps
+
+    def write(index: int, outs: dict) -> None:
+        start, stop = batches[index]
+        t = time.perf_counter()
+        for name, value in outs.items():
+            stored = dio.stored.get(name)
+            if stored is not None:
+                lane.encode(stored, start, value)
+            else:
+                with cupy.cuda.Device(engine.device), lane.write_stream:
+                    host = cupy.asnumpy(value, stream=lane.write_stream)
+                io.outputs[name][start:stop] = host
+        if io.mark is not None:
+            io.mark(start, stop)
+        with lock:
+            stats.write_s += time.perf_counter() - t
+            stats.bytes_out += sum(v.nbytes for v in outs.values())
+
+    with ThreadPoolExecutor(1, thread_name_prefix="batchlu-read") as reader, \
+            ThreadPoolExecutor(1, thread_name_prefix="batchlu-write") as writer:
+        pending = reader.submit(read, 0)
+        writes: deque = deque()
+        try:
+            for i, (start, stop) in enumerate(batches):
+                a, b, gaps = pending.result()
+                if i + 1 < len(batches):
+                    while writes and writes[0][0] <= i - 1:   # bound the batches alive on the device
+                        writes.popleft()[1].result()
+                    pending = reader.submit(read, i + 1)
+                if delay:
+                    time.sleep(delay)
+                t = time.perf_counter()
+                outs = engine.run_device(op, a, b, {name: tuple(arr.shape[1:]) for name, arr in io.outputs.items()})
+                del a, b
+                if gaps is not None:   # batchlu.missing-chunks: fill
+                    _mark_missing_device(outs, gaps)
+                if "info" in outs:
+                    stats.add_info(cupy.asnumpy(outs["info"]))
+                stats.compute_s += time.perf_counter() - t
+                stats.matrices += stop - start
+                writes.append((i, writer.submit(write, i, outs)))
+                del outs
+            while writes:
+                writes.popleft()[1].result()
+        finally:
+            pending.cancel()
+            for _, future in writes:
+                future.cancel()
+
+
+def _mark_missing_device(outs: dict, gaps) -> None:
+    """:func:`batchlu.pipeline._ops.mark_missing` for device outputs."""
+    import cupy
+
+    host = {name: cupy.asnumpy(value) for name, value in outs.items()}
+    _ops.mark_missing(host, gaps)
+    for name, value in host.items():
+        outs[name][...] = cupy.asarray(value)

@@ -1,0 +1,119 @@
+"""Which GPU path each (op, dtype, n) takes (``batchlu.kernels._gpu._paths``), checked on the CPU
+without CuPy: the own kernels wherever their launchers accept n, cuSOLVER exactly where they refuse,
+so no n is left to an error, on the H100's shared memory and on smaller devices'."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from batchlu.kernels._gpu import _cusolver, _getrf, _getri, _getrs, _paths
+from batchlu.kernels._gpu._runtime import MAX_N
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+KERNEL_PATHS = {"lu_factor": {"getrf"}, "slogdet": {"getrf"}, "inv": {"fused", "getri"},
+                "solve": {"rows", "getrs"}, "lu_solve": {"getrs"}}
+# H100 / H200, A100, and a device with 99 KiB per block (Ada, e.g. L40S)
+SMEMS = [_paths.SMEM_H100, _paths.SMEM_A100, 101376]
+
+
+def test_importing_the_paths_imports_no_cupy():
+    code = ("import sys; from batchlu.kernels import tuning; from batchlu.kernels._gpu import _paths; "
+            "import numpy as np; "
+            "p = _paths.path('inv', np.float64, 1500, smem=_paths.SMEM_H100); "
+            "print(p, 'cupy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["cusolver", "False"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_issue_sizes_on_the_h100(dtype):
+    """n = 1500 raised for float64 and complex64 (getrf's panel did not fit): now cuSOLVER; n = 2000
+    takes cuSOLVER for every op and dtype but float32's LU (its panel still fits), n = 2300 for all;
+    n = 1024 stays on the kernels for every op."""
+    smem = _paths.SMEM_H100
+    for op in _paths.OPS:
+        assert _paths.path(op, dtype, 1024, 3, smem) in KERNEL_PATHS[op]
+        own = dtype == np.float32 and op in ("lu_factor", "slogdet")
+        assert _paths.path(op, dtype, 2000, 3, smem) == ("getrf" if own else _paths.CUSOLVER)
+        assert _paths.path(op, dtype, 2300, 3, smem) == _paths.CUSOLVER
+    large = _paths.path("lu_factor", dtype, 1500, smem=smem) == _paths.CUSOLVER
+    assert large == (dtype != np.float32)  # float32's panel of 1500 rows fits with NB = 8
+    with pytest.raises(ValueError, match="fit in shared memory") if large else contextlib.nullcontext():
+        _getrf.getrf_plan(dtype, 1500, smem)
+
+
+@pytest.mark.parametrize("smem", SMEMS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_getrf_boundary_is_where_the_panel_stops_fitting(dtype, smem):
+    n0 = _paths.first_cusolver_n("lu_factor", dtype, smem)
+    assert _paths.first_cusolver_n("slogdet", dtype, smem) == n0
+    plan = _getrf.getrf_plan(dtype, n0 - 1, smem)          # the largest n of the kernels fits...
+    assert _getrf.blocked_smem(dtype, n0 - 1, plan.tile, kb=plan.kb) <= smem
+    with pytest.raises(ValueError, match="Expected n small enough for the GPU getrf panel"):
+        _getrf.getrf_plan(dtype, n0, smem)                 # ...and the next one is what raised before
+    smallest = min(_getrf.BLOCKED_NB[np.dtype(dtype).itemsize])
+    assert _getrf.blocked_smem(dtype, n0, smallest) > smem
+
+
+@pytest.mark.parametrize("smem", SMEMS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_n_has_a_path_its_launcher_accepts(dtype, smem):
+    """n = 1 ... 4200: where the path is a kernel path, each launcher's own checks pass (getrf's plan,
+    getri's and getrs' n and shared memory); elsewhere it is cuSOLVER, and the kernels refuse n."""
+    for n in range(1, 4201):
+        plan = _getrf.fitting_plan(dtype, n, smem)
+        for op in _paths.OPS:
+            for k in ((1, 16, 40) if op in ("solve", "lu_solve") else (1,)):
+                chosen = _paths.path(op, dtype, n, k, smem)
+                assert chosen in KERNEL_PATHS[op] | {_paths.CUSOLVER}, (op, n, chosen)
+                kernels_fit = {
+                    "getrf": plan is not None,
+                    "fused": _getri.inv_plan(dtype, n) == "fused",
+                    "getri": plan is not None and _getri.getri_fits(dtype, n, smem),
+                    "rows": _getrs.solve_plan(dtype, n, k) == "rows",
+                    "getrs": _getrs.getrs_fits(dtype, n, k, smem) and (op == "lu_solve" or plan is not None),
+                }
+                if chosen == _paths.CUSOLVER:
+                    assert not any(kernels_fit[p] for p in KERNEL_PATHS[op]), (op, n, k)
+                else:
+                    assert kernels_fit[chosen], (op, n, k, chosen)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_inverse_and_solve_above_1024_go_to_cusolver(dtype):
+    """getri and getrs run one thread per column (n <= MAX_N): above, cuSOLVER for every device."""
+    for smem in SMEMS:
+        for op in ("inv", "solve", "lu_solve"):
+            assert _paths.path(op, dtype, MAX_N + 1, 3, smem) == _paths.CUSOLVER
+    assert _paths.first_cusolver_n("inv", dtype, _paths.SMEM_H100) == MAX_N + 1
+    assert _paths.first_cusolver_n("lu_solve", dtype, _paths.SMEM_H100, k=16) == MAX_N + 1
+    assert not _getri.getri_fits(dtype, MAX_N + 1, 1 << 30)
+    assert not _getrs.getrs_fits(dtype, MAX_N + 1, 1, 1 << 30)
+
+
+def test_small_n_keep_their_fused_kernels():
+    for dtype in DTYPES:
+        assert _paths.path("inv", dtype, 64, smem=_paths.SMEM_H100) == "fused"
+        assert _paths.path("inv", dtype, 65, smem=_paths.SMEM_H100) == "getri"
+        assert _paths.path("solve", dtype, 16, 1, _paths.SMEM_H100) == "rows"
+        assert _paths.path("solve", dtype, 16, 17, _paths.SMEM_H100) == "getrs"  # k > GESV_ROWS_MAX_RHS
+
+
+def test_unknown_op_is_refused():
+    with pytest.raises(ValueError, match="Expected op among"):
+        _paths.path("det", np.float64, 10, smem=_paths.SMEM_H100)
+
+
+@pytest.mark.parametrize("batch, lane_bytes, lanes", [
+    (1, 1, 1), (3, 10 << 20, 3), (10, 10 << 20, _cusolver.MAX_LANES),
+    (2, 256 << 20, 2),           # n = 4096 complex128: two lanes of 256 MiB
+    (3, 256 << 20, 2), (5, 1 << 30, 1), (7, 200 << 20, 2)])
+def test_lanes_one_per_matrix_within_their_memory(batch, lane_bytes, lanes):
+    got = _cusolver.lanes_for(batch, lane_bytes)
+    assert got == lanes
+    assert 1 <= got <= batch and (got == 1 or got * lane_bytes <= _cusolver.LANE_BYTES)

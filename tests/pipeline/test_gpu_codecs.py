@@ -1,0 +1,247 @@
+"""The GPU codec path (issue 18) on a GPU with nvCOMP: frames written by zarr decode on the device to
+zarr's values, frames encoded on the device read back with plain zarr, bit for bit and the same bytes
+every time; the device CRC-32 is zlib's; whole runs through the GPU codecs give the host path's bits,
+survive a killed run and a killed worker, and name a corrupt chunk.
+
+Run on the GPU machine with nvCOMP installed: ``BATCHLU_REQUIRE_NVCOMP=1 pytest -m gpu tests/pipeline/test_gpu_codecs.py``
+(without that variable, the tests skip where nvCOMP is absent)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zlib
+
+import dask
+import numpy as np
+import pytest
+import zarr
+
+from batchlu import pipeline
+from batchlu.pipeline import _codecs, _crc32
+from batchlu.pipeline._config import TESTING_TASK_DELAY
+from batchlu.pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
+from batchlu.pipeline.errors import CorruptInputError
+from _pipeline_helpers import complete_flags, complete_flags_once_created, wait_partly_complete
+from test_codecs import LAYOUTS, OUTPUTS
+
+pytestmark = pytest.mark.gpu
+RNG = np.random.default_rng()
+
+
+@pytest.fixture(autouse=True)
+def _nvcomp():
+    pytest.importorskip("cupy")
+    try:
+        from nvidia import nvcomp  # noqa: F401
+    except ImportError:
+        if os.environ.get("BATCHLU_REQUIRE_NVCOMP") == "1":
+            pytest.fail("BATCHLU_REQUIRE_NVCOMP=1 but nvCOMP does not import")
+        pytest.skip("nvCOMP is not installed")
+
+
+def _lane():
+    from batchlu.pipeline import _gpu_codecs
+
+    return _gpu_codecs.lane(0)
+
+
+def test_device_crc32_is_zlibs():
+    import cupy
+
+    from batchlu.kernels._gpu import _crc32 as gpu_crc
+
+    data = RNG.integers(0, 256, 3_000_001, dtype=np.uint8)
+    ranges = [(0, 0), (0, 1), (5, 255), (7, 256), (100, 4097), (1000, 1_000_000), (12, 2_999_989)]
+    regs = gpu_crc.registers(cupy.asarray(data), [o for o, _ in ranges], [n for _, n in ranges])
+    for (offset, length), reg in zip(ranges, regs):
+        assert _crc32.finish(int(reg), length) == zlib.crc32(data[offset:offset + length].tobytes())
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_frames_written_by_zarr_decode_on_the_gpu(tmp_path, layout):
+    x = RNG.standard_normal((40, 5, 5))
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, **LAYOUTS[layout])
+    array[:] = x
+    stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
+    for start, stop in ((0, stored.unit), (stored.unit, 40), (0, 40)):
+        got = _lane().decode(stored, start, stop, 0)
+        assert got.get().tobytes() == x[start:stop].tobytes()
+
+
+@pytest.mark.parametrize("layout", sorted(OUTPUTS))
+def test_frames_encoded_on_the_gpu_read_back_with_zarr_and_repeat(tmp_path, layout):
+    import cupy
+
+    spec = dict(OUTPUTS[layout])
+    codec, crc = spec.pop("codec", "zstd"), spec.pop("crc", False)
+    compressors = _codecs.output_compressors(codec)
+    if crc:
+        compressors = [compressors, zarr.codecs.Crc32cCodec()]
+    x = RNG.standard_normal((16, 5, 5))
+    stores = []
+    for name in ("one.zarr", "two.zarr"):
+        array = zarr.create_array(str(tmp_path / name), shape=x.shape, dtype=x.dtype, fill_value=np.nan,
+                                  compressors=compressors, **spec)
+        stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
+        unit = stored.unit
+        for lo in range(0, 16, unit):   # one batch per stored object, the last one partial
+            _lane().encode(stored, lo, cupy.asarray(x[lo:lo + unit]))
+        assert zarr.open_array(str(tmp_path / name), mode="r")[:].tobytes() == x.tobytes()
+        stores.append(tmp_path / name)
+    files = sorted(p.relative_to(stores[0]) for p in stores[0].rglob("*") if p.is_file() and "zarr.json" not in p.name)
+    assert files
+    for rel in files:   # deterministic: the same frames, byte for byte
+        assert (stores[0] / rel).read_bytes() == (stores[1] / rel).read_bytes(), rel
+
+
+def _outputs(path) -> dict:
+    group = zarr.open_group(str(path), mode="r")
+    return {name: np.asarray(a[...]) for name, a in group.arrays() if not name.startswith("_complete")}
+
+
+def _identical(path, reference) -> None:
+    got, want = _outputs(path), _outputs(reference)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes(), name
+
+
+QUIET = {"cluster.dashboard-address": "127.0.0.1:0"}
+
+
+def _config(**extra):
+    return {**QUIET, "cluster.gpus": visible_gpus()[0], **extra}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("codecs")
+    return {
+        "chunks": pipeline.generate(root / "c.zarr", count=960, size=16, chunk=48, kind="singular-mix", seed=5),
+        "sharded": pipeline.generate(root / "s.zarr", count=960, size=16, chunk=48, kind="singular-mix",
+                                     seed=5, layout="sharded"),
+        "rhs": pipeline.generate_rhs(root / "b.zarr", count=960, size=16, k=3, chunk=48, seed=6,
+                                     layout="sharded"),
+    }
+
+
+@pytest.mark.parametrize("op", ["lu", "inv", "solve", "slogdet"])
+@pytest.mark.parametrize("layout", ["chunks", "sharded"])
+def test_gpu_codecs_give_the_host_paths_bits(inputs, tmp_path, op, layout):
+    rhs = inputs["rhs"] if op == "solve" else None
+    host = pipeline.run(inputs[layout], str(tmp_path / "host.zarr"), op=op, rhs=rhs, backend="gpu",
+                        progress=False, config=_config(**{"codec-device": "cpu", "output-layout": layout}))
+    gpu = pipeline.run(inputs[layout], str(tmp_path / "gpu.zarr"), op=op, rhs=rhs, backend="gpu",
+                       progress=False, config=_config(**{"codec-device": "gpu", "output-layout": layout}))
+    assert all(where.startswith("cpu") for where in host.codecs.values()), host.codecs
+    outputs = {name: where for name, where in gpu.codecs.items() if name not in ("a", "b")}
+    assert all(where.startswith("gpu") for where in outputs.values()), gpu.codecs
+    # inputs decode on the GPU only with crc32c frames: generate's sharded layout has them
+    assert gpu.codecs["a"].startswith("gpu" if layout == "sharded" else "cpu"), gpu.codecs
+    assert gpu.counts == host.counts and gpu.singular > 0
+    _identical(tmp_path / "gpu.zarr", tmp_path / "host.zarr")
+    assert pipeline.verify(inputs[layout], str(tmp_path / "gpu.zarr"), rhs=rhs).ok
+
+
+def test_corrupt_frames_name_the_chunk_and_write_nothing_from_them(tmp_path):
+    path = pipeline.generate(tmp_path / "a.zarr", count=240, size=16, chunk=24, seed=9, layout="sharded")
+    victim = os.path.join(path, "c", "4", "0", "0")
+    data = bytearray(open(victim, "rb").read())
+    data[len(data) // 3] ^= 0xFF   # a damaged frame inside the shard: its crc32c no longer matches
+    open(victim, "wb").write(bytes(data))
+    with pytest.raises(CorruptInputError, match=r"c/4/0/0 \(matrices 96:120\)"):
+        pipeline.run(path, str(tmp_path / "out.zarr"), op="inv", backend="gpu", progress=False,
+                     config=_config(**{"codec-device": "gpu"}))
+    flags = complete_flags_once_created(tmp_path / "out.zarr")
+    assert flags is None or not flags[4]
+
+
+def test_a_frame_nvcomp_refuses_is_read_through_zarr(tmp_path, monkeypatch):
+    """The fallback inside one worker thread: nvCOMP refusing a batch (simulated) never writes its
+    bytes; zarr's values are used."""
+    import cupy
+
+    from batchlu.pipeline import _batches, _device_batches, _engines, _gpu_codecs
+
+    x = RNG.standard_normal((24, 6, 6))
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, chunks=(8, 6, 6))
+    array[:] = x
+    stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
+    lane = _gpu_codecs.lane(0)
+
+    def refuse(*args, **kwargs):
+        raise _gpu_codecs.FrameError("simulated")
+
+    monkeypatch.setattr(lane, "decode", refuse)
+    io = _batches.BatchIO(array, None, {})
+    dio = _device_batches.DeviceIO(io, {"a": stored}, 8)
+    got = _device_batches._input(_engines.current_engine(), dio, lane, "a", 8, 24, 0, None)
+    assert isinstance(got, cupy.ndarray) and got.get().tobytes() == x[8:24].tobytes()
+
+
+def test_killed_run_resumes_bit_identical_through_gpu_codecs(inputs, tmp_path):
+    reference = tmp_path / "reference.zarr"
+    pipeline.run(inputs["sharded"], str(reference), op="lu", backend="gpu", progress=False,
+                 config=_config(**{"codec-device": "cpu", "output-layout": "sharded"}))
+    out = tmp_path / "killed.zarr"
+    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")
+    cmd = [sys.executable, "-m", "batchlu", "run", str(inputs["sharded"]), str(out), "--op", "lu", "--backend",
+           "gpu", "--codec-device", "gpu", "--output-layout", "sharded",
+           "--config", "cluster.dashboard-address=127.0.0.1:0", "--config", f"cluster.gpus={visible_gpus()[0]}"]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        done = complete_flags_once_created(out)
+        if done is not None and 3 <= done.sum() < done.size // 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = complete_flags(out)
+    assert 0 < done.sum() < done.size
+    resumed = subprocess.run([a for a in cmd if a != "--output-layout" and a != "sharded"] + ["--resume"],
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "skipped" in resumed.stdout and "codec of the input: gpu" in resumed.stdout
+    assert "context is destroyed" not in resumed.stdout + resumed.stderr
+    _identical(out, reference)
+
+
+def test_killed_worker_restarted_by_its_nanny_gives_the_same_bits(inputs, tmp_path):
+    from distributed import Client
+
+    reference = tmp_path / "reference.zarr"
+    pipeline.run(inputs["sharded"], str(reference), op="inv", backend="gpu", progress=False,
+                 config=_config(**{"codec-device": "cpu"}))
+    out = tmp_path / "killed.zarr"
+    with make_gpu_cluster(visible_gpus()[:1], threads_per_worker=2, dashboard_address="127.0.0.1:0") as cluster, \
+            Client(cluster) as client:
+        pid = list(client.run(os.getpid).values())[0]
+        box = {}
+
+        def target():
+            try:
+                with dask.config.set({TESTING_TASK_DELAY: 0.5}):
+                    box["report"] = pipeline.run(inputs["sharded"], str(out), op="inv", backend="gpu",
+                                                 client=client, progress=False, config={"codec-device": "gpu"})
+            except BaseException as exc:  # pragma: no cover - reported below
+                box["error"] = exc
+
+        thread = threading.Thread(target=target)
+        thread.start()
+        wait_partly_complete(out)
+        os.kill(pid, signal.SIGKILL)   # the nanny starts a new worker process
+        thread.join(300)
+        assert not thread.is_alive()
+        if "error" in box:
+            raise box["error"]
+        assert list(client.run(os.getpid).values())[0] != pid
+    report = box["report"]
+    assert report.status == "complete" and report.codecs["a"].startswith("gpu")
+    _identical(out, reference)
