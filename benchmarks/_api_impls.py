@@ -13,6 +13,7 @@ sides); flop counts are theirs.
 
 from __future__ import annotations
 
+from _harness import inv_ratio, lu_ratio, solve_ratio
 from _inv_impls import SOLVE_RHS, _rhs
 from _lu_impls import Case, _sources
 
@@ -35,13 +36,21 @@ def _case(op: str, dtype, n: int, batch: int, forced: bool) -> Case:
     else:
         call = {"lu": kernels.lu_factor, "inv": kernels.inv, "solve": lambda x: kernels.solve(x, b)}[op]
 
+    state = {}
+
     def prepare(k):
         a[...] = src[k % len(src)]
 
     def run():
-        call(a)
+        state["out"] = call(a)
 
-    return Case(prepare, run)
+    def check(k):
+        out, ref = state["out"], src[k % len(src)]
+        if op == "lu":
+            return lu_ratio(ref, out[0], out[1])
+        return inv_ratio(ref, out[0]) if op == "inv" else solve_ratio(ref, out[0], b)
+
+    return Case(prepare, run, check=check)
 
 
 def variant(op: str, name: str):

@@ -1,5 +1,6 @@
-"""What the kernel benchmarks share: timing a case, compiling ahead in parallel, random input, bitwise
-comparison, and the source of a kernel family at a git revision (for A/B runs).
+"""What the kernel benchmarks share: checking a case's output (LAPACK test ratios) and timing it,
+compiling ahead in parallel, random input, bitwise comparison, and the source of a kernel family at a
+git revision (for A/B runs).
 
 A sibling module of the ``bench_*.py`` scripts: running ``python benchmarks/bench_x.py`` puts this
 folder first on ``sys.path``. CuPy is imported inside the functions, so the scripts' ``--help`` works
@@ -18,6 +19,81 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Matrices of a case's output judged by the LAPACK test ratios before it is timed.
+CHECK_COUNT = 32
+
+
+class PeerUnavailable(Exception):
+    """A peer that cannot run a point for a structural reason (a package missing, a dtype or size it
+    does not support); the benchmark records the one-line reason instead of a time."""
+
+
+class WrongResult(Exception):
+    """A case whose output failed its LAPACK test ratio: it is not timed."""
+
+
+def check_case(case) -> float | None:
+    """Run ``case`` once on input set 0 with its outputs poisoned (NaN; -7 for integer arrays) and
+    return the largest LAPACK test ratio its ``check`` finds on the first :data:`CHECK_COUNT`
+    matrices; raise :class:`WrongResult` if that is not below the threshold (NaN included). None for
+    a case without a check."""
+    from batchlu.testing.ratios import THRESHOLD
+
+    if case.check is None:
+        return None
+    case.prepare(0)
+    for x in case.outputs:
+        x.fill(-7 if np.dtype(x.dtype).kind in "iu" else np.nan)
+    case.run()
+    try:
+        ratio = float(case.check(0))
+    except ValueError as err:  # e.g. a pivot index out of range (an unwritten, poisoned piv)
+        raise WrongResult(f"Expected an output the LAPACK test ratios can judge. Got: {err}") from None
+    if not ratio < THRESHOLD:
+        raise WrongResult(f"Expected LAPACK test ratios below {THRESHOLD:g} on the first {CHECK_COUNT} "
+                          f"matrices. Got {ratio:.3g} instead.")
+    return ratio
+
+
+def host(x, count: int = CHECK_COUNT) -> np.ndarray:
+    """The first ``count`` entries of ``x`` (CuPy, torch, JAX or NumPy) as a NumPy array."""
+    x = x[:count]
+    if hasattr(x, "get"):  # CuPy
+        return x.get()
+    if hasattr(x, "detach"):  # torch
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _t(x: np.ndarray) -> np.ndarray:
+    return np.swapaxes(x, -1, -2)
+
+
+def lu_ratio(a, lu, piv, *, one_based: bool = False, transposed: bool = False) -> float:
+    """Largest get01 over the first matrices of an LU factorization of ``a``: ``piv`` 1-based
+    (LAPACK) or 0-based (SciPy); ``transposed``: ``lu`` is the factorization of ``a``'s transpose
+    held column-major (cuBLAS on our C-order buffers), i.e. its C-order buffer read as ``lu^T``."""
+    from batchlu.testing.ratios import get01
+
+    a, lu, piv = host(a), host(lu), host(piv).astype(np.int64)
+    if transposed:
+        a, lu = _t(a), _t(lu)
+    return float(get01(a, lu, piv - 1 if one_based else piv).max())
+
+
+def inv_ratio(a, ainv) -> float:
+    """Largest get03 over the first matrices of ``ainv`` against ``a``."""
+    from batchlu.testing.ratios import get03
+
+    return float(get03(host(a), host(ainv)).max())
+
+
+def solve_ratio(a, x, b) -> float:
+    """Largest get02 over the first matrices of ``a x = b``."""
+    from batchlu.testing.ratios import get02
+
+    return float(get02(host(a), host(x), host(b)).max())
 
 
 def time_case(case, reps: int) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from _harness import inv_ratio, solve_ratio
 from _lu_impls import Case, _sources, _torch, getrf_flops
 
 SOLVE_RHS = 16
@@ -91,7 +92,7 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
             tuning.launch_getrf(a, lu, piv, info)
             tuning.launch_getri(lu, piv, info, out, mode=mode)
 
-    return Case(prepare, run)
+    return Case(prepare, run, check=lambda k: inv_ratio(src[k % len(src)], out), outputs=(out,))
 
 
 def _cublas_lib(dtype, names):
@@ -128,7 +129,8 @@ def cublas_inv(dtype, n, batch) -> Case:
         getrf(handle, n, pa.data.ptr, n, piv.data.ptr, info.data.ptr, batch)
         getri(handle, n, pa.data.ptr, n, piv.data.ptr, pc.data.ptr, n, info.data.ptr, batch)
 
-    return Case(prepare, run)
+    # inv(A^T) column-major is inv(A) in C order
+    return Case(prepare, run, check=lambda k: inv_ratio(src[k % len(src)], c), outputs=(c,))
 
 
 def torch_magma_inv(dtype, n, batch) -> Case:
@@ -139,7 +141,9 @@ def torch_default_inv(dtype, n, batch) -> Case:
     return _torch(dtype, n, batch, "default", "inv_ex")
 
 
-def _jax_case(fn, host_inputs) -> Case:
+def _jax_case(fn, host_inputs, ratio) -> Case:
+    """``fn`` under jit on ``host_inputs[k]`` (tuples of arguments); ``ratio(inputs, out)`` judges
+    the output."""
     import jax
 
     state = {"k": 0}
@@ -149,10 +153,11 @@ def _jax_case(fn, host_inputs) -> Case:
         state["k"] = k % len(host_inputs)
 
     def run():
-        jax.block_until_ready(jitted(*host_inputs[state["k"]]))
+        state["out"] = jax.block_until_ready(jitted(*host_inputs[state["k"]]))
 
     run()  # compile outside the timing
-    return Case(prepare, run, sync="block")
+    return Case(prepare, run, sync="block",
+                check=lambda k: ratio(host_inputs[k % len(host_inputs)], state["out"]))
 
 
 def jax_inv(dtype, n, batch) -> Case:
@@ -162,7 +167,7 @@ def jax_inv(dtype, n, batch) -> Case:
 
     jax.config.update("jax_enable_x64", True)
     inputs = [(jnp.asarray(x.get()),) for x in _sources(dtype, n, batch)]
-    return _jax_case(jnp.linalg.inv, inputs)
+    return _jax_case(jnp.linalg.inv, inputs, lambda args, out: inv_ratio(args[0], out))
 
 
 def cupy_inv(dtype, n, batch) -> Case:
@@ -170,14 +175,15 @@ def cupy_inv(dtype, n, batch) -> Case:
 
     src = _sources(dtype, n, batch)
     a = cupy.empty_like(src[0])
+    state = {}
 
     def prepare(k):
         a[...] = src[k % len(src)]
 
     def run():
-        cupy.linalg.inv(a)
+        state["out"] = cupy.linalg.inv(a)
 
-    return Case(prepare, run)
+    return Case(prepare, run, check=lambda k: inv_ratio(src[k % len(src)], state["out"]))
 
 
 # ---- solve (16 right-hand sides) ------------------------------------------------------------------
@@ -214,7 +220,7 @@ def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
             tuning.launch_getrf(a, lu, piv, info)
             tuning.launch_getrs(lu, piv, b, x, info)
 
-    return Case(prepare, run)
+    return Case(prepare, run, check=lambda k: solve_ratio(src[k % len(src)], x, b), outputs=(x,))
 
 
 def cublas_solve(dtype, n, batch) -> Case:
@@ -243,7 +249,10 @@ def cublas_solve(dtype, n, batch) -> Case:
         getrs(handle, 1, n, SOLVE_RHS, pa.data.ptr, n, piv.data.ptr, pb.data.ptr, n,
               host_info.ctypes.data, batch)
 
-    return Case(prepare, run)
+    def check(k):  # X and B column-major: (batch, k, n) buffers
+        return solve_ratio(src[k % len(src)], b.transpose(0, 2, 1), b0.transpose(0, 2, 1))
+
+    return Case(prepare, run, check=check)
 
 
 def torch_solve(dtype, n, batch) -> Case:
@@ -256,11 +265,13 @@ def torch_solve(dtype, n, batch) -> Case:
     def prepare(k):
         a.copy_(src[k % len(src)])
 
+    state = {}
+
     def run():
         torch.backends.cuda.preferred_linalg_library("default")
-        torch.linalg.solve_ex(a, b)
+        state["out"] = torch.linalg.solve_ex(a, b)
 
-    return Case(prepare, run)
+    return Case(prepare, run, check=lambda k: solve_ratio(src[k % len(src)], state["out"][0], b))
 
 
 def jax_solve(dtype, n, batch) -> Case:
@@ -270,7 +281,7 @@ def jax_solve(dtype, n, batch) -> Case:
     jax.config.update("jax_enable_x64", True)
     b = jnp.asarray(_rhs(dtype, n, batch, (n, SOLVE_RHS)).get())
     inputs = [(jnp.asarray(x.get()), b) for x in _sources(dtype, n, batch)]
-    return _jax_case(jnp.linalg.solve, inputs)
+    return _jax_case(jnp.linalg.solve, inputs, lambda args, out: solve_ratio(args[0], out, args[1]))
 
 
 def inv_bytes(n: int, batch: int, dtype) -> float:

@@ -2,8 +2,10 @@
 
 Each factory takes ``(dtype, n, batch)`` and returns a :class:`Case`: ``prepare(k)`` copies fresh
 input set ``k`` into the implementation's work buffer (untimed), ``run()`` does one factorization of
-the whole batch on the current device (timed). Every implementation reads the same random matrices
-(entries uniform in [-1, 1)).
+the whole batch on the current device (timed), ``check(k)`` judges the last run's output on input set
+``k`` by LAPACK's test ratio (``_harness.check_case`` runs it once, outputs poisoned, before any
+timing). Every implementation reads the same random matrices (entries uniform in [-1, 1)). A factory
+that cannot run a point for a structural reason raises ``_harness.PeerUnavailable``.
 
 Flop counts are LAWN 41's (as MAGMA's ``flops.h``): for getrf of an n x n matrix,
 ``FMULS = n^3/3 + 2n/3`` and ``FADDS = n^3/3 - n^2/2 + n/6``; real flops = FMULS + FADDS
@@ -14,9 +16,11 @@ complex add 2).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
+
+from _harness import lu_ratio
 
 
 @dataclass
@@ -24,6 +28,9 @@ class Case:
     prepare: Callable[[int], None]
     run: Callable[[], None]
     sync: str = "events"  # "events": CUDA events on the null stream; "block": the call blocks itself
+    check: Callable[[int], float] | None = None  # largest LAPACK ratio of the last run on input set k
+    outputs: tuple[Any, ...] = ()  # preallocated output arrays, poisoned before the checked run
+    note: str = ""  # what the record should say about the setting timed (e.g. a peer's best config)
 
 
 def getrf_flops(n: int, batch: int, dtype) -> float:
@@ -70,7 +77,7 @@ def ours(dtype, n, batch, plan=None) -> Case:
     def run():
         tuning.launch_getrf(a, lu, piv, info, p)
 
-    return Case(prepare, run)
+    return Case(prepare, run, check=lambda k: lu_ratio(src[k % len(src)], lu, piv), outputs=(lu, piv))
 
 
 def cublas(dtype, n, batch) -> Case:
@@ -94,25 +101,38 @@ def cublas(dtype, n, batch) -> Case:
     def run():
         fn(handle, n, ptrs.data.ptr, n, piv.data.ptr, info.data.ptr, batch)
 
-    return Case(prepare, run)
+    def check(k):  # in place, 1-based pivots, factors of A^T
+        return lu_ratio(src[k % len(src)], a, piv, one_based=True, transposed=True)
+
+    return Case(prepare, run, check=check, outputs=(piv,))
 
 
 def _torch(dtype, n, batch, library: str, function: str = "lu_factor_ex") -> Case:
-    """``torch.linalg.<function>`` on the batch with the given linalg backend (MAGMA or default)."""
+    """``torch.linalg.<function>`` (``lu_factor_ex`` or ``inv_ex``) on the batch with the given
+    linalg backend (MAGMA or default)."""
     import torch
+
+    from _harness import inv_ratio
 
     src = [torch.from_dlpack(x) for x in _sources(dtype, n, batch)]
     a = torch.empty_like(src[0])
     call = getattr(torch.linalg, function)
+    state = {}
 
     def prepare(k):
         a.copy_(src[k % len(src)])
 
     def run():
         torch.backends.cuda.preferred_linalg_library(library)
-        call(a)
+        state["out"] = call(a)
 
-    return Case(prepare, run)
+    def check(k):
+        out = state["out"]
+        if function == "inv_ex":
+            return inv_ratio(src[k % len(src)], out[0])
+        return lu_ratio(src[k % len(src)], out[0], out[1], one_based=True)  # LAPACK pivots
+
+    return Case(prepare, run, check=check)
 
 
 def torch_magma(dtype, n, batch) -> Case:
@@ -140,10 +160,14 @@ def jax_lu(dtype, n, batch) -> Case:
         state["k"] = k % len(inputs)
 
     def run():
-        jax.block_until_ready(fn(inputs[state["k"]]))
+        state["out"] = jax.block_until_ready(fn(inputs[state["k"]]))
+
+    def check(k):
+        lu, piv = state["out"]
+        return lu_ratio(inputs[k % len(inputs)], lu, piv)  # SciPy's 0-based pivots
 
     run()  # compile outside the timing
-    return Case(prepare, run, sync="block")
+    return Case(prepare, run, sync="block", check=check)
 
 
 IMPLS = {"lu": {"ours": ours, "cublas": cublas, "torch-magma": torch_magma,

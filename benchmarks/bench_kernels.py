@@ -1,21 +1,34 @@
-"""Benchmark driver for batchlu's GPU kernels against cuBLAS, torch (MAGMA / default) and JAX.
+"""Benchmark driver for batchlu's GPU kernels against cuBLAS, torch (MAGMA / default), JAX,
+cuSOLVERDx and nvmath-python's DirectSolver.
 
     python3 benchmarks/bench_kernels.py --ops lu --dtypes float32,float64,complex64,complex128 \\
         --sizes 16,33,64,96,128,160,190,256,512 --batch 10000 --out benchmarks/results
 
 Implementations come from per-op registries, private modules beside this file that expose
 ``IMPLS = {op: {name: factory(dtype, n, batch) -> Case}}`` and ``FLOPS = {op: fn(n, batch, dtype)}``
-(optionally ``BYTES`` for the memory floor and ``variant(op, name)`` for extra names such as
-``ours:blocked-16``): ``_lu_impls`` (op ``lu``), ``_inv_impls`` (ops ``inv``, ``solve``) and
-``_api_impls`` (``api``: the public API's dispatch; ``cusolver``: the large-n path forced).
+(optionally ``BYTES`` for the memory floor, ``variant(op, name)`` for extra names such as
+``ours:blocked-16`` and ``configure(args)`` for their own options): ``_lu_impls`` (op ``lu``),
+``_inv_impls`` (ops ``inv``, ``solve``), ``_api_impls`` (``api``: the public API's dispatch;
+``cusolver``: the large-n path forced) and ``_nvmath_impls`` (``cusolverdx``: cuSOLVERDx's
+device-side LU in a numba-cuda kernel, its settings swept by ``--dx-sweep``; ``nvmath``:
+``nvmath.linalg.DirectSolver``). ``--impls`` picks some (``batchlu`` is another name for ``ours``).
 
-Timing: per (op, dtype, n, impl) two fresh random input sets, a warm-up, then ``--reps`` runs, each
-after an untimed copy of fresh input into the work buffer and a 256 MB write that evicts the L2
-cache; CUDA events on the null stream around the call (JAX: host clock around a blocking call);
-the median is reported. Outputs, in ``--out``: ``kernels-<gpu>.json`` (records ``op, dtype, n,
-batch, impl, ms, gflops, device, date``; merged into ``--merge``, replacing records with the same
-``op, dtype, n, impl``), ``kernels-<gpu>-<op>.png`` (GFLOP/s against n, one panel per dtype) and
-``kernels-<gpu>.md`` (per-point table: speedup over the best peer, memory/compute floor, % of floor).
+Checking: before it is timed, each case runs once on the first input set with its outputs poisoned
+(NaN) and its result is judged by LAPACK's test ratio (get01 / get03 / get02 on the first 32
+matrices, threshold 30); a case that fails is not timed. Timing: per (op, dtype, n, impl) two fresh
+random input sets, a warm-up, then ``--reps`` runs, each after an untimed copy of fresh input into
+the work buffer and a 256 MB write that evicts the L2 cache; CUDA events on the null stream around
+the call (JAX, DirectSolver: host clock around a blocking call); the median is reported.
+
+Outputs, in ``--out``: ``kernels-<gpu>.json`` (records ``op, dtype, n, batch, impl, ms, gflops,
+device, date``, with ``ratio`` (the check's) and ``config`` (the setting timed, where a peer has
+several); a peer that cannot run a point has ``skipped`` (a structural reason: a package missing, a
+size that does not fit) or ``failed`` (the error, or a wrong result) instead of a time; merged into
+``--merge``, replacing records with the same ``op, dtype, n, impl``), ``kernels-<gpu>-<op>.png``
+(GFLOP/s against n, one panel per dtype) and ``kernels-<gpu>.md`` (per-point table: speedup over the
+best peer, memory/compute floor, % of floor; the points not run and why). A short table of this
+run's times comes last on stdout. ``--budget SECONDS`` stops starting new points once spent (they
+are listed, not recorded), so that a run on a leased machine still writes its outputs.
 """
 
 from __future__ import annotations
@@ -28,17 +41,19 @@ import math
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
-from _harness import time_case
+from _harness import PeerUnavailable, check_case, time_case
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # JAX's default allocator keeps what it once took: the next points then run out of memory.
 os.environ.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
 
-REGISTRIES = ("_lu_impls", "_inv_impls", "_api_impls")
+REGISTRIES = ("_lu_impls", "_inv_impls", "_api_impls", "_nvmath_impls")
+STARTED = time.monotonic()  # --budget counts from here
 BAR_SIZES = (33, 64, 128, 190)
 # H100 SXM non-tensor peaks (datasheet): FP32 66.9 TFLOP/s, FP64 33.5 TFLOP/s.
 PEAK = {"float32": 66.9e12, "complex64": 66.9e12, "float64": 33.5e12, "complex128": 33.5e12}
@@ -55,6 +70,23 @@ def load_registries():
         if hasattr(mod, "variant"):
             variants.append(mod.variant)
     return impls, flops, nbytes, variants
+
+
+def configure_registries(args) -> None:
+    """Hand the options to the registries that take some (``configure(args)``)."""
+    for name in REGISTRIES:
+        mod = importlib.import_module(name)
+        if hasattr(mod, "configure"):
+            mod.configure(args)
+
+
+def precompile_registries(args) -> None:
+    """Let the registries that can compile this run's code ahead of timing do so (``precompile(args)``,
+    e.g. cuSOLVERDx's, in parallel processes)."""
+    for name in REGISTRIES:
+        mod = importlib.import_module(name)
+        if hasattr(mod, "precompile"):
+            mod.precompile(args)
 
 
 def gpu_tag() -> str:
@@ -99,14 +131,22 @@ def free_memory() -> None:
         sys.modules["torch"].cuda.empty_cache()
 
 
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return (text if isinstance(err, PeerUnavailable) else f"{type(err).__name__}: {text}")[:300]
+
+
 def run(args) -> list[dict]:
+    """Check and time every (op, dtype, n, impl) of ``args``. Records of points timed carry ``ms``;
+    of points a peer cannot run, ``skipped`` or ``failed``; of points left when ``--budget`` was
+    spent, ``skipped`` and ``budget`` (not merged into the JSON)."""
     impls, flops, _, variants = load_registries()
     device, date = device_name(), datetime.date.today().isoformat()
-    records = []
+    records, said = [], set()
     for op in args.ops:
         if op not in impls:
             raise SystemExit(f"Expected --ops among {sorted(impls)}. Got {op!r} instead.")
-        names = args.impls or list(impls[op])
+        names = list(args.impls or impls[op])
         names += [x for x in args.extra if x not in names]
         for dtype in args.dtypes:
             for n in args.sizes:
@@ -118,22 +158,47 @@ def run(args) -> list[dict]:
                         factory = factory or v(op, name)
                     if factory is None:
                         raise SystemExit(f"Expected an implementation of {op}. Got unknown {name!r}.")
+                    base = dict(op=op, dtype=dtype, n=n, batch=batch, impl=name)
+                    where = f"  {op} {dtype} n={n} {name}"
+                    if args.budget is not None and time.monotonic() - STARTED > args.budget:
+                        records.append(dict(base, skipped=f"--budget {args.budget:g} s spent", budget=True,
+                                            device=device, date=date))
+                        continue
                     try:
                         case = factory(dtype, n, batch)
+                        ratio = check_case(case)  # a wrong result is not timed
                         ms = time_case(case, args.reps)
+                        note = case.note
                         del case
+                    except PeerUnavailable as err:  # a structural reason, recorded
+                        records.append(dict(base, skipped=_one_line(err), device=device, date=date))
+                        if (name, _one_line(err)) not in said:  # once per reason, not per point
+                            said.add((name, _one_line(err)))
+                            print(f"{where}: skipped: {_one_line(err)}", flush=True)
+                        free_memory()
+                        continue
                     except Exception as err:  # a peer that cannot run a point is recorded, not fatal
-                        print(f"  {op} {dtype} n={n} {name}: FAILED {type(err).__name__}: {err}"[:300],
-                              flush=True)
+                        records.append(dict(base, failed=_one_line(err), device=device, date=date))
+                        print(f"{where}: FAILED {_one_line(err)}", flush=True)
                         free_memory()
                         continue
                     free_memory()
                     gf = flops[op](n, batch, dtype) / (ms * 1e-3) / 1e9
-                    records.append(dict(op=op, dtype=dtype, n=n, batch=batch, impl=name, ms=ms,
-                                        gflops=gf, device=device, date=date))
+                    rec = dict(base, ms=ms, gflops=gf, device=device, date=date)
+                    if ratio is not None:
+                        rec["ratio"] = round(ratio, 3)
+                    if note:
+                        rec["config"] = note
+                    records.append(rec)
                     print(f"  {op:5s} {dtype:10s} n={n:4d} B={batch:6d} {name:18s} {ms:9.3f} ms "
-                          f"{gf:9.1f} GFLOP/s", flush=True)
+                          f"{gf:9.1f} GFLOP/s" + (f"  ratio {ratio:.2f}" if ratio is not None else ""),
+                          flush=True)
     return records
+
+
+def timed(records: list[dict]) -> list[dict]:
+    """The records that carry a time."""
+    return [r for r in records if "ms" in r]
 
 
 def merge(base: list[dict], new: list[dict]) -> list[dict]:
@@ -149,7 +214,7 @@ def plot(records: list[dict], op: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in records if r["op"] == op]
+    rows = [r for r in timed(records) if r["op"] == op]
     dtypes = [d for d in ("float32", "float64", "complex64", "complex128") if any(r["dtype"] == d for r in rows)]
     fig, axes = plt.subplots(1, len(dtypes), figsize=(4.2 * len(dtypes), 3.8), squeeze=False)
     for ax, dtype in zip(axes[0], dtypes):
@@ -171,7 +236,7 @@ def plot(records: list[dict], op: str, path: Path) -> None:
 
 
 def table(records: list[dict], op: str, bw: float, nbytes) -> str:
-    rows = [r for r in records if r["op"] == op]
+    rows = [r for r in timed(records) if r["op"] == op]
     impls = sorted({r["impl"] for r in rows}, key=lambda s: (not s.startswith("ours"), s))
     peers = [i for i in impls if not i.startswith("ours")]
     head = ("| dtype | n | batch | " + " | ".join(f"{i} GF/s" for i in impls)
@@ -213,33 +278,82 @@ def table(records: list[dict], op: str, bw: float, nbytes) -> str:
     return out
 
 
-def main(argv=None) -> None:
+def not_run(records: list[dict], op: str) -> str:
+    """The points of ``op`` a peer did not run, grouped by reason (one line each)."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for r in records:
+        if r["op"] == op and "ms" not in r:
+            kind = "failed" if "failed" in r else "skipped"
+            groups.setdefault((r["impl"], kind, r[kind]), []).append(f"{r['dtype']} n={r['n']}")
+    return "\n".join(f"- {op} {impl} {kind} at {', '.join(pts)}: {why}"
+                     for (impl, kind, why), pts in groups.items())
+
+
+def summary(records: list[dict], names: list[str]) -> str:
+    """A short table of this run: ms per implementation at each point, the best peer and our
+    speedup over it (its time / ours), then the points not run."""
+    impls = [x for x in dict.fromkeys(names) if any(r["impl"] == x for r in records)]
+    impls += sorted({r["impl"] for r in records} - set(impls))
+    head = "| op | dtype | n | " + " | ".join(f"{i} ms" for i in impls) + " | best peer | speedup |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    points = dict.fromkeys((r["op"], r["dtype"], r["n"]) for r in records)
+    for op, dtype, n in points:
+        pt = {r["impl"]: r for r in records if (r["op"], r["dtype"], r["n"]) == (op, dtype, n)}
+        cells = [f"{pt[i]['ms']:.3f}" if "ms" in pt.get(i, {}) else
+                 ("fail" if "failed" in pt.get(i, {}) else "-") for i in impls]
+        peers = [pt[i] for i in impls if not i.startswith("ours") and "ms" in pt.get(i, {})]
+        best = min(peers, key=lambda r: r["ms"], default=None)
+        ours = pt.get("ours", {})
+        speed = f"{best['ms'] / ours['ms']:.2f}x" if best and "ms" in ours else "-"
+        lines.append(f"| {op} | {dtype} | {n} | " + " | ".join(cells)
+                     + f" | {best['impl'] if best else '-'} | {speed} |")
+    rest = "\n".join(filter(None, (not_run(records, op) for op in dict.fromkeys(r["op"] for r in records))))
+    return "\n".join(lines) + ("\n\nNot run:\n" + rest if rest else "")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    names = lambda s: ["ours" if x == "batchlu" else x for x in s.split(",")]  # noqa: E731
     ap.add_argument("--ops", default="lu", type=lambda s: s.split(","))
     ap.add_argument("--dtypes", default="float32,float64,complex64,complex128", type=lambda s: s.split(","))
-    ap.add_argument("--sizes", default="16,33,64,96,128,160,190,256,512",
-                    type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--sizes", "--ns", default="16,33,64,96,128,160,190,256,512", type=ints)
     ap.add_argument("--batch", type=int, default=10000)
-    ap.add_argument("--impls", type=lambda s: s.split(","), default=None,
-                    help="implementations to run (default: all registered for the op)")
+    ap.add_argument("--impls", type=names, default=None,
+                    help="implementations to run (default: all registered for the op); batchlu = ours")
     ap.add_argument("--extra", type=lambda s: s.split(","), default=[],
                     help="extra implementation names, e.g. ours:blocked-16,ours:small-32")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--max-bytes", type=float, default=3e9, help="cap on one input batch's bytes")
+    ap.add_argument("--dx-sweep", default="bpb", choices=("suggested", "bpb", "full"),
+                    help="cuSOLVERDx settings tried per point (the fastest is timed): its suggested "
+                         "batches_per_block and block_dim; bpb: also batches_per_block 1, 2, 4, 8; full: "
+                         "also the column-major arrangement, block_dim 64/128/256, inverse panels 16/32")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds after which no new point is started (those left are listed, not recorded)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--merge", default=None, help="existing JSON to merge into (default: the output's)")
     args = ap.parse_args(argv)
+    for dtype in args.dtypes:
+        if dtype not in PEAK:
+            ap.error(f"Expected --dtypes among {', '.join(PEAK)}. Got {dtype!r} instead.")
+    return args
 
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    configure_registries(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bw = copy_bandwidth()
     print(f"device {device_name()}, copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    precompile_registries(args)
     records = run(args)
     tag = gpu_tag()
     json_path = out / f"kernels-{tag}.json"
     base_path = Path(args.merge) if args.merge else json_path
     base = json.loads(base_path.read_text()) if base_path.exists() else []
-    merged = merge(base, records)
+    merged = merge(base, [r for r in records if not r.get("budget")])
     json_path.write_text(json.dumps(merged, indent=1) + "\n")
     _, _, nbytes, _ = load_registries()
     md = [f"Command: `python3 benchmarks/bench_kernels.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
@@ -247,8 +361,13 @@ def main(argv=None) -> None:
     for op in sorted({r["op"] for r in merged}):
         plot(merged, op, out / f"kernels-{tag}-{op}.png")
         md += [f"### {op}", "", table(merged, op, bw, nbytes.get(op)), ""]
+        missing = not_run(merged, op)
+        md += ["Not run:", "", missing, ""] if missing else []
     (out / f"kernels-{tag}.md").write_text("\n".join(md))
     print("\n".join(md))
+    names = list(args.impls or []) + list(args.extra)
+    print(f"\nThis run ({len(timed(records))} points timed), ms (median of {args.reps}):\n", flush=True)
+    print(summary(records, names), flush=True)
 
 
 if __name__ == "__main__":

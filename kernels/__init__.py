@@ -21,14 +21,28 @@ Both follow the same conventions:
 * a singular or non-finite matrix never raises and never spoils its neighbours; ``check=True``
   raises :class:`numpy.linalg.LinAlgError` naming the first bad index.
 
+The CPU backend runs compiled batched loops (numba, compiled at first use and cached on disk) where
+numba is importable, and NumPy/SciPy code otherwise (:func:`cpu_engine` says which); it uses every
+core of the process from the main thread and one core from any other thread (a Dask worker's),
+unless told otherwise by :func:`cpu_threads` or ``BATCHLU_CPU_THREADS``.
+
 The GPU kernels' dispatch tables, plans and launchers are public in :mod:`batchlu.kernels.tuning`
 (for benchmarks; not imported here). Sparse symmetric batches (LDL^T) are
 :mod:`batchlu.kernels.sparse`, also ``batchlu.sparse``.
 """
 
 from ._api import inv, lu_factor, lu_solve, slogdet, solve
+from ._cpu_threads import cpu_threads
 from ._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK
 from ._validate import SUPPORTED_DTYPES
 
-__all__ = ["INFO_NONFINITE_INPUT", "INFO_NONFINITE_RESULT", "INFO_OK", "SUPPORTED_DTYPES", "inv",
-           "lu_factor", "lu_solve", "slogdet", "solve"]
+__all__ = ["INFO_NONFINITE_INPUT", "INFO_NONFINITE_RESULT", "INFO_OK", "SUPPORTED_DTYPES", "cpu_engine",
+           "cpu_threads", "inv", "lu_factor", "lu_solve", "slogdet", "solve"]
+
+
+def cpu_engine() -> str:
+    """The CPU backend's engine: ``"compiled"`` (numba) or ``"numpy"`` (numba is not importable, or
+    ``BATCHLU_CPU_ENGINE=numpy``). Imports numba, when it is there, on the first call."""
+    from . import _cpu
+
+    return "numpy" if _cpu._compiled() is None else "compiled"

@@ -12,7 +12,9 @@ already C-contiguous, of a supported dtype, with one flat batch axis:
 with B >= 1 and n >= 1; empty batches and n = 0 are answered here. So is the one check every backend
 shares (``batchlu.kernels._info``): a finite input whose result is not finite gets
 ``INFO_NONFINITE_RESULT`` (-2), and for ``solve`` a right-hand side holding NaN or Inf makes the input
-non-finite (-1, all-NaN ``x``). The backends' kernels themselves are left as they are.
+non-finite (-1, all-NaN ``x``). A backend whose ``flags_results()`` is true applies that rule in its
+own kernels for ``inv``, ``solve`` and ``slogdet`` (the CPU's compiled engine, as it writes each
+result), and the separate passes over the results are skipped.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ def _flat(x, xp, dtype, core: int):
     batch = x.shape[: x.ndim - core]
     size = int(np.prod(batch, dtype=np.int64)) if batch else 1
     return xp.ascontiguousarray(x.astype(dtype, copy=False).reshape((size,) + x.shape[x.ndim - core:]))
+
+
+def _flags_results(backend) -> bool:
+    """The backend's ``inv`` / ``solve`` / ``slogdet`` apply ``_info``'s rule themselves."""
+    check = getattr(backend, "flags_results", None)
+    return bool(check is not None and check())
 
 
 def _raise_on_bad(info, batch, op: str) -> None:
@@ -146,7 +154,8 @@ def inv(a, *, check: bool = False, stream=None):
     else:
         with _stream_ctx(xp, stream):
             ainv, info = backend.inv(_flat(a, xp, dtype, 2))
-            info = _info.flag_nonfinite(xp, info, ainv)
+            if not _flags_results(backend):
+                info = _info.flag_nonfinite(xp, info, ainv)
         ainv, info = ainv.reshape(a.shape), info.reshape(batch)
     if check:
         _raise_on_bad(info, batch, "inv")
@@ -175,8 +184,9 @@ def solve(a, b, *, check: bool = False, stream=None):
         b3 = _flat(b[..., None] if vector else b, xp, dtype, 2)
         with _stream_ctx(xp, stream):
             x, info = backend.solve(_flat(a, xp, dtype, 2), b3)
-            info, x = _info.nonfinite_rhs(xp, info, x, b3)
-            info = _info.flag_nonfinite(xp, info, x)
+            if not _flags_results(backend):
+                info, x = _info.nonfinite_rhs(xp, info, x, b3)
+                info = _info.flag_nonfinite(xp, info, x)
         x, info = x.reshape(b.shape), info.reshape(batch)
     if check:
         _raise_on_bad(info, batch, "solve")
@@ -199,7 +209,8 @@ def slogdet(a, *, check: bool = False, stream=None):
     else:
         with _stream_ctx(xp, stream):
             sign, logabsdet, info = backend.slogdet(_flat(a, xp, dtype, 2))
-            info = _info.flag_nonfinite(xp, info, sign, logabsdet)
+            if not _flags_results(backend):
+                info = _info.flag_nonfinite(xp, info, sign, logabsdet)
         sign, logabsdet, info = sign.reshape(batch), logabsdet.reshape(batch), info.reshape(batch)
     if check:
         _raise_on_bad(info, batch, "slogdet")

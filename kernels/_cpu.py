@@ -1,25 +1,25 @@
 """NumPy backend: LU, solve, inverse and log-determinant of each matrix with per-matrix ``info``.
 
 Two engines compute the same LAPACK factorization (``lu`` and ``piv`` mean what ``xGETRF`` returns,
-``piv`` 0-based), picked by the matrix size:
+``piv`` 0-based):
 
-- n >= ``LAPACK_MIN_N``: LAPACK through SciPy (``batchlu.kernels._cpu_lapack``), one call per matrix, as
-  ``scipy.linalg.lu_factor`` does for a batch; ``lu`` and ``piv`` are bit-identical to its own.
-  ``inv`` is ``xGETRI`` and ``solve`` / ``getrs`` are ``xGETRS`` on that LU.
-- smaller n: LAPACK's algorithm re-written in NumPy and vectorised over the batch
-  (``batchlu.kernels._cpu_vectorised``), where one Python-level LAPACK call per matrix would cost more than
-  the arithmetic; ``lu`` agrees with SciPy's to rounding. ``inv`` there is ``numpy.linalg.inv`` on
-  the matrices with info == 0 (its LAPACK loop is compiled), ``solve`` the vectorised ``xGETRS``.
+- **compiled** (``batchlu.kernels._cpu_numba``, wherever numba is importable): one compiled loop over
+  the batch per op, split between threads (``batchlu.kernels._cpu_threads``). From the crossover
+  ``COMPILED_LAPACK_MIN_N[op]`` on it calls LAPACK through SciPy's ``cython_lapack`` function
+  pointers (``lu`` and ``piv`` bit-identical to ``scipy.linalg.lu_factor``; ``inv`` is ``xGETRI``,
+  ``solve`` ``xGETRS``); below, where a LAPACK call costs more than the arithmetic, LAPACK's
+  unblocked ``xGETF2`` and ``xGETRS``'s substitutions compiled by numba. ``inv``, ``solve`` and
+  ``slogdet`` apply ``batchlu.kernels._info``'s -2 rule in the loop (``flags_results``).
+- **numpy** (the fallback: numba not importable, or ``BATCHLU_CPU_ENGINE=numpy``): from
+  ``NUMPY_LAPACK_MIN_N`` on, LAPACK through SciPy's Python wrappers, one call per matrix
+  (``batchlu.kernels._cpu_lapack``); below, LAPACK's algorithm re-written in NumPy and vectorised
+  over the batch (``batchlu.kernels._cpu_vectorised``); ``inv`` there is ``numpy.linalg.inv`` on the
+  matrices with info == 0. Measured (best of 5 wall times; 2 busy cores, ``OPENBLAS_NUM_THREADS=1``,
+  batches of 2000): the two break even at n = 9-10 for ``getrf`` in all four dtypes.
 
-Measured (best of 5 wall times; 2 busy cores, ``OPENBLAS_NUM_THREADS=1``, batches of 2000): the
-engines break even at n = 9-10 for ``getrf`` in all four dtypes; at n = 33 LAPACK is ~3x faster
-and at n = 128 ~4x. ``xGETRI`` on our LU beats ``numpy.linalg.inv`` (which factors again) from
-n ~ 10 on (1.7x at n = 33-128); below, ``numpy.linalg.inv`` beats solving against the identity
-by ~1.4x at n = 8.
-
-One exception to the size rule: OpenBLAS's ``xGETRF`` loses subnormal intermediates, so a matrix
-with a nonzero entry below ``tiny / eps`` (~2e-292 in float64), or whose LAPACK ``U`` has a subnormal
-pivot, is factored by the vectorised engine, which follows reference LAPACK there.
+One exception to the size rule in both: OpenBLAS's ``xGETRF`` loses subnormal intermediates, so a
+matrix with a nonzero entry below ``tiny / eps`` (~2e-292 in float64), or whose LAPACK ``U`` has a
+subnormal pivot, is factored by the engine's own LU, which follows reference LAPACK there.
 
 Functions take arrays normalised by ``batchlu.kernels._api``: C-contiguous (B, n, n), a supported dtype,
 B >= 1, n >= 1. Matrices holding NaN or Inf are set aside up front (``info == -1``, NaN results,
@@ -29,19 +29,91 @@ Results are in the input dtype.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import _cpu_lapack, _cpu_vectorised
 
-__all__ = ["getrf", "getrs", "inv", "slogdet", "solve"]
+__all__ = ["compiled_available", "flags_results", "getrf", "getrs", "inv", "lapack_min_n", "slogdet",
+           "solve"]
 
-LAPACK_MIN_N = 10           # n from which LAPACK (one call per matrix) beats the vectorised NumPy LU
+# Crossovers: LAPACK from this n on, the engine's own LU below. LAPACK_MIN_N, when set (tests,
+# experiments), overrides every op of both engines.
+LAPACK_MIN_N: int | None = None
+NUMPY_LAPACK_MIN_N = 10     # NumPy engine: one LAPACK call per matrix beats the vectorised LU here
+# Compiled engine, per op and dtype (float32, float64, complex64, complex128): the first n where LAPACK
+# through function pointers is as fast as the compiled xGETF2 on one thread, measured with
+# benchmarks/bench_cpu_crossover.py on the 2-core development machine (docs/design.md, CPU backend).
+# getrs (lu_solve) switches with getrf, so that lu_solve is SciPy's bit for bit wherever lu_factor is
+# (measured with one right-hand side, the compiled substitutions are within 10% of LAPACK's to n = 128).
+COMPILED_LAPACK_MIN_N = {
+    "getrf": (28, 32, 24, 24),
+    "getrs": (28, 32, 24, 24),
+    "inv": (32, 40, 16, 16),
+    "solve": (24, 32, 24, 24),
+    "slogdet": (24, 28, 24, 24),
+}
+_DTYPE_INDEX = {"f": 0, "d": 1, "F": 2, "D": 3}
+ENGINE_ENV = "BATCHLU_CPU_ENGINE"   # "numpy": the NumPy engines even where numba is importable
 _CHUNK_ENTRIES = 1 << 19    # matrices per pass ~ this many entries, to bound the temporaries
 _CHUNK_MIN = 16             # ... but at least this many, so Python's per-step cost stays shared
 
 
+_COMPILED = None   # the module batchlu.kernels._cpu_numba once imported, or why it could not be
+
+
+def compiled_available() -> bool:
+    """Whether the compiled engine can run here (numba importable), importing it on the first call."""
+    global _COMPILED
+    if _COMPILED is None:
+        try:
+            from . import _cpu_numba
+        except (ImportError, OSError) as exc:   # OSError: llvmlite's library failed to load
+            _COMPILED = f"{type(exc).__name__}: {exc}"
+        else:
+            _COMPILED = _cpu_numba
+    return not isinstance(_COMPILED, str)
+
+
+def _compiled():
+    """The compiled engine (``batchlu.kernels._cpu_numba``), or None: the NumPy engine runs, because
+    numba is not importable or ``BATCHLU_CPU_ENGINE=numpy``. Imported on first use, never at
+    ``import batchlu``; ``BATCHLU_CPU_ENGINE=compiled`` insists on it."""
+    choice = os.environ.get(ENGINE_ENV, "").strip().lower()
+    if choice == "numpy":
+        return None
+    if choice not in ("", "compiled"):
+        raise ValueError(f"Expected {ENGINE_ENV} to be 'compiled' or 'numpy'. Got {choice!r} instead.")
+    if compiled_available():
+        return _COMPILED
+    if choice == "compiled":
+        raise ImportError(f"Expected numba to be importable for {ENGINE_ENV}=compiled. "
+                          f"Got {_COMPILED} instead.")
+    return None
+
+
+def flags_results() -> bool:
+    """Whether ``inv``, ``solve`` and ``slogdet`` return ``info`` with ``batchlu.kernels._info``'s
+    rule already applied (the compiled engine applies it as it writes the results), so that the API
+    skips its own passes over them."""
+    return _compiled() is not None
+
+
+def lapack_min_n(op: str, dtype) -> int:
+    """The active engine's crossover for ``op`` (getrf, getrs, inv, solve, slogdet) and ``dtype``:
+    LAPACK from this n on, the engine's own LU below."""
+    if LAPACK_MIN_N is not None:
+        return LAPACK_MIN_N
+    if _compiled() is None:
+        return NUMPY_LAPACK_MIN_N
+    return COMPILED_LAPACK_MIN_N[op][_DTYPE_INDEX[np.dtype(dtype).char]]
+
+
 def _engine(n: int):
-    return _cpu_lapack if n >= LAPACK_MIN_N else _cpu_vectorised
+    """The NumPy engine's module for n."""
+    return _cpu_lapack if n >= (NUMPY_LAPACK_MIN_N if LAPACK_MIN_N is None else LAPACK_MIN_N) \
+        else _cpu_vectorised
 
 
 def _chunks(count: int, per_matrix: int):
@@ -92,11 +164,15 @@ def getrf(a: np.ndarray):
     lu = np.empty_like(a)
     piv = np.empty((count, n), np.int32)
     info = np.empty(count, np.int32)
+    compiled = _compiled()
+    if compiled is not None:
+        compiled.getrf(a, lu, piv, info, lapack_min_n("getrf", a.dtype))
+        return lu, piv, info
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * n):
             work, p = lu[part], piv[part]           # views: factored in place
             work[...] = a[part]
-            if n >= LAPACK_MIN_N:
+            if _engine(n) is _cpu_lapack:
                 finite, fit = _screen(work)
                 lapack = finite & fit
             else:
@@ -122,8 +198,12 @@ def getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
     if piv.size and (piv.min() < 0 or piv.max() >= n):
         raise ValueError(f"Expected piv values in [0, {n}). Got values in "
                          f"[{int(piv.min())}, {int(piv.max())}] instead.")
-    engine = _engine(n)
     x = np.empty(b.shape, lu.dtype)
+    compiled = _compiled()
+    if compiled is not None:
+        compiled.getrs(lu, piv, np.ascontiguousarray(b, lu.dtype), x, lapack_min_n("getrs", lu.dtype))
+        return x
+    engine = _engine(n)
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * (n + b.shape[-1])):
             x[part] = engine.substitute(lu[part], piv[part], b[part].astype(lu.dtype, copy=False))
@@ -144,6 +224,12 @@ def _on_good(info: np.ndarray, shape: tuple, dtype, compute) -> np.ndarray:
 
 def solve(a: np.ndarray, b: np.ndarray):
     """``x`` (B, n, k) with ``a x = b``, NaN for matrices with info != 0; and ``info``."""
+    compiled = _compiled()
+    if compiled is not None:
+        x = np.empty(b.shape, a.dtype)
+        info = np.empty(a.shape[0], np.int32)
+        compiled.solve(a, np.ascontiguousarray(b, a.dtype), x, info, lapack_min_n("solve", a.dtype))
+        return x, info
     lu, piv, info = getrf(a)
     x = _on_good(info, b.shape, a.dtype, lambda sel: getrs(lu[sel], piv[sel], b[sel]))
     return x, info
@@ -164,6 +250,12 @@ def _inverse_small(a: np.ndarray, lu: np.ndarray, piv: np.ndarray) -> np.ndarray
 
 def inv(a: np.ndarray):
     """Inverse of each matrix, NaN where info != 0; and ``info``."""
+    compiled = _compiled()
+    if compiled is not None:
+        ainv = np.empty_like(a)
+        info = np.empty(a.shape[0], np.int32)
+        compiled.inv(a, ainv, info, lapack_min_n("inv", a.dtype))
+        return ainv, info
     lu, piv, info = getrf(a)
     if _engine(a.shape[-1]) is _cpu_lapack:
         def compute(sel):
@@ -178,6 +270,13 @@ def inv(a: np.ndarray):
 
 def slogdet(a: np.ndarray):
     """Sign (input dtype) and log|det| (real) of each matrix from its LU; and ``info``."""
+    compiled = _compiled()
+    if compiled is not None:
+        sign = np.empty(a.shape[0], a.dtype)
+        logabsdet = np.empty(a.shape[0], a.real.dtype)
+        info = np.empty(a.shape[0], np.int32)
+        compiled.slogdet(a, sign, logabsdet, info, lapack_min_n("slogdet", a.dtype))
+        return sign, logabsdet, info
     lu, piv, info = getrf(a)
     n = a.shape[-1]
     d = np.diagonal(lu, axis1=-2, axis2=-1)

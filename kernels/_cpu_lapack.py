@@ -1,4 +1,5 @@
-"""LAPACK through SciPy, one call per matrix: the CPU backend's path for n >= ``LAPACK_MIN_N``.
+"""LAPACK through SciPy, one call per matrix: the NumPy engine's path for n >= ``NUMPY_LAPACK_MIN_N``
+(the CPU backend's fallback where numba is not importable).
 
 ``scipy.linalg.lu_factor`` and ``lu_solve`` accept batches, but batch by looping in Python over the
 matrices and add per-matrix checks and warnings on top; calling the ``?getrf`` / ``?getrs`` /

@@ -1,5 +1,6 @@
 """LAPACK's blocked right-looking LU and its triangular solves re-written in NumPy, vectorised over
-the batch: the CPU backend's path for small n (``batchlu.kernels._cpu`` picks it below ``LAPACK_MIN_N``).
+the batch: the NumPy engine's path for small n (``batchlu.kernels._cpu`` picks it below
+``NUMPY_LAPACK_MIN_N``; the CPU backend's fallback where numba is not importable).
 
 Every step works on the whole batch at once: the Python loops run over the n columns (and over blocks
 of columns), never over matrices, so a batch of tiny matrices costs a few NumPy calls per column

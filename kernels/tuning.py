@@ -1,6 +1,7 @@
-"""The tuning surface of batchlu's GPU kernels: dispatch tables, the plans they give, launchers that
-take an explicit plan, and control over compilation. For benchmarks and sweeps (``benchmarks/``);
-everyday code uses :mod:`batchlu.kernels`, which dispatches by these tables itself.
+"""The tuning surface of batchlu's GPU kernels (dispatch tables, the plans they give, launchers that
+take an explicit plan, and control over compilation) and of the CPU backend (its crossovers). For
+benchmarks and sweeps (``benchmarks/``); everyday code uses :mod:`batchlu.kernels`, which dispatches
+by these tables itself.
 
 The tables and plans need no GPU; the launchers and the device queries need CuPy (imported when
 they run). Why each dispatch row is what it is: ``docs/design.md``. Arrays are CuPy arrays,
@@ -34,7 +35,15 @@ set ahead of use (e.g. in parallel processes before timing: CuPy's disk cache ke
 :func:`source_override` compiles a family from another text inside a ``with`` block, for A/B timings
 of an edit (:func:`kernel_source` gives the text compiled now). Shared-memory sizes:
 :func:`blocked_smem`, :func:`blocked_ldp`, :func:`smem_optin`, :func:`smem_per_sm`.
+
+CPU backend (NumPy arrays; no CuPy): LAPACK from a crossover n on, the engine's own LU below it.
+:data:`COMPILED_LAPACK_MIN_N` (per op, per dtype float32/float64/complex64/complex128) and
+:data:`NUMPY_LAPACK_MIN_N` are the two engines' tables, :func:`cpu_lapack_min_n` the one in force
+for an (op, dtype); :func:`cpu_crossover` moves every op's crossover of both engines to one n inside
+a ``with`` block (``1``: LAPACK at every n; a huge n: the own LU at every n), for A/B timings.
 """
+
+from contextlib import contextmanager
 
 from ._gpu._gesv import GESV_ROWS, GESV_ROWS_MAX_RHS, gesv_rows_name, gesv_rows_tile, launch_gesv_rows
 from ._gpu._getrf import (
@@ -77,11 +86,29 @@ from ._gpu._runtime import KernelCompileError, compile_kernels, families, smem_o
 from ._gpu._runtime import source as kernel_source
 from ._gpu._runtime import source_override
 from ._gpu._slogdet import launch_slogdet
+from . import _cpu
+from ._cpu import COMPILED_LAPACK_MIN_N, NUMPY_LAPACK_MIN_N
+from ._cpu import lapack_min_n as cpu_lapack_min_n
 
 FAMILIES = families()
 
+
+@contextmanager
+def cpu_crossover(n: int):
+    """Inside the block, the CPU backend calls LAPACK for every op from ``n`` on, its own LU below
+    (both engines); the tables are in force again after it. Process-wide: not for concurrent use."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"Expected a crossover n >= 1. Got {n!r} instead.")
+    before = _cpu.LAPACK_MIN_N
+    _cpu.LAPACK_MIN_N = n
+    try:
+        yield
+    finally:
+        _cpu.LAPACK_MIN_N = before
+
 __all__ = [
     "BLOCKED_NB",
+    "COMPILED_LAPACK_MIN_N",
     "CUSOLVER",
     "FAMILIES",
     "FUSED_MAX_N",
@@ -92,12 +119,15 @@ __all__ = [
     "GETRI_NBS",
     "GETRI_PLANS",
     "GJE_TILES",
+    "NUMPY_LAPACK_MIN_N",
     "SMALL_NP",
     "KernelCompileError",
     "Plan",
     "blocked_ldp",
     "blocked_smem",
     "compile_kernels",
+    "cpu_crossover",
+    "cpu_lapack_min_n",
     "cusolver_getrf",
     "cusolver_getrs",
     "cusolver_inv",

@@ -21,7 +21,7 @@ def test_the_scripts_are_there():
     assert {p.name for p in SCRIPTS} == {
         "bench_kernels.py", "bench_pipeline.py", "bench_host_io.py", "bench_blocked_sweep.py",
         "bench_gesv_sweep.py", "bench_gje_sweep.py", "bench_kernel_ab.py", "bench_resume_checks.py",
-        "bench_host_codecs.py", "bench_sparse.py"}
+        "bench_cpu.py", "bench_cpu_crossover.py", "bench_host_codecs.py", "bench_sparse.py"}
     for path in SOURCES:  # the rest are private helper modules, named so
         assert path.name.startswith(("bench_", "_")), f"{path.name}: name benchmark modules bench_* or _*"
 
@@ -102,3 +102,38 @@ def test_help_works_without_a_gpu(path, tmp_path):
                           cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith(f"usage: {path.name}"), done.stdout[:300]
+
+
+def test_bench_cpu_runs_and_writes_its_records(tmp_path):
+    out = tmp_path / "cpu.json"
+    done = subprocess.run([sys.executable, str(BENCH / "bench_cpu.py"), "--ops", "inv,lu_factor",
+                           "--dtypes", "float64", "--sizes", "4", "--scale", "0.002", "--repeat", "1",
+                           "--machine", "test", "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    records = json.loads(out.read_text())["records"]
+    assert {(r["op"], r["impl"]) for r in records} == {
+        ("inv", "batchlu"), ("inv", "batchlu-1thread"), ("inv", "numpy"),
+        ("lu_factor", "batchlu"), ("lu_factor", "batchlu-1thread"), ("lu_factor", "scipy-loop")}
+    for r in records:
+        assert r["seconds"] > 0 and r["batch"] == 200 and r["n"] == 4 and r["dtype"] == "float64"
+        assert {"cores", "threads", "date", "machine"} <= set(r)
+
+
+def test_bench_cpu_does_not_time_a_wrong_peer():
+    """Each implementation is checked with LAPACK's ratios first: a wrong answer fails the check."""
+    import runpy
+
+    import numpy as np
+
+    bench = runpy.run_path(str(BENCH / "bench_cpu.py"))       # defines, does not run main()
+    case = bench["make_case"]("inv", "float64", 6, 64, 1, seed=3)
+    right = bench["implementations"]("inv", 1)["numpy"](case)
+    assert bench["check"]("inv", case, right) < 30
+    wrong = (right[0] + 1e-3 * np.abs(right[0]).max(),)
+    assert not bench["check"]("inv", case, wrong) < 30
+    lu, piv, _ = bench["implementations"]("lu_factor", 1)["batchlu"](case)
+    assert bench["check"]("lu_factor", case, (lu, piv)) < 30
+    assert not bench["check"]("lu_factor", case, (lu, np.roll(piv, 1, axis=1))) < 30

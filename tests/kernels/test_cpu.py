@@ -1,6 +1,7 @@
-"""The NumPy backend: per-matrix info on singular and non-finite matrices mixed into a batch, every
+"""The CPU backend: per-matrix info on singular and non-finite matrices mixed into a batch, every
 output element written, ill-conditioned inputs, and batches larger than one internal pass, on both
-sides of the crossover between the vectorised NumPy LU (small n) and LAPACK through SciPy."""
+engines (compiled and NumPy) and on both sides of each one's crossover: the compiled xGETF2 or the
+vectorised NumPy LU (small n), and LAPACK (one call per matrix, from a compiled loop or Python)."""
 
 from __future__ import annotations
 
@@ -36,10 +37,15 @@ class _PoisonedNumpy:
         return np.full(np.shape(x), self._poison(dtype or x.dtype), dtype or x.dtype)
 
 
-@pytest.fixture(params=["lapack", "vectorised"])
+@pytest.fixture(params=["compiled-lapack", "compiled-own", "numpy-lapack", "numpy-vectorised"])
 def engine(request, monkeypatch):
-    """Put every n on one side of the crossover: all through LAPACK, or all vectorised."""
-    monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 if request.param == "lapack" else 1 << 30)
+    """One engine, with every n on one side of its crossover: all through LAPACK, or all through
+    the engine's own LU (compiled xGETF2, or vectorised NumPy)."""
+    kind, side = request.param.split("-")
+    if kind == "compiled" and not _cpu.compiled_available():
+        pytest.skip("numba is not importable: the CPU backend has only its NumPy engine")
+    monkeypatch.setenv(_cpu.ENGINE_ENV, kind)
+    monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 if side == "lapack" else 1 << 30)
     return request.param
 
 
@@ -189,7 +195,7 @@ def test_inputs_are_not_modified_by_the_backend(engine):
 
 @pytest.mark.parametrize("n", [1, 5, 33])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_lapack_engine_matches_scipy_bit_for_bit(dtype, n, monkeypatch, poisoned):
+def test_lapack_engine_matches_scipy_bit_for_bit(dtype, n, monkeypatch, poisoned, cpu_engine):
     """Through LAPACK, ``lu``/``piv`` are ``scipy.linalg.lu_factor``'s and ``lu_solve`` is SciPy's,
     to the last bit, with a singular and a NaN matrix in the batch."""
     monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1)
@@ -219,7 +225,9 @@ def test_lapack_engine_matches_scipy_bit_for_bit(dtype, n, monkeypatch, poisoned
 
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128])
 def test_default_crossover_picks_lapack_from_lapack_min_n(dtype, monkeypatch):
-    """Below ``LAPACK_MIN_N`` the vectorised LU runs, from it on LAPACK; both give right answers."""
+    """NumPy engine: below ``NUMPY_LAPACK_MIN_N`` the vectorised LU runs, from it on LAPACK; both
+    give right answers."""
+    monkeypatch.setenv(_cpu.ENGINE_ENV, "numpy")
     calls = []
     real = _cpu_lapack.factor
 
@@ -228,18 +236,19 @@ def test_default_crossover_picks_lapack_from_lapack_min_n(dtype, monkeypatch):
         real(a, piv)
 
     monkeypatch.setattr(_cpu_lapack, "factor", spy)
-    for n in (_cpu.LAPACK_MIN_N - 1, _cpu.LAPACK_MIN_N):
+    for n in (_cpu.NUMPY_LAPACK_MIN_N - 1, _cpu.NUMPY_LAPACK_MIN_N):
         a = matrices.generate("random", n, dtype, seed=n, stop=50)
         lu, piv, info = kernels.lu_factor(a)
         assert np.all(info == 0) and get01(a, lu, piv).max() < THRESHOLD
         ainv, _ = kernels.inv(a)
         assert get03(a, ainv).max() < THRESHOLD
-    assert calls == [_cpu.LAPACK_MIN_N, _cpu.LAPACK_MIN_N]
+    assert calls == [_cpu.NUMPY_LAPACK_MIN_N, _cpu.NUMPY_LAPACK_MIN_N]
 
 
 def test_small_inverse_falls_back_to_our_lu_when_numpy_refuses(monkeypatch, poisoned):
-    """Below the crossover ``inv`` asks ``numpy.linalg.inv`` for the matrices with info == 0; if
-    NumPy's own factorization called one singular, the inverses come from our LU instead."""
+    """NumPy engine: below the crossover ``inv`` asks ``numpy.linalg.inv`` for the matrices with
+    info == 0; if NumPy's own factorization called one singular, the inverses come from our LU."""
+    monkeypatch.setenv(_cpu.ENGINE_ENV, "numpy")
     monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 << 30)
     a = matrices.generate("singular-mix", 6, np.float64, seed=4, stop=40)
     expected, info = kernels.inv(a)
@@ -256,9 +265,9 @@ def test_small_inverse_falls_back_to_our_lu_when_numpy_refuses(monkeypatch, pois
     assert np.isnan(ainv[~good]).all()
 
 
-def test_near_underflow_matrices_stay_accurate_through_the_lapack_engine(monkeypatch):
+def test_near_underflow_matrices_stay_accurate_through_the_lapack_engine(monkeypatch, cpu_engine):
     """OpenBLAS's getrf loses subnormal intermediates; matrices that reach that range are factored
-    by the vectorised LU instead, matrix by matrix, while their neighbours keep SciPy's bits."""
+    by the engine's own LU instead, matrix by matrix, while their neighbours keep SciPy's bits."""
     monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1)
     n = 12
     rng = np.random.default_rng(29)
@@ -286,3 +295,28 @@ def test_near_underflow_matrices_stay_accurate_through_the_lapack_engine(monkeyp
     # ~1e310: a column scaled by 1e-310; ~1e311: a 6e-312 pivot), so get03 is taken on the others
     assert not np.isfinite(ainv[[2, 3, 4]]).all(axis=(1, 2)).any()
     assert get03(a[[0, 1, 5]], ainv[[0, 1, 5]]).max() < THRESHOLD
+
+
+@pytest.mark.parametrize("engine_name", ["numpy", "compiled"])
+def test_tuning_cpu_crossover_moves_every_op_and_restores_the_tables(engine_name, monkeypatch):
+    """``batchlu.kernels.tuning.cpu_crossover`` (what bench_cpu_crossover.py times with) puts every
+    op of either engine on one side of n inside its block, and the tables are back after it."""
+    from batchlu.kernels import tuning
+
+    if engine_name == "compiled" and not _cpu.compiled_available():
+        pytest.skip("numba is not importable: the CPU backend has only its NumPy engine")
+    monkeypatch.setenv(_cpu.ENGINE_ENV, engine_name)
+    before = {op: tuning.cpu_lapack_min_n(op, np.float64) for op in ("getrf", "inv", "solve", "slogdet")}
+    assert before == ({op: tuning.NUMPY_LAPACK_MIN_N for op in before} if engine_name == "numpy" else
+                      {op: tuning.COMPILED_LAPACK_MIN_N[op][1] for op in before})
+    a = matrices.generate("random", 6, np.float64, seed=6, stop=30)
+    for crossover in (1, 1 << 30):
+        with tuning.cpu_crossover(crossover):
+            assert {tuning.cpu_lapack_min_n(op, np.complex64) for op in before} == {crossover}
+            lu, piv, info = kernels.lu_factor(a)
+            assert np.all(info == 0) and get01(a, lu, piv).max() < THRESHOLD
+        assert {op: tuning.cpu_lapack_min_n(op, np.float64) for op in before} == before
+    with pytest.raises(ValueError, match="Expected a crossover n >= 1. Got 0 instead."):
+        with tuning.cpu_crossover(0):
+            pass
+    assert _cpu.LAPACK_MIN_N is None

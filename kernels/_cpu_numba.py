@@ -1,0 +1,698 @@
+"""Compiled batched loops (numba) for the CPU backend: one nopython loop over a range of the batch per op.
+
+Each kernel takes its outputs from the caller and works on the matrices ``lo .. hi - 1`` of the
+batch with the GIL released (``nogil``), so ``batchlu.kernels._cpu`` splits a batch between threads
+by handing each a range (``batchlu.kernels._cpu_threads``). Per matrix, a kernel
+
+1. copies the matrix, transposed, into a column-major scratch buffer ``f`` (LAPACK's layout, so
+   that LAPACK factors the matrix itself and not its transpose), checking on the way that it is
+   finite (-1 otherwise: NaN results, identity ``piv``);
+2. factors it in ``f``: with LAPACK's ``xGETRF`` through SciPy's ``cython_lapack`` function pointers
+   (the ``_lapack`` kernels, for large n: ``lu`` and ``piv`` bit-identical to
+   ``scipy.linalg.lu_factor``), or with :func:`_getf2` below, LAPACK's unblocked ``xGETF2`` compiled
+   here (the ``_own`` kernels, for small n, where a LAPACK call costs more than the arithmetic; also
+   the fallback, in the ``_lapack`` kernels, for the matrices OpenBLAS would get wrong, see
+   ``batchlu.kernels._cpu._screen``);
+3. sets ``info`` from the first exactly zero pivot and finishes the op from the factors: ``xGETRI`` /
+   ``xGETRS`` after LAPACK's factorization, the compiled substitutions of :func:`_substitute`
+   (``xGETRS``'s algorithm) otherwise.
+
+Compiled at first use per dtype (``cache=True``: later processes load the machine code from numba's
+cache), never at import of ``batchlu``. LAPACK's routines enter as first-class function arguments,
+not as globals, so the compiled code does not embed their addresses and can be cached.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numba.experimental.function_type  # noqa: F401  (registers first-class function types)
+import numpy as np
+from numba import njit, types
+from numba.extending import get_cython_function_address
+
+from . import _cpu_threads
+from ._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT
+
+__all__ = ["getrf", "getrs", "inv", "lapack", "slogdet", "solve"]
+
+_vp = types.voidptr
+_SIGNATURES = {
+    # (m, n, a, lda, ipiv, info)
+    "getrf": types.void(_vp, _vp, _vp, _vp, _vp, _vp),
+    # (n, a, lda, ipiv, work, lwork, info)
+    "getri": types.void(_vp, _vp, _vp, _vp, _vp, _vp, _vp),
+    # (trans, n, nrhs, a, lda, ipiv, b, ldb, info)
+    "getrs": types.void(_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp),
+}
+_PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
+           np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
+
+
+class _LapackFunction(types.WrapperAddressProtocol):
+    """A ``scipy.linalg.cython_lapack`` routine as a numba first-class function (the address is read
+    at run time, so compiled code that calls it stays cacheable)."""
+
+    def __init__(self, name: str, signature):
+        self._address = get_cython_function_address("scipy.linalg.cython_lapack", name)
+        self._signature = signature
+
+    def __wrapper_address__(self):
+        return self._address
+
+    def signature(self):
+        return self._signature
+
+
+_LAPACK: dict = {}
+
+
+def lapack(dtype, name: str) -> _LapackFunction:
+    """``?getrf`` / ``?getri`` / ``?getrs`` for ``dtype``."""
+    key = (np.dtype(dtype), name)
+    if key not in _LAPACK:
+        _LAPACK[key] = _LapackFunction(_PREFIX[key[0]] + name, _SIGNATURES[name])
+    return _LAPACK[key]
+
+
+def _find_blas_thread_setter():
+    """OpenBLAS's ``openblas_set_num_threads_local`` (OpenBLAS >= 0.3.27: the calling thread's
+    thread count only) from the LAPACK that SciPy's ``cython_lapack`` calls (found among the
+    libraries it loads), or None: another LAPACK, or an older OpenBLAS."""
+    import scipy.linalg.cython_lapack
+
+    try:
+        setter = ctypes.CDLL(scipy.linalg.cython_lapack.__file__).openblas_set_num_threads_local
+    except (OSError, AttributeError):
+        return None
+    setter.argtypes = [ctypes.c_int]
+    setter.restype = ctypes.c_int
+    return setter
+
+
+_BLAS_THREADS = _find_blas_thread_setter()
+
+
+def _one_blas_thread(kernel):
+    """``kernel`` with OpenBLAS kept to one thread in the thread that runs it: OpenBLAS threads
+    ``?getrf`` from n ~ 100 on, and its threads and ours would fight over the same cores (measured
+    at n = 128, float64 inverses on 2 cores: 120 ms with both, 56 ms with ours alone)."""
+    if _BLAS_THREADS is None:
+        return kernel
+
+    def run(*args):
+        before = _BLAS_THREADS(1)
+        try:
+            kernel(*args)
+        finally:
+            _BLAS_THREADS(before)
+    return run
+
+
+_jit = njit(cache=True, nogil=True, error_model="numpy")
+_inline = njit(cache=True, nogil=True, error_model="numpy", inline="always")
+
+
+# --- one matrix, in column-major scratch: f[c, r] is entry (r, c) ------------------------------
+
+
+@_inline
+def _mag(x):
+    """LAPACK's pivot size ``|re| + |im|`` (``IxAMAX``); ``|x|`` for real."""
+    return abs(x.real) + abs(x.imag)
+
+
+@_inline
+def _finite(x):
+    """``x`` (real or complex) holds no NaN or Inf (each part on its own: ``re + im`` could
+    overflow)."""
+    return (x.real - x.real) + (x.imag - x.imag) == 0.0
+
+
+@_inline
+def _check(ar, b, small):
+    """Matrix ``b``, as the real parts (and imaginary parts) in row ``b`` of ``ar``: (finite, fit
+    for OpenBLAS: no nonzero part below ``small``). One contiguous pass of boolean and/or
+    reductions, which the compiler vectorises (measured: 4x faster than checking complex entries
+    while transposing them)."""
+    finite = True
+    tiny = False
+    for t in range(ar.shape[1]):
+        v = ar[b, t]
+        finite &= v - v == 0.0
+        m = abs(v)
+        tiny |= (m < small) & (m != 0.0)
+    return finite, not tiny
+
+
+_TILE = 8   # transposed copies go tile by tile: a 128 x 128 float64 matrix does not fit in L1
+
+
+@_inline
+def _load(a, b, f):
+    """``f`` := matrix ``b`` of ``a`` transposed (column-major)."""
+    n = f.shape[0]
+    for i0 in range(0, n, _TILE):
+        for j0 in range(0, n, _TILE):
+            for i in range(i0, min(i0 + _TILE, n)):
+                for j in range(j0, min(j0 + _TILE, n)):
+                    f[j, i] = a[b, i, j]
+
+
+@_inline
+def _store(f, out, b):
+    """Matrix ``b`` of ``out`` := ``f`` transposed. Returns whether every entry is finite."""
+    n = f.shape[0]
+    finite = True
+    for i0 in range(0, n, _TILE):
+        for j0 in range(0, n, _TILE):
+            for i in range(i0, min(i0 + _TILE, n)):
+                for j in range(j0, min(j0 + _TILE, n)):
+                    v = f[j, i]
+                    out[b, i, j] = v
+                    finite &= _finite(v)
+    return finite
+
+
+@_inline
+def _load_checked(a, b, f):
+    """:func:`_load` for small n (one pass, no tiles). Returns whether every entry is finite."""
+    n = f.shape[0]
+    finite = True
+    for i in range(n):
+        for j in range(n):
+            x = a[b, i, j]
+            f[j, i] = x
+            finite &= _finite(x)
+    return finite
+
+
+@_inline
+def _getf2(f, piv, sfmin):
+    """LU with partial pivoting of the column-major ``f`` in place, 0-based ``piv``: LAPACK's
+    ``xGETF2`` (the first largest ``|re| + |im|`` pivots; the column is scaled by the pivot's
+    reciprocal, or divided by a pivot below ``sfmin``; a zero pivot leaves its column, and goes on)."""
+    n = f.shape[0]
+    for j in range(n):
+        p = j
+        best = _mag(f[j, j])
+        for i in range(j + 1, n):
+            m = _mag(f[j, i])
+            if m > best:
+                best = m
+                p = i
+        piv[j] = p
+        if p != j:
+            for c in range(n):
+                t = f[c, j]
+                f[c, j] = f[c, p]
+                f[c, p] = t
+        if j + 1 == n:
+            break
+        pivot = f[j, j]
+        if pivot != 0:
+            if abs(pivot) >= sfmin:
+                r = 1 / pivot
+                for i in range(j + 1, n):
+                    f[j, i] *= r
+            else:
+                for i in range(j + 1, n):
+                    f[j, i] /= pivot
+        for c in range(j + 1, n):
+            u = f[c, j]
+            for i in range(j + 1, n):
+                f[c, i] -= f[j, i] * u
+
+
+@_inline
+def _first_zero_pivot(f):
+    """LAPACK's ``info``: 1 + the index of the first exactly zero diagonal entry, else 0."""
+    for i in range(f.shape[0]):
+        if f[i, i] == 0:
+            return i + 1
+    return 0
+
+
+@_inline
+def _own_getrf(a, b, f, piv, sfmin):
+    """Matrix ``b`` of ``a`` factored by :func:`_getf2` in ``f``. Returns ``info`` (-1: not
+    finite; ``f`` and ``piv`` then unset)."""
+    if not _load_checked(a, b, f):
+        return INFO_NONFINITE_INPUT
+    _getf2(f, piv, sfmin)
+    return _first_zero_pivot(f)
+
+
+@_inline
+def _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin):
+    """Matrix ``b`` of ``a`` factored in ``f`` by LAPACK or, where OpenBLAS would lose subnormal
+    intermediates (a nonzero part below ``small``, or a subnormal pivot in its ``U``), by
+    :func:`_getf2`; 0-based ``piv``, and LAPACK's 1-based ones in ``ipiv`` when LAPACK's factors
+    are kept. Returns (info, by LAPACK)."""
+    n = f.shape[0]
+    finite, fit = _check(ar, b, small)
+    if not finite:
+        return INFO_NONFINITE_INPUT, False
+    _load(a, b, f)
+    if fit:
+        fgetrf(ni.ctypes, ni.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes, status.ctypes)
+        subnormal = False
+        for i in range(n):
+            piv[i] = ipiv[i] - 1
+            d = _mag(f[i, i])              # |d| <= d < 2 |d|: the modulus only near sfmin
+            if d != 0 and d < 2 * sfmin:
+                subnormal |= abs(f[i, i]) < sfmin
+        if not subnormal:
+            return _first_zero_pivot(f), True
+        _load(a, b, f)
+    _getf2(f, piv, sfmin)
+    return _first_zero_pivot(f), False
+
+
+@_inline
+def _substitute(f, piv, g, sfmin):
+    """``g`` (k, n), right-hand sides as rows, := ``A^-1`` applied to each, from the factors in
+    ``f`` and 0-based ``piv``: ``xGETRS``'s interchanges, unit-lower and upper solves, column by
+    column (contiguous), skipping zeros in the first solve as ``xTRSM`` does. Diagonal entries at
+    or above ``sfmin`` are applied as products with their reciprocals."""
+    k, n = g.shape
+    for c in range(k):
+        for i in range(n):
+            p = piv[i]
+            if p != i:
+                t = g[c, i]
+                g[c, i] = g[c, p]
+                g[c, p] = t
+        for j in range(n):
+            xj = g[c, j]
+            if xj != 0:
+                for i in range(j + 1, n):
+                    g[c, i] -= xj * f[j, i]
+        for j in range(n - 1, -1, -1):
+            d = f[j, j]
+            if abs(d) >= sfmin:
+                xj = g[c, j] * (1 / d)
+            else:
+                xj = g[c, j] / d
+            g[c, j] = xj
+            for i in range(j):
+                g[c, i] -= xj * f[j, i]
+
+
+@_inline
+def _invert(f, piv, y, sfmin):
+    """``y`` (row-major) := ``A^-1`` from the factors in ``f`` and 0-based ``piv``, as ``xGETRI``:
+    ``U^-1 L^-1``, then the interchanges undone on the columns, last first (~4/3 n^3 flops). Rows
+    of ``y`` are updated whole (contiguous) with scalars of the factors."""
+    n = f.shape[0]
+    for i in range(n):                     # y = L^-1, unit lower triangular, row by row
+        for c in range(n):
+            y[i, c] = 0
+        y[i, i] = 1
+        for j in range(i):
+            lij = f[j, i]
+            for c in range(j + 1):
+                y[i, c] -= lij * y[j, c]
+    for i in range(n - 1, -1, -1):         # y = U^-1 y, bottom row first
+        for j in range(i + 1, n):
+            uij = f[j, i]
+            for c in range(n):
+                y[i, c] -= uij * y[j, c]
+        d = f[i, i]
+        if abs(d) >= sfmin:
+            r = 1 / d
+            for c in range(n):
+                y[i, c] *= r
+        else:
+            for c in range(n):
+                y[i, c] /= d
+    for j in range(n - 2, -1, -1):
+        p = piv[j]
+        if p != j:
+            for i in range(n):
+                t = y[i, j]
+                y[i, j] = y[i, p]
+                y[i, p] = t
+
+
+@_inline
+def _log_det(f, piv):
+    """(sign, log|det|) from factors with no zero pivot."""
+    s = 1.0
+    total = 0.0
+    for i in range(f.shape[0]):
+        d = f[i, i]
+        m = abs(d)
+        s = s * (d / m)
+        total += np.log(m)
+        if piv[i] != i:
+            s = -s
+    return s, total
+
+
+# --- kernels over a range of the batch ----------------------------------------------------------
+# Each op has two: ``_own`` (the compiled xGETF2 and substitutions) and ``_lapack`` (LAPACK through
+# function pointers); the caller picks by n. Each matrix is worked on in scratch buffers allocated
+# once per range (f: the factors; g: right-hand sides, column-major, or the inverse, row-major; ipiv: LAPACK's
+# 1-based pivots; LAPACK's integer arguments as one-element arrays), and the kernel's own loop
+# reads its inputs and writes its outputs by index. Measured at n = 2: handing an output view to a
+# helper, or a branch to LAPACK, inside the small-n loop made it up to 2x slower (reference counts,
+# and the compiler assuming that LAPACK may change the scratch buffers).
+#
+# inv, solve and slogdet apply ``batchlu.kernels._info``'s rule as they write their results: a
+# finite input whose result is not finite gets INFO_NONFINITE_RESULT, and for solve a right-hand
+# side holding NaN or Inf makes the input non-finite (INFO_NONFINITE_INPUT, NaN x); the API then
+# skips its own passes over the results (``_cpu.flags_results``).
+
+
+@_jit
+def _getrf_own(a, lu, piv, info, sfmin, lo, hi):
+    n = a.shape[-1]
+    f = np.empty((n, n), a.dtype)
+    p = np.empty(n, np.int32)
+    for b in range(lo, hi):
+        code = _own_getrf(a, b, f, p, sfmin)
+        info[b] = code
+        if code < 0:
+            for i in range(n):
+                piv[b, i] = i
+                for j in range(n):
+                    lu[b, i, j] = np.nan
+        else:
+            for i in range(n):
+                piv[b, i] = p[i]
+                for j in range(n):
+                    lu[b, i, j] = f[j, i]
+
+
+@_jit
+def _getrf_lapack(fgetrf, a, ar, lu, piv, info, small, sfmin, lo, hi):
+    n = a.shape[-1]
+    f = np.empty((n, n), a.dtype)
+    p = np.empty(n, np.int32)
+    ipiv = np.empty(n, np.int32)
+    ni = np.full(1, n, np.int32)
+    status = np.zeros(1, np.int32)
+    for b in range(lo, hi):
+        code, _ = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, p, ni, status, small, sfmin)
+        info[b] = code
+        if code < 0:
+            for i in range(n):
+                piv[b, i] = i
+                for j in range(n):
+                    lu[b, i, j] = np.nan
+        else:
+            for i in range(n):
+                piv[b, i] = p[i]
+            _store(f, lu, b)
+
+
+@_jit
+def _inv_own(a, out, info, sfmin, lo, hi):
+    n = a.shape[-1]
+    f = np.empty((n, n), a.dtype)
+    g = np.empty((n, n), a.dtype)
+    piv = np.empty(n, np.int32)
+    for b in range(lo, hi):
+        code = _own_getrf(a, b, f, piv, sfmin)
+        if code == 0:
+            _invert(f, piv, g, sfmin)
+            finite = True
+            for i in range(n):
+                for j in range(n):
+                    v = g[i, j]
+                    out[b, i, j] = v
+                    finite &= _finite(v)
+            if not finite:
+                code = INFO_NONFINITE_RESULT
+        else:
+            for i in range(n):
+                for j in range(n):
+                    out[b, i, j] = np.nan
+        info[b] = code
+
+
+@_jit
+def _inv_lapack(fgetrf, fgetri, a, ar, out, info, small, sfmin, lo, hi):
+    n = a.shape[-1]
+    f = np.empty((n, n), a.dtype)
+    g = np.empty((n, n), a.dtype)
+    ipiv = np.empty(n, np.int32)
+    piv = np.empty(n, np.int32)
+    ni = np.full(1, n, np.int32)
+    status = np.zeros(1, np.int32)
+    lwork = np.full(1, -1, np.int32)
+    work = np.empty(1, a.dtype)
+    # workspace query, as scipy's getri_lwork
+    fgetri(ni.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes, work.ctypes, lwork.ctypes, status.ctypes)
+    lwork[0] = max(1, int(work[0].real))
+    work = np.empty(lwork[0], a.dtype)
+    for b in range(lo, hi):
+        code, by_lapack = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin)
+        if code == 0:
+            if by_lapack:
+                fgetri(ni.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes, work.ctypes, lwork.ctypes,
+                       status.ctypes)
+                finite = _store(f, out, b)
+            else:
+                _invert(f, piv, g, sfmin)
+                finite = True
+                for i in range(n):
+                    for j in range(n):
+                        v = g[i, j]
+                        out[b, i, j] = v
+                        finite &= _finite(v)
+            if not finite:
+                code = INFO_NONFINITE_RESULT
+        else:
+            for i in range(n):
+                for j in range(n):
+                    out[b, i, j] = np.nan
+        info[b] = code
+
+
+@_jit
+def _slogdet_own(a, sign, logabsdet, info, sfmin, lo, hi):
+    n = a.shape[-1]
+    f = np.empty((n, n), a.dtype)
+    piv = np.empty(n, np.int32)
+    for b in range(lo, hi):
+        code = _own_getrf(a, b, f, piv, sfmin)
+        if code < 0:
+            sign[b] = np.nan
+            logabsdet[b] = np.nan
+        elif code > 0:
+            sign[b] = 0
+            logabsdet[b] = -np.inf
+        else:
+            s, total = _log_det(f, piv)
+            sign[b] = s
+            logabsdet[b] = total
+            if not (_finite(s) and _finite(total)):
+                code = INFO_NONFINITE_RESULT
+        info[b] = code
+
+
+@_jit
+def _slogdet_lapack(fgetrf, a, ar, sign, logabsdet, info, small, sfmin, lo, hi):
+    n = a.shape[-1]
+    f = np.empty((n, n), a.dtype)
+    ipiv = np.empty(n, np.int32)
+    piv = np.empty(n, np.int32)
+    ni = np.full(1, n, np.int32)
+    status = np.zeros(1, np.int32)
+    for b in range(lo, hi):
+        code, _ = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin)
+        if code < 0:
+            sign[b] = np.nan
+            logabsdet[b] = np.nan
+        elif code > 0:
+            sign[b] = 0
+            logabsdet[b] = -np.inf
+        else:
+            s, total = _log_det(f, piv)
+            sign[b] = s
+            logabsdet[b] = total
+            if not (_finite(s) and _finite(total)):
+                code = INFO_NONFINITE_RESULT
+        info[b] = code
+
+
+@_jit
+def _getrs_own(lu, piv, b, x, sfmin, lo, hi):
+    n = lu.shape[-1]
+    k = b.shape[-1]
+    f = np.empty((n, n), lu.dtype)
+    p = np.empty(n, np.int32)
+    g = np.empty((k, n), lu.dtype)
+    for m in range(lo, hi):
+        _load(lu, m, f)
+        for i in range(n):
+            p[i] = piv[m, i]
+            for c in range(k):
+                g[c, i] = b[m, i, c]
+        _substitute(f, p, g, sfmin)
+        for i in range(n):
+            for c in range(k):
+                x[m, i, c] = g[c, i]
+
+
+@_jit
+def _getrs_lapack(fgetrs, lu, piv, b, x, lo, hi):
+    n = lu.shape[-1]
+    k = b.shape[-1]
+    f = np.empty((n, n), lu.dtype)
+    g = np.empty((k, n), lu.dtype)
+    ipiv = np.empty(n, np.int32)
+    ni = np.full(1, n, np.int32)
+    ki = np.full(1, k, np.int32)
+    status = np.zeros(1, np.int32)
+    trans = np.full(1, ord("N"), np.uint8)
+    for m in range(lo, hi):
+        _load(lu, m, f)
+        for i in range(n):
+            ipiv[i] = piv[m, i] + 1
+            for c in range(k):
+                g[c, i] = b[m, i, c]
+        fgetrs(trans.ctypes, ni.ctypes, ki.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes, g.ctypes,
+               ni.ctypes, status.ctypes)
+        for i in range(n):
+            for c in range(k):
+                x[m, i, c] = g[c, i]
+
+
+@_jit
+def _solve_own(a, b, x, info, sfmin, lo, hi):
+    n = a.shape[-1]
+    k = b.shape[-1]
+    f = np.empty((n, n), a.dtype)
+    piv = np.empty(n, np.int32)
+    g = np.empty((k, n), a.dtype)
+    for m in range(lo, hi):
+        code = _own_getrf(a, m, f, piv, sfmin)
+        finite = True
+        for i in range(n):
+            for c in range(k):
+                v = b[m, i, c]
+                g[c, i] = v
+                finite &= _finite(v)
+        if not finite:
+            code = INFO_NONFINITE_INPUT
+        if code == 0:
+            _substitute(f, piv, g, sfmin)
+            for i in range(n):
+                for c in range(k):
+                    v = g[c, i]
+                    x[m, i, c] = v
+                    finite &= _finite(v)
+            if not finite:
+                code = INFO_NONFINITE_RESULT
+        else:
+            for i in range(n):
+                for c in range(k):
+                    x[m, i, c] = np.nan
+        info[m] = code
+
+
+@_jit
+def _solve_lapack(fgetrf, fgetrs, a, ar, b, x, info, small, sfmin, lo, hi):
+    n = a.shape[-1]
+    k = b.shape[-1]
+    f = np.empty((n, n), a.dtype)
+    g = np.empty((k, n), a.dtype)
+    ipiv = np.empty(n, np.int32)
+    piv = np.empty(n, np.int32)
+    ni = np.full(1, n, np.int32)
+    ki = np.full(1, k, np.int32)
+    status = np.zeros(1, np.int32)
+    trans = np.full(1, ord("N"), np.uint8)
+    for m in range(lo, hi):
+        code, by_lapack = _lapack_getrf(fgetrf, a, ar, m, f, ipiv, piv, ni, status, small, sfmin)
+        finite = True
+        for i in range(n):
+            for c in range(k):
+                v = b[m, i, c]
+                g[c, i] = v
+                finite &= _finite(v)
+        if not finite:
+            code = INFO_NONFINITE_INPUT
+        if code == 0:
+            if by_lapack:
+                fgetrs(trans.ctypes, ni.ctypes, ki.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes,
+                       g.ctypes, ni.ctypes, status.ctypes)
+            else:
+                _substitute(f, piv, g, sfmin)
+            for i in range(n):
+                for c in range(k):
+                    v = g[c, i]
+                    x[m, i, c] = v
+                    finite &= _finite(v)
+            if not finite:
+                code = INFO_NONFINITE_RESULT
+        else:
+            for i in range(n):
+                for c in range(k):
+                    x[m, i, c] = np.nan
+        info[m] = code
+
+
+# --- entry points: outputs from the caller, the batch split between threads ------------------
+
+
+def _flat_real(a):
+    """``a`` (B, n, n) as B rows of its real numbers (real and imaginary parts): a view."""
+    return a.view(a.real.dtype).reshape(a.shape[0], -1)
+
+
+def _limits(dtype):
+    """``small`` (a matrix with a nonzero part below it stays away from OpenBLAS) and ``sfmin``
+    (LAPACK's safe minimum: a pivot below it divides instead of scaling by its reciprocal)."""
+    fi = np.finfo(dtype)
+    return float(fi.tiny / fi.eps), float(fi.tiny)
+
+
+def _run(own, lapack_kernel, routines, n: int, lapack_min_n: int, args_own, args_lapack) -> None:
+    count = args_own[0].shape[0]
+    if n >= lapack_min_n:
+        _cpu_threads.run(_one_blas_thread(lapack_kernel), count, n, *routines, *args_lapack)
+    else:
+        _cpu_threads.run(own, count, n, *args_own)
+
+
+def getrf(a, lu, piv, info, lapack_min_n: int) -> None:
+    """``lu``, 0-based ``piv`` and ``info`` of every matrix of ``a`` (B, n, n)."""
+    small, sfmin = _limits(a.dtype)
+    ar = _flat_real(a)
+    _run(_getrf_own, _getrf_lapack, [lapack(a.dtype, "getrf")], a.shape[-1], lapack_min_n,
+         (a, lu, piv, info, sfmin), (a, ar, lu, piv, info, small, sfmin))
+
+
+def inv(a, out, info, lapack_min_n: int) -> None:
+    """``out`` = the inverse of each matrix, NaN where ``info`` != 0; -2 where it is not finite."""
+    small, sfmin = _limits(a.dtype)
+    ar = _flat_real(a)
+    _run(_inv_own, _inv_lapack, [lapack(a.dtype, "getrf"), lapack(a.dtype, "getri")], a.shape[-1],
+         lapack_min_n, (a, out, info, sfmin), (a, ar, out, info, small, sfmin))
+
+
+def slogdet(a, sign, logabsdet, info, lapack_min_n: int) -> None:
+    """Sign and log|det| of each matrix (0 / -inf where singular, NaN where not finite)."""
+    small, sfmin = _limits(a.dtype)
+    ar = _flat_real(a)
+    _run(_slogdet_own, _slogdet_lapack, [lapack(a.dtype, "getrf")], a.shape[-1], lapack_min_n,
+         (a, sign, logabsdet, info, sfmin), (a, ar, sign, logabsdet, info, small, sfmin))
+
+
+def getrs(lu, piv, b, x, lapack_min_n: int) -> None:
+    """``x`` (B, n, k) with ``A x = b`` from ``getrf``'s ``lu`` and 0-based ``piv``."""
+    _run(_getrs_own, _getrs_lapack, [lapack(lu.dtype, "getrs")], lu.shape[-1], lapack_min_n,
+         (lu, piv, b, x, _limits(lu.dtype)[1]), (lu, piv, b, x))
+
+
+def solve(a, b, x, info, lapack_min_n: int) -> None:
+    """``x`` (B, n, k) with ``a x = b``, NaN where ``info`` != 0; ``info`` -1 also where ``b`` holds
+    NaN or Inf, -2 where ``x`` is not finite."""
+    small, sfmin = _limits(a.dtype)
+    ar = _flat_real(a)
+    _run(_solve_own, _solve_lapack, [lapack(a.dtype, "getrf"), lapack(a.dtype, "getrs")], a.shape[-1],
+         lapack_min_n, (a, b, x, info, sfmin), (a, ar, b, x, info, small, sfmin))
