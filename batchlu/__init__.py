@@ -3,6 +3,8 @@
 The one import name of the project. Its subpackages:
 
 * :mod:`batchlu.kernels` — the SciPy-shaped batched API on in-memory arrays (NumPy: CPU; CuPy: GPU);
+* :mod:`batchlu.sparse` (= :mod:`batchlu.kernels.sparse`) — LDL^T of batches of sparse symmetric
+  matrices sharing one pattern (``analyze`` once, ``factorize`` / ``solve`` per batch);
 * :mod:`batchlu.pipeline` — Zarr in, Dask across CPU cores or GPUs, Zarr out, resumable;
 * :mod:`batchlu.workflows` — the ``batchlu`` command line, cluster scripts and examples;
 * :mod:`batchlu.testing` — reproducible test matrices and LAPACK's test ratios;
@@ -26,8 +28,9 @@ _EXPORTS = {
     "generate": "pipeline", "inspect": "pipeline", "run": "pipeline", "verify": "pipeline",
 }
 _SUBMODULES = ("errors", "kernels", "pipeline", "testing", "workflows")
+_ALIASES = {"sparse": "batchlu.kernels.sparse"}   # name -> module, imported at first use
 
-__all__ = ["errors", "testing", *sorted(_EXPORTS)]
+__all__ = ["errors", "sparse", "testing", *sorted(_EXPORTS)]
 
 
 def __getattr__(name: str):
@@ -35,6 +38,8 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     elif name in _SUBMODULES:
         value = importlib.import_module(f".{name}", __name__)
+    elif name in _ALIASES:
+        value = importlib.import_module(_ALIASES[name])
     else:
         raise AttributeError(f"module 'batchlu' has no attribute {name!r}")
     globals()[name] = value
@@ -42,4 +47,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES, *_ALIASES})

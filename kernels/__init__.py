@@ -27,7 +27,8 @@ core of the process from the main thread and one core from any other thread (a D
 unless told otherwise by :func:`cpu_threads` or ``BATCHLU_CPU_THREADS``.
 
 The GPU kernels' dispatch tables, plans and launchers are public in :mod:`batchlu.kernels.tuning`
-(for benchmarks; not imported here).
+(for benchmarks; not imported here). Sparse symmetric batches (LDL^T) are
+:mod:`batchlu.kernels.sparse`, also ``batchlu.sparse``.
 """
 
 from ._api import inv, lu_factor, lu_solve, slogdet, solve

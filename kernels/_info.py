@@ -9,7 +9,10 @@ is not finite (``INFO_NONFINITE_RESULT``).
   are kept as computed and hold an Inf or NaN;
 - ``INFO_MISSING_INPUT`` (-3): set by the pipeline, never by the kernels: the matrix's input chunk is
   missing from its store and the run was told to go on (``batchlu.missing-chunks: fill``); results
-  as for -1.
+  as for -1;
+- ``INFO_REFINEMENT`` (-4): sparse LDL^T solves only (:mod:`batchlu.kernels.sparse`): iterative
+  refinement ended with a normwise backward error above its tolerance; ``x`` is kept (the best
+  iterate) and its backward error is reported.
 
 The check runs after the backend, on NumPy or CuPy arrays alike (``xp``): a few elementwise passes
 over the results on the current stream, no device synchronisation.
@@ -19,13 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["INFO_MISSING_INPUT", "INFO_NONFINITE_INPUT", "INFO_NONFINITE_RESULT", "INFO_OK", "describe",
+__all__ = ["INFO_MISSING_INPUT", "INFO_NONFINITE_INPUT", "INFO_NONFINITE_RESULT", "INFO_OK", "INFO_REFINEMENT",
+           "describe",
            "flag_nonfinite", "nonfinite_rhs"]
 
 INFO_OK = 0
 INFO_NONFINITE_INPUT = -1
 INFO_NONFINITE_RESULT = -2
 INFO_MISSING_INPUT = -3
+INFO_REFINEMENT = -4
 
 
 def describe(code: int, rhs: bool = False) -> str:
@@ -38,6 +43,8 @@ def describe(code: int, rhs: bool = False) -> str:
         return "is finite but its result is not (overflow)"
     if code == INFO_MISSING_INPUT:
         return "is in an input chunk missing from its store"
+    if code == INFO_REFINEMENT:
+        return "was solved, but iterative refinement did not bring the backward error under its tolerance"
     return f"has info {code}"
 
 

@@ -49,6 +49,7 @@ dask.config.update_defaults(_SHIPPED)
 BACKENDS = ("auto", "cpu", "gpu")
 CODEC_DEVICES = ("auto", "gpu", "cpu")
 OUTPUT_LAYOUTS = ("chunks", "sharded")
+SPARSE_ORDERINGS = ("amd", "metis", "natural")   # batchlu.sparse.analyze's orderings by name
 ZSTD_LEVELS = range(-(1 << 17), 23)  # Zstandard's levels: ZSTD_minCLevel() to ZSTD_maxCLevel()
 # Not a product setting, hence outside the ``batchlu`` namespace and absent from batchlu.yaml: seconds
 # slept before each batch, for the tests that interrupt a run (``dask.config.set`` or the environment
@@ -166,6 +167,27 @@ class Number:
             number = None
         if number is None or not 0 < number < float("inf"):
             raise ConfigError(f"Expected batchlu.{key} to be a positive number. Got {value!r} instead.")
+        return number
+
+
+@dataclasses.dataclass(frozen=True)
+class NonNegative:
+    """A finite number >= 0; ``optional``: or null."""
+
+    optional: bool = False
+
+    def __call__(self, value, key: str) -> float | None:
+        if value is None and self.optional:
+            return None
+        try:
+            number = float(value)
+            if isinstance(value, bool):
+                raise ValueError
+        except (TypeError, ValueError):
+            number = None
+        if number is None or not 0 <= number < float("inf"):
+            raise ConfigError(f"Expected batchlu.{key} to be a number >= 0"
+                              f"{' or null' if self.optional else ''}. Got {value!r} instead.")
         return number
 
 
@@ -420,6 +442,11 @@ class Options:
     generate_chunk_bytes: int = setting("generate.chunk-bytes", Size())
     verify_threshold: float = setting("verify.threshold", Number())
     verify_block_bytes: int = setting("verify.block-bytes", Size())
+    # the sparse LDL^T ops (ldlt-solve, ldlt-inertia)
+    sparse_ordering: str = setting("sparse.ordering", OneOf(SPARSE_ORDERINGS))
+    sparse_refine: int = setting("sparse.refine", Integer(minimum=0))
+    sparse_pivot_tol: float | None = setting("sparse.pivot-tol", NonNegative(optional=True))  # None: sqrt(eps)
+    sparse_perturb: bool = setting("sparse.perturb", Boolean())
 
     def __post_init__(self):
         if not isinstance(self.cluster, ClusterOptions):

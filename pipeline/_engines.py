@@ -211,7 +211,8 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
     ``spec`` is a :class:`batchlu.pipeline.plugins.WarmUp`.
     """
     n = int(spec.n)
-    layout = Layout(a=((n, n), np.dtype(spec.dtype)),
+    op = spec.op if spec.symbolic is None else _ops.get_op(spec.op).bind(spec.symbolic, spec.settings)
+    layout = Layout(a=(tuple(spec.tail) if spec.tail is not None else (n, n), np.dtype(spec.dtype)),
                     b=None if spec.rhs is None else (tuple(spec.rhs[0]), np.dtype(spec.rhs[1])),
                     outs=tuple((name, tuple(tail), np.dtype(dtype)) for name, tail, dtype in spec.outputs))
     rng = np.random.default_rng()
@@ -225,7 +226,7 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
 
     slot = Slot(random(*layout.a), None if layout.b is None else random(*layout.b),
                 {name: np.empty((m,) + tail, dtype) for name, tail, dtype in layout.outs})
-    engine.run(spec.op, slot)
+    engine.run(op, slot)
     engine.pool.reserve(layout, int(spec.batch), max(1, int(reserve)))
     if getattr(spec, "staging", 0):   # the GPU codec path: each thread's lane stages 3 buffers
         from . import _gpu_codecs

@@ -1,6 +1,11 @@
-"""The four ops: which arrays each writes (name, shape after N, dtype, fill) and how one batch of
-each is computed with :mod:`kernels` (NumPy or CuPy arrays alike); the ``info`` categories a run
-counts."""
+"""The ops: which arrays each writes (name, shape after N, dtype, fill) and how one batch of each is
+computed with :mod:`kernels` (NumPy or CuPy arrays alike); the ``info`` categories a run counts.
+
+The dense ops (``lu``, ``inv``, ``solve``, ``slogdet``) read matrices (N, n, n). The sparse ops
+(``ldlt-solve``, ``ldlt-inertia``) read the ``values`` (N, nnz) of a sparse batch (a Zarr group, see
+:mod:`batchlu.pipeline._sparse`); their compute needs the pattern's symbolic analysis, so the task
+runs them as a :class:`BoundOp` (the op, the :class:`batchlu.kernels.sparse.Plan` and the settings),
+which every place that takes an op name also takes."""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from batchlu.kernels._info import INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK
+from batchlu.kernels._info import (INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK,
+                                  INFO_REFINEMENT)
 
 from .errors import ConfigError
 
@@ -24,13 +30,16 @@ class InfoCounts(NamedTuple):
     nonfinite: int = 0          # -1: the input holds NaN or Inf
     nonfinite_result: int = 0   # -2: finite input, non-finite result (overflow)
     missing: int = 0            # -3: input chunk missing, filled (batchlu.missing-chunks: fill)
+    refinement: int = 0         # -4: sparse solves: refinement short of its tolerance
 
     def plus(self, other: InfoCounts) -> InfoCounts:
         return InfoCounts(*(x + y for x, y in zip(self, other)))
 
     def describe(self) -> str:
-        """``ok 1,000   singular 0   non-finite input 0   non-finite result 3   missing input 0``."""
-        return "   ".join(f"{INFO_LABELS[name]} {value:,}" for name, value in zip(self._fields, self))
+        """``ok 1,000   singular 0   non-finite input 0   non-finite result 3   missing input 0``
+        (and ``refinement short K`` where a sparse solve's refinement fell short)."""
+        return "   ".join(f"{INFO_LABELS[name]} {value:,}" for name, value in zip(self._fields, self)
+                           if name != "refinement" or value)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -43,6 +52,7 @@ class InfoTally:
     nonfinite: int = 0
     nonfinite_result: int = 0
     missing: int = 0
+    refinement: int = 0
 
     @property
     def counts(self) -> InfoCounts:
@@ -55,7 +65,8 @@ class InfoTally:
 
 
 INFO_LABELS = {"ok": "ok", "singular": "singular", "nonfinite": "non-finite input",
-               "nonfinite_result": "non-finite result", "missing": "missing input"}
+               "nonfinite_result": "non-finite result", "missing": "missing input",
+               "refinement": "refinement short"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +123,22 @@ def _slogdet_ratios(a, out, b):
     return {"logabsdet": r.logabsdet, "sign": r.sign, "sign-modulus": r.modulus}
 
 
+def _sparse_ratios(a, out, b):
+    raise TypeError("Expected the dense ops' ratios. Got a sparse op, whose backward error needs its "
+                    "pattern: batchlu.pipeline._verify_sparse computes it.")
+
+
+def _ldlt_solve_outputs(n, dtype, rhs_dtype, k, nan, real):
+    return [OutputSpec("x", (n,) if k is None else (n, k), dtype, nan),
+            OutputSpec("berr", (), np.dtype(np.float64), nan),
+            OutputSpec("perturbed", (), np.dtype(np.int32), -1)]
+
+
+def _ldlt_inertia_outputs(n, dtype, rhs_dtype, k, nan, real):
+    return [OutputSpec("inertia", (3,), np.dtype(np.int64), -1),
+            OutputSpec("perturbed", (), np.dtype(np.int32), -1)]
+
+
 @dataclasses.dataclass(frozen=True)
 class Op:
     """One op: the :mod:`batchlu.kernels` function that computes a batch, the arrays it writes (before
@@ -125,6 +152,7 @@ class Op:
     needs_rhs: bool
     _outputs: object = dataclasses.field(repr=False, compare=False)
     _ratios: object = dataclasses.field(repr=False, compare=False)
+    sparse: bool = False   # reads a sparse batch's values (N, nnz); computed as a BoundOp
 
     def outputs(self, n: int, dtype, rhs_dtype=None, k: int | None = None) -> list[OutputSpec]:
         """The arrays the op writes, ``info`` last, in the order they are created and written."""
@@ -135,6 +163,9 @@ class Op:
 
     def compute(self, a, b=None) -> dict:
         """One batch through :mod:`batchlu.kernels`; arrays stay on the device they came in on."""
+        if self.sparse:
+            raise TypeError(f"Expected op {self.name} bound to its pattern's analysis (Op.bind). "
+                            f"Got the bare op instead.")
         from batchlu import kernels
 
         values = getattr(kernels, self.kernel)(*((a, b) if self.needs_rhs else (a,)))
@@ -144,6 +175,45 @@ class Op:
         """The op's test ratios of the outputs ``out`` for inputs ``a`` (and ``b``): name -> per matrix."""
         return self._ratios(a, out, b)
 
+    def bind(self, symbolic, settings) -> BoundOp:
+        """The sparse op ready to compute: ``symbolic`` a :class:`batchlu.kernels.sparse.Plan`,
+        ``settings`` the run's :class:`batchlu.pipeline.Options` (its ``sparse_*`` fields)."""
+        return BoundOp(self, symbolic, settings)
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundOp:
+    """A sparse op with its pattern's symbolic analysis and settings: what a task computes with."""
+
+    op: Op
+    symbolic: object
+    settings: object
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    def compute(self, a, b=None) -> dict:
+        """One batch: NumPy ``a`` (values) on the CPU backend, CuPy on the GPU's; results stay there."""
+        s = self.settings
+        factor = self.symbolic.factorize(a, perturb=s.sparse_perturb, pivot_tol=s.sparse_pivot_tol)
+        if self.op.kernel == "ldlt_solve":
+            x, info = factor.solve(b, refine=s.sparse_refine)
+            # a non-finite right-hand side makes the whole matrix's outputs those of -1
+            xp = _array_module(info)
+            perturbed = xp.where(info == INFO_NONFINITE_INPUT, -1, factor.perturbed_pivots()).astype(np.int32)
+            return {"x": x, "berr": factor.last_backward_error, "perturbed": perturbed, "info": info}
+        return {"inertia": factor.inertia(), "perturbed": factor.perturbed_pivots(), "info": factor.info}
+
+
+def _array_module(x):
+    """NumPy, or CuPy for a CuPy array (imported only then)."""
+    if type(x).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
 
 # The one table of ops: the CLI's choices, the outputs, the compute and verify all read it.
 OP_TABLE = {op.name: op for op in (
@@ -152,11 +222,20 @@ OP_TABLE = {op.name: op for op in (
     Op("solve", "solve", ("x",), needs_rhs=True, _outputs=_solve_outputs, _ratios=_solve_ratios),
     Op("slogdet", "slogdet", ("sign", "logabsdet"), needs_rhs=False, _outputs=_slogdet_outputs,
        _ratios=_slogdet_ratios),
+    Op("ldlt-solve", "ldlt_solve", ("x", "berr", "perturbed"), needs_rhs=True, _outputs=_ldlt_solve_outputs,
+       _ratios=_sparse_ratios, sparse=True),
+    Op("ldlt-inertia", "ldlt_inertia", ("inertia", "perturbed"), needs_rhs=False,
+       _outputs=_ldlt_inertia_outputs, _ratios=_sparse_ratios, sparse=True),
 )}
 OPS = tuple(OP_TABLE)
+DENSE_OPS = tuple(name for name, op in OP_TABLE.items() if not op.sparse)
+SPARSE_OPS = tuple(name for name, op in OP_TABLE.items() if op.sparse)
 
 
-def get_op(op: str) -> Op:
+def get_op(op) -> Op:
+    """The :class:`Op` named ``op`` (an :class:`Op` or :class:`BoundOp` is returned as it is)."""
+    if isinstance(op, (Op, BoundOp)):
+        return op
     if op not in OP_TABLE:
         raise ConfigError(f"Expected op to be one of {', '.join(OPS)}. Got {op!r} instead.")
     return OP_TABLE[op]
@@ -177,18 +256,21 @@ def info_counts(info) -> InfoCounts:
     return InfoCounts(int(np.count_nonzero(info == INFO_OK)), int(np.count_nonzero(info > 0)),
                       int(np.count_nonzero(info == INFO_NONFINITE_INPUT)),
                       int(np.count_nonzero(info == INFO_NONFINITE_RESULT)),
-                      int(np.count_nonzero(info == INFO_MISSING_INPUT)))
+                      int(np.count_nonzero(info == INFO_MISSING_INPUT)),
+                      int(np.count_nonzero(info == INFO_REFINEMENT)))
 
 
 def mark_missing(outputs: dict, rows) -> None:
     """Give the matrices ``rows`` (a mask or indices along N) of one batch's ``outputs`` (name ->
-    host array, written in place) the outputs of a missing input: ``info`` -3, NaN results and
-    ``piv`` the identity, as for a non-finite input."""
+    host array, written in place) the outputs of a missing input: ``info`` -3, NaN results,
+    ``piv`` the identity and -1 in the sparse ops' counts, as for a non-finite input."""
     for name, value in outputs.items():
         if name == "info":
             value[rows] = INFO_MISSING_INPUT
         elif name == "piv":
             value[rows] = np.arange(value.shape[-1], dtype=value.dtype)
+        elif value.dtype.kind in "iu":
+            value[rows] = -1
         else:
             value[rows] = np.nan
 

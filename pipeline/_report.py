@@ -34,6 +34,7 @@ class Report:
     nonfinite: int = 0         # info == -1: the input holds NaN or Inf
     nonfinite_result: int = 0  # info == -2: finite input, non-finite result (overflow)
     missing: int = 0           # info == -3: input chunk missing (batchlu.missing-chunks: fill)
+    refinement: int = 0        # info == -4: sparse solves whose refinement fell short of its tolerance
     elapsed: float = 0.0       # compute: seconds from submitting the tasks to the last result
     submitted: bool = False    # tasks were handed to the cluster (internal: decides cleanup on failure)
     cluster_start: float = 0.0  # seconds to connect, or to start the embedded cluster

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import zarr
 
-from . import _cluster, _fingerprint, _live, _ledger, _lock, _output
+from . import _cluster, _fingerprint, _live, _ledger, _lock, _output, _sparse
 from ._config import Options, options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
 from ._plan import budget_warning, bytes_per_matrix, make_plan, merge_tasks
@@ -20,7 +20,7 @@ from ._report import Report
 from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
                      parse_ref)
 from ._tasks import Job, process_range
-from .errors import BatchluWarning, InputError
+from .errors import BatchluWarning, InputError, ResumeError
 
 TASKS_PER_THREAD = 2   # GPU codec path: tasks per worker thread after merging (some balance, long tasks)
 
@@ -33,10 +33,13 @@ def _count_info(path: str) -> InfoCounts:
 @_lock.releases_locks
 def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend="auto",
         client=None, scheduler=None, scheduler_file=None, progress=True, config=None) -> Report:
-    """Compute ``op`` (``lu``, ``inv``, ``solve`` or ``slogdet``) for every matrix of ``input``.
+    """Compute ``op`` (``lu``, ``inv``, ``solve``, ``slogdet``, ``ldlt-solve`` or ``ldlt-inertia``)
+    for every matrix of ``input``.
 
     ``input`` (and ``rhs`` for ``solve``) is ``PATH`` or ``PATH:ARRAY`` of a Zarr v2 or v3 array
-    (N, n, n) (right-hand side (N, n) or (N, n, k)). ``output`` becomes a Zarr v3 group with one
+    (N, n, n) (right-hand side (N, n) or (N, n, k)); for the sparse ops it is a sparse batch, a Zarr
+    group (:mod:`batchlu.pipeline._sparse`) whose ``rhs`` array ``ldlt-solve`` reads unless ``rhs``
+    is given. ``output`` becomes a Zarr v3 group with one
     array per result and ``info``. ``resume`` finishes an interrupted run (same input and op);
     ``overwrite`` replaces an existing output that batchlu wrote (any Zarr store with ``force``).
     ``backend`` ``"auto"`` takes ``batchlu.backend`` from the config (itself ``auto`` by default: the
@@ -49,10 +52,17 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     opts = make_options(config, backend=None if backend == "auto" else backend)
     show = bool(progress) and opts.progress
     spec = get_op(op)
-    matrices = open_array_info(parse_ref(input))
-    n = check_matrices(matrices)
-    rhs_info, k = None, None
-    if spec.needs_rhs:
+    symbolic = None
+    if spec.sparse:
+        source = _sparse.open_input(input, rhs, needs_rhs=spec.needs_rhs, settings=opts)
+        matrices, rhs_info, k, n, symbolic = source.values, source.rhs, source.k, source.n, source.symbolic
+    else:
+        matrices = open_array_info(parse_ref(input))
+        n = check_matrices(matrices)
+        rhs_info, k = None, None
+    if spec.sparse:
+        pass  # checked with the sparse batch
+    elif spec.needs_rhs:
         if rhs is None:
             raise InputError(f"Expected a right-hand side (rhs, --rhs B.zarr) for op {op}. "
                              "Got none instead.")
@@ -76,14 +86,23 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         "settings": opts.as_dict(),
         "input_files": _fingerprint.signatures(matrices.ref, rhs_info.ref if rhs_info else None),
     }
+    if spec.sparse:
+        provenance["sparse"] = source.provenance()
     _lock.acquire(out_path)  # one writer per output, before overwrite deletes anything; held until return
     record = _output.check_existing(out_path, resume=resume, overwrite=overwrite)
     if record is not None:
         _output.check_resume(record, provenance)
+        if spec.sparse:
+            _check_same_pattern(record, provenance["sparse"])
     chunk = int(record["plan"]["chunk"]) if record and record.get("plan") else opts.chunk
+    out_bytes = sum(s.nbytes() for s in specs)
     rhs_bytes = rhs_info.dtype.itemsize * n * (k or 1) if rhs_info else 0
-    per_matrix = bytes_per_matrix(n, matrices.dtype.itemsize, sum(s.nbytes() for s in specs), rhs_bytes)
-    matrix_bytes = n * n * matrices.dtype.itemsize + rhs_bytes  # input read per matrix
+    if spec.sparse:
+        per_matrix = _sparse.bytes_per_matrix(symbolic, matrices.dtype.itemsize, out_bytes, rhs_bytes)
+        matrix_bytes = symbolic.nnz * matrices.dtype.itemsize + rhs_bytes  # input read per matrix
+    else:
+        per_matrix = bytes_per_matrix(n, matrices.dtype.itemsize, out_bytes, rhs_bytes)
+        matrix_bytes = n * n * matrices.dtype.itemsize + rhs_bytes  # input read per matrix
     plan = make_plan(matrices.count, per_matrix, memory_budget=opts.memory_budget,
                      max_tasks=opts.max_tasks, input_chunk=matrices.read_unit, chunk=chunk,
                      matrix_bytes=matrix_bytes, chunk_bytes=opts.chunk_bytes,
@@ -117,7 +136,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
 
     job = Job(op=op, input=matrices.ref, rhs=rhs_info.ref if rhs_info else None, output=out_path,
               outputs=tuple(s.name for s in specs), plan=plan, backend=opts.backend,
-              settings=opts, task_delay=task_delay())
+              settings=opts, task_delay=task_delay(), symbolic=symbolic)
     report = Report(output=out_path, op=op, count=matrices.count, backend=opts.backend)
     try:
         complete = _ledger.read(out_path)
@@ -152,6 +171,16 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     report.status = "complete"
     report.wall = time.perf_counter() - called
     return report
+
+
+def _check_same_pattern(record: dict, now: dict) -> None:
+    """Resume of a sparse op: the pattern and its analysis (ordering, L) must be the recorded ones."""
+    before = record.get("sparse") or {}
+    if before.get("digest") != now["digest"]:
+        raise ResumeError(f"Expected the sparse pattern and ordering of {now['group']} to be the ones the "
+                          f"output was computed with (digest {before.get('digest')}, ordering "
+                          f"{before.get('ordering')}). Got digest {now['digest']} (ordering {now['ordering']}) "
+                          f"instead: the pattern or the ordering changed; use overwrite (--overwrite).")
 
 
 def _times(report: Report, called: float) -> dict:
@@ -199,7 +228,10 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
             report.tasks = len(tasks)
         c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]
         report.submitted = True  # from here on tasks may write: a failure keeps the output
-        futures = client.map(process_range, [job] * len(tasks), c0s, c1s, pure=False,
+        # a sparse op's Job holds its pattern's analysis (arrays of the size of L): sent to every
+        # worker once, not pickled into every task
+        shipped = client.scatter(job, broadcast=True, hash=False) if job.symbolic is not None else job
+        futures = client.map(process_range, [shipped] * len(tasks), c0s, c1s, pure=False,
                              key=[f"batchlu-{job.op}-{c0}-{c1}-{os.getpid()}-{time.time_ns()}"
                                   for c0, c1 in tasks])
         total = sum(job.plan.chunk_range(c0, c1)[1] - job.plan.chunk_range(c0, c1)[0]

@@ -24,7 +24,7 @@ from . import _backends, _fingerprint, _io_pool, _ledger, _missing
 from ._batches import BatchIO, run_batches, sub_batches
 from ._config import Options
 from ._io_pool import open_array
-from ._ops import InfoTally
+from ._ops import InfoTally, get_op
 from ._plan import Plan
 from ._store import ArrayRef, read_range
 from .errors import BatchluError
@@ -46,6 +46,14 @@ class Job:
     settings: Options = dataclasses.field(default_factory=Options)   # the run's, whole
     task_delay: float = 0.0           # batchlu-testing.task-delay: tests that interrupt a run only
     codecs: dict | None = None        # GPU runs: array ("a", "b", outputs) -> pipeline._codecs.Choice
+    symbolic: object = None           # sparse ops: the pattern's batchlu.kernels.sparse.Plan
+
+    def compute_op(self):
+        """What the batch loop computes with: the op's name, or for a sparse op the op bound to its
+        pattern's analysis and the run's settings."""
+        if self.symbolic is None:
+            return self.op
+        return get_op(self.op).bind(self.symbolic, self.settings)
 
 
 @dataclasses.dataclass
@@ -174,9 +182,9 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
 
         dio = DeviceIO(batch_io, stored, plan.chunk, digests=digests.__setitem__,
                        group_bytes=job.settings.device_batch_bytes)
-        stats = run_device_batches(engine, job.op, dio, ranges, delay=job.task_delay)
+        stats = run_device_batches(engine, job.compute_op(), dio, ranges, delay=job.task_delay)
     else:
-        stats = run_batches(engine, job.op, batch_io, ranges, delay=job.task_delay)
+        stats = run_batches(engine, job.compute_op(), batch_io, ranges, delay=job.task_delay)
     address = _worker_address()
     return TaskResult(c0, c1, matrices=stats.matrices, **stats.counts._asdict(), bytes_in=stats.bytes_in,
                       bytes_out=stats.bytes_out, seconds=stats.wall_s, read_s=stats.read_s,

@@ -18,7 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from ._ops import INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_NOT_COMPUTED, OP_TABLE, OPS
+from ._ops import (DENSE_OPS, INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_NOT_COMPUTED,
+                   OP_TABLE)
 
 __all__ = ["NAN_OUTPUT_CODES", "NEGATIVE_CODES", "RULES", "Block", "Rule", "rules_for"]
 
@@ -125,6 +126,7 @@ class Rule:
 
 
 def rules_for(op: str) -> list[Rule]:
+    """The dense op ``op``'s rules (the sparse ops': :mod:`batchlu.pipeline._verify_sparse`)."""
     return [rule for rule in RULES if op in rule.ops]
 
 
@@ -216,7 +218,7 @@ def _ratio(name: str) -> Callable[[Block], np.ndarray]:
     return check
 
 
-_ALL = OPS
+_ALL = DENSE_OPS
 _NAN_OUTPUTS = {"lu": "lu must be all NaN and piv the identity", "inv": "inv must be all NaN",
                 "solve": "x must be all NaN", "slogdet": "sign and logabsdet must be NaN"}
 

@@ -82,11 +82,12 @@ def warmup_for(job):
     first = sub_batches(plan, 0, max(1, min(plan.chunks_per_task, plan.n_chunks)))
     batch = max((plan.chunk_range(b0, b1)[1] - plan.chunk_range(b0, b1)[0] for b0, b1 in first),
                 default=1)
-    return WarmUp(op=job.op, dtype=str(source.dtype), n=int(source.shape[1]), outputs=tuple(outputs),
-                  batch=max(1, batch),
+    sparse = job.symbolic is not None   # a sparse op reads values (N, nnz) of an n x n pattern
+    return WarmUp(op=job.op, dtype=str(source.dtype), n=int(job.symbolic.n if sparse else source.shape[1]),
+                  outputs=tuple(outputs), batch=max(1, batch),
                   rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]), str(rhs.dtype)),
-                  settings=job.settings,
-                  staging=_staging(job, source, rhs))
+                  settings=job.settings, tail=tuple(int(d) for d in source.shape[1:]) if sparse else None,
+                  symbolic=job.symbolic, staging=_staging(job, source, rhs))
 
 
 def _staging(job, source, rhs) -> int:

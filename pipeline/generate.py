@@ -22,7 +22,7 @@ from ._output import remove, version
 from ._store import SUPPORTED_DTYPES, check_output_path, check_replaceable
 from .errors import ConfigError, OutputError, OutputExistsError
 
-__all__ = ["generate", "generate_rhs"]
+__all__ = ["generate", "generate_rhs", "generate_sparse"]
 
 MARK, MARK_WRITING = "batchlu_generate", "batchlu_generate_incomplete"
 # Peak memory of drawing one block, in float64/complex128 copies of it: uniform draws and their
@@ -149,9 +149,12 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
     return out
 
 
-def generate(path, *, count, size, dtype="float64", chunk=None, kind="random", seed=0,
-             overwrite=False, force=False, layout="chunks") -> str:
+def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="random", seed=0,
+             overwrite=False, force=False, layout="chunks", nodes=None, dim=2, rhs_columns=1) -> str:
     """Write ``count`` matrices of size ``size`` to a Zarr v3 array (count, size, size) at ``path``.
+
+    The sparse kinds (``fem-poisson``, ``fem-elasticity``, ``saddle``, ``power-grid``) write a sparse
+    batch instead: see :func:`generate_sparse` (``nodes``, ``dim`` and ``rhs_columns`` are theirs).
 
     ``kind`` is ``random``, ``illcond`` or ``singular-mix`` (see :mod:`batchlu.testing.matrices`); the same
     ``seed`` gives the same matrices. ``chunk`` is the chunk length along N (default: about
@@ -160,12 +163,21 @@ def generate(path, *, count, size, dtype="float64", chunk=None, kind="random", s
     only if ``batchlu generate`` wrote it (``force`` replaces any Zarr store). Returns the absolute
     path.
     """
-    from batchlu.testing import matrices
+    from batchlu.testing import matrices, sparse
 
     check_not_bootstrapping("batchlu.generate")
+    if kind in sparse.KINDS:
+        return generate_sparse(path, count=count, kind=kind, size=size, nodes=nodes, dim=dim, dtype=dtype,
+                               chunk=chunk, seed=seed, rhs_columns=rhs_columns, overwrite=overwrite, force=force,
+                               layout=layout)
+    if size is None:
+        raise ConfigError(f"Expected size (the matrix order n) for kind {kind!r}. Got none instead.")
+    if nodes is not None:
+        raise ConfigError(f"Expected nodes only with a sparse kind ({', '.join(sparse.KINDS)}). "
+                          f"Got nodes={nodes!r} with kind {kind!r} instead.")
     dtype = _check(count, size, dtype, chunk)
     if kind not in matrices.KINDS:
-        raise ConfigError(f"Expected kind to be one of {', '.join(matrices.KINDS)}. "
+        raise ConfigError(f"Expected kind to be one of {', '.join(matrices.KINDS + sparse.KINDS)}. "
                           f"Got {kind!r} instead.")
     attrs = {"kind": kind, "seed": int(seed), "what": "matrices", "version": version()}
     return _write(path, (count, size, size), dtype, chunk,
@@ -188,3 +200,64 @@ def generate_rhs(path, *, count, size, k=1, dtype="float64", chunk=None, seed=0,
     return _write(path, shape, dtype, chunk,
                   lambda lo, hi: matrices.rhs(size, cols, dtype, seed=seed, start=lo, stop=hi), attrs,
                   kind="rhs", overwrite=overwrite, force=force, layout=layout)
+
+
+def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="float64", chunk=None, seed=0,
+                    rhs_columns=1, overwrite=False, force=False, layout="chunks") -> str:
+    """Write a sparse batch (:mod:`batchlu.pipeline._sparse`) of ``count`` matrices of ``kind`` (see
+    :mod:`batchlu.testing.sparse`) with about ``size`` unknowns or ``nodes`` mesh nodes / buses, and
+    right-hand sides ``rhs`` of shape (count, n) (``rhs_columns`` 1) or (count, n, rhs_columns).
+
+    The pattern is the lower triangle; the group's attributes say so (``sparse.pattern``) with the
+    matrices' kind (``spd`` or ``sym-indef``). ``overwrite``, ``force`` and ``seed`` as for
+    :func:`generate`; ``layout`` as for :func:`generate`, for ``values`` and ``rhs``. Returns the
+    absolute path.
+    """
+    from batchlu.testing import sparse
+
+    check_not_bootstrapping("batchlu.generate")
+    dtype = _check(count, None, dtype, chunk, rhs_columns)
+    if dtype.kind != "f":
+        raise ConfigError(f"Expected dtype float32 or float64 for the sparse kind {kind}. Got {dtype} instead.")
+    problem = sparse.make(kind, nodes=nodes, size=size, dim=dim, seed=seed)
+    out = check_output_path(path, [])
+    exists = os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out))
+    if exists and not overwrite:
+        raise OutputExistsError(f"Expected {out} not to exist. Got an existing path instead; pass "
+                                f"overwrite=True (--overwrite) to replace it.")
+    if exists:
+        check_replaceable(out, writer="generate", force=force)
+    n, nnz = problem.n, problem.nnz
+    if chunk is None:
+        chunk = max(1, min(count or 1, make_options().generate_chunk_bytes // max(1, nnz * dtype.itemsize)))
+    k = None if rhs_columns == 1 else int(rhs_columns)
+    rhs_shape = (count, n) if k is None else (count, n, k)
+    values_grid, rhs_grid = _layout(layout, chunk, (nnz,), dtype), _layout(layout, chunk, rhs_shape[1:], dtype)
+    threads = _check_room(out, (count, nnz + n * rhs_columns), dtype, chunk, "random")
+    if os.path.exists(out):
+        remove(out)
+    info = {"kind": kind, "seed": int(seed), "what": "sparse", "dim": int(dim), "n": int(n), "nnz": int(nnz),
+            "rhs_columns": int(rhs_columns), "description": problem.description, "version": version()}
+    attrs = {"pattern": "lower", "kind": problem.matrix_kind, "n": int(n),
+              "inertia": None if problem.inertia is None else [int(x) for x in problem.inertia]}
+    group = zarr.open_group(store=out, mode="w", zarr_format=3, attributes={MARK_WRITING: info})
+    group.create_array("indptr", data=problem.indptr.astype(np.int64))
+    group.create_array("indices", data=problem.indices.astype(np.int64))
+    values = group.create_array("values", shape=(count, nnz), dtype=dtype, **values_grid)
+    rhs = group.create_array("rhs", shape=rhs_shape, dtype=dtype, **rhs_grid)
+
+    def one(c: int) -> None:
+        lo, hi = c * chunk, min((c + 1) * chunk, count)
+        values[lo:hi] = problem.values(lo, hi, dtype, seed=seed)
+        rhs[lo:hi] = problem.rhs(lo, hi, k, dtype, seed=seed)
+
+    n_chunks = -(-count // chunk)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(n_chunks, os.cpu_count() or 1, threads))) as pool:
+            for future in [pool.submit(one, c) for c in range(n_chunks)]:
+                future.result()
+        group.attrs.put({MARK: info, "sparse": attrs})
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return out

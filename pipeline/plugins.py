@@ -28,7 +28,9 @@ class WarmUp:
     """What the coming run computes: compile those kernels and reserve the pinned buffers for it.
 
     ``outputs`` lists ``(name, tail shape, dtype)`` per output array; ``batch`` is the largest batch
-    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``. ``settings`` are the run's
+    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``; ``tail`` the input's shape
+    after N where it is not ``(n, n)`` (a sparse batch's values, ``(nnz,)``), and ``symbolic`` a sparse
+    op's pattern analysis, which the warm-up binds the op to. ``settings`` are the run's
     (its ``io-processes`` / ``io-threads`` size the I/O processes, None: auto): the I/O
     processes are started here too, so that their start-up is not a task's.
     """
@@ -40,6 +42,8 @@ class WarmUp:
     batch: int
     rhs: tuple[tuple[int, ...], str] | None = None
     settings: Options = dataclasses.field(default_factory=Options)
+    tail: tuple[int, ...] | None = None   # the input's shape after N; None: (n, n)
+    symbolic: object = None               # sparse ops: the pattern's batchlu.kernels.sparse.Plan
     staging: int = 0   # the GPU codec path: bytes of input per group (batchlu.device-batch-bytes); 0: unused
 
 

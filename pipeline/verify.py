@@ -24,13 +24,19 @@ from ._config import options as make_options
 from ._ops import INFO_MISSING_INPUT, OP_TABLE, info_counts
 from ._output import read_provenance
 from ._store import ArrayRef, open_array_info, parse_ref
-from ._verify_rules import Block, rules_for
+from ._sparse import pattern_crc as _pattern_crc
+from ._verify_rules import Block
+from ._verify_rules import rules_for as _dense_rules
+from ._verify_sparse import SparseBlock, inertia_mismatch
+from ._verify_sparse import rules_for as _sparse_rules
 from .errors import InputError
 
 __all__ = ["VerifyReport", "verify"]
 
 _RATIO_NAMES = {"lu": "dget01", "inv": "dget03", "solve": "dget02",
-                "slogdet": "slogdet (logabsdet, sign; n eps units)"}
+                "slogdet": "slogdet (logabsdet, sign; n eps units)",
+                "ldlt-solve": "backward error (n eps units)",
+                "ldlt-inertia": "no ratio (inertia against eigvalsh:"}
 _FIRST = 5  # failures listed by matrix
 
 
@@ -49,6 +55,9 @@ class VerifyReport:
     nonfinite: int = 0
     nonfinite_result: int = 0     # info -2
     missing: int = 0              # info -3
+    refinement: int = 0           # info -4 (ldlt-solve: refinement short of its tolerance)
+    compared: int = 0             # ldlt-inertia: matrices compared with the eigvalsh reference
+    perturbed_differ: int = 0     # ldlt-inertia: of those, differing with perturbed pivots (not failed)
     semantic_errors: int = 0      # matrices that break an info rule (see failures)
     failures: dict = dataclasses.field(default_factory=dict)        # rule name -> matrices breaking it
     first_failures: list = dataclasses.field(default_factory=list)  # (index, why), a few
@@ -100,13 +109,20 @@ class VerifyReport:
 
     def summary(self) -> str:
         scope = f"a random sample of {self.checked:,}" if self.sampled else f"all {self.checked:,}"
+        if self.op == "ldlt-inertia":
+            measure = (f"  inertia against float64 eigvalsh: {self.compared:,} matrices compared, "
+                       f"{self.failures.get('inertia-reference', 0):,} differ"
+                       + (f" (and {self.perturbed_differ:,} with perturbed pivots differ: reported, not failed)"
+                          if self.perturbed_differ else ""))
+        else:
+            measure = (f"  {_RATIO_NAMES[self.op]} ratio: max {self.max_ratio:.3g}, median {self.median_ratio:.3g}, "
+                       f"{self.over_threshold:,} over {self.threshold:g} (of {self.ratios:,} ratios)")
         lines = [f"verify {self.op}: {'OK' if self.ok else 'FAILED'} - {scope} of {self.total:,} "
-                 f"matrices in {self.output}",
-                 f"  {_RATIO_NAMES[self.op]} ratio: max {self.max_ratio:.3g}, median {self.median_ratio:.3g}, "
-                 f"{self.over_threshold:,} over {self.threshold:g} (of {self.ratios:,} ratios)",
+                 f"matrices in {self.output}", measure,
                  f"  singular {self.singular:,}   non-finite input {self.nonfinite:,}   "
                  f"non-finite result {self.nonfinite_result:,}   missing input {self.missing:,}   "
-                 f"semantic errors {self.semantic_errors:,}"]
+                 + (f"refinement short {self.refinement:,}   " if self.refinement else "")
+                 + f"semantic errors {self.semantic_errors:,}"]
         if self.failures:
             lines.append("  rules broken: " + ", ".join(f"{name} ({_count(count)})"
                                                          for name, count in self.failures.items()))
@@ -120,6 +136,11 @@ class VerifyReport:
         return "\n".join(lines)
 
     __repr__ = summary
+
+
+def rules_for(op: str) -> list:
+    """The rules verify applies to ``op``'s outputs: the dense table's or the sparse one's."""
+    return _sparse_rules(op) if OP_TABLE[op].sparse else _dense_rules(op)
 
 
 def _count(k: int) -> str:
@@ -162,9 +183,12 @@ def _check_block(report: VerifyReport, blk: Block, index: np.ndarray, rated: lis
             report.first_failures.append((int(index[i]), f"{rule.name}: {why}"))
     report.over_threshold += int(over.sum())
     report.semantic_errors += int(semantic.sum())
-    if blk.rated.any():
-        ratios = [blk.ratios[rule.name] for rule in rules_for(blk.op) if rule.ratio]
+    ratios = [blk.ratios[rule.name] for rule in rules_for(blk.op) if rule.ratio]
+    if blk.rated.any() and ratios:
         rated.append(np.maximum.reduce(ratios)[blk.rated])
+    if blk.op == "ldlt-inertia":
+        report.compared += int((blk.inertia_reference[:, 0] >= 0).sum())
+        report.perturbed_differ += int((inertia_mismatch(blk) & (blk.out["perturbed"] != 0)).sum())
 
 
 def _read(array: zarr.Array, sel) -> np.ndarray:
@@ -186,7 +210,20 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
         raise InputError(f"Expected {out_path} to be a batchlu output group. Got a path without "
                          f"batchlu provenance instead.")
     op = record["op"]
-    info_a = open_array_info(parse_ref(input))
+    sparse = OP_TABLE[op].sparse if op in OP_TABLE else False
+    if sparse:   # the sparse batch's group: its values are the input
+        from ._sparse import read_pattern
+        from batchlu.kernels.sparse._pattern import rows_of
+
+        group_ref = parse_ref(input)
+        attrs, indptr, indices = read_pattern(group_ref)
+        info_a = open_array_info(ArrayRef(group_ref.path, f"{group_ref.array}/values".lstrip("/")), "values")
+        if (record.get("sparse") or {}).get("pattern_crc") != _pattern_crc(indptr, indices):
+            raise InputError(f"Expected the sparse batch {group_ref} to hold the pattern recorded in "
+                             f"{out_path}. Got another pattern instead.")
+        pattern_rows, pattern_cols = rows_of(indptr), indices.astype(np.int64)
+    else:
+        info_a = open_array_info(parse_ref(input))
     recorded = record.get("input", {})
     if info_a.ref.as_dict() != {"path": recorded.get("path"), "array": recorded.get("array")} and \
             (list(info_a.shape) != recorded.get("shape") or str(info_a.dtype) != recorded.get("dtype")):
@@ -212,8 +249,9 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     a_arr = info_a.ref.open()
     b_arr = rhs_ref.open() if rhs_ref is not None else None
     outs = {name: zarr.open_array(store=out_path, path=name, mode="r") for name in record["outputs"]}
-    n = info_a.shape[1]
-    per = max(1, opts.verify_block_bytes // max(1, 2 * n * n * info_a.dtype.itemsize))
+    n = int(record["n"])
+    matrix_bytes = info_a.shape[1] * 8 + n * n * 8 if sparse else n * n * info_a.dtype.itemsize
+    per = max(1, opts.verify_block_bytes // max(1, 2 * matrix_bytes))
     if sample is not None:
         candidates = np.flatnonzero(done)
         rng = np.random.default_rng(seed)
@@ -226,13 +264,18 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     all_ratios = []
     for sel in blocks:
         out = {name: _read(arr, sel) for name, arr in outs.items()}
-        blk = Block(op, _read(a_arr, sel), out, _read(b_arr, sel) if b_arr is not None else None)
+        b_block = _read(b_arr, sel) if b_arr is not None else None
+        if sparse:
+            blk = SparseBlock(op, _read(a_arr, sel), out, b_block, n, pattern_rows, pattern_cols)
+        else:
+            blk = Block(op, _read(a_arr, sel), out, b_block)
         report.checked += blk.info.size
         counts = info_counts(blk.info)
         report.singular += counts.singular
         report.nonfinite += counts.nonfinite
         report.nonfinite_result += counts.nonfinite_result
         report.missing += counts.missing
+        report.refinement += counts.refinement
         index = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else sel
         if (blk.info == INFO_MISSING_INPUT).any():   # -3 must sit on matrices whose chunk is missing
             blk.missing_input = _missing_rows(index, a_arr, b_arr)

@@ -109,7 +109,8 @@ RUN_OPTIONS = (
     click.option("--array", "array", metavar="NAME", default=None,
                  help="Array inside the input group (same as writing IN.zarr:NAME)."),
     click.option("--rhs", metavar="B.zarr[:ARRAY]", default=None,
-                 help="Right-hand sides for --op solve: shape (N, n) or (N, n, k)."),
+                 help="Right-hand sides for --op solve (or ldlt-solve, instead of the sparse batch's "
+                      "own rhs): shape (N, n) or (N, n, k)."),
     click.option("--resume", is_flag=True,
                  help="Finish an interrupted run: skip the chunks already complete in OUT."),
     click.option("--overwrite", is_flag=True,
@@ -238,8 +239,8 @@ def pipeline_kwargs(params: dict) -> dict:
     _exclusive(params, "scheduler", "scheduler_file")
     op = params["op"]
     if params.get("rhs") and not OP_TABLE[op].needs_rhs:
-        raise click.UsageError(f"--rhs is only used by --op solve. Got --op {op} instead.")
-    if OP_TABLE[op].needs_rhs and not params.get("rhs"):
+        raise click.UsageError(f"--rhs is only used by --op solve and ldlt-solve. Got --op {op} instead.")
+    if OP_TABLE[op].needs_rhs and not OP_TABLE[op].sparse and not params.get("rhs"):
         raise click.UsageError(f"--op {op} needs the right-hand sides: add --rhs B.zarr.")
     config = config_overrides(params)
     _check_context(params)

@@ -2,7 +2,10 @@
 
     batchlu generate OUT.zarr --count N --size n [--dtype ...] [--chunk C] [--kind ...] [--seed S]
                               [--rhs-out B.zarr --rhs-columns K] [--overwrite [--force]]
-    batchlu run IN.zarr OUT.zarr --op lu|inv|solve|slogdet [...]   (options: workflows/_run_options.py)
+    batchlu generate OUT.zarr --count N --kind fem-poisson|fem-elasticity|saddle|power-grid
+                              (--size n | --nodes M) [--dim 2|3] [--rhs-columns K] [...]
+    batchlu run IN.zarr OUT.zarr --op lu|inv|solve|slogdet|ldlt-solve|ldlt-inertia [...]
+                              (options: workflows/_run_options.py)
     batchlu verify IN.zarr OUT.zarr [--sample K] [--rhs B.zarr]
     batchlu inspect STORE.zarr
     batchlu demo
@@ -24,11 +27,13 @@ import warnings
 import click
 
 from batchlu.kernels._validate import SUPPORTED_DTYPES
-from batchlu.testing.matrices import KINDS
+from batchlu.testing.matrices import KINDS as DENSE_KINDS
+from batchlu.testing.sparse import KINDS as SPARSE_KINDS
 
 from ._run_options import join_array, pipeline_kwargs, run_options, stderr_is_terminal
 
 DTYPES = tuple(d.name for d in SUPPORTED_DTYPES)
+KINDS = DENSE_KINDS + SPARSE_KINDS
 DEMO_OP = "inv"
 
 
@@ -85,13 +90,20 @@ def cli(ctx, traceback):
 @cli.command(short_help="Write random test matrices (and right-hand sides) to Zarr.")
 @click.argument("out", metavar="OUT.zarr")
 @click.option("--count", "-N", type=click.IntRange(min=1), required=True, help="Number of matrices N.")
-@click.option("--size", "-n", type=click.IntRange(min=1), required=True, help="Matrix order n.")
+@click.option("--size", "-n", type=click.IntRange(min=1), default=None,
+              help="Matrix order n (sparse kinds: about n unknowns; or give --nodes).")
+@click.option("--nodes", type=click.IntRange(min=4), default=None,
+              help="Sparse kinds: mesh nodes (FEM) or buses (power-grid) instead of --size.")
+@click.option("--dim", type=click.Choice(("2", "3")), default="2", show_default=True,
+              help="Sparse FEM kinds: 2-D or 3-D mesh.")
 @click.option("--dtype", type=click.Choice(DTYPES), default="float64", show_default=True)
 @click.option("--chunk", type=click.IntRange(min=1), default=None,
               help="Matrices per Zarr chunk (default: chosen from the matrix size).")
 @click.option("--kind", type=click.Choice(KINDS), default="random", show_default=True,
               help="random; illcond (condition ~1e12 in double precision); singular-mix (some exactly "
-                   "singular, zero, NaN and Inf matrices mixed in).")
+                   "singular, zero, NaN and Inf matrices mixed in). Sparse batches (a Zarr group with "
+                   "the pattern, values and rhs, for --op ldlt-solve / ldlt-inertia): fem-poisson, "
+                   "fem-elasticity (SPD), saddle, power-grid (symmetric indefinite).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Same seed, same matrices (any chunk can be regenerated alone).")
 @click.option("--rhs-out", metavar="B.zarr", default=None,
@@ -105,13 +117,39 @@ def cli(ctx, traceback):
               help="Replace OUT.zarr (and B.zarr) if they exist and batchlu generate wrote them.")
 @click.option("--force", is_flag=True,
               help="With --overwrite: replace them even if batchlu generate did not write them.")
-def generate(out, count, size, dtype, chunk, kind, seed, rhs_out, rhs_columns, layout, overwrite, force):
-    """Write N random n x n matrices to OUT.zarr (a Zarr v3 array of shape (N, n, n))."""
+def generate(out, count, size, nodes, dim, dtype, chunk, kind, seed, rhs_out, rhs_columns, layout, overwrite,
+             force):
+    """Write N random n x n matrices to OUT.zarr (a Zarr v3 array of shape (N, n, n)), or for a sparse
+    kind a sparse batch (a Zarr group: indptr, indices, values (N, nnz), rhs)."""
     from batchlu import pipeline
     from batchlu.pipeline._store import check_replaceable
 
     if force and not overwrite:
         raise click.UsageError("--force only goes with --overwrite: add --overwrite, or drop --force.")
+    if kind in SPARSE_KINDS:
+        if (size is None) == (nodes is None):
+            raise click.UsageError(f"--kind {kind} needs exactly one of --size and --nodes.")
+        if rhs_out:
+            raise click.UsageError(f"--kind {kind} writes its right-hand sides into OUT.zarr (array rhs): "
+                                   f"drop --rhs-out.")
+        target = str(pathlib.Path(out).expanduser().resolve())
+        if os.path.exists(target) and not overwrite:
+            raise click.ClickException(f"Expected {out} not to exist. Got an existing path instead; "
+                                       f"pass --overwrite to replace it.")
+        where = pipeline.generate(out, count=count, size=size, nodes=nodes, dim=int(dim), dtype=dtype,
+                                  chunk=chunk, kind=kind, seed=seed, rhs_columns=rhs_columns,
+                                  overwrite=overwrite, force=force, layout=layout)
+        import zarr
+
+        group = zarr.open_group(where, mode="r")
+        info = dict(group.attrs["batchlu_generate"])
+        click.echo(f"Wrote {count} {kind} {dtype} matrices (n {info['n']:,}, nnz {info['nnz']:,} in the lower "
+                   f"triangle; {info['description']}) with right-hand sides to {where}")
+        return
+    if size is None:
+        raise click.UsageError(f"--kind {kind} needs --size.")
+    if nodes is not None:
+        raise click.UsageError(f"--nodes only goes with a sparse kind ({', '.join(SPARSE_KINDS)}).")
     if rhs_out:
         a, b = (pathlib.Path(p).expanduser().resolve() for p in (out, rhs_out))
         if a == b or a in b.parents or b in a.parents:
@@ -148,6 +186,10 @@ def run(input, output, **params):
                      inv     -> inv, info
                      solve   -> x, info
                      slogdet -> sign, logabsdet, info
+                     ldlt-solve   -> x, berr (N,) float64, perturbed (N,) int32, info
+                     ldlt-inertia -> inertia (N,3) int64, perturbed, info
+    The ldlt ops read a sparse batch (batchlu generate --kind fem-poisson ...): IN.zarr is its group,
+    and ldlt-solve takes the group's rhs unless --rhs is given.
     Without --scheduler/--scheduler-file, runs on a local cluster sized to this machine.
     """
     from batchlu import pipeline

@@ -14,7 +14,7 @@ from batchlu.pipeline import errors
 def outputs(client, stores, tmp_path_factory):
     root = tmp_path_factory.mktemp("verify")
     made = {}
-    for op in pipeline.OPS:
+    for op in pipeline.DENSE_OPS:
         made[op] = str(root / f"{op}.zarr")
         pipeline.run(stores["a"], made[op], op=op, rhs=stores["b"] if op == "solve" else None,
                      client=client, progress=False, config={"chunk": 10})
@@ -115,13 +115,13 @@ def test_tamper_info_unknown_code(outputs, stores, tmp_path, code):
     assert f"info {code} is not a code" in result.summary()
 
 
-@pytest.mark.parametrize("op", pipeline.OPS)
+@pytest.mark.parametrize("op", pipeline.DENSE_OPS)
 def test_tamper_nonfinite_input_not_flagged(outputs, stores, tmp_path, op):
     """A NaN input reported as ok (info 0)."""
     _fails(stores["a"], _tamper(outputs[op], tmp_path / "o.zarr", NAN, info=0), "nonfinite-flagged", NAN)
 
 
-@pytest.mark.parametrize("op", pipeline.OPS)
+@pytest.mark.parametrize("op", pipeline.DENSE_OPS)
 def test_tamper_finite_input_flagged_nonfinite(outputs, stores, tmp_path, op):
     """A regular matrix reported as non-finite, its outputs made NaN as for one: only info is wrong."""
     nan = {name: np.nan for name in ("lu", "inv", "x", "sign", "logabsdet") if name in _names(op)}
@@ -143,7 +143,7 @@ def test_tamper_nonfinite_outputs(outputs, stores, tmp_path, invoke, op, name, v
     assert set(result.failures) == {"nan-outputs"}
 
 
-@pytest.mark.parametrize("op", pipeline.OPS)
+@pytest.mark.parametrize("op", pipeline.DENSE_OPS)
 def test_tamper_regular_matrix_flagged_singular(outputs, stores, tmp_path, op):
     """A regular matrix reported as singular, with the outputs of a singular one (lu: its factors)."""
     outs = {"inv": {"inv": np.nan}, "solve": {"x": np.nan}, "slogdet": {"sign": 0.0, "logabsdet": -np.inf},
@@ -306,14 +306,14 @@ def empty_outputs(client, tmp_path_factory):
     b = zarr.create_array(str(root / "b.zarr"), shape=(5, 0), dtype="float64", chunks=(2, 1))
     a[...], b[...] = np.empty((5, 0, 0)), np.empty((5, 0))
     made = {}
-    for op in pipeline.OPS:
+    for op in pipeline.DENSE_OPS:
         made[op] = str(root / f"{op}.zarr")
         pipeline.run(str(root / "a.zarr"), made[op], op=op, rhs=str(root / "b.zarr") if op == "solve" else None,
                      client=client, progress=False, config={"chunk": 2})
     return str(root / "a.zarr"), made
 
 
-@pytest.mark.parametrize("op", pipeline.OPS)
+@pytest.mark.parametrize("op", pipeline.DENSE_OPS)
 def test_verify_n0(empty_outputs, invoke, tmp_path, op):
     a, outs = empty_outputs
     result = pipeline.verify(a, outs[op])

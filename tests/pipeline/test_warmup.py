@@ -3,6 +3,7 @@ tasks get a concrete ``cpu`` or ``gpu``."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from batchlu import pipeline
@@ -52,3 +53,33 @@ def test_the_embedded_cluster_decides_the_backend_once(stores, tmp_path, monkeyp
                                   "cluster.dashboard-address": "127.0.0.1:0"})
     assert report.status == "complete" and report.backends == ("cpu",) and report.backend == "auto"
     assert asked == ["cpu"] and probed == []
+
+
+def test_a_sparse_run_warms_up_its_bound_op_on_values(client, tmp_path, monkeypatch):
+    """The GPU workers' warm-up of a sparse op: the values' shape (N, nnz) and the pattern's analysis
+    travel in the WarmUp; warming up runs the op bound to it on random values and reserves slots of
+    the layout the tasks borrow (run here with the host engine: the GPU one is tested on a GPU)."""
+    from batchlu.pipeline import _buffers, _engines
+
+    source = pipeline.generate(tmp_path / "kkt.zarr", count=12, kind="saddle", size=90, chunk=4, seed=2)
+    seen = []
+    monkeypatch.setattr(_warmup, "prepare_workers", lambda client, job, options: seen.append(
+        _warmup.warmup_for(job)))
+    monkeypatch.setattr(_warmup, "resolve_backend", lambda client, requested: "gpu")  # asks for a warm-up
+    monkeypatch.setattr(_warmup, "choose_codecs", lambda client, job: job)
+    real = _backends.resolve
+    monkeypatch.setattr(_backends, "resolve", lambda name: real("cpu"))   # the tasks compute on the host
+    out = tmp_path / "out.zarr"
+    pipeline.run(source, str(out), op="ldlt-solve", client=client, progress=False)
+    (spec,) = seen
+    import zarr
+
+    group = zarr.open_group(source, mode="r")
+    n, nnz = group.attrs["sparse"]["n"], group["values"].shape[1]
+    assert spec.n == n and spec.tail == (nnz,) and spec.symbolic is not None and spec.symbolic.n == n
+    assert spec.rhs == ((n,), "float64") and [o[0] for o in spec.outputs] == ["x", "berr", "perturbed", "info"]
+    engine = _engines.HostEngine()
+    _engines.warm_up(engine, spec)
+    layout = _buffers.Layout(a=((nnz,), np.dtype("float64")), b=((n,), np.dtype("float64")),
+                             outs=tuple((name, tuple(tail), np.dtype(dtype)) for name, tail, dtype in spec.outputs))
+    assert any(lay == layout for lay, _, _ in engine.pool._free)

@@ -22,7 +22,7 @@ import zarr
 
 from batchlu.pipeline import _ledger, _output, _tasks
 from batchlu.pipeline._config import Options
-from batchlu.pipeline._ops import OPS, output_specs
+from batchlu.pipeline._ops import DENSE_OPS as OPS, output_specs
 from batchlu.pipeline._plan import Plan
 from batchlu.pipeline._store import ArrayRef
 from batchlu.testing.matrices import generate, rhs as make_rhs

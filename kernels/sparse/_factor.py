@@ -1,0 +1,324 @@
+"""The numeric factors of a batch and what is done with them: solve with iterative refinement,
+inertia, perturbed pivots, backward errors.
+
+``info`` per matrix (the codes of :mod:`batchlu.kernels._info`):
+
+* 0: ok;
+* ``k > 0``: without static pivoting, the pivot ``D[k-1]`` of ``C = P A P^T`` is exactly zero
+  (``plan.perm[k-1]`` is A's column); the matrix's solutions are NaN;
+* -1 (``INFO_NONFINITE_INPUT``): the matrix (or, in :meth:`Factor.solve`, its right-hand side) holds
+  NaN or Inf; solutions NaN, inertia -1;
+* -2 (``INFO_NONFINITE_RESULT``): finite input, but the solution is not finite (overflow);
+* -4 (``INFO_REFINEMENT``): :meth:`Factor.solve` only: after the refinement steps the normwise
+  backward error is still above ``tol`` (default ``n * eps`` of the dtype); ``x`` is the best iterate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from batchlu.errors import InputError
+from batchlu.kernels._info import (INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK, INFO_REFINEMENT)
+
+from . import _cpu
+
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _is_cupy(x) -> bool:
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def check_values(plan, values) -> tuple[np.ndarray, bool]:
+    """``values`` as a (B, nnz) NumPy array of a supported dtype; True when one matrix was given."""
+    values = np.asarray(values)
+    if values.dtype not in DTYPES:
+        raise TypeError(f"Expected values of dtype float32 or float64. Got {values.dtype} instead.")
+    single = values.ndim == 1
+    if single:
+        values = values[None]
+    if values.ndim != 2 or values.shape[1] != plan.nnz:
+        raise InputError(f"Expected values of shape (B, nnz) = (B, {plan.nnz}), one row per matrix in "
+                         f"the pattern's entry order. Got shape {values.shape if not single else values.shape[1:]} instead.")
+    return values, single
+
+
+def inf_norms(plan, values: np.ndarray) -> np.ndarray:
+    """``||A||_inf`` per matrix (float64; NaN for a non-finite matrix): the row sums of ``|A|`` as
+    one product of ``|values|`` with the pattern's (entry -> rows) incidence matrix."""
+    import scipy.sparse as sp
+
+    if plan.n == 0 or values.shape[0] == 0:
+        return np.zeros(values.shape[0])
+    off = plan.a_row != plan.a_col
+    src = np.concatenate([plan.value_src, plan.value_src[off]])
+    row = np.concatenate([plan.a_row, plan.a_col[off]])
+    incidence = sp.csr_array((np.ones(src.size), (src, row)), shape=(plan.nnz, plan.n))
+    sums = incidence.T @ np.abs(values.astype(np.float64, copy=False)).T     # (n, B)
+    return sums.max(axis=0)
+
+
+def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = None):
+    if _is_cupy(values):
+        from . import _gpu
+
+        return _gpu.factorize(plan, values, perturb=perturb, pivot_tol=pivot_tol)
+    values, single = check_values(plan, values)
+    dtype = values.dtype
+    if pivot_tol is None:
+        pivot_tol = float(np.sqrt(np.finfo(dtype).eps))
+    elif not isinstance(pivot_tol, (int, float, np.floating)) or not pivot_tol >= 0:
+        raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
+    from . import _supernodal
+
+    cpu = _supernodal.for_plan(plan)
+    count = values.shape[0]
+    finite = np.isfinite(values).all(axis=1)
+    anorm = inf_norms(plan, values)
+    tau = (float(pivot_tol) * np.nan_to_num(anorm, nan=0.0, posinf=0.0)).astype(dtype)
+    blocks = []
+    first_zero = np.full(count, plan.n, np.int64)
+    perturbed = np.zeros(count, np.int64)
+    negative = np.zeros(count, np.int64)
+    zero = np.zeros(count, np.int64)
+    block = _cpu.block_size(plan, dtype.itemsize)
+    for s in range(0, count, block):
+        e = min(s + block, count)
+        lx = np.zeros((plan.nnz_l, e - s), dtype)
+        lx[plan.value_dst] = values[s:e, plan.value_src].T
+        (fz, pt, ng, zr), dense = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
+        first_zero[s:e], perturbed[s:e], negative[s:e], zero[s:e] = fz, pt, ng, zr
+        blocks.append((s, e, lx, dense))
+    info = np.where((first_zero < plan.n) & (not perturb), first_zero + 1, INFO_OK).astype(np.int32)
+    info[~finite] = INFO_NONFINITE_INPUT
+    inertia = np.stack([plan.n - negative - zero, negative, zero], axis=1)
+    inertia[~finite] = -1
+    perturbed[~finite] = -1
+    return Factor(plan, values, blocks, info, perturbed.astype(np.int32), inertia, anorm,
+                  float(pivot_tol), bool(perturb), single)
+
+
+class Factor:
+    """``P A P^T = L D L^T`` for every matrix of a batch (CPU backend: NumPy, batch-minor blocks).
+
+    ``info`` (B,) int32 is the factorization's (0, ``k > 0`` or -1; see the module docstring);
+    :meth:`solve` returns its own, which adds the right-hand side's and the refinement's codes.
+    """
+
+    backend = "cpu"
+
+    def __init__(self, plan, values, blocks, info, perturbed, inertia, anorm, pivot_tol, perturb, single):
+        self.plan = plan
+        self.dtype = values.dtype
+        self.values = values             # kept for the residuals of iterative refinement
+        self._blocks = blocks            # [(start, stop, lx (nnz_l, stop - start), {first: _cpu.Dense})]
+        self.info = info
+        self._perturbed = perturbed
+        self._inertia = inertia
+        self.anorm = anorm               # ||A||_inf per matrix (float64)
+        self.pivot_tol = pivot_tol
+        self.perturb = perturb
+        self.single = single
+        self._complete = False           # wide supernodes written back into Lx (see _written)
+        self._spmv = None                # see _incidence
+        self.refine_steps = None         # per matrix, of the last solve
+        self.last_backward_error = None  # per matrix, of the last solve
+
+    @property
+    def batch(self) -> int:
+        return self.values.shape[0]
+
+    def _out(self, x):
+        return x[0] if self.single else x
+
+    def _written(self):
+        """The blocks, with the wide supernodes' factors written back into ``Lx`` (once)."""
+        if not self._complete:
+            for _, _, lx, dense in self._blocks:
+                for f in dense.values():
+                    f.write_back(lx)
+            self._complete = True
+        return self._blocks
+
+    # ------------------------------------------------------------------------------------ queries
+    def perturbed_pivots(self) -> np.ndarray:
+        """(B,) int32: how many pivots static pivoting replaced, per matrix (-1 for a non-finite one)."""
+        return self._out(self._perturbed.copy())
+
+    def inertia(self) -> np.ndarray:
+        """(B, 3) int64: the counts of positive, negative and zero pivots of D per matrix, as used:
+        by Sylvester's law of inertia, the inertia of the matrix actually factored, ``A + E``.
+        Without perturbed pivots ``E = 0`` and this is A's inertia. A perturbed pivot keeps its
+        sign (an exact zero becomes ``+pivot_tol ||A||``), so ``E`` is as small as the threshold
+        and for a nonsingular A well apart from it the counts are still A's; with static pivoting
+        off an exactly zero pivot counts as zero. -1 for a non-finite matrix.
+        """
+        return self._out(self._inertia.copy())
+
+    def pivots(self) -> np.ndarray:
+        """(B, n): D's pivots in C's numbering, as used (perturbed ones replaced)."""
+        out = np.empty((self.batch, self.plan.n), self.dtype)
+        for s, e, lx, _ in self._written():
+            out[s:e] = lx[self.plan.colptr[:-1]].T
+        return self._out(out)
+
+    def factors(self, index: int = 0):
+        """``(L, d)`` of matrix ``index``: L unit lower triangular as a SciPy CSC array and D's
+        pivots, with ``L @ diag(d) @ L.T == A[perm][:, perm]`` up to rounding."""
+        import scipy.sparse as sp
+
+        plan = self.plan
+        for s, e, lx, _ in self._written():
+            if s <= index < e:
+                data = lx[:, index - s].copy()
+                d = data[plan.colptr[:-1]].copy()
+                data[plan.colptr[:-1]] = 1
+                return sp.csc_array((data, plan.rowind, plan.colptr), shape=(plan.n, plan.n)), d
+        raise IndexError(f"Expected an index in [0, {self.batch}). Got {index} instead.")
+
+    # -------------------------------------------------------------------------------------- solve
+    def _check_rhs(self, b, what="b"):
+        b = np.asarray(b)
+        if b.dtype.kind not in "fiu":
+            raise TypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
+        n, count = self.plan.n, self.batch
+        shape = b.shape
+        if self.single:
+            b = b[None]
+        if b.shape == (count, n):
+            return b[:, :, None], True
+        if b.ndim == 3 and b.shape[:2] == (count, n):
+            return b, False
+        want = f"({n},) or ({n}, k)" if self.single else f"({count}, {n}) or ({count}, {n}, k)"
+        raise InputError(f"Expected {what} of shape {want}. Got shape {shape} instead.")
+
+    def _solve(self, r: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """``x`` (B, n, k) in the factor's dtype with ``L D L^T (P x) = P r``, for the matrices
+        ``rows`` only (all by default; the others' ``x`` is left 0)."""
+        from . import _supernodal
+
+        plan, cpu = self.plan, _supernodal.for_plan(self.plan)
+        x = np.zeros(r.shape, self.dtype)
+        for s, e, lx, dense in self._blocks:
+            local = np.arange(e - s) if rows is None else rows[(rows >= s) & (rows < e)] - s
+            if local.size == 0:
+                continue
+            if local.size < e - s:
+                lx = lx[:, local]
+                dense = {k: f.take(local) for k, f in dense.items()}
+            y = np.ascontiguousarray(r[s + local].transpose(1, 0, 2)[plan.perm], dtype=self.dtype)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                _cpu.solve_block(plan, cpu, lx, dense, y)
+            x[s + local] = y[plan.iperm].transpose(1, 0, 2)
+        return x
+
+    def _incidence(self):
+        """Sparse (n, m) matrices that sum A's lower entries into their rows and (off the diagonal)
+        into their columns, ``A x = S_row (v * x[col]) + S_col (v * x[row])`` for all matrices at
+        once, and the entries' values ``v`` (m, B) in float64 (built once per factor)."""
+        if self._spmv is None:
+            import scipy.sparse as sp
+
+            plan = self.plan
+            m = plan.a_row.size
+            off = np.flatnonzero(plan.a_row != plan.a_col)
+            s_row = sp.csr_array((np.ones(m), (plan.a_row, np.arange(m))), shape=(plan.n, m))
+            s_col = sp.csr_array((np.ones(off.size), (plan.a_col[off], np.arange(off.size))),
+                                 shape=(plan.n, off.size))
+            values = np.ascontiguousarray(self.values[:, plan.value_src].T, dtype=np.float64)  # (m, B)
+            self._spmv = (s_row, s_col, off, values, np.ascontiguousarray(values[off]))
+        return self._spmv
+
+    def _residual(self, b: np.ndarray, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``b - A x`` in float64 for the matrices ``rows``; ``b`` and ``x`` (len(rows), n, k) are
+        theirs, in the same order."""
+        plan = self.plan
+        s_row, s_col, off, v, v_off = self._incidence()
+        if rows.size < self.batch or np.any(rows != np.arange(self.batch)):
+            v, v_off = v[:, rows], v_off[:, rows]
+        xt = np.ascontiguousarray(x.transpose(1, 0, 2), dtype=np.float64)       # (n, r, k)
+        ax = s_row @ (v[:, :, None] * xt[plan.a_col]).reshape(v.shape[0], -1)
+        ax += s_col @ (v_off[:, :, None] * xt[plan.a_row[off]]).reshape(off.size, -1)
+        return b - ax.reshape(plan.n, rows.size, -1).transpose(1, 0, 2)
+
+    def _berr(self, r, x, b, rows) -> np.ndarray:
+        """Per matrix of ``rows``: the normwise backward error from its residual ``r``, solution
+        ``x`` and right-hand side ``b`` (each (len(rows), n, k), in the order of ``rows``)."""
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rn = np.abs(r).max(axis=1)                                # (m, k)
+            xn = np.abs(x.astype(np.float64)).max(axis=1)
+            bn = np.abs(b.astype(np.float64)).max(axis=1)
+            den = self.anorm[rows, None] * xn + bn
+            be = np.where(den > 0, rn / np.where(den > 0, den, 1), np.where(rn > 0, np.inf, 0.0))
+            be = np.where(np.isfinite(rn) & np.isfinite(den), be, np.nan)
+        return be.max(axis=1) if be.shape[1] else np.zeros(len(rows))
+
+    def backward_error(self, b, x) -> np.ndarray:
+        """(B,) float64: ``||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf)`` per matrix (the
+        largest over a matrix's right-hand sides), computed in float64. NaN where x is not finite."""
+        b3, vector = self._check_rhs(b)
+        x3, _ = self._check_rhs(x, "x")
+        if x3.shape != b3.shape:
+            raise InputError(f"Expected x of the shape of b, {np.shape(b)}. Got {np.shape(x)} instead.")
+        rows = np.arange(self.batch)
+        be = (self._berr(self._residual(b3.astype(np.float64), x3, rows), x3, b3, rows) if self.plan.n
+              else np.zeros(self.batch))
+        return self._out(be)
+
+    def solve(self, b, refine: int = 2, tol: float | None = None):
+        """Solve ``A x = b`` per matrix, then up to ``refine`` steps of iterative refinement.
+
+        ``b`` is (B, n) or (B, n, k). Each step computes the residual ``b - A x`` in float64 against
+        the original A, solves for the correction with the factors and keeps it if it lowers the
+        backward error; a matrix stops once its backward error is at most its dtype's epsilon or a
+        step did not lower it (slow progress goes on: the KKT kinds in float32 gain a factor 2-4 a
+        step after heavy static pivoting).
+        Returns ``(x, info)``: ``x`` in the factor's dtype, shaped as ``b``; ``info`` (B,) int32 as
+        in the module docstring, -4 where the backward error is still above ``tol`` (default
+        ``n * eps``). The last backward errors and step counts stay in ``last_backward_error`` and
+        ``refine_steps``.
+        """
+        if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 0:
+            raise InputError(f"Expected refine to be an integer >= 0. Got {refine!r} instead.")
+        b3, vector = self._check_rhs(b)
+        count, n = self.batch, self.plan.n
+        eps = float(np.finfo(self.dtype).eps)
+        tol = max(n, 1) * eps if tol is None else float(tol)
+        info = self.info.copy()
+        info[(info == INFO_OK) & ~np.isfinite(b3).all(axis=(1, 2))] = INFO_NONFINITE_INPUT
+        steps = np.zeros(count, np.int32)
+        if n == 0 or b3.shape[2] == 0 or count == 0:
+            x = np.zeros(b3.shape, self.dtype)
+            berr = np.zeros(count)
+        else:
+            b64 = b3.astype(np.float64)
+            x = self._solve(b3)
+            rows = np.flatnonzero(info == INFO_OK)
+            berr = np.full(count, np.nan)
+            r = np.zeros(b3.shape, np.float64)          # the residuals of the matrices in rows
+            if rows.size:
+                r[rows] = self._residual(b64[rows], x[rows], rows)
+                berr[rows] = self._berr(r[rows], x[rows], b64[rows], rows)
+            for _ in range(refine):
+                active = rows[~(berr[rows] <= eps)]
+                if active.size == 0:
+                    break
+                x_try = x[active] + self._solve(r, active)[active]
+                r_try = self._residual(b64[active], x_try, active)
+                new = self._berr(r_try, x_try, b64[active], active)
+                better = ~(new >= berr[active])   # NaN before, or lower now
+                keep = active[better]
+                x[keep] = x_try[better]
+                r[keep] = r_try[better]
+                berr[keep] = new[better]
+                steps[active] += 1
+                rows = keep
+            finite_x = np.isfinite(x).all(axis=(1, 2))
+            info[(info == INFO_OK) & ~finite_x] = INFO_NONFINITE_RESULT
+            info[(info == INFO_OK) & ~(berr <= tol)] = INFO_REFINEMENT
+            x[(info == INFO_NONFINITE_INPUT) | (info > 0)] = np.nan
+            berr[(info == INFO_NONFINITE_INPUT) | (info > 0)] = np.nan
+        self.refine_steps = self._out(steps)
+        self.last_backward_error = self._out(berr)
+        x = x[:, :, 0] if vector else x
+        return self._out(x), self._out(info)

@@ -1,0 +1,384 @@
+"""The GPU numeric factorization of :mod:`batchlu.kernels.sparse` (CuPy ``values``): the host code of
+``kernels/cuda/ldlt.cu``.
+
+The seed paper's numeric phase, level by level over the elimination tree, with the whole batch in
+every launch; per level two launches:
+
+1. ``ldlt_entries``: thread (entry ``(i, j)`` of a column of the level, matrix) computes the
+   left-looking dot product ``v_ij = c_ij - sum_k l_ik (l_jk d_k)`` over the columns ``k`` shared by
+   rows ``i`` and ``j`` of L (all on earlier levels), ``i == j`` giving the pivot;
+2. ``ldlt_pivots``: thread (column, matrix) applies static pivoting and divides the column by its pivot.
+
+Every thread writes only its own entry of its own matrix and reads only what earlier launches wrote:
+no atomics, no rounds, no scratch of the size of the work (the index arrays are those of
+:mod:`batchlu.kernels.sparse._gpu_maps`, the size of L and A), and each matrix's factors are bit for
+bit the same whatever the batch around it. The paper updates right-looking with atomic adds; the
+dot-product (left-looking) form gives the same factors with a deterministic order of summation and
+one writer per entry, which resume's bit-identical outputs need.
+
+The solves walk the same levels (``ldlt_forward`` by rows, ``ldlt_backward`` by columns from the last
+level); refinement's residuals ``b - A x`` are float64 (``ldlt_residual``) against the original
+values, and ``||A||_inf`` comes from ``ldlt_row_sums``. Pivot rule, ``info`` codes, inertia and the
+refinement's stopping rules are the CPU's (:mod:`batchlu.kernels.sparse._factor`); the results stay
+on the device.
+
+:func:`factorize_with` is written over an array module ``xp`` and a ``launch(name, threads, args)``
+function: CuPy and :class:`CudaLaunch` on the GPU; the tests also run it with NumPy and the same
+CUDA text compiled for the host (``tests/kernels/sparse/_cuda_on_host.py``).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import numpy as np
+
+from batchlu.errors import InputError
+from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK, INFO_REFINEMENT
+
+from . import _gpu_maps
+
+FAMILY = "ldlt"
+KERNELS = ("ldlt_entries", "ldlt_pivots", "ldlt_forward", "ldlt_backward", "ldlt_residual", "ldlt_row_sums")
+THREADS = 256
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+SCALAR = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+
+
+def name(kernel: str, dtype) -> str:
+    """The name expression of ``kernel`` for ``dtype``: ``blu::ldlt_entries<double>``."""
+    return f"blu::{kernel}<{SCALAR[np.dtype(dtype)]}>"
+
+
+def names(dtype) -> tuple[str, ...]:
+    """Every kernel of the family for ``dtype`` (compiled together, one NVRTC run)."""
+    return tuple(name(k, dtype) for k in KERNELS)
+
+
+class CudaLaunch:
+    """Launch a kernel of ``kernels/cuda/ldlt.cu`` on CuPy's current stream: a 1-D grid of
+    :data:`THREADS`-thread blocks covering ``threads``. Compiled at first use (with the other
+    kernels of its dtype), cached per compute capability and in CuPy's disk cache."""
+
+    def __call__(self, expression: str, threads: int, args: tuple) -> None:
+        if threads <= 0:
+            return
+        from batchlu.kernels._gpu._runtime import kernel
+
+        dtype = next(d for d, s in SCALAR.items() if expression.endswith(f"<{s}>"))
+        kernel(FAMILY, expression, names(dtype))((-(-threads // THREADS),), (THREADS,), args)
+
+
+def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = None):
+    """LDL^T of the CuPy ``values`` (B, nnz) (or (nnz,)) on the current device and stream: a
+    :class:`GpuFactor` (see :meth:`batchlu.kernels.sparse.Plan.factorize`)."""
+    import cupy
+
+    return factorize_with(plan, values, perturb=perturb, pivot_tol=pivot_tol, xp=cupy, launch=CudaLaunch())
+
+
+# ------------------------------------------------------------------------------------- index arrays
+_PLAN_ARRAYS = ("colptr", "rowind", "level_cols", "value_src", "value_dst", "perm", "iperm")
+_ON_DEVICE: collections.OrderedDict = collections.OrderedDict()
+_CACHED = 4
+_LOCK = threading.Lock()
+
+
+def _where(xp):
+    return "host" if xp is np else int(xp.cuda.runtime.getDevice())
+
+
+def device_arrays(plan, xp) -> dict:
+    """The plan's arrays and :mod:`._gpu_maps` on the device (``xp.asarray``), once per plan and
+    device: copied on the current stream, which is synchronised before they are shared, so that
+    another thread's stream never reads them half copied."""
+    key = (plan.digest, _where(xp))
+    with _LOCK:
+        found = _ON_DEVICE.get(key)
+        if found is not None:
+            _ON_DEVICE.move_to_end(key)
+            return found
+    host = dict(_gpu_maps.for_plan(plan).arrays())
+    host.update({k: np.ascontiguousarray(getattr(plan, k), np.int64) for k in _PLAN_ARRAYS})
+    made = {k: xp.asarray(v) for k, v in host.items()}
+    made["level_ptr"] = np.asarray(plan.level_ptr, np.int64)            # loop bounds: on the host
+    made["ent_ptr"] = np.asarray(host["ent_ptr"], np.int64)
+    if xp is not np:
+        xp.cuda.get_current_stream().synchronize()
+    with _LOCK:
+        _ON_DEVICE[key] = made
+        while len(_ON_DEVICE) > _CACHED:
+            _ON_DEVICE.popitem(last=False)
+        return made
+
+
+# ---------------------------------------------------------------------------------- factorization
+def _check_values(plan, values, xp):
+    values = xp.asarray(values)
+    if values.dtype not in DTYPES:
+        raise TypeError(f"Expected values of dtype float32 or float64. Got {values.dtype} instead.")
+    single = values.ndim == 1
+    if single:
+        values = values[None]
+    if values.ndim != 2 or values.shape[1] != plan.nnz:
+        raise InputError(f"Expected values of shape (B, nnz) = (B, {plan.nnz}), one row per matrix in "
+                         f"the pattern's entry order. Got shape {values.shape if not single else values.shape[1:]} instead.")
+    return xp.ascontiguousarray(values), single
+
+
+def inf_norms(plan, values, xp, launch, arrays) -> object:
+    """``||A||_inf`` per matrix (float64; NaN for a non-finite matrix), on the device."""
+    count, n = values.shape[0], plan.n
+    if n == 0 or count == 0:
+        return xp.zeros(count)
+    sums = xp.empty((count, n), np.float64)
+    launch(name("ldlt_row_sums", values.dtype), n * count,
+           (np.int64(n), np.int64(count), np.int64(plan.nnz), arrays["a_ptr"], arrays["a_src"], values, sums))
+    return sums.max(axis=1)
+
+
+def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, launch):
+    """The factorization over the array module ``xp`` with the kernels run by ``launch`` (see the
+    module docstring); the checks, pivot rule and codes of the CPU's
+    :func:`batchlu.kernels.sparse._factor.factorize`."""
+    values, single = _check_values(plan, values, xp)
+    dtype = values.dtype
+    if pivot_tol is None:
+        pivot_tol = float(np.sqrt(np.finfo(dtype).eps))
+    elif not isinstance(pivot_tol, (int, float, np.floating)) or not pivot_tol >= 0:
+        raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
+    arrays = device_arrays(plan, xp)
+    count, n = values.shape[0], plan.n
+    finite = xp.isfinite(values).all(axis=1)
+    anorm = inf_norms(plan, values, xp, launch, arrays)
+    tau = xp.ascontiguousarray((float(pivot_tol) * xp.nan_to_num(anorm, nan=0.0, posinf=0.0)).astype(dtype))
+    lx = xp.zeros((plan.nnz_l, count), dtype)
+    lx[arrays["value_dst"]] = values[:, arrays["value_src"]].T
+    flag = xp.zeros((n, count), np.uint8)
+    entries, pivots = name("ldlt_entries", dtype), name("ldlt_pivots", dtype)
+    ent_ptr, level_ptr = arrays["ent_ptr"], arrays["level_ptr"]
+    b = np.int64(count)
+    for level in range(plan.nlevels):
+        e0, e1 = int(ent_ptr[level]), int(ent_ptr[level + 1])
+        launch(entries, (e1 - e0) * count,
+               (arrays["ent"], np.int64(e0), np.int64(e1 - e0), b, arrays["col_of"], arrays["rowind"],
+                arrays["colptr"], arrays["row_ptr"], arrays["row_col"], arrays["row_pos"], lx))
+        c0, c1 = int(level_ptr[level]), int(level_ptr[level + 1])
+        launch(pivots, (c1 - c0) * count,
+               (arrays["level_cols"], np.int64(c0), np.int64(c1 - c0), b, arrays["colptr"], tau,
+                np.int32(bool(perturb)), lx, flag))
+    d = lx[arrays["colptr"][:-1]]                                   # (n, B): the pivots as used
+    negative = (d < 0).sum(axis=0).astype(np.int64)
+    zero = (d == 0).sum(axis=0).astype(np.int64)
+    perturbed = flag.sum(axis=0, dtype=np.int64)
+    if n and count:
+        is_zero = d == 0
+        first_zero = xp.where(is_zero.any(axis=0), is_zero.argmax(axis=0), n).astype(np.int64)
+    else:
+        first_zero = xp.full(count, n, np.int64)
+    info = xp.where((first_zero < n) & (not perturb), first_zero + 1, INFO_OK).astype(np.int32)
+    info[~finite] = INFO_NONFINITE_INPUT
+    inertia = xp.stack([n - negative - zero, negative, zero], axis=1).astype(np.int64)
+    inertia[~finite] = -1
+    perturbed[~finite] = -1
+    return GpuFactor(plan, values, lx, arrays, info, perturbed.astype(np.int32), inertia, anorm,
+                     float(pivot_tol), bool(perturb), single, xp, launch)
+
+
+class GpuFactor:
+    """``P A P^T = L D L^T`` for every matrix of a batch, on the device: the interface and meanings of
+    :class:`batchlu.kernels.sparse.Factor` (``info``, :meth:`solve`, :meth:`inertia`, ...), with
+    device arrays in and out. ``lx`` (nnz(L), B) holds L and D batch-minor."""
+
+    backend = "gpu"
+
+    def __init__(self, plan, values, lx, arrays, info, perturbed, inertia, anorm, pivot_tol, perturb, single,
+                 xp, launch):
+        self.plan = plan
+        self.dtype = values.dtype
+        self.values = values             # kept for the residuals of iterative refinement
+        self.lx = lx
+        self._arrays = arrays
+        self.info = info
+        self._perturbed = perturbed
+        self._inertia = inertia
+        self.anorm = anorm               # ||A||_inf per matrix (float64)
+        self.pivot_tol = pivot_tol
+        self.perturb = perturb
+        self.single = single
+        self.xp = xp
+        self._launch = launch
+        self.refine_steps = None         # per matrix, of the last solve
+        self.last_backward_error = None  # per matrix, of the last solve
+
+    @property
+    def batch(self) -> int:
+        return self.values.shape[0]
+
+    def _out(self, x):
+        return x[0] if self.single else x
+
+    # ------------------------------------------------------------------------------------ queries
+    def perturbed_pivots(self):
+        """(B,) int32: how many pivots static pivoting replaced, per matrix (-1 for a non-finite one)."""
+        return self._out(self._perturbed.copy())
+
+    def inertia(self):
+        """(B, 3) int64: positive, negative and zero pivots of D per matrix, as used (see
+        :meth:`batchlu.kernels.sparse.Factor.inertia`); -1 for a non-finite matrix."""
+        return self._out(self._inertia.copy())
+
+    def pivots(self):
+        """(B, n): D's pivots in C's numbering, as used (perturbed ones replaced)."""
+        return self._out(self.xp.ascontiguousarray(self.lx[self._arrays["colptr"][:-1]].T))
+
+    def factors(self, index: int = 0):
+        """``(L, d)`` of matrix ``index`` on the host: L unit lower triangular as a SciPy CSC array and
+        D's pivots, with ``L @ diag(d) @ L.T == A[perm][:, perm]`` up to rounding."""
+        import scipy.sparse as sp
+
+        if not 0 <= index < self.batch:
+            raise IndexError(f"Expected an index in [0, {self.batch}). Got {index} instead.")
+        plan = self.plan
+        data = _host(self.lx[:, index]).copy()
+        d = data[plan.colptr[:-1]].copy()
+        data[plan.colptr[:-1]] = 1
+        return sp.csc_array((data, plan.rowind, plan.colptr), shape=(plan.n, plan.n)), d
+
+    # -------------------------------------------------------------------------------------- solve
+    def _check_rhs(self, b, what="b"):
+        xp = self.xp
+        b = xp.asarray(b)
+        if b.dtype.kind not in "fiu":
+            raise TypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
+        n, count = self.plan.n, self.batch
+        shape = b.shape
+        if self.single:
+            b = b[None]
+        if b.shape == (count, n):
+            return b[:, :, None], True
+        if b.ndim == 3 and b.shape[:2] == (count, n):
+            return b, False
+        want = f"({n},) or ({n}, k)" if self.single else f"({count}, {n}) or ({count}, {n}, k)"
+        raise InputError(f"Expected {what} of shape {want}. Got shape {shape} instead.")
+
+    def _solve(self, r, rows):
+        """``x`` (len(rows), n, k) in the factor's dtype with ``L D L^T (P x) = P r`` for the matrices
+        ``rows`` (int64, on the device); ``r`` (len(rows), n, k) holds their right-hand sides."""
+        xp, plan, arrays, dtype = self.xp, self.plan, self._arrays, self.dtype
+        count, k = rows.size, r.shape[2]
+        if count == 0 or k == 0 or plan.n == 0:
+            return xp.zeros(r.shape, dtype)
+        y = xp.ascontiguousarray(r.transpose(1, 0, 2)[arrays["perm"]].astype(dtype, copy=False))   # (n, R, k)
+        level_ptr = arrays["level_ptr"]
+        fixed = (np.int64(count), np.int64(k), np.int64(self.batch), rows)
+        forward, backward = name("ldlt_forward", dtype), name("ldlt_backward", dtype)
+        for level in range(plan.nlevels):
+            c0, c1 = int(level_ptr[level]), int(level_ptr[level + 1])
+            self._launch(forward, (c1 - c0) * count * k,
+                         (arrays["level_cols"], np.int64(c0), np.int64(c1 - c0), *fixed, arrays["row_ptr"],
+                          arrays["row_col"], arrays["row_pos"], self.lx, y))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            y /= self.lx[arrays["colptr"][:-1]][:, rows][:, :, None]
+        for level in range(plan.nlevels - 1, -1, -1):
+            c0, c1 = int(level_ptr[level]), int(level_ptr[level + 1])
+            self._launch(backward, (c1 - c0) * count * k,
+                         (arrays["level_cols"], np.int64(c0), np.int64(c1 - c0), *fixed, arrays["colptr"],
+                          arrays["rowind"], self.lx, y))
+        return xp.ascontiguousarray(y[arrays["iperm"]].transpose(1, 0, 2))
+
+    def _residual(self, b, x, rows):
+        """``b - A x`` in float64 for the matrices ``rows``; ``b`` and ``x`` (len(rows), n, k) are
+        theirs, in the same order."""
+        xp, plan = self.xp, self.plan
+        count, n, k = rows.size, plan.n, b.shape[2]
+        out = xp.empty((count, n, k), np.float64)
+        a = self._arrays
+        self._launch(name("ldlt_residual", self.dtype), n * count * k,
+                     (np.int64(n), np.int64(count), np.int64(k), np.int64(plan.nnz), rows, a["a_ptr"], a["a_col"],
+                      a["a_src"], self.values, xp.ascontiguousarray(x, dtype=np.float64),
+                      xp.ascontiguousarray(b, dtype=np.float64), out))
+        return out
+
+    def _berr(self, r, x, b, rows):
+        """Per matrix of ``rows``: the normwise backward error from its residual ``r``, solution ``x``
+        and right-hand side ``b`` (each (len(rows), n, k), in the order of ``rows``)."""
+        xp = self.xp
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rn = xp.abs(r).max(axis=1)                                # (m, k)
+            xn = xp.abs(x.astype(np.float64)).max(axis=1)
+            bn = xp.abs(b.astype(np.float64)).max(axis=1)
+            den = self.anorm[rows][:, None] * xn + bn
+            be = xp.where(den > 0, rn / xp.where(den > 0, den, 1), xp.where(rn > 0, np.inf, 0.0))
+            be = xp.where(xp.isfinite(rn) & xp.isfinite(den), be, np.nan)
+        return be.max(axis=1) if be.shape[1] else xp.zeros(rows.size)
+
+    def backward_error(self, b, x):
+        """(B,) float64: ``||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf)`` per matrix (the
+        largest over a matrix's right-hand sides), computed in float64. NaN where x is not finite."""
+        xp = self.xp
+        b3, _ = self._check_rhs(b)
+        x3, _ = self._check_rhs(x, "x")
+        if x3.shape != b3.shape:
+            raise InputError(f"Expected x of the shape of b, {tuple(b.shape)}. Got {tuple(x.shape)} instead.")
+        rows = xp.arange(self.batch, dtype=np.int64)
+        if self.plan.n == 0 or b3.shape[2] == 0 or self.batch == 0:
+            return self._out(xp.zeros(self.batch))
+        b64 = b3.astype(np.float64)
+        return self._out(self._berr(self._residual(b64, x3, rows), x3, b64, rows))
+
+    def solve(self, b, refine: int = 2, tol: float | None = None):
+        """Solve ``A x = b`` per matrix, then up to ``refine`` steps of iterative refinement: the
+        rules and results of :meth:`batchlu.kernels.sparse.Factor.solve`, on the device."""
+        xp = self.xp
+        if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 0:
+            raise InputError(f"Expected refine to be an integer >= 0. Got {refine!r} instead.")
+        b3, vector = self._check_rhs(b)
+        count, n = self.batch, self.plan.n
+        eps = float(np.finfo(self.dtype).eps)
+        tol = max(n, 1) * eps if tol is None else float(tol)
+        info = self.info.copy()
+        info[(info == INFO_OK) & ~xp.isfinite(b3).all(axis=(1, 2))] = INFO_NONFINITE_INPUT
+        steps = xp.zeros(count, np.int32)
+        if n == 0 or b3.shape[2] == 0 or count == 0:
+            x = xp.zeros(b3.shape, self.dtype)
+            berr = xp.zeros(count)
+        else:
+            b64 = b3.astype(np.float64)
+            every = xp.arange(count, dtype=np.int64)
+            x = self._solve(b3, every)
+            rows = xp.flatnonzero(info == INFO_OK).astype(np.int64)
+            berr = xp.full(count, np.nan)
+            r = xp.zeros(b3.shape, np.float64)          # the residuals of the matrices in rows
+            if rows.size:
+                r[rows] = self._residual(b64[rows], x[rows], rows)
+                berr[rows] = self._berr(r[rows], x[rows], b64[rows], rows)
+            for _ in range(refine):
+                active = rows[~(berr[rows] <= eps)]
+                if active.size == 0:
+                    break
+                x_try = x[active] + self._solve(r[active], active)
+                r_try = self._residual(b64[active], x_try, active)
+                new = self._berr(r_try, x_try, b64[active], active)
+                better = ~(new >= berr[active])   # NaN before, or lower now
+                keep = active[better]
+                x[keep] = x_try[better]
+                r[keep] = r_try[better]
+                berr[keep] = new[better]
+                steps[active] += 1
+                rows = keep
+            finite_x = xp.isfinite(x).all(axis=(1, 2))
+            info[(info == INFO_OK) & ~finite_x] = INFO_NONFINITE_RESULT
+            info[(info == INFO_OK) & ~(berr <= tol)] = INFO_REFINEMENT
+            bad = (info == INFO_NONFINITE_INPUT) | (info > 0)
+            x[bad] = np.nan
+            berr[bad] = np.nan
+        self.refine_steps = self._out(steps)
+        self.last_backward_error = self._out(berr)
+        x = x[:, :, 0] if vector else x
+        return self._out(x), self._out(info)
+
+
+def _host(x) -> np.ndarray:
+    return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)

@@ -1,0 +1,178 @@
+"""The CPU numeric LDL^T: reconstruction against a dense reference, solves with refinement on every
+generator in both precisions, inertia against eigvalsh, static pivoting, the info codes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import batchlu
+from batchlu.errors import InputError
+from batchlu.kernels.sparse import INFO_NONFINITE_INPUT, INFO_REFINEMENT
+from batchlu.testing import sparse as gen
+
+THRESHOLD = 30
+
+
+@pytest.fixture(scope="module", params=[("fem-poisson", 2), ("fem-poisson", 3), ("fem-elasticity", 2),
+                                        ("fem-elasticity", 3), ("saddle", 2), ("saddle", 3),
+                                        ("power-grid", 2)], ids=lambda p: f"{p[0]}-{p[1]}d")
+def problem(request):
+    kind, dim = request.param
+    p = gen.make(kind, size=260, dim=dim, seed=4)
+    return p, batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+
+
+def _dense(problem, values):
+    return problem.dense(values.astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_solve_backward_error_on_generators(problem, dtype):
+    p, plan = problem
+    values = p.values(3, 9, dtype, seed=11)
+    b = p.rhs(3, 9, None, dtype, seed=11)
+    factor = plan.factorize(values)
+    x = np.full(b.shape, np.nan, dtype)     # poisoned: every element must be written by solve
+    # the KKT kinds perturb dozens of pivots; in float32 (threshold sqrt(eps) ~ 3e-4) refinement
+    # then needs more than the default 2 steps
+    x, info = factor.solve(b, refine=10)
+    assert x.dtype == np.dtype(dtype) and x.shape == b.shape and info.dtype == np.int32
+    assert np.all(info == 0), info
+    berr = factor.backward_error(b, x)
+    eps = np.finfo(dtype).eps
+    assert np.all(berr <= THRESHOLD * p.n * eps), berr / (p.n * eps)
+    assert np.array_equal(berr, factor.last_backward_error)
+    # recomputed independently with the dense float64 matrices
+    a = _dense(p, values)
+    r = b.astype(np.float64) - np.einsum("bij,bj->bi", a, x.astype(np.float64))
+    ref = np.abs(r).max(1) / (np.abs(a).sum(2).max(1) * np.abs(x).max(1) + np.abs(b).max(1))
+    assert np.all(ref <= THRESHOLD * p.n * eps), ref / (p.n * eps)
+
+
+def test_reconstruction_ratio(problem):
+    """P A P^T = L D L^T: ||L D L^T - C|| / (n ||A|| eps) below 30 (LAPACK's dpot01 style)."""
+    p, plan = problem
+    values = p.values(0, 3, "float64", seed=2)
+    factor = plan.factorize(values)
+    a = _dense(p, values)
+    for i in range(3):
+        lower, d = factor.factors(i)
+        c = a[i][np.ix_(plan.perm, plan.perm)]
+        if factor.perturbed_pivots()[i]:
+            continue  # a perturbed pivot factors a nearby matrix, by design
+        recon = (lower.toarray() * d) @ lower.toarray().T
+        ratio = np.abs(recon - c).sum(0).max() / (p.n * np.abs(a[i]).sum(0).max() * np.finfo(float).eps)
+        assert ratio < THRESHOLD, ratio
+
+
+def test_inertia_matches_eigvalsh(problem):
+    p, plan = problem
+    values = p.values(0, 4, "float64", seed=5)
+    factor = plan.factorize(values)
+    w = np.linalg.eigvalsh(_dense(p, values))
+    ref = np.stack([(w > 0).sum(1), (w < 0).sum(1), np.zeros(4, int)], axis=1)
+    assert factor.inertia().dtype == np.int64
+    assert np.array_equal(factor.inertia(), ref)
+    if p.inertia is not None:
+        assert np.all(factor.inertia() == np.array(p.inertia))
+    if p.matrix_kind == "spd":
+        assert np.all(factor.perturbed_pivots() == 0)
+
+
+def test_batch_independence_bit_for_bit(monkeypatch):
+    """A matrix's factors and solution do not depend on the batch around it, nor on the blocks the
+    batch is cut into."""
+    from batchlu.kernels.sparse import _cpu
+
+    p = gen.make("fem-elasticity", size=300, seed=1)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 7, seed=3), p.rhs(0, 7, 2, seed=3)
+    together, _ = plan.factorize(values).solve(b)
+    for i in (0, 4, 6):
+        alone, _ = plan.factorize(values[i:i + 1]).solve(b[i:i + 1])
+        assert np.array_equal(alone[0], together[i])
+    monkeypatch.setattr(_cpu, "BLOCK", 3)
+    blocked, _ = plan.factorize(values).solve(b)
+    assert np.array_equal(blocked, together)
+
+
+def test_zero_pivot_perturbed_and_refined():
+    """A diagonal entry exactly zero at the first pivot: perturbed (counted), refinement recovers x."""
+    a = np.array([[0.0, 1.0, 0.0, 0.0], [1.0, 2.0, 1.0, 0.0], [0.0, 1.0, 3.0, 1.0], [0.0, 0.0, 1.0, 4.0]])
+    rows, cols = np.tril_indices(4)
+    keep = a[rows, cols] != 0
+    keep[0] = True                         # store the zero (0, 0) entry
+    rows, cols = rows[keep], cols[keep]
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=4))))
+    plan = batchlu.sparse.analyze(indptr, cols, 4, ordering="natural")
+    values = np.stack([a[rows, cols], 2 * a[rows, cols]])
+    b = np.random.default_rng(0).standard_normal((2, 4))
+    factor = plan.factorize(values)
+    assert factor.perturbed_pivots().tolist() == [1, 1]
+    x, info = factor.solve(b, refine=10)
+    assert info.tolist() == [0, 0]
+    assert np.all(factor.backward_error(b, x) <= THRESHOLD * 4 * np.finfo(float).eps)
+    w = np.linalg.eigvalsh(a)
+    assert factor.inertia()[0].tolist() == [(w > 0).sum(), (w < 0).sum(), 0]   # A + E's = A's
+    # perturbation off: info names the zero pivot (1-based column of P A P^T), x is NaN
+    off = plan.factorize(values, perturb=False)
+    assert off.info.tolist() == [1, 1] and off.perturbed_pivots().tolist() == [0, 0]
+    x, info = off.solve(b)
+    assert info.tolist() == [1, 1] and np.isnan(x).all()
+    assert off.inertia()[0, 2] == 1
+
+
+def test_refinement_short_of_tolerance_is_minus_four():
+    """One refinement step from a heavily perturbed factorization does not reach n eps: -4, x kept."""
+    p = gen.make("power-grid", size=300, seed=2)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 3, "float32", seed=1), p.rhs(0, 3, None, "float32", seed=1)
+    factor = plan.factorize(values, pivot_tol=1e-2)
+    x, info = factor.solve(b, refine=0, tol=1e-12)
+    assert np.all(info == INFO_REFINEMENT)
+    assert np.isfinite(x).all()
+    assert np.all(factor.last_backward_error > 1e-12)
+
+
+def test_nonfinite_values_and_rhs_in_a_mixed_batch():
+    p = gen.make("fem-poisson", size=150, seed=0)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 5, seed=9), p.rhs(0, 5, 3, seed=9)
+    values[1, 7] = np.nan
+    values[3, 0] = np.inf
+    b[4, 2, 1] = np.nan
+    factor = plan.factorize(values)
+    assert factor.info.tolist() == [0, -1, 0, -1, 0]
+    assert factor.inertia()[1].tolist() == [-1, -1, -1] and factor.perturbed_pivots()[1] == -1
+    x, info = factor.solve(b)
+    assert info.tolist() == [0, INFO_NONFINITE_INPUT, 0, INFO_NONFINITE_INPUT, INFO_NONFINITE_INPUT]
+    assert np.isnan(x[[1, 3, 4]]).all() and np.isfinite(x[[0, 2]]).all()
+    clean, _ = plan.factorize(values[[0, 2]]).solve(b[[0, 2]])
+    assert np.array_equal(clean, x[[0, 2]])   # bad neighbours change nothing
+
+
+def test_single_matrix_and_shapes():
+    p = gen.make("saddle", size=120)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values = p.values(0, 1)[0]
+    factor = plan.factorize(values)
+    b = p.rhs(0, 1)[0]
+    x, info = factor.solve(b)
+    assert x.shape == (p.n,) and info.shape == () and factor.inertia().shape == (3,)
+    with pytest.raises(InputError, match="Expected b of shape"):
+        factor.solve(b[:-1])
+    with pytest.raises(InputError, match="Expected values of shape"):
+        plan.factorize(np.zeros((2, p.nnz + 1)))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        plan.factorize(np.zeros((2, p.nnz), np.complex128))
+    with pytest.raises(InputError, match="refine"):
+        factor.solve(b, refine=-1)
+
+
+def test_empty_batch():
+    p = gen.make("fem-poisson", size=60)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    factor = plan.factorize(np.zeros((0, p.nnz)))
+    x, info = factor.solve(np.zeros((0, p.n)))
+    assert x.shape == (0, p.n) and info.shape == (0,) and factor.inertia().shape == (0, 3)

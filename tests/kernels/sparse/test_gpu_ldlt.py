@@ -1,0 +1,422 @@
+"""The GPU numeric LDL^T (kernels/cuda/ldlt.cu and its host code, batchlu.kernels.sparse._gpu).
+
+Every test runs twice: on the GPU (marker ``gpu``: CuPy values through ``plan.factorize``), and here
+on the host, where the same CUDA text is compiled by the C++ compiler and each launch runs thread by
+thread (``_cuda_on_host``: skipped without a compiler), with NumPy in CuPy's place. Checks:
+reconstruction ``P A P^T = L D L^T`` against a dense float64 reference (ratio < 30), solves with
+refinement on every generator in both precisions (normwise backward error <= 30 n eps, recomputed
+with the dense matrices), inertia against eigvalsh, indefinite and singular matrices, tiny pivots
+with perturbation and refinement, non-finite input in a mixed batch, the info codes, a matrix's
+results independent of the batch around it and of the order the threads run in, and agreement with
+the CPU backend's codes and counts.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+from _cuda_on_host import HostLaunch, build, compiler
+
+import batchlu
+from batchlu.errors import InputError
+from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_REFINEMENT
+from batchlu.kernels.sparse import _gpu, _gpu_maps
+from batchlu.testing import sparse as gen
+
+THRESHOLD = 30
+Device = collections.namedtuple("Device", "name xp factorize host")
+
+
+@pytest.fixture(scope="module")
+def host_lib(tmp_path_factory):
+    if compiler() is None:
+        pytest.skip("no C++ compiler (g++ or clang++) to run kernels/cuda/ldlt.cu on the host")
+    return build(tmp_path_factory.mktemp("ldlt-host"))
+
+
+def _host_device(lib, order=0):
+    def factorize(plan, values, perturb=True, pivot_tol=None):
+        return _gpu.factorize_with(plan, values, perturb=perturb, pivot_tol=pivot_tol, xp=np,
+                                   launch=HostLaunch(lib, order))
+
+    return Device("host", np, factorize, np.asarray)
+
+
+@pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu)])
+def device(request):
+    if request.param == "host":
+        return _host_device(request.getfixturevalue("host_lib"))
+    import cupy
+
+    def factorize(plan, values, **kw):
+        factor = plan.factorize(cupy.asarray(values), **kw)
+        assert isinstance(factor, _gpu.GpuFactor) and isinstance(factor.info, cupy.ndarray)
+        return factor
+
+    return Device("gpu", cupy, factorize, cupy.asnumpy)
+
+
+KINDS = [("fem-poisson", 2), ("fem-poisson", 3), ("fem-elasticity", 2), ("fem-elasticity", 3), ("saddle", 2),
+         ("saddle", 3), ("power-grid", 2)]
+
+
+@pytest.fixture(scope="module", params=KINDS, ids=lambda p: f"{p[0]}-{p[1]}d")
+def problem(request):
+    kind, dim = request.param
+    p = gen.make(kind, size=260, dim=dim, seed=4)
+    return p, batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+
+
+def _lower_csr(a: np.ndarray):
+    rows, cols = np.nonzero(np.tril(a))
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=a.shape[0]))))
+    return indptr, cols
+
+
+def _random_indefinite(n, count, seed, density=0.08):
+    """``count`` sparse symmetric indefinite matrices of one pattern: off-diagonal entries in [-1, 1]
+    and a diagonal of both signs, large enough that no pivot is tiny (no perturbation)."""
+    rng = np.random.default_rng(seed)
+    mask = np.tril(rng.random((n, n)) < density, -1)
+    mask = mask | mask.T | np.eye(n, dtype=bool)
+    indptr, cols = _lower_csr(mask.astype(float))
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    mats = np.zeros((count, n, n))
+    signs = np.where(np.arange(n) % 3 == 0, -1.0, 1.0)
+    for i in range(count):
+        off = np.where(mask, rng.uniform(-1, 1, (n, n)), 0.0)
+        off = np.tril(off, -1)
+        off = off + off.T
+        mats[i] = off + np.diag(signs * (np.abs(off).sum(1) + 1 + rng.random(n)))
+    values = mats[:, rows, cols]
+    return indptr, cols, values, mats
+
+
+def _ratio(lower, d, c, a):
+    recon = (lower.toarray() * d) @ lower.toarray().T
+    return np.abs(recon - c).sum(0).max() / (c.shape[0] * np.abs(a).sum(0).max() * np.finfo(float).eps)
+
+
+# ---------------------------------------------------------------------------------------- the maps
+def test_maps_cover_l_and_a_exactly_once(problem):
+    """Every position of Lx is one level's entry exactly once; the row lists are L's strict lower
+    part by rows, columns ascending; the a_* lists rebuild A (both triangles) from a row of values."""
+    p, plan = problem
+    maps = _gpu_maps.build(plan)
+    assert np.array_equal(np.sort(maps.ent), np.arange(plan.nnz_l))
+    level = plan.level
+    for lv in range(plan.nlevels):
+        got = maps.ent[maps.ent_ptr[lv]:maps.ent_ptr[lv + 1]]
+        assert np.all(level[maps.col_of[got]] == lv)
+    import scipy.sparse as sp
+
+    pattern = sp.csc_array((np.arange(1, plan.nnz_l + 1), plan.rowind, plan.colptr), shape=(plan.n, plan.n))
+    strict = sp.tril(pattern, -1).tocsr()
+    strict.sort_indices()
+    assert np.array_equal(maps.row_ptr, strict.indptr) and np.array_equal(maps.row_col, strict.indices)
+    assert np.array_equal(maps.row_pos, strict.data - 1)
+    values = p.values(0, 1, "float64", seed=1)[0]
+    rows = np.repeat(np.arange(plan.n), np.diff(maps.a_ptr))
+    rebuilt = np.zeros((plan.n, plan.n))
+    np.add.at(rebuilt, (rows, maps.a_col), values[maps.a_src])
+    assert np.array_equal(rebuilt, p.dense(values[None])[0])
+
+
+# ----------------------------------------------------------------------------------- factorization
+def test_reconstruction_ratio(problem, device):
+    """P A P^T = L D L^T below ratio 30 against the dense float64 matrices (matrices without perturbed
+    pivots: a perturbed pivot factors a nearby matrix, by design)."""
+    p, plan = problem
+    values = p.values(0, 3, "float64", seed=2)
+    factor = device.factorize(plan, values)
+    a = p.dense(values)
+    perturbed = device.host(factor.perturbed_pivots())
+    checked = 0
+    for i in range(3):
+        if perturbed[i]:
+            continue
+        lower, d = factor.factors(i)
+        assert _ratio(lower, d, a[i][np.ix_(plan.perm, plan.perm)], a[i]) < THRESHOLD
+        checked += 1
+    if p.matrix_kind == "spd":
+        assert checked == 3
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_indefinite_reconstruction_solve_and_inertia(device, dtype):
+    """Random sparse symmetric indefinite matrices (no tiny pivot): reconstruction, inertia against
+    eigvalsh, solve."""
+    n, count = 70, 5
+    indptr, cols, values, mats = _random_indefinite(n, count, seed=7)
+    plan = batchlu.sparse.analyze(indptr, cols, n, pattern="lower")
+    factor = device.factorize(plan, values.astype(dtype))
+    assert device.host(factor.perturbed_pivots()).tolist() == [0] * count
+    w = np.linalg.eigvalsh(mats)
+    inertia = device.host(factor.inertia())
+    assert inertia.dtype == np.int64 and inertia.shape == (count, 3)
+    assert np.array_equal(inertia, np.stack([(w > 0).sum(1), (w < 0).sum(1), np.zeros(count, int)], 1))
+    assert (w < 0).any(axis=1).all()   # indefinite indeed
+    if dtype == "float64":
+        for i in range(count):
+            lower, d = factor.factors(i)
+            assert _ratio(lower, d, mats[i][np.ix_(plan.perm, plan.perm)], mats[i]) < THRESHOLD
+    b = np.random.default_rng(1).standard_normal((count, n, 2)).astype(dtype)
+    x, info = factor.solve(device.xp.asarray(b))
+    x, info = device.host(x), device.host(info)
+    assert x.dtype == np.dtype(dtype) and x.shape == b.shape and np.all(info == 0)
+    eps = np.finfo(dtype).eps
+    r = b.astype(float) - mats @ x.astype(float)
+    ref = np.abs(r).max(1) / (np.abs(mats).sum(2).max(1)[:, None] * np.abs(x).max(1) + np.abs(b).max(1))
+    assert np.all(ref <= THRESHOLD * n * eps), ref / (n * eps)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_solve_backward_error_on_generators(problem, device, dtype):
+    p, plan = problem
+    values = p.values(3, 9, dtype, seed=11)
+    b = p.rhs(3, 9, None, dtype, seed=11)
+    factor = device.factorize(plan, values)
+    # the KKT kinds perturb dozens of pivots; float32 needs more than the default 2 steps
+    x, info = factor.solve(device.xp.asarray(b), refine=10)
+    berr = device.host(factor.backward_error(device.xp.asarray(b), x))
+    x, info = device.host(x), device.host(info)
+    assert x.dtype == np.dtype(dtype) and x.shape == b.shape and info.dtype == np.int32
+    assert np.all(info == 0), info
+    eps = np.finfo(dtype).eps
+    assert np.all(berr <= THRESHOLD * p.n * eps), berr / (p.n * eps)
+    assert np.array_equal(berr, device.host(factor.last_backward_error))
+    a = p.dense(values.astype(np.float64))
+    r = b.astype(np.float64) - np.einsum("bij,bj->bi", a, x.astype(np.float64))
+    ref = np.abs(r).max(1) / (np.abs(a).sum(2).max(1) * np.abs(x).max(1) + np.abs(b).max(1))
+    assert np.all(ref <= THRESHOLD * p.n * eps), ref / (p.n * eps)
+
+
+def test_inertia_and_counts_agree_with_the_cpu(problem, device):
+    """Same pivot rule as the CPU backend: the same info, perturbed counts and inertia (eigvalsh's)."""
+    p, plan = problem
+    values = p.values(0, 4, "float64", seed=5)
+    factor, cpu = device.factorize(plan, values), plan.factorize(values)
+    assert np.array_equal(device.host(factor.info), cpu.info)
+    assert np.array_equal(device.host(factor.perturbed_pivots()), cpu.perturbed_pivots())
+    assert np.array_equal(device.host(factor.inertia()), cpu.inertia())
+    w = np.linalg.eigvalsh(p.dense(values))
+    assert np.array_equal(device.host(factor.inertia()), np.stack([(w > 0).sum(1), (w < 0).sum(1),
+                                                                   np.zeros(4, int)], axis=1))
+    pivots = device.host(factor.pivots())
+    assert pivots.shape == (4, p.n) and np.array_equal(np.sign(pivots), np.sign(cpu.pivots()))
+
+
+def _zero_pivot_problem():
+    a = np.array([[0.0, 1.0, 0.0, 0.0], [1.0, 2.0, 1.0, 0.0], [0.0, 1.0, 3.0, 1.0], [0.0, 0.0, 1.0, 4.0]])
+    rows, cols = np.tril_indices(4)
+    keep = a[rows, cols] != 0
+    keep[0] = True                         # store the zero (0, 0) entry
+    rows, cols = rows[keep], cols[keep]
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=4))))
+    plan = batchlu.sparse.analyze(indptr, cols, 4, ordering="natural")
+    return a, plan, np.stack([a[rows, cols], 2 * a[rows, cols]])
+
+
+def test_zero_pivot_perturbed_and_refined(device):
+    """A diagonal entry exactly zero at the first pivot: perturbed (counted), refinement recovers x;
+    perturbation off: info names the zero pivot and x is NaN."""
+    a, plan, values = _zero_pivot_problem()
+    b = np.random.default_rng(0).standard_normal((2, 4))
+    factor = device.factorize(plan, values)
+    assert device.host(factor.perturbed_pivots()).tolist() == [1, 1]
+    x, info = factor.solve(device.xp.asarray(b), refine=10)
+    assert device.host(info).tolist() == [0, 0]
+    berr = device.host(factor.backward_error(device.xp.asarray(b), x))
+    assert np.all(berr <= THRESHOLD * 4 * np.finfo(float).eps)
+    assert np.all(device.host(factor.last_backward_error) <= THRESHOLD * 4 * np.finfo(float).eps)
+    assert np.all(device.host(factor.refine_steps) >= 1)
+    w = np.linalg.eigvalsh(a)
+    assert device.host(factor.inertia())[0].tolist() == [(w > 0).sum(), (w < 0).sum(), 0]
+    off = device.factorize(plan, values, perturb=False)
+    assert device.host(off.info).tolist() == [1, 1] and device.host(off.perturbed_pivots()).tolist() == [0, 0]
+    x, info = off.solve(device.xp.asarray(b))
+    assert device.host(info).tolist() == [1, 1] and np.isnan(device.host(x)).all()
+    assert device.host(off.inertia())[0, 2] == 1
+
+
+def test_singular_matrix_later_pivot(device):
+    """A structurally full but numerically singular matrix (two equal rows): with perturbation off the
+    first zero pivot's 1-based column in C's numbering; with it on, a perturbed pivot and no -1/NaN."""
+    a = np.array([[4.0, 2.0, 2.0], [2.0, 1.0, 1.0], [2.0, 1.0, 3.0]])   # rows 0 and 1 dependent
+    indptr, cols = _lower_csr(a)
+    rows = np.repeat(np.arange(3), np.diff(indptr))
+    plan = batchlu.sparse.analyze(indptr, cols, 3, ordering="natural")
+    values = a[rows, cols][None]
+    off = device.factorize(plan, values, perturb=False)
+    assert device.host(off.info).tolist() == [2]
+    cpu = plan.factorize(values, perturb=False)
+    assert cpu.info.tolist() == [2]
+    on = device.factorize(plan, values)
+    assert device.host(on.perturbed_pivots()).tolist() == [1] and device.host(on.info).tolist() == [0]
+
+
+def test_refinement_short_of_tolerance_is_minus_four(device):
+    p = gen.make("power-grid", size=300, seed=2)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 3, "float32", seed=1), p.rhs(0, 3, None, "float32", seed=1)
+    factor = device.factorize(plan, values, pivot_tol=1e-2)
+    x, info = factor.solve(device.xp.asarray(b), refine=0, tol=1e-12)
+    assert np.all(device.host(info) == INFO_REFINEMENT)
+    assert np.isfinite(device.host(x)).all()
+    assert np.all(device.host(factor.last_backward_error) > 1e-12)
+
+
+def test_nonfinite_values_and_rhs_in_a_mixed_batch(device):
+    p = gen.make("fem-poisson", size=150, seed=0)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 5, seed=9), p.rhs(0, 5, 3, seed=9)
+    values[1, 7] = np.nan
+    values[3, 0] = np.inf
+    b[4, 2, 1] = np.nan
+    factor = device.factorize(plan, values)
+    assert device.host(factor.info).tolist() == [0, -1, 0, -1, 0]
+    assert device.host(factor.inertia())[1].tolist() == [-1, -1, -1]
+    assert device.host(factor.perturbed_pivots())[1] == -1
+    x, info = factor.solve(device.xp.asarray(b))
+    x, info = device.host(x), device.host(info)
+    assert info.tolist() == [0, INFO_NONFINITE_INPUT, 0, INFO_NONFINITE_INPUT, INFO_NONFINITE_INPUT]
+    assert np.isnan(x[[1, 3, 4]]).all() and np.isfinite(x[[0, 2]]).all()
+    berr = device.host(factor.last_backward_error)
+    assert np.isnan(berr[[1, 3, 4]]).all() and np.all(berr[[0, 2]] <= THRESHOLD * p.n * np.finfo(float).eps)
+    clean, _ = device.factorize(plan, values[[0, 2]]).solve(device.xp.asarray(b[[0, 2]]))
+    assert np.array_equal(device.host(clean), x[[0, 2]])   # bad neighbours change nothing
+
+
+def test_batch_independence_bit_for_bit(device):
+    """A matrix's factors and solution do not depend on the batch around it."""
+    p = gen.make("fem-elasticity", size=300, seed=1)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 7, seed=3), p.rhs(0, 7, 2, seed=3)
+    together, _ = device.factorize(plan, values).solve(device.xp.asarray(b))
+    together = device.host(together)
+    for i in (0, 4, 6):
+        alone, _ = device.factorize(plan, values[i:i + 1]).solve(device.xp.asarray(b[i:i + 1]))
+        assert np.array_equal(device.host(alone)[0], together[i])
+
+
+def test_single_matrix_shapes_and_errors(device):
+    p = gen.make("saddle", size=120)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    factor = device.factorize(plan, p.values(0, 1)[0])
+    b = device.xp.asarray(p.rhs(0, 1)[0])
+    x, info = factor.solve(b)
+    assert x.shape == (p.n,) and info.shape == () and factor.inertia().shape == (3,)
+    assert factor.perturbed_pivots().shape == () and factor.pivots().shape == (p.n,)
+    with pytest.raises(InputError, match="Expected b of shape"):
+        factor.solve(b[:-1])
+    with pytest.raises(InputError, match="Expected values of shape"):
+        device.factorize(plan, np.zeros((2, p.nnz + 1)))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        device.factorize(plan, np.zeros((2, p.nnz), np.complex128))
+    with pytest.raises(InputError, match="refine"):
+        factor.solve(b, refine=-1)
+    with pytest.raises(InputError, match="pivot_tol"):
+        device.factorize(plan, p.values(0, 1), pivot_tol=-1.0)
+
+
+def test_empty_batch(device):
+    p = gen.make("fem-poisson", size=60)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    factor = device.factorize(plan, np.zeros((0, p.nnz)))
+    x, info = factor.solve(device.xp.zeros((0, p.n)))
+    assert x.shape == (0, p.n) and info.shape == (0,) and factor.inertia().shape == (0, 3)
+
+
+# ------------------------------------------------------------------------------ host run of the text
+def test_one_launch_per_level_and_step_for_the_whole_batch(host_lib):
+    """The factorization launches two kernels per level (dot products, pivots) whatever the batch
+    size, plus one for the norms."""
+    p = gen.make("saddle", size=200, seed=3)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    for count in (1, 6):
+        launch = HostLaunch(host_lib)
+        _gpu.factorize_with(plan, p.values(0, count), perturb=True, pivot_tol=None, xp=np, launch=launch)
+        assert launch.launches == 2 * plan.nlevels + 1
+
+
+@pytest.mark.parametrize("kind", ["fem-elasticity", "power-grid"])
+def test_threads_in_any_order_give_the_same_bits(host_lib, kind):
+    """No thread of a launch depends on another one: running every launch's threads last to first
+    gives the same factors and solutions, bit for bit."""
+    p = gen.make(kind, size=250, seed=6)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 4, seed=2), p.rhs(0, 4, 2, seed=2)
+    results = []
+    for order in (0, 1):
+        factor = _host_device(host_lib, order).factorize(plan, values)
+        x, info = factor.solve(b, refine=3)
+        results.append((factor.lx.copy(), x, info, factor.last_backward_error))
+    for first, second in zip(*results):
+        assert np.array_equal(first, second, equal_nan=True)
+
+
+ASAN_SCRIPT = """
+import sys
+import numpy as np
+import _cuda_on_host as host
+import batchlu
+from batchlu.kernels.sparse import _gpu
+from batchlu.testing import sparse as gen
+
+lib = host.build(sys.argv[1], flags=("-fsanitize=address", "-fno-omit-frame-pointer"))
+for kind, dim in (("fem-elasticity", 3), ("saddle", 2), ("power-grid", 2)):
+    p = gen.make(kind, size=150, dim=dim, seed=1)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 3), p.rhs(0, 3, 2)
+    values[1, 0] = np.nan
+    factor = _gpu.factorize_with(plan, values, perturb=True, pivot_tol=None, xp=np, launch=host.HostLaunch(lib))
+    x, info = factor.solve(b, refine=3)
+    factor.backward_error(b, x)
+    one = _gpu.factorize_with(plan, values[0], perturb=False, pivot_tol=None, xp=np, launch=host.HostLaunch(lib))
+    one.solve(b[0, :, 0])
+    print(kind, info.tolist())
+print("done")
+"""
+
+
+def test_kernels_stay_inside_their_arrays(host_lib, tmp_path):
+    """The host run of ldlt.cu under AddressSanitizer (in a child process that preloads it): no
+    launch reads or writes outside its arrays."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    found = subprocess.run([compiler(), "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    if not found or not Path(found).is_absolute() or not Path(found).exists():
+        pytest.skip("the host compiler has no AddressSanitizer runtime")
+    env = dict(os.environ, LD_PRELOAD=found, ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", ASAN_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0 and "AddressSanitizer" not in done.stderr, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("done"), done.stdout
+    assert "saddle [0, -1, 0]" in done.stdout
+
+
+def test_cuda_launch_compiles_the_dtype_family_and_covers_the_threads(monkeypatch):
+    """CudaLaunch (without a GPU: the compiled kernel is a stand-in): the family's kernels of the
+    launch's dtype compiled together, a 1-D grid of THREADS-thread blocks covering every thread,
+    nothing launched for no thread."""
+    from batchlu.kernels._gpu import _runtime
+
+    calls = []
+
+    def kernel(family, name, names):
+        return lambda grid, block, args: calls.append((family, name, names, grid, block, args))
+
+    monkeypatch.setattr(_runtime, "kernel", kernel)
+    launch = _gpu.CudaLaunch()
+    launch(_gpu.name("ldlt_pivots", np.float32), 2 * _gpu.THREADS + 1, ("args",))
+    launch(_gpu.name("ldlt_entries", np.float64), 0, ("args",))
+    ((family, name, names, grid, block, args),) = calls
+    assert family == "ldlt" and name == "blu::ldlt_pivots<float>" and name in names
+    assert names == _gpu.names(np.float32) and all(n.endswith("<float>") for n in names) and len(names) == 6
+    assert grid == (3,) and block == (_gpu.THREADS,) and args == ("args",)

@@ -1,0 +1,169 @@
+"""The sparse ops through the pipeline: ldlt-solve and ldlt-inertia round trips checked by verify,
+verify catching wrong outputs, resume after SIGKILL bit-identical, bad inputs refused in one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+
+import numpy as np
+import pytest
+import zarr
+from _pipeline_helpers import complete_flags, outputs_of, sigkill, start_script, wait_for_chunks
+
+from batchlu import pipeline
+from batchlu.pipeline import errors
+
+COUNT, CHUNK = 30, 6
+
+
+@pytest.fixture(scope="module")
+def sparse_store(tmp_path_factory):
+    """A saddle batch (N=30, chunks of 6) with a NaN in matrix 4's values and in matrix 9's rhs."""
+    root = tmp_path_factory.mktemp("sparse")
+    path = pipeline.generate(root / "kkt.zarr", count=COUNT, kind="saddle", size=120, chunk=CHUNK, seed=3)
+    group = zarr.open_group(path, mode="r+")
+    values = group["values"][4]
+    values[2] = np.nan
+    group["values"][4] = values
+    rhs = group["rhs"][9]
+    rhs[0] = np.nan
+    group["rhs"][9] = rhs
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(client, sparse_store, tmp_path_factory):
+    root = tmp_path_factory.mktemp("sparse-out")
+    made = {}
+    for op in pipeline.SPARSE_OPS:
+        made[op] = str(root / f"{op}.zarr")
+        report = pipeline.run(sparse_store, made[op], op=op, client=client, progress=False)
+        assert report.status == "complete"
+    return made
+
+
+def test_outputs_shapes_dtypes_and_info(runs, sparse_store):
+    n = zarr.open_group(sparse_store, mode="r").attrs["sparse"]["n"]
+    solved = outputs_of(runs["ldlt-solve"])
+    assert solved["x"].shape == (COUNT, n) and solved["x"].dtype == np.float64
+    assert solved["berr"].dtype == np.float64 and solved["perturbed"].dtype == np.int32
+    info = solved["info"]
+    assert info[4] == -1 and info[9] == -1 and np.all(np.delete(info, [4, 9]) == 0)
+    assert np.isnan(solved["x"][[4, 9]]).all() and np.isfinite(np.delete(solved["x"], [4, 9], 0)).all()
+    inertia = outputs_of(runs["ldlt-inertia"])
+    assert inertia["inertia"].shape == (COUNT, 3) and inertia["inertia"].dtype == np.int64
+    assert inertia["info"][4] == -1 and inertia["info"][9] == 0   # ldlt-inertia reads no rhs
+    expected = zarr.open_group(sparse_store, mode="r").attrs["sparse"]["inertia"]
+    assert np.all(np.delete(inertia["inertia"], 4, 0) == expected)
+    record = pipeline._output.read_provenance(runs["ldlt-solve"])
+    assert record["sparse"]["ordering"] == "amd" and record["sparse"]["n"] == n
+
+
+def test_verify_passes_both_ops(runs, sparse_store):
+    for op, out in runs.items():
+        result = pipeline.verify(sparse_store, out)
+        assert result.ok, result.summary()
+        assert result.nonfinite == (2 if op == "ldlt-solve" else 1)
+    solve = pipeline.verify(sparse_store, runs["ldlt-solve"])
+    assert solve.ratios == COUNT - 2 and solve.max_ratio < 30
+    inertia = pipeline.verify(sparse_store, runs["ldlt-inertia"])
+    assert inertia.compared > 0 and "eigvalsh" in inertia.summary()
+
+
+def test_verify_catches_a_wrong_solution_and_a_wrong_inertia(runs, sparse_store, tmp_path):
+    bad = shutil.copytree(runs["ldlt-solve"], tmp_path / "bad-solve.zarr")
+    x = zarr.open_array(str(bad), path="x", mode="r+")
+    row = x[0]
+    row[3] += 1e-3
+    x[0] = row
+    result = pipeline.verify(sparse_store, str(bad))
+    assert not result.ok and "berr" in result.failures and result.first_failures[0][0] == 0
+    bad = shutil.copytree(runs["ldlt-inertia"], tmp_path / "bad-inertia.zarr")
+    counts = zarr.open_array(str(bad), path="inertia", mode="r+")
+    counts[1] = counts[1] + np.array([1, 0, 0])
+    result = pipeline.verify(sparse_store, str(bad))
+    assert not result.ok and set(result.failures) == {"inertia-counts"}
+    info = zarr.open_array(str(bad), path="info", mode="r+")
+    info[5] = -1
+    assert "nonfinite-only" in pipeline.verify(sparse_store, str(bad)).failures
+
+
+def test_sharded_layout_gives_the_same_batch_and_results(client, runs, sparse_store, tmp_path):
+    """generate --layout sharded: values and rhs stored as shards of inner chunks; the same numbers
+    as the chunked store (the NaNs apart) and the same outputs, bit for bit, from ldlt-solve."""
+    path = pipeline.generate(tmp_path / "sharded.zarr", count=COUNT, kind="saddle", size=120, chunk=CHUNK,
+                             seed=3, layout="sharded")
+    group, plain = zarr.open_group(path, mode="r"), zarr.open_group(sparse_store, mode="r")
+    for name in ("values", "rhs"):
+        assert group[name].shards is not None and group[name].shards[0] == CHUNK
+        got, want = group[name][...], plain[name][...]
+        same = np.isfinite(want)
+        assert np.array_equal(got[same], want[same]) and np.isfinite(got).all()
+    out = tmp_path / "out.zarr"
+    assert pipeline.run(path, out, op="ldlt-solve", client=client, progress=False).status == "complete"
+    got, want = outputs_of(out), outputs_of(runs["ldlt-solve"])
+    keep = np.delete(np.arange(COUNT), [4, 9])   # the fixture's NaN matrices
+    for name in ("x", "berr", "perturbed", "info"):
+        assert np.array_equal(got[name][keep], want[name][keep]), name
+
+
+RUNNER = textwrap.dedent("""
+    import sys
+    from distributed import Client, LocalCluster
+    from batchlu import pipeline
+
+    if __name__ == "__main__":
+        with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            pipeline.run(sys.argv[1], sys.argv[2], op="ldlt-solve", client=client, progress=False,
+                         config={"chunk": 2, "memory-budget": 1})
+""")
+
+
+def test_sigkill_then_resume_is_bit_identical(client, sparse_store, tmp_path):
+    killed, clean = tmp_path / "killed.zarr", tmp_path / "clean.zarr"
+    proc = start_script(tmp_path, RUNNER, sparse_store, killed,
+                        env=dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.1"))
+    try:
+        wait_for_chunks(proc, killed, 3, timeout=60)
+        sigkill(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    done = complete_flags(killed)
+    assert 0 < done.sum() < done.size
+    pipeline.run(sparse_store, killed, op="ldlt-solve", resume=True, client=client, progress=False)
+    pipeline.run(sparse_store, clean, op="ldlt-solve", client=client, progress=False, config={"chunk": 2})
+    a, b = outputs_of(str(killed)), outputs_of(str(clean))
+    for name in ("x", "berr", "perturbed", "info"):
+        assert np.array_equal(a[name], b[name], equal_nan=name in ("x", "berr")), name
+    assert pipeline.verify(sparse_store, killed).ok
+
+
+def test_resume_refuses_another_ordering(client, sparse_store, tmp_path):
+    out = tmp_path / "o.zarr"
+    pipeline.run(sparse_store, out, op="ldlt-inertia", client=client, progress=False)
+    with pytest.raises(errors.ResumeError, match="ordering"):
+        pipeline.run(sparse_store, out, op="ldlt-inertia", resume=True, client=client, progress=False,
+                     config={"sparse.ordering": "natural"})
+
+
+def test_bad_sparse_inputs(client, sparse_store, tmp_path):
+    plain = pipeline.generate(tmp_path / "dense.zarr", count=4, size=3)
+    with pytest.raises(errors.InputError, match="Zarr group") as err:
+        pipeline.run(plain, tmp_path / "o1.zarr", op="ldlt-solve", client=client, progress=False)
+    assert "\n" not in str(err.value)
+    broken = shutil.copytree(sparse_store, tmp_path / "broken.zarr")
+    group = zarr.open_group(str(broken), mode="r+")
+    group.attrs["sparse"] = {"pattern": "upper", "kind": "spd"}
+    with pytest.raises(errors.InputError, match="pattern"):
+        pipeline.run(str(broken), tmp_path / "o2.zarr", op="ldlt-inertia", client=client, progress=False)
+    group.attrs["sparse"] = {"pattern": "lower", "kind": "spd"}
+    del group["values"]
+    with pytest.raises(errors.InputError, match="'values'"):
+        pipeline.run(str(broken), tmp_path / "o3.zarr", op="ldlt-inertia", client=client, progress=False)
+    for path in ("o1.zarr", "o2.zarr", "o3.zarr"):
+        assert not os.path.exists(tmp_path / path)
