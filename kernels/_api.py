@@ -13,8 +13,8 @@ with B >= 1 and n >= 1; empty batches and n = 0 are answered here. So is the one
 shares (``batchlu.kernels._info``): a finite input whose result is not finite gets
 ``INFO_NONFINITE_RESULT`` (-2), and for ``solve`` a right-hand side holding NaN or Inf makes the input
 non-finite (-1, all-NaN ``x``). A backend whose ``flags_results()`` is true applies that rule in its
-own kernels for ``inv``, ``solve`` and ``slogdet`` (the CPU's compiled engine, as it writes each
-result), and the separate passes over the results are skipped.
+own kernels for ``lu_factor``, ``inv``, ``solve`` and ``slogdet`` (the CPU's compiled engine, as it
+writes each result), and the separate passes over the results are skipped.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _flat(x, xp, dtype, core: int):
 
 
 def _flags_results(backend) -> bool:
-    """The backend's ``inv`` / ``solve`` / ``slogdet`` apply ``_info``'s rule themselves."""
+    """The backend's ``getrf`` / ``inv`` / ``solve`` / ``slogdet`` apply ``_info``'s rule themselves."""
     check = getattr(backend, "flags_results", None)
     return bool(check is not None and check())
 
@@ -92,12 +92,16 @@ def _prepare_a(a, op):
 
 
 def _getrf(xp, backend, a, dtype, n, batch, stream, flag: bool):
-    """``lu``, ``piv``, ``info`` shaped as ``a``; ``flag``: overflowed factors get -2."""
+    """``lu``, ``piv``, ``info`` shaped as ``a``; ``flag``: overflowed factors get -2 (else the
+    factorization's own ``info``)."""
     if n == 0 or 0 in batch:
         return xp.empty(a.shape, dtype), xp.empty(batch + (n,), np.int32), xp.zeros(batch, np.int32)
     with _stream_ctx(xp, stream):
         lu, piv, info = backend.getrf(_flat(a, xp, dtype, 2))
-        if flag:
+        if _flags_results(backend):
+            if not flag:   # the backend's -2 was a 0 of the factorization
+                info[info == _info.INFO_NONFINITE_RESULT] = _info.INFO_OK
+        elif flag:
             info = _info.flag_nonfinite(xp, info, lu)
     return lu.reshape(a.shape), piv.reshape(batch + (n,)), info.reshape(batch)
 

@@ -8,8 +8,9 @@ Two engines compute the same LAPACK factorization (``lu`` and ``piv`` mean what 
   ``COMPILED_LAPACK_MIN_N[op]`` on it calls LAPACK through SciPy's ``cython_lapack`` function
   pointers (``lu`` and ``piv`` bit-identical to ``scipy.linalg.lu_factor``; ``inv`` is ``xGETRI``,
   ``solve`` ``xGETRS``); below, where a LAPACK call costs more than the arithmetic, LAPACK's
-  unblocked ``xGETF2`` and ``xGETRS``'s substitutions compiled by numba. ``inv``, ``solve`` and
-  ``slogdet`` apply ``batchlu.kernels._info``'s -2 rule in the loop (``flags_results``).
+  unblocked ``xGETF2`` and ``xGETRS``'s substitutions compiled by numba. ``getrf``, ``inv``,
+  ``solve`` and ``slogdet`` apply ``batchlu.kernels._info``'s -2 rule in the loop
+  (``flags_results``).
 - **numpy** (the fallback: numba not importable, or ``BATCHLU_CPU_ENGINE=numpy``): from
   ``NUMPY_LAPACK_MIN_N`` on, LAPACK through SciPy's Python wrappers, one call per matrix
   (``batchlu.kernels._cpu_lapack``); below, LAPACK's algorithm re-written in NumPy and vectorised
@@ -94,9 +95,9 @@ def _compiled():
 
 
 def flags_results() -> bool:
-    """Whether ``inv``, ``solve`` and ``slogdet`` return ``info`` with ``batchlu.kernels._info``'s
-    rule already applied (the compiled engine applies it as it writes the results), so that the API
-    skips its own passes over them."""
+    """Whether ``getrf``, ``inv``, ``solve`` and ``slogdet`` return ``info`` with
+    ``batchlu.kernels._info``'s rule already applied (the compiled engine applies it as it writes
+    the results), so that the API skips its own passes over them."""
     return _compiled() is not None
 
 

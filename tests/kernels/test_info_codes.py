@@ -167,6 +167,9 @@ def test_solve_without_right_hand_sides_is_not_flagged_for_its_factors(cpu_engin
     _, _, lu_info = kernels.lu_factor(a)
     assert (lu_info == -2).any()
     _, _, raw_info = _cpu.getrf(a.copy())
+    if _cpu.flags_results():   # the compiled engine's getrf flags its overflowed factors itself
+        raw_info[raw_info == kernels.INFO_NONFINITE_RESULT] = kernels.INFO_OK
+    assert not (raw_info == -2).any()
     x, info = kernels.solve(a, np.ones((8, 4, 0)))
     assert x.shape == (8, 4, 0)
     np.testing.assert_array_equal(info, raw_info)
