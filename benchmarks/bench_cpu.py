@@ -23,8 +23,12 @@ Timing: one warm-up call each (the first call of batchlu compiles, or loads numb
 ``--repeat`` rounds in which the implementations take turns; the best wall time of each is kept
 (the machine is shared: the minimum is the least disturbed run). Prints a table (ms, and the
 peer's time over batchlu's: > 1 means batchlu is faster) and writes the records, ``op``, ``dtype``,
-``n``, ``batch``, ``impl``, ``seconds``, ``cores``, ``threads``, ``date``, to
-``benchmarks/results/cpu-<machine>.json`` (machine: the host name unless given).
+``n``, ``batch``, ``impl``, ``seconds``, ``cores``, ``threads``, ``date``, ``seed``, ``load`` (the
+1-minute load average when the case ended: on a shared machine, above the core count means other
+processes took cores from the timings), to ``benchmarks/results/cpu-<machine>.json`` (machine: the
+host name unless given). Records already there are kept, but for the (op, dtype, n) this run
+measures again, so that a case timed while the machine was busy can be timed again on its own; the
+file lists every command that wrote its records.
 """
 
 from __future__ import annotations
@@ -204,12 +208,13 @@ def main(argv=None) -> None:
                 times, errors = bench(op, dtype, n, batch, args.rhs, args.repeat, cores, seed)
                 for name, message in errors.items():
                     print(f"# {op} {dtype} n={n}: {name} not timed: {message}")
+                load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
                 for name, (seconds, count) in times.items():
                     records.append({"op": op, "dtype": dtype, "n": n, "batch": count, "impl": name,
                                     "seconds": seconds, "cores": 1 if name.endswith("1thread") else cores,
                                     "threads": 1 if name.endswith("1thread") else cores,
                                     "rhs": args.rhs if op in ("solve", "lu_solve") else None,
-                                    "date": date, "machine": args.machine})
+                                    "date": date, "machine": args.machine, "seed": seed, "load": load})
                 peer = "scipy-loop" if op in ("lu_factor", "lu_solve") else "numpy"
                 per = {name: s / c for name, (s, c) in times.items()}
                 ours, ours1, theirs = per.get("batchlu"), per.get("batchlu-1thread"), per.get(peer)
@@ -221,10 +226,14 @@ def main(argv=None) -> None:
                       f"{peer:10} {ratio} {ratio1}", flush=True)
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"cpu-{args.machine}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": "python benchmarks/bench_cpu.py " + " ".join(argv),
-                               "engine": engine, "cores": cores, "numpy": np.__version__,
-                               "scipy": scipy.__version__, "seed": seed, "records": records},
-                              indent=1) + "\n")
+    command = "python benchmarks/bench_cpu.py " + " ".join(argv)
+    before = json.loads(out.read_text()) if out.exists() else {}
+    again = {(r["op"], r["dtype"], r["n"]) for r in records}
+    kept = [r for r in before.get("records", []) if (r["op"], r["dtype"], r["n"]) not in again]
+    commands = before.get("commands", [before["command"]] if "command" in before else []) if kept else []
+    out.write_text(json.dumps({"commands": commands + [command], "engine": engine, "cores": cores,
+                               "numpy": np.__version__, "scipy": scipy.__version__,
+                               "records": kept + records}, indent=1) + "\n")
     print(f"# wrote {out}")
 
 

@@ -119,7 +119,21 @@ def test_bench_cpu_runs_and_writes_its_records(tmp_path):
         ("lu_factor", "batchlu"), ("lu_factor", "batchlu-1thread"), ("lu_factor", "scipy-loop")}
     for r in records:
         assert r["seconds"] > 0 and r["batch"] == 200 and r["n"] == 4 and r["dtype"] == "float64"
-        assert {"cores", "threads", "date", "machine"} <= set(r)
+        assert {"cores", "threads", "date", "machine", "seed", "load"} <= set(r)
+    # a second run of one op replaces that op's records and keeps the others, and lists both commands
+    again = subprocess.run([sys.executable, str(BENCH / "bench_cpu.py"), "--ops", "inv",
+                            "--dtypes", "float64", "--sizes", "4", "--scale", "0.002", "--repeat", "1",
+                            "--machine", "test", "--seed", "11", "--out", str(out)],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    merged = json.loads(out.read_text())
+    assert len(merged["commands"]) == 2 and "--seed 11" in merged["commands"][1]
+    by_op = {(r["op"], r["impl"]): r for r in merged["records"]}
+    assert len(merged["records"]) == len(by_op) == 6
+    assert all(by_op["inv", impl]["seed"] == 11 for impl in ("batchlu", "batchlu-1thread", "numpy"))
+    first = {(r["op"], r["impl"]): r for r in records}
+    assert all(by_op["lu_factor", impl] == first["lu_factor", impl]
+               for impl in ("batchlu", "batchlu-1thread", "scipy-loop"))
 
 
 def test_bench_cpu_does_not_time_a_wrong_peer():
