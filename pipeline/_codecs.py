@@ -353,25 +353,20 @@ def read_frames(reads: list[Read], sizes: list[int], offsets: list[int], buffer:
         views = [memoryview(buffer)[offsets[i]:offsets[i] + sizes[i]] for i in run]
         want = sum(sizes[i] for i in run)
         with open(first.path, "rb", buffering=0) as f:
-            got = os.preadv(f.fileno(), views, first.offset or 0)
+            got = os.preadv(f.fileno(), views, first.offset)
             if got == want:
                 return
             # a short read: go on frame by frame from where it stopped, to name the chunk that ends early
             at = first.offset
             for i, view in zip(run, views):
-                size = sizes[i]
-                if got >= size:
-                    got -= size
-                    at += size
-                    continue
-                done = got
-                got = 0
-                while done < size:
+                done = min(got, sizes[i])
+                got -= done
+                while done < sizes[i]:
                     more = os.preadv(f.fileno(), [view[done:]], at + done)
                     if not more:
-                        raise ValueError(f"the chunk {reads[i].label} ended after {done} of {size} bytes")
+                        raise ValueError(f"the chunk {reads[i].label} ended after {done} of {sizes[i]} bytes")
                     done += more
-                at += size
+                at += sizes[i]
 
     if pool is None:
         for run in runs:
