@@ -21,6 +21,9 @@ PIPELINE_INTERNALS = {("bench_pipeline.py", "batchlu.pipeline._backends"),
                       ("bench_pipeline.py", "batchlu.pipeline._engines"),
                       ("bench_pipeline.py", "batchlu.pipeline._io_pool"),
                       ("bench_pipeline.py", "batchlu.pipeline._io_pool.io_settings")}
+# bench_small_n.py's --noop engine, as bench_pipeline.py's --host-noop.
+PIPELINE_INTERNALS |= {("bench_small_n.py", "batchlu.pipeline._backends"),
+                       ("bench_small_n.py", "batchlu.pipeline._engines")}
 # bench_resume_checks.py times the integrity checks themselves (the checksum patched out for the
 # "without" column), so it names the modules that hold them.
 PIPELINE_INTERNALS |= {("bench_resume_checks.py", name) for name in (
@@ -32,7 +35,8 @@ PIPELINE_INTERNALS |= {("bench_resume_checks.py", name) for name in (
 def test_the_scripts_are_there():
     assert {p.name for p in SCRIPTS} == {
         "bench_kernels.py", "bench_pipeline.py", "bench_host_io.py", "bench_blocked_sweep.py",
-        "bench_gesv_sweep.py", "bench_gje_sweep.py", "bench_kernel_ab.py", "bench_resume_checks.py"}
+        "bench_gesv_sweep.py", "bench_gje_sweep.py", "bench_kernel_ab.py", "bench_resume_checks.py",
+        "bench_small_n.py"}
     for path in SOURCES:  # the rest are private helper modules, named so
         assert path.name.startswith(("bench_", "_")), f"{path.name}: name benchmark modules bench_* or _*"
 
