@@ -52,7 +52,7 @@ def make_input(folder: Path, n: int, nbytes: int, layout: str) -> str:
     from batchlu import pipeline
 
     count = nbytes // (n * n * 8)
-    path = folder / f"n{n}-{layout}.zarr"
+    path = folder / f"n{n}-N{count}-{layout}.zarr"
     chunk = None if layout == "generate" else int(layout)
     if not (path / "zarr.json").exists():
         pipeline.generate(path, count=count, size=n, chunk=chunk, seed=n, overwrite=True)
