@@ -14,7 +14,8 @@ from batchlu.kernels import _cuda_sources as sources
 def test_every_family_ends_with_the_headers_digest():
     tag = sources.headers_tag()
     assert tag.startswith("//") and tag.endswith("\n") and len(tag.split()[-1]) == 64
-    assert sources.families() == ("gesv", "getrf", "getri", "getrs", "slogdet")
+    assert {"getrf", "getri", "getrs"} <= set(sources.families())
+    assert len(sources.families()) == len(list(sources.CUDA_DIR.glob("*.cu")))
     for family in sources.families():
         code = sources.read(family)
         text = sources.compiled_text(code)
