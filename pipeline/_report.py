@@ -1,6 +1,6 @@
 """What a run reports: counts, throughput and where the work and the time went, with a readable repr.
 
-The time of a run, in four parts that add up to less than its whole (:attr:`Report.wall`; the rest is
+The time of a run, in three parts that add up to less than its whole (:attr:`Report.wall`; the rest is
 the checks before the tasks, the output's creation or the resume checks, and closing the cluster):
 
 * ``cluster_start``: connecting to the cluster, or starting the embedded one;
