@@ -81,6 +81,16 @@ def _preload_libmathdx() -> None:
                 return
 
 
+def _numpy_aliases_numba_cuda_needs() -> None:
+    """numba-cuda 0.30.4 (the newest release) registers an overload for ``np.row_stack`` when
+    ``nvmath.device`` imports it, and NumPy 2.4 removed that alias of ``np.vstack``: without it the
+    import fails with ``AttributeError``. The alias is put back, for this benchmark process only."""
+    import numpy
+
+    if not hasattr(numpy, "row_stack"):
+        numpy.row_stack = numpy.vstack
+
+
 def _import(module: str):
     """``module`` imported, or :class:`PeerUnavailable` with the import's error on one line (a missing
     package, a missing libmathdx or CUDA driver: nvmath raises more than ImportError)."""
@@ -89,6 +99,7 @@ def _import(module: str):
     try:
         if module.startswith("nvmath.device") and module not in sys.modules:
             _preload_libmathdx()
+            _numpy_aliases_numba_cuda_needs()
         return importlib.import_module(module)
     except Exception as err:  # noqa: BLE001 - any import failure makes the peer unavailable
         first = (str(err).strip().splitlines() or [""])[0]
