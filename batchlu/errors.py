@@ -10,16 +10,19 @@ from __future__ import annotations
 
 __all__ = [
     "BackendError",
+    "BatchIndexError",
     "BatchluError",
     "BatchluWarning",
     "ClusterError",
     "ConfigError",
     "CorruptInputError",
+    "DependencyError",
     "FrameError",
     "GPUUnavailableError",
     "IOProcessError",
     "InputError",
     "InputNotFoundError",
+    "InputTypeError",
     "KernelCompileError",
     "MissingChunkError",
     "OutputError",
@@ -55,6 +58,18 @@ class IOProcessError(BatchluError, RuntimeError):
 
 class InputError(BatchluError, ValueError):
     """The input (or right-hand side) is not a readable Zarr array of the expected shape and dtype."""
+
+
+class InputTypeError(InputError, TypeError):
+    """An array of the wrong kind or dtype: NumPy and CuPy arrays mixed, or a dtype batchlu does not take."""
+
+
+class BatchIndexError(InputError, IndexError):
+    """An index outside the batch (e.g. ``Factor.factors(i)``)."""
+
+
+class DependencyError(BatchluError, ImportError):
+    """A package that was asked for by name is not importable (e.g. numba for ``BATCHLU_CPU_ENGINE=compiled``)."""
 
 
 class InputNotFoundError(InputError, FileNotFoundError):

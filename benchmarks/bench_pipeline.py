@@ -307,7 +307,8 @@ def main(argv=None):
     parser.add_argument("--dir", default="/tmp/batchlu-bench")
     parser.add_argument("--threads", default="4,8,16", help="dask-cupy threads per worker to try")
     parser.add_argument("--batchlu-threads", default="4", help="batchlu threads per worker to try")
-    parser.add_argument("--budget", default="256MiB", help="batchlu memory budget (batch size)")
+    parser.add_argument("--budget", default=None,
+                        help="batchlu memory budget (batch size; default: batchlu.memory-budget's)")
     parser.add_argument("--codecs", default="zstd,none",
                         help="output codecs to run: zstd (zarr's default, what to_zarr writes) and/or none")
     parser.add_argument("--io-processes", default="0,auto",
@@ -332,6 +333,10 @@ def main(argv=None):
                         help="no GPU: CPU workers, batchlu with a no-op compute, and the I/O floor")
     parser.add_argument("--dry-run-cpu", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.budget is None:
+        from batchlu import pipeline
+
+        args.budget = pipeline.options().memory_budget   # the shipped default, in bytes
 
     from distributed import Client
 

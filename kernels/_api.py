@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from batchlu.errors import InputTypeError
+
 from . import _info
 from ._validate import check_dtype, check_piv, check_rhs, check_square
+
 
 
 def _is_cupy(x) -> bool:
@@ -33,8 +36,8 @@ def _backend(*arrays):
     """Pick the backend from the array types, importing CuPy only when a CuPy array is given."""
     kinds = {_is_cupy(x) for x in arrays}
     if len(kinds) > 1:
-        raise TypeError("Expected all arrays to be NumPy arrays or all to be CuPy arrays. "
-                        "Got a mix of both instead.")
+        raise InputTypeError("Expected all arrays to be NumPy arrays or all to be CuPy arrays. "
+                             "Got a mix of both instead.")
     if kinds.pop():
         import cupy
 
@@ -134,7 +137,7 @@ def lu_solve(lu, piv, b, *, stream=None):
     batch = lu.shape[:-2]
     check_piv(batch, n, piv.shape)
     if piv.dtype.kind not in "iu":
-        raise TypeError(f"Expected piv to have an integer dtype. Got {piv.dtype} instead.")
+        raise InputTypeError(f"Expected piv to have an integer dtype. Got {piv.dtype} instead.")
     vector = check_rhs(batch, n, b.shape)
     out_dtype = check_dtype(np.result_type(dtype, b.dtype), "the result")
     if out_dtype != dtype:

@@ -34,7 +34,10 @@ import os
 
 import numpy as np
 
+from batchlu.errors import ConfigError, DependencyError, InputError
+
 from . import _cpu_lapack, _cpu_vectorised
+
 
 __all__ = ["compiled_available", "flags_results", "getrf", "getrs", "inv", "lapack_min_n", "slogdet",
            "solve"]
@@ -85,12 +88,12 @@ def _compiled():
     if choice == "numpy":
         return None
     if choice not in ("", "compiled"):
-        raise ValueError(f"Expected {ENGINE_ENV} to be 'compiled' or 'numpy'. Got {choice!r} instead.")
+        raise ConfigError(f"Expected {ENGINE_ENV} to be 'compiled' or 'numpy'. Got {choice!r} instead.")
     if compiled_available():
         return _COMPILED
     if choice == "compiled":
-        raise ImportError(f"Expected numba to be importable for {ENGINE_ENV}=compiled. "
-                          f"Got {_COMPILED} instead.")
+        raise DependencyError(f"Expected numba to be importable for {ENGINE_ENV}=compiled. "
+                              f"Got {_COMPILED} instead.")
     return None
 
 
@@ -197,7 +200,7 @@ def getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Solve ``A x = b`` (b: (B, n, k)) from ``getrf``'s output; a zero pivot gives inf/NaN there."""
     count, n = lu.shape[0], lu.shape[-1]
     if piv.size and (piv.min() < 0 or piv.max() >= n):
-        raise ValueError(f"Expected piv values in [0, {n}). Got values in "
+        raise InputError(f"Expected piv values in [0, {n}). Got values in "
                          f"[{int(piv.min())}, {int(piv.max())}] instead.")
     x = np.empty(b.shape, lu.dtype)
     compiled = _compiled()

@@ -25,6 +25,9 @@ import contextlib
 import os
 import threading
 
+from batchlu.errors import ConfigError
+
+
 __all__ = ["ENV", "cpu_threads", "run", "threads"]
 
 ENV = "BATCHLU_CPU_THREADS"
@@ -46,7 +49,7 @@ def _cores() -> int:
 def _positive(value, what: str) -> int:
     text = str(value).strip()
     if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
-        raise ValueError(f"Expected {what} to be a positive integer. Got {value!r} instead.")
+        raise ConfigError(f"Expected {what} to be a positive integer. Got {value!r} instead.")
     return int(text)
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from batchlu.errors import InputError, InputTypeError
+
+
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64),
                     np.dtype(np.complex64), np.dtype(np.complex128))
 _NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
@@ -12,16 +15,16 @@ _NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
 def check_dtype(dtype, what: str = "a") -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"Expected {what} to have one of the dtypes {_NAMES}. Got {dtype} instead.")
+        raise InputTypeError(f"Expected {what} to have one of the dtypes {_NAMES}. Got {dtype} instead.")
     return dtype
 
 
 def check_square(shape: tuple, what: str = "a") -> int:
     if len(shape) < 2:
-        raise ValueError(f"Expected {what} to have shape (..., n, n) with ndim >= 2. "
+        raise InputError(f"Expected {what} to have shape (..., n, n) with ndim >= 2. "
                          f"Got shape {tuple(shape)} (ndim {len(shape)}) instead.")
     if shape[-1] != shape[-2]:
-        raise ValueError(f"Expected {what} to hold square matrices, shape (..., n, n). "
+        raise InputError(f"Expected {what} to hold square matrices, shape (..., n, n). "
                          f"Got shape {tuple(shape)} instead.")
     return shape[-1]
 
@@ -33,10 +36,10 @@ def check_rhs(batch: tuple, n: int, bshape: tuple, what: str = "b") -> bool:
         return True
     if len(bshape) == len(batch) + 2 and bshape[:-1] == batch + (n,):
         return False
-    raise ValueError(f"Expected {what} of shape {batch + (n,)} or {batch + (n, 'k')}. "
+    raise InputError(f"Expected {what} of shape {batch + (n,)} or {batch + (n, 'k')}. "
                      f"Got shape {bshape} instead.")
 
 
 def check_piv(batch: tuple, n: int, pshape: tuple) -> None:
     if tuple(pshape) != batch + (n,):
-        raise ValueError(f"Expected piv of shape {batch + (n,)}. Got shape {tuple(pshape)} instead.")
+        raise InputError(f"Expected piv of shape {batch + (n,)}. Got shape {tuple(pshape)} instead.")

@@ -45,6 +45,8 @@ a ``with`` block (``1``: LAPACK at every n; a huge n: the own LU at every n), fo
 
 from contextlib import contextmanager
 
+from batchlu.errors import ConfigError
+
 from ._gpu._gesv import GESV_ROWS, GESV_ROWS_MAX_RHS, gesv_rows_name, gesv_rows_tile, launch_gesv_rows
 from ._gpu._getrf import (
     BLOCKED_NB,
@@ -90,6 +92,7 @@ from . import _cpu
 from ._cpu import COMPILED_LAPACK_MIN_N, NUMPY_LAPACK_MIN_N
 from ._cpu import lapack_min_n as cpu_lapack_min_n
 
+
 FAMILIES = families()
 
 
@@ -98,7 +101,7 @@ def cpu_crossover(n: int):
     """Inside the block, the CPU backend calls LAPACK for every op from ``n`` on, its own LU below
     (both engines); the tables are in force again after it. Process-wide: not for concurrent use."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"Expected a crossover n >= 1. Got {n!r} instead.")
+        raise ConfigError(f"Expected a crossover n >= 1. Got {n!r} instead.")
     before = _cpu.LAPACK_MIN_N
     _cpu.LAPACK_MIN_N = n
     try:

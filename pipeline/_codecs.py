@@ -26,6 +26,9 @@ import warnings
 
 import numpy as np
 
+from .errors import FrameError
+
+
 __all__ = ["CODEC_DEVICES", "Choice", "Frames", "OUTPUT_CODECS", "Read", "Stored", "choose", "crc32c",
            "describe", "output_compressors", "plan_reads", "read_frames", "write_chunks"]
 
@@ -276,14 +279,14 @@ def shard_index(stored: Stored, shard: int) -> np.ndarray | None:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < stored.index_bytes:
-                raise ValueError(f"the shard {path} has {size} bytes, fewer than its index ({stored.index_bytes})")
+                raise FrameError(f"the shard {path} has {size} bytes, fewer than its index ({stored.index_bytes})")
             f.seek(size - stored.index_bytes if stored.index_at_end else 0)
             raw = f.read(stored.index_bytes)
     except FileNotFoundError:
         return None
     body, trailer = raw[:-4], int.from_bytes(raw[-4:], "little")
     if crc32c(body) != trailer:
-        raise ValueError(f"the index of shard {path} fails its CRC-32C")
+        raise FrameError(f"the index of shard {path} fails its CRC-32C")
     return np.frombuffer(body, "<u8").reshape(stored.per_shard, 2)
 
 
@@ -364,7 +367,7 @@ def read_frames(reads: list[Read], sizes: list[int], offsets: list[int], buffer:
                 while done < sizes[i]:
                     more = os.preadv(f.fileno(), [view[done:]], at + done)
                     if not more:
-                        raise ValueError(f"the chunk {reads[i].label} ended after {done} of {sizes[i]} bytes")
+                        raise FrameError(f"the chunk {reads[i].label} ended after {done} of {sizes[i]} bytes")
                     done += more
                 at += sizes[i]
 
@@ -384,35 +387,35 @@ def zstd_check(buffer: np.ndarray, offset: int, size: int, want: int, label: str
     beyond any check without a checksum, on the host as on the GPU."""
     view = buffer[offset:offset + size]
     if size < 6 or int.from_bytes(view[:4].tobytes(), "little") != 0xFD2FB528:
-        raise ValueError(f"the chunk {label} is not a zstd frame")
+        raise FrameError(f"the chunk {label} is not a zstd frame")
     descriptor = int(view[4])
     fcs_flag, single, checksum, did_flag = descriptor >> 6, descriptor >> 5 & 1, descriptor >> 2 & 1, descriptor & 3
     if descriptor & 0x08:
-        raise ValueError(f"the chunk {label} has a damaged zstd frame header")
+        raise FrameError(f"the chunk {label} has a damaged zstd frame header")
     at = 5 + (0 if single else 1) + (0, 1, 2, 4)[did_flag]
     fcs_bytes = (1 if single else 0, 2, 4, 8)[fcs_flag]
     if fcs_bytes == 0:
-        raise ValueError(f"the chunk {label} is a zstd frame that does not declare its size")
+        raise FrameError(f"the chunk {label} is a zstd frame that does not declare its size")
     if at + fcs_bytes > size:
-        raise ValueError(f"the chunk {label} ends inside its zstd frame header")
+        raise FrameError(f"the chunk {label} ends inside its zstd frame header")
     declared = int.from_bytes(view[at:at + fcs_bytes].tobytes(), "little") + (256 if fcs_flag == 1 else 0)
     if declared != want:
-        raise ValueError(f"the chunk {label} declares {declared} bytes; its matrices take {want}")
+        raise FrameError(f"the chunk {label} declares {declared} bytes; its matrices take {want}")
     at += fcs_bytes
     bytes_ = memoryview(view)
     while True:
         if at + 3 > size:
-            raise ValueError(f"the chunk {label} ends inside its zstd frame (truncated?)")
+            raise FrameError(f"the chunk {label} ends inside its zstd frame (truncated?)")
         header = int.from_bytes(bytes_[at:at + 3], "little")
         kind, length = header >> 1 & 3, header >> 3
         if kind == 3 or length > 128 << 10:
-            raise ValueError(f"the chunk {label} has a damaged zstd block header")
+            raise FrameError(f"the chunk {label} has a damaged zstd block header")
         at += 3 + (1 if kind == 1 else length)
         if header & 1:
             break
     at += 4 * checksum
     if at != size:
-        raise ValueError(f"the chunk {label} holds {size} bytes; its zstd frame takes {at} (truncated or "
+        raise FrameError(f"the chunk {label} holds {size} bytes; its zstd frame takes {at} (truncated or "
                          f"damaged)" if at > size else f"the chunk {label} has {size - at} bytes after its "
                          f"zstd frame")
 
@@ -424,14 +427,14 @@ def payload(frames: Frames, buffer: np.ndarray, offset: int, size: int, label: s
     a crc32c is checked with :func:`zstd_check` against ``want`` decoded bytes (where given)."""
     if frames.crc32c:
         if size < 4:
-            raise ValueError(f"the chunk {label} has {size} bytes, too few for its CRC-32C")
+            raise FrameError(f"the chunk {label} has {size} bytes, too few for its CRC-32C")
         body = buffer[offset:offset + size - 4]
         if crc32c(body) != int.from_bytes(bytes(buffer[offset + size - 4:offset + size]), "little"):
-            raise ValueError(f"the chunk {label} fails its CRC-32C")
+            raise FrameError(f"the chunk {label} fails its CRC-32C")
         size -= 4
     if frames.head:
         if size < frames.head:
-            raise ValueError(f"the chunk {label} has {size} bytes, too few for its header")
+            raise FrameError(f"the chunk {label} has {size} bytes, too few for its header")
         offset += frames.head
         size -= frames.head
     if want is not None and not frames.crc32c and frames.algorithm == "zstd":

@@ -397,7 +397,10 @@ class Options:
     """The run's settings, each checked by its parser whenever an Options is built; build one from
     ``dask.config`` with :func:`options`."""
 
-    backend: str = setting("backend", OneOf(BACKENDS))
+    backend: str = setting(
+        "backend", OneOf(BACKENDS),
+        flag="--backend", help="cpu: SciPy/LAPACK; gpu: batchlu's CUDA kernels; auto (default): gpu where "
+                               "the workers have one.")
     memory_budget: int = setting(
         "memory-budget", Size(),
         flag="--memory-budget", help="Memory one task may use for its batch (input, outputs and workspace), "

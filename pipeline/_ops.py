@@ -143,8 +143,8 @@ def _ldlt_inertia_outputs(n, dtype, rhs_dtype, k, nan, real):
 class Op:
     """One op: the :mod:`batchlu.kernels` function that computes a batch, the arrays it writes (before
     ``info``, in that function's return order; the first is its main result), whether it takes
-    right-hand sides, and the test ratios ``batchlu verify`` judges its results by (its other rules:
-    :mod:`batchlu.pipeline._verify_rules`)."""
+    right-hand sides, and the test ratios ``batchlu verify`` judges its results by, with the name its
+    summary gives them (its other rules: :mod:`batchlu.pipeline._verify_rules`)."""
 
     name: str
     kernel: str
@@ -153,6 +153,7 @@ class Op:
     _outputs: object = dataclasses.field(repr=False, compare=False)
     _ratios: object = dataclasses.field(repr=False, compare=False)
     sparse: bool = False   # reads a sparse batch's values (N, nnz); computed as a BoundOp
+    ratio_name: str = ""   # what verify's summary calls the ratios (empty: the op has none)
 
     def outputs(self, n: int, dtype, rhs_dtype=None, k: int | None = None) -> list[OutputSpec]:
         """The arrays the op writes, ``info`` last, in the order they are created and written."""
@@ -217,13 +218,15 @@ def _array_module(x):
 
 # The one table of ops: the CLI's choices, the outputs, the compute and verify all read it.
 OP_TABLE = {op.name: op for op in (
-    Op("lu", "lu_factor", ("lu", "piv"), needs_rhs=False, _outputs=_lu_outputs, _ratios=_lu_ratios),
-    Op("inv", "inv", ("inv",), needs_rhs=False, _outputs=_inv_outputs, _ratios=_inv_ratios),
-    Op("solve", "solve", ("x",), needs_rhs=True, _outputs=_solve_outputs, _ratios=_solve_ratios),
+    Op("lu", "lu_factor", ("lu", "piv"), needs_rhs=False, _outputs=_lu_outputs, _ratios=_lu_ratios,
+       ratio_name="dget01"),
+    Op("inv", "inv", ("inv",), needs_rhs=False, _outputs=_inv_outputs, _ratios=_inv_ratios, ratio_name="dget03"),
+    Op("solve", "solve", ("x",), needs_rhs=True, _outputs=_solve_outputs, _ratios=_solve_ratios,
+       ratio_name="dget02"),
     Op("slogdet", "slogdet", ("sign", "logabsdet"), needs_rhs=False, _outputs=_slogdet_outputs,
-       _ratios=_slogdet_ratios),
+       _ratios=_slogdet_ratios, ratio_name="slogdet (logabsdet, sign; n eps units)"),
     Op("ldlt-solve", "ldlt_solve", ("x", "berr", "perturbed"), needs_rhs=True, _outputs=_ldlt_solve_outputs,
-       _ratios=_sparse_ratios, sparse=True),
+       _ratios=_sparse_ratios, sparse=True, ratio_name="backward error (n eps units)"),
     Op("ldlt-inertia", "ldlt_inertia", ("inertia", "perturbed"), needs_rhs=False,
        _outputs=_ldlt_inertia_outputs, _ratios=_sparse_ratios, sparse=True),
 )}

@@ -31,7 +31,7 @@ def _count_info(path: str) -> InfoCounts:
 
 
 @_lock.releases_locks
-def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend="auto",
+def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend=None,
         client=None, scheduler=None, scheduler_file=None, progress=True, config=None) -> Report:
     """Compute ``op`` (``lu``, ``inv``, ``solve``, ``slogdet``, ``ldlt-solve`` or ``ldlt-inertia``)
     for every matrix of ``input``.
@@ -42,14 +42,14 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     is given. ``output`` becomes a Zarr v3 group with one
     array per result and ``info``. ``resume`` finishes an interrupted run (same input and op);
     ``overwrite`` replaces an existing output that batchlu wrote (any Zarr store with ``force``).
-    ``backend`` ``"auto"`` takes ``batchlu.backend`` from the config (itself ``auto`` by default: the
-    GPU where a worker has one); ``progress`` False hides the bar. Tasks run on ``client``, on the cluster at ``scheduler`` /
-    ``scheduler_file``, or on an embedded LocalCluster. ``config`` holds ``batchlu`` settings
+    ``backend`` (``auto``: the GPU where a worker has one, ``cpu`` or ``gpu``) overrides
+    ``batchlu.backend``; None keeps the config's. ``progress`` False hides the bar. Tasks run on
+    ``client``, on the cluster at ``scheduler`` / ``scheduler_file``, or on an embedded LocalCluster. ``config`` holds ``batchlu`` settings
     (mapping or :class:`batchlu.pipeline.Options`). Returns a :class:`batchlu.pipeline.Report`.
     """
     _cluster.check_not_bootstrapping("batchlu.run")
     called = time.perf_counter()
-    opts = make_options(config, backend=None if backend == "auto" else backend)
+    opts = make_options(config, backend=backend)
     show = bool(progress) and opts.progress
     spec = get_op(op)
     symbolic = None

@@ -24,7 +24,6 @@ from ._store import ArrayInfo, ArrayRef, check_rhs, open_array_info, parse_ref
 from .errors import InputError
 
 ATTR = "sparse"
-VALUE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +108,7 @@ def open_input(input, rhs, *, needs_rhs: bool, settings) -> SparseInput:
     if len(values.shape) != 2 or values.shape[1] != indices.size:
         raise InputError(f"Expected values of shape (N, nnz) = (N, {indices.size}) in {ref}. "
                          f"Got shape {values.shape} instead.")
-    if values.dtype not in VALUE_DTYPES:
+    if values.dtype not in sparse.DTYPES:
         raise InputError(f"Expected values of dtype float32 or float64 in {ref}. Got {values.dtype} instead.")
     symbolic = sparse.analyze(indptr, indices, n, kind=kind, ordering=settings.sparse_ordering, pattern=pattern)
     rhs_info, k = None, None
@@ -124,7 +123,7 @@ def open_input(input, rhs, *, needs_rhs: bool, settings) -> SparseInput:
             rhs_ref = parse_ref(rhs)
         rhs_info = open_array_info(rhs_ref, "right-hand side")
         k = check_rhs(rhs_info, _as_square(values, n))
-        if rhs_info.dtype not in VALUE_DTYPES:
+        if rhs_info.dtype not in sparse.DTYPES:
             raise InputError(f"Expected the right-hand side {rhs_info.ref} of dtype float32 or float64. "
                              f"Got {rhs_info.dtype} instead.")
     elif rhs is not None:

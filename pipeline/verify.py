@@ -33,10 +33,6 @@ from .errors import InputError
 
 __all__ = ["VerifyReport", "verify"]
 
-_RATIO_NAMES = {"lu": "dget01", "inv": "dget03", "solve": "dget02",
-                "slogdet": "slogdet (logabsdet, sign; n eps units)",
-                "ldlt-solve": "backward error (n eps units)",
-                "ldlt-inertia": "no ratio (inertia against eigvalsh:"}
 _FIRST = 5  # failures listed by matrix
 
 
@@ -115,7 +111,8 @@ class VerifyReport:
                        + (f" (and {self.perturbed_differ:,} with perturbed pivots differ: reported, not failed)"
                           if self.perturbed_differ else ""))
         else:
-            measure = (f"  {_RATIO_NAMES[self.op]} ratio: max {self.max_ratio:.3g}, median {self.median_ratio:.3g}, "
+            name = OP_TABLE[self.op].ratio_name
+            measure = (f"  {name} ratio: max {self.max_ratio:.3g}, median {self.median_ratio:.3g}, "
                        f"{self.over_threshold:,} over {self.threshold:g} (of {self.ratios:,} ratios)")
         lines = [f"verify {self.op}: {'OK' if self.ok else 'FAILED'} - {scope} of {self.total:,} "
                  f"matrices in {self.output}", measure,

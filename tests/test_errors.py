@@ -45,3 +45,51 @@ def test_no_error_class_is_defined_outside_the_hierarchy_module():
                 strays.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not strays, strays
     assert inspect.getmodule(errors.KernelCompileError) is errors
+
+
+# Where batchlu raises a built-in (or another library's) exception on purpose, and why that is not a
+# user's error: each is caught where it is raised, is a protocol, mirrors SciPy, or guards an internal
+# invariant (a bug in batchlu, which the CLI shows with its traceback rather than as a user error).
+_NOT_IN_THE_HIERARCHY = {
+    ("batchlu/__init__.py", "AttributeError"): "the module __getattr__ protocol",
+    ("pipeline/_config.py", "ValueError"): "bare, caught by its own parser, which raises ConfigError",
+    ("pipeline/plugins.py", "RuntimeError"): "caught at once: a worker without a GPU skips the GPU set-up",
+    ("pipeline/_io_pool.py", "RuntimeError"): "internal: callers check supported() and never use a closed pool",
+    ("pipeline/_io_pool.py", "ValueError"): "internal: the batch loop sends only shared buffers and reads/writes",
+    ("pipeline/_engines.py", "TypeError"): "internal: the kernels' return dtypes",
+    ("pipeline/_lock.py", "RuntimeError"): "internal: acquire outside releases_locks",
+    ("pipeline/_ops.py", "TypeError"): "internal: a sparse op used as a dense one",
+    ("kernels/_api.py", "np.linalg.LinAlgError"): "check=True mirrors SciPy's lu_factor(check_finite) error",
+}
+
+
+def _raised_names(node: ast.Raise) -> str | None:
+    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    if isinstance(exc, ast.Name):
+        return exc.id
+    if isinstance(exc, ast.Attribute):
+        return ast.unparse(exc)
+    return None
+
+
+def test_every_error_raised_on_purpose_is_in_the_hierarchy():
+    """``raise ValueError(...)`` escapes ``except BatchluError``: what batchlu raises at its users derives
+    from batchlu.errors; the few exceptions are listed above with their reason."""
+    hierarchy = set(errors.__all__)
+    sources = [p for top in ("batchlu", "kernels", "pipeline", "workflows") for p in (ROOT / top).rglob("*.py")]
+    strays, allowed_seen = [], set()
+    for path in sources:
+        rel = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Raise) or node.exc is None:
+                continue
+            name = _raised_names(node)
+            if name is None or name in hierarchy or name.startswith("click.") or not name.endswith(
+                    ("Error", "Exception")):
+                continue   # a re-raise of a caught exception, one of ours, or click's own usage errors
+            if (rel, name) in _NOT_IN_THE_HIERARCHY:
+                allowed_seen.add((rel, name))
+            else:
+                strays.append(f"{rel}:{node.lineno} raise {name}")
+    assert not strays, f"raise an error of batchlu.errors instead: {strays}"
+    assert allowed_seen == set(_NOT_IN_THE_HIERARCHY), set(_NOT_IN_THE_HIERARCHY) - allowed_seen

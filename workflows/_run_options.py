@@ -23,7 +23,6 @@ import click
 import yaml
 
 from batchlu.pipeline import _config as settings
-from batchlu.pipeline._config import BACKENDS
 from batchlu.pipeline._ops import OP_TABLE, OPS
 
 
@@ -117,8 +116,6 @@ RUN_OPTIONS = (
                  help="Replace an existing OUT (a batchlu output; any other Zarr store needs --force)."),
     click.option("--force", is_flag=True,
                  help="With --overwrite: replace OUT even if batchlu run did not write it."),
-    click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
-                 help="cpu: SciPy/LAPACK; gpu: batchlu's CUDA kernels; auto: gpu where there is one."),
     click.option("--progress/--no-progress", default=None,
                  help="Show a progress bar (default: when stderr is a terminal)."),
 )
@@ -253,7 +250,6 @@ def pipeline_kwargs(params: dict) -> dict:
         resume=bool(params.get("resume")),
         overwrite=bool(params.get("overwrite")),
         force=bool(params.get("force")),
-        backend=params.get("backend") or "auto",
         scheduler=params.get("scheduler"),
         scheduler_file=params.get("scheduler_file"),
         progress=bool(progress),

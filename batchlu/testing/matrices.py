@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from batchlu.errors import ConfigError, InputError
+
 from ..kernels._validate import check_dtype
+
 
 __all__ = ["KINDS", "generate", "illcond_target", "rhs", "singular_mix_masks"]
 
@@ -47,14 +50,14 @@ def illcond_target(dtype) -> float:
 def _check_range(start: int, stop: int) -> tuple[int, int]:
     start, stop = int(start), int(stop)
     if start < 0 or stop < start:
-        raise ValueError(f"Expected 0 <= start <= stop. Got start={start}, stop={stop} instead.")
+        raise InputError(f"Expected 0 <= start <= stop. Got start={start}, stop={stop} instead.")
     return start, stop
 
 
 def _check_n(n: int, what: str = "n") -> int:
     n = int(n)
     if n < 0:
-        raise ValueError(f"Expected {what} >= 0. Got {what}={n} instead.")
+        raise InputError(f"Expected {what} >= 0. Got {what}={n} instead.")
     return n
 
 
@@ -145,7 +148,7 @@ def generate(kind: str, n: int, dtype="float64", *, seed: int = 0, start: int = 
     C-contiguous, of ``dtype`` (float32, float64, complex64 or complex128).
     """
     if kind not in KINDS:
-        raise ValueError(f"Expected kind to be one of {', '.join(KINDS)}. Got {kind!r} instead.")
+        raise ConfigError(f"Expected kind to be one of {', '.join(KINDS)}. Got {kind!r} instead.")
     dtype = check_dtype(dtype, "the matrices")
     n = _check_n(n)
     start, stop = _check_range(start, stop)

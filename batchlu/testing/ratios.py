@@ -22,6 +22,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from batchlu.errors import InputError, InputTypeError
+
+
 __all__ = ["THRESHOLD", "SlogdetRatios", "get01", "get02", "get03", "slogdet_ratios"]
 
 THRESHOLD = 30.0
@@ -32,7 +35,7 @@ def _eps(*arrays) -> float:
     eps = 0.0
     for x in arrays:
         if x.dtype.kind not in "fc":
-            raise TypeError(f"Expected a floating or complex array. Got dtype {x.dtype} instead.")
+            raise InputTypeError(f"Expected a floating or complex array. Got dtype {x.dtype} instead.")
         eps = max(eps, float(np.finfo(x.dtype).eps))
     return eps
 
@@ -51,13 +54,13 @@ def _norm1(x: np.ndarray) -> np.ndarray:
 
 def _square(a: np.ndarray, what: str) -> int:
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
-        raise ValueError(f"Expected {what} of shape (..., n, n). Got shape {a.shape} instead.")
+        raise InputError(f"Expected {what} of shape (..., n, n). Got shape {a.shape} instead.")
     return a.shape[-1]
 
 
 def _same_shape(a: np.ndarray, other: np.ndarray, what: str) -> None:
     if other.shape != a.shape:
-        raise ValueError(f"Expected {what} of shape {a.shape} (that of a). Got shape {other.shape} instead.")
+        raise InputError(f"Expected {what} of shape {a.shape} (that of a). Got shape {other.shape} instead.")
 
 
 def _permutation(piv: np.ndarray, n: int) -> np.ndarray:
@@ -66,7 +69,7 @@ def _permutation(piv: np.ndarray, n: int) -> np.ndarray:
     Loops over the n interchanges only; each step is vectorised over the batch.
     """
     if piv.size and (piv.min() < 0 or piv.max() >= n):
-        raise ValueError(f"Expected piv values in [0, {n}). Got values in "
+        raise InputError(f"Expected piv values in [0, {n}). Got values in "
                          f"[{int(piv.min())}, {int(piv.max())}] instead.")
     perm = np.broadcast_to(np.arange(n), piv.shape).copy()
     for i in range(n):
@@ -88,7 +91,7 @@ def get01(a, lu, piv) -> np.ndarray:
     n = _square(a, "a")
     _same_shape(a, lu, "lu")
     if piv.shape != a.shape[:-1]:
-        raise ValueError(f"Expected piv of shape {a.shape[:-1]}. Got shape {piv.shape} instead.")
+        raise InputError(f"Expected piv of shape {a.shape[:-1]}. Got shape {piv.shape} instead.")
     eps = _eps(a, lu)
     if n == 0:
         return np.zeros(a.shape[:-2])
@@ -114,11 +117,11 @@ def get02(a, x, b) -> np.ndarray:
     a, x, b = np.asarray(a), np.asarray(x), np.asarray(b)
     n = _square(a, "a")
     if x.shape != b.shape:
-        raise ValueError(f"Expected x of shape {b.shape} (that of b). Got shape {x.shape} instead.")
+        raise InputError(f"Expected x of shape {b.shape} (that of b). Got shape {x.shape} instead.")
     if x.shape == a.shape[:-1]:
         x, b = x[..., None], b[..., None]
     elif x.ndim != a.ndim or x.shape[:-1] != a.shape[:-1]:
-        raise ValueError(f"Expected b of shape {a.shape[:-1]} or {a.shape[:-1] + ('k',)}. "
+        raise InputError(f"Expected b of shape {a.shape[:-1]} or {a.shape[:-1] + ('k',)}. "
                          f"Got shape {b.shape} instead.")
     eps = _eps(a, x, b)
     if n == 0 or x.shape[-1] == 0:
@@ -199,7 +202,7 @@ def slogdet_ratios(a, sign, logabsdet) -> SlogdetRatios:
     batch = a.shape[:-2]
     for what, x in (("sign", sign), ("logabsdet", logabsdet)):
         if x.shape != batch:
-            raise ValueError(f"Expected {what} of shape {batch}. Got shape {x.shape} instead.")
+            raise InputError(f"Expected {what} of shape {batch}. Got shape {x.shape} instead.")
     eps = _eps(sign)
     count = int(np.prod(batch, dtype=np.int64))
     a64 = _wide(a).reshape((count, n, n))

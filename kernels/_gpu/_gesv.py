@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from batchlu.errors import InputError
+
 from ._getrf import rows_min_blocks, rows_plan
 from ._runtime import check, kernel, template
+
 
 FAMILY = "gesv"
 # Per dtype, (largest n, RR, TJ) rows, first match wins; see docs/design.md#gesv-dispatch. The tile is
@@ -60,7 +63,7 @@ def launch_gesv_rows(a, b, x, info, tile=None) -> None:
     tile = tuple(tile) if tile is not None else gesv_rows_tile(a.dtype, n, k)
     if (tile is None or len(tile) != 5 or tile[0] * tile[2] < n or tile[1] * tile[3] < n
             or tile[1] * tile[4] < k or (tile[0] * tile[1]) % 32 or tile[0] * tile[1] > 1024):
-        raise ValueError(f"Expected a gesv_rows tile (TI, TJ, RR, CC, CB) of whole warps holding n = {n} "
+        raise InputError(f"Expected a gesv_rows tile (TI, TJ, RR, CC, CB) of whole warps holding n = {n} "
                          f"and k = {k} right-hand sides. Got {tile} instead.")
     if batch == 0 or n == 0 or k == 0:
         return

@@ -20,7 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from batchlu.errors import InputError
+
 from ._runtime import kernel, smem_optin, smem_per_sm, template
+
 
 FAMILY = "getrf"
 SMALL_NP = (2, 4, 8, 16, 32)
@@ -102,7 +105,7 @@ def rows_plan(n: int, rr: int, tj: int) -> Plan:
     """The ``getrf_rows`` tile for order n with RR rows per thread and TJ threads per row (TJ divides 16):
     TI threads down (TI * TJ whole warps), CC = padded n / TJ (rounded up) elements of a row per thread."""
     if tj not in (1, 2, 4, 8, 16) or rr < 1:
-        raise ValueError(f"Expected TJ in (1, 2, 4, 8, 16) and RR >= 1. Got TJ = {tj}, RR = {rr} instead.")
+        raise InputError(f"Expected TJ in (1, 2, 4, 8, 16) and RR >= 1. Got TJ = {tj}, RR = {rr} instead.")
     npad = _rows_np(n)
     ti = -(-npad // rr)
     ti = -(-ti // (32 // tj)) * (32 // tj)
@@ -164,7 +167,7 @@ def getrf_plan(dtype, n: int, smem: int | None = None) -> Plan:
     limit = smem_optin() if smem is None else smem
     plan = fitting_plan(dtype, n, limit)
     if plan is None:
-        raise ValueError(f"Expected n small enough for the GPU getrf panel to fit in shared memory "
+        raise InputError(f"Expected n small enough for the GPU getrf panel to fit in shared memory "
                          f"({limit} bytes). Got n = {n} for {np.dtype(dtype)} instead.")
     return plan
 
@@ -206,10 +209,10 @@ def launch_getrf(a, lu, piv, info, p: Plan | None = None) -> None:
     for name, arr, shape, dt in (("lu", lu, a.shape, dtype), ("piv", piv, (batch, n), np.int32),
                                  ("info", info, (batch,), np.int32)):
         if arr.shape != shape or arr.dtype != dt or not arr.flags.c_contiguous:
-            raise ValueError(f"Expected {name} to be a C-contiguous {np.dtype(dt)} array of shape "
+            raise InputError(f"Expected {name} to be a C-contiguous {np.dtype(dt)} array of shape "
                              f"{shape}. Got {arr.dtype} {arr.shape} instead.")
     if not a.flags.c_contiguous:
-        raise ValueError("Expected a C-contiguous input. Got a non-contiguous array instead.")
+        raise InputError("Expected a C-contiguous input. Got a non-contiguous array instead.")
     if batch == 0 or n == 0:
         return
     p = p or getrf_plan(dtype, n)
@@ -217,19 +220,19 @@ def launch_getrf(a, lu, piv, info, p: Plan | None = None) -> None:
     if p.kind == "rows":
         ti, tj, rr, cc = p.tile
         if ti * rr < n or tj * cc < n or (ti * tj) % 32 or ti * tj > 1024:
-            raise ValueError(f"Expected a rows tile (TI, TJ, RR, CC) of whole warps holding n = {n}. "
+            raise InputError(f"Expected a rows tile (TI, TJ, RR, CC) of whole warps holding n = {n}. "
                              f"Got {p.tile} instead.")
         # One block per matrix (grid.x allows 2^31 - 1 blocks, more than memory holds).
         kernel(FAMILY, kernel_name(p, dtype, n))((batch,), (ti * tj,), (a, lu, piv, info, np.int32(n)))
     elif p.kind == "small":
         if p.tile < n:
-            raise ValueError(f"Expected NP >= n for the small kernel. Got NP = {p.tile}, n = {n} instead.")
+            raise InputError(f"Expected NP >= n for the small kernel. Got NP = {p.tile}, n = {n} instead.")
         per_block = _SMALL_THREADS // p.tile
         grid = min(-(-batch // per_block), _MAX_GRID)
         kernel(FAMILY, kernel_name(p, dtype, n))((grid,), (_SMALL_THREADS,), args)
     else:
         if p.kb and (p.tile % p.kb or p.kb * np.dtype(dtype).itemsize % 16):
-            raise ValueError(f"Expected a block of L (kb) that divides NB in whole 16-byte chunks. Got NB = "
+            raise InputError(f"Expected a block of L (kb) that divides NB in whole 16-byte chunks. Got NB = "
                              f"{p.tile}, kb = {p.kb} for {np.dtype(dtype)} instead.")
         ldp = blocked_ldp(dtype, n, p.tile, kb=p.kb)
         smem = blocked_smem(dtype, n, p.tile, ldp, p.kb)

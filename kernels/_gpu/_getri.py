@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from batchlu.errors import ConfigError, InputError
+
 from ._getrf import getrf
 from ._getrs import default_nb, launch_perm
 from ._runtime import MAX_N, check, check_n, kernel, smem_optin, template
+
 
 FAMILY = "getri"
 # The dispatch of this family, four tables; see docs/design.md#getri-dispatch.
@@ -109,7 +112,7 @@ def _gje_names(dtype, extra=None) -> tuple[str, ...]:
 
 def _check_tile(tile, n):
     if tile is None or len(tile) != 5 or tile[0] * tile[2] < n or tile[1] * tile[3] < n:
-        raise ValueError(f"Expected a fused tile (TI, TJ, RR, CC, MINB) holding n = {n}. "
+        raise InputError(f"Expected a fused tile (TI, TJ, RR, CC, MINB) holding n = {n}. "
                          f"Got {tile} instead.")
 
 
@@ -187,13 +190,13 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     if mode is None:
         mode, minb, mma, nb = getri_plan(dtype, n)
     if mode not in ("static", "merged", "dynamic"):
-        raise ValueError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
+        raise ConfigError(f"Expected mode 'static', 'merged' or 'dynamic'. Got {mode!r} instead.")
     nb = default_nb(dtype) if nb is None else nb
     if nb not in GETRI_NBS:
-        raise ValueError(f"Expected a getri block-row height nb in {GETRI_NBS}. Got {nb!r} instead.")
+        raise ConfigError(f"Expected a getri block-row height nb in {GETRI_NBS}. Got {nb!r} instead.")
     threads = -(-n // 32) * 32
     if mma and threads > 512:
-        raise ValueError(f"Expected mma only for n <= 512. Got n = {n} instead.")
+        raise InputError(f"Expected mma only for n <= 512. Got n = {n} instead.")
     if batch == 0:
         return
     ldp, item = _ldp(dtype, nb), dtype.itemsize
@@ -206,7 +209,7 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
     scratch = scratch_for(threads)
     full = npad * ldp * item
     if getri_smem(dtype, n, mma, nb) > smem_optin():
-        raise ValueError(f"Expected getri's panel to fit in shared memory: n = {n} with nb = {nb} needs "
+        raise InputError(f"Expected getri's panel to fit in shared memory: n = {n} with nb = {nb} needs "
                          f"{full + scratch} bytes per block, this device allows {smem_optin()}. "
                          f"Use a smaller nb.")
     ni = np.int32(n)

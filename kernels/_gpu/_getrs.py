@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from batchlu.errors import InputError
+
 from ._gesv import gesv_rows_tile, launch_gesv_rows
 from ._getrf import getrf
 from ._runtime import MAX_N, check, check_n, kernel, smem_optin, template
+
 
 FAMILY = "getrs"
 _PERM = "blu::perm_from_piv"
@@ -97,7 +100,7 @@ def launch_getrs(lu, piv, b, x, info=None) -> None:
     kc = _getrs_kc(dtype, n, k)
     smem = getrs_smem(dtype, n, k)
     if smem > smem_optin():
-        raise ValueError(f"Expected getrs' block to fit in shared memory: n = {n} with {kc} right-hand "
+        raise InputError(f"Expected getrs' block to fit in shared memory: n = {n} with {kc} right-hand "
                          f"sides per block needs {smem} bytes, this device allows {smem_optin()}.")
     func = kernel(FAMILY, template("getrs_kernel", dtype, nb, kc), getrs_names(dtype), smem)
     rp = launch_perm(piv)

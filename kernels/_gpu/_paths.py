@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from batchlu.errors import ConfigError
+
 from ._getrf import fitting_plan
 from ._getri import getri_fits, inv_plan
 from ._getrs import getrs_fits, solve_plan
+
 
 CUSOLVER = "cusolver"
 OPS = ("lu_factor", "inv", "solve", "lu_solve", "slogdet")
@@ -46,7 +49,7 @@ def path(op: str, dtype, n: int, k: int = 1, smem: int | None = None) -> str:
     """The path of ``op`` for order n (and k right-hand sides for ``solve`` / ``lu_solve``) on a device
     whose blocks may opt in to ``smem`` bytes of shared memory (default: the current device's)."""
     if op not in OPS:
-        raise ValueError(f"Expected op among {OPS}. Got {op!r} instead.")
+        raise ConfigError(f"Expected op among {OPS}. Got {op!r} instead.")
     dtype = np.dtype(dtype)
     smem = _device_smem() if smem is None else int(smem)
     if op == "lu_solve":

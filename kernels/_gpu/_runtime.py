@@ -26,7 +26,7 @@ import logging
 
 import numpy as np
 
-from ...errors import KernelCompileError
+from ...errors import ConfigError, InputError, KernelCompileError
 from .._cuda_sources import CUDA_DIR, compiled_text, disk_cache_reused, families, read as _read
 
 logger = logging.getLogger("batchlu.kernels")
@@ -90,14 +90,14 @@ def _arch(device: int) -> str:
 def check(name: str, arr, shape, dtype) -> None:
     """``arr`` must be a C-contiguous array of ``shape`` and ``dtype`` (preallocated outputs too)."""
     if arr.shape != tuple(shape) or arr.dtype != np.dtype(dtype) or not arr.flags.c_contiguous:
-        raise ValueError(f"Expected {name} to be a C-contiguous {np.dtype(dtype)} array of shape "
+        raise InputError(f"Expected {name} to be a C-contiguous {np.dtype(dtype)} array of shape "
                          f"{tuple(shape)}. Got {arr.dtype} {arr.shape} "
                          f"(C-contiguous: {arr.flags.c_contiguous}) instead.")
 
 
 def check_n(n: int) -> None:
     if n > MAX_N:
-        raise ValueError(f"Expected n <= {MAX_N} for the GPU inverse and solve kernels. "
+        raise InputError(f"Expected n <= {MAX_N} for the GPU inverse and solve kernels. "
                          f"Got n = {n} instead.")
 
 
@@ -119,7 +119,7 @@ def source_override(family: str, text: str):
     block; the kernel names stay those of the family. Modules are cached per source text, so switching
     back and forth compiles each text once. Not for concurrent use from several threads."""
     if not (CUDA_DIR / f"{family}.cu").exists():
-        raise ValueError(f"Expected a kernel family among {families()}. Got {family!r} instead.")
+        raise ConfigError(f"Expected a kernel family among {families()}. Got {family!r} instead.")
     previous = _OVERRIDES.get(family)
     _OVERRIDES[family] = text
     try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from batchlu.errors import InputError
+from batchlu.errors import BatchIndexError, InputError, InputTypeError
 from batchlu.kernels._info import (INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK, INFO_REFINEMENT)
 
 from . import _cpu
@@ -33,7 +33,8 @@ def check_values(plan, values) -> tuple[np.ndarray, bool]:
     """``values`` as a (B, nnz) NumPy array of a supported dtype; True when one matrix was given."""
     values = np.asarray(values)
     if values.dtype not in DTYPES:
-        raise TypeError(f"Expected values of dtype float32 or float64. Got {values.dtype} instead.")
+        raise InputTypeError(f"Expected values of dtype float32 or float64. "
+                             f"Got {values.dtype} instead.")
     single = values.ndim == 1
     if single:
         values = values[None]
@@ -174,13 +175,13 @@ class Factor:
                 d = data[plan.colptr[:-1]].copy()
                 data[plan.colptr[:-1]] = 1
                 return sp.csc_array((data, plan.rowind, plan.colptr), shape=(plan.n, plan.n)), d
-        raise IndexError(f"Expected an index in [0, {self.batch}). Got {index} instead.")
+        raise BatchIndexError(f"Expected an index in [0, {self.batch}). Got {index} instead.")
 
     # -------------------------------------------------------------------------------------- solve
     def _check_rhs(self, b, what="b"):
         b = np.asarray(b)
         if b.dtype.kind not in "fiu":
-            raise TypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
+            raise InputTypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
         n, count = self.plan.n, self.batch
         shape = b.shape
         if self.single:

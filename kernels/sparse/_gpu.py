@@ -34,15 +34,15 @@ import threading
 
 import numpy as np
 
-from batchlu.errors import InputError
+from batchlu.errors import BatchIndexError, InputError, InputTypeError
 from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK, INFO_REFINEMENT
 
 from . import _gpu_maps
+from ._factor import DTYPES
 
 FAMILY = "ldlt"
 KERNELS = ("ldlt_entries", "ldlt_pivots", "ldlt_forward", "ldlt_backward", "ldlt_residual", "ldlt_row_sums")
 THREADS = 256
-DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 SCALAR = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
@@ -117,7 +117,8 @@ def device_arrays(plan, xp) -> dict:
 def _check_values(plan, values, xp):
     values = xp.asarray(values)
     if values.dtype not in DTYPES:
-        raise TypeError(f"Expected values of dtype float32 or float64. Got {values.dtype} instead.")
+        raise InputTypeError(f"Expected values of dtype float32 or float64. "
+                             f"Got {values.dtype} instead.")
     single = values.ndim == 1
     if single:
         values = values[None]
@@ -239,7 +240,7 @@ class GpuFactor:
         import scipy.sparse as sp
 
         if not 0 <= index < self.batch:
-            raise IndexError(f"Expected an index in [0, {self.batch}). Got {index} instead.")
+            raise BatchIndexError(f"Expected an index in [0, {self.batch}). Got {index} instead.")
         plan = self.plan
         data = _host(self.lx[:, index]).copy()
         d = data[plan.colptr[:-1]].copy()
@@ -251,7 +252,7 @@ class GpuFactor:
         xp = self.xp
         b = xp.asarray(b)
         if b.dtype.kind not in "fiu":
-            raise TypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
+            raise InputTypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
         n, count = self.plan.n, self.batch
         shape = b.shape
         if self.single:

@@ -272,7 +272,8 @@ print(kernels.cpu_engine(), int((info == 0).sum()), float(get03(a, ainv).max()) 
     done = _python(code, BATCHLU_CPU_ENGINE="compiled")     # asked for by name: an error that says why
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: Expected numba to be importable for BATCHLU_CPU_ENGINE=compiled. "
+    assert last.startswith("batchlu.errors.DependencyError: Expected numba to be importable for "
+                           "BATCHLU_CPU_ENGINE=compiled. "
                            "Got ModuleNotFoundError: ") and last.endswith(" instead."), last
 
 

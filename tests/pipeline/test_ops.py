@@ -81,3 +81,11 @@ def test_each_op_rates_its_own_results_and_verify_has_a_rule_per_ratio(op, dtype
     wrong = {k: v.copy() for k, v in got.items()}
     wrong[spec.results[0]][0] *= 1.5 if spec.results[0] != "sign" else -1   # one result spoilt
     assert any(v[0] >= THRESHOLD for v in spec.ratios(a, wrong, b).values())
+
+
+def test_verify_names_each_ops_ratio_from_the_table():
+    from batchlu.pipeline._verify_rules import rules_for
+
+    assert [name for name, spec in OP_TABLE.items() if not spec.ratio_name] == ["ldlt-inertia"]
+    for op in ("lu", "inv", "solve"):
+        assert OP_TABLE[op].ratio_name in {rule.name for rule in rules_for(op) if rule.ratio}

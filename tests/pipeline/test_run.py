@@ -288,3 +288,16 @@ def test_matrices_larger_than_the_budget(client, tmp_path):
     got = check_output(str(tmp_path / "o.zarr"), "inv", a, chunk=1)
     assert (got["info"] == 0).all()
     assert pipeline.verify(source, tmp_path / "o.zarr").ok
+
+
+def test_run_backend_overrides_the_config_and_none_keeps_it(monkeypatch):
+    """``backend=None`` keeps ``batchlu.backend``; any name, ``auto`` included, wins over it."""
+    from batchlu.pipeline import _run
+    from batchlu.pipeline.errors import ConfigError
+
+    seen, real = [], _run.make_options
+    monkeypatch.setattr(_run, "make_options", lambda config, **kw: seen.append(real(config, **kw)) or seen[-1])
+    for backend in (None, "auto", "gpu"):
+        with pytest.raises(ConfigError, match="no-such-op"):
+            pipeline.run("in.zarr", "out.zarr", op="no-such-op", backend=backend, config={"backend": "cpu"})
+    assert [opts.backend for opts in seen] == ["cpu", "auto", "gpu"]

@@ -35,9 +35,9 @@ def test_every_option_reaches_pipeline_run(invoke, calls, tmp_path):
     (input, output, kwargs), = calls
     assert (input, output) == ("in.zarr:A", "out.zarr")
     assert kwargs == dict(
-        op="lu", rhs=None, resume=False, overwrite=True, force=True, backend="cpu", scheduler=None,
+        op="lu", rhs=None, resume=False, overwrite=True, force=True, scheduler=None,
         scheduler_file=None, progress=False,
-        config={"batchlu.memory-budget": 64 * 2**20, "batchlu.cluster.n-workers": 3,
+        config={"batchlu.backend": "cpu", "batchlu.memory-budget": 64 * 2**20, "batchlu.cluster.n-workers": 3,
                 "batchlu.cluster.threads-per-worker": 2, "batchlu.chunk": 500,
                 "batchlu.max-tasks": 100, "batchlu.cluster.processes": False})
 
@@ -62,9 +62,22 @@ def test_defaults_reach_pipeline_run(invoke, calls):
     assert input == "in.zarr:grp/arr"
     assert kwargs["rhs"] == "b.zarr:B"
     assert kwargs["scheduler"] == "tcp://127.0.0.1:8786"
-    assert kwargs["backend"] == "auto" and kwargs["config"] is None
+    assert "backend" not in kwargs and kwargs["config"] is None   # batchlu.backend: the YAML's, or the user's
     assert kwargs["resume"] is False and kwargs["overwrite"] is False
     assert kwargs["progress"] is False  # the runner's stderr is not a terminal
+
+
+def test_backend_flag_is_the_settings_key_and_beats_the_config(invoke, calls):
+    """--backend comes from the settings table (no default of its own): absent, the config decides;
+    given, even ``auto``, it wins over a config that says otherwise."""
+    from batchlu.workflows._run_options import CONFIG_OPTIONS as options
+
+    assert [o.key for o in options if o.flag == "--backend"] == ["batchlu.backend"]
+    with dask.config.set({"batchlu.backend": "cpu"}):
+        assert invoke("run", "in.zarr", "out.zarr", "--op", "lu").exit_code == 0
+        assert invoke("run", "in.zarr", "out.zarr", "--op", "lu", "--backend", "auto").exit_code == 0
+    (_, _, first), (_, _, second) = calls
+    assert first["config"] is None and second["config"] == {"batchlu.backend": "auto"}
 
 
 def test_config_flags_name_keys_the_pipeline_defines():
