@@ -56,11 +56,12 @@ def configure(args) -> None:
 _FAILED_IMPORTS: dict[str, str] = {}
 
 
-def _preload_libmathdx() -> None:
-    """Load libmathdx from the first ``nvidia/cu13/lib`` (or ``cu12``) of the ``nvidia`` namespace
-    package. cuda-pathfinder, which nvmath asks for it, searches only the interpreter's site-packages
-    (and LD_LIBRARY_PATH): wheels installed with ``pip --target`` and found through PYTHONPATH (the
-    GPU machine's way) would be missed; a library already loaded is taken as found."""
+def preload_nvidia_lib(soname: str, needs: tuple[str, ...] = ()) -> None:
+    """Load ``soname`` (e.g. ``libmathdx.so.0``, ``libcudss.so.0``) from the first ``nvidia/cu13/lib``
+    (or ``cu12``) of the ``nvidia`` namespace package, after the cuda-pathfinder libraries it
+    ``needs``. cuda-pathfinder, which nvmath asks for these, searches only the interpreter's
+    site-packages (and LD_LIBRARY_PATH): wheels installed with ``pip --target`` and found through
+    PYTHONPATH (the GPU machine's way) would be missed; a library already loaded is taken as found."""
     import ctypes
     import importlib.util
     from pathlib import Path
@@ -71,10 +72,11 @@ def _preload_libmathdx() -> None:
         return
     for root in (spec.submodule_search_locations or []) if spec else []:
         for sub in ("cu13/lib", "cu12/lib"):
-            lib = Path(root) / sub / "libmathdx.so.0"
+            lib = Path(root) / sub / soname
             if lib.is_file():
                 try:
-                    importlib.import_module("cuda.pathfinder").load_nvidia_dynamic_lib("nvrtc")
+                    for name in needs:
+                        importlib.import_module("cuda.pathfinder").load_nvidia_dynamic_lib(name)
                     ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
                 except Exception:  # noqa: BLE001 - nvmath's own search reports what is missing
                     pass
@@ -98,7 +100,7 @@ def _import(module: str):
         raise PeerUnavailable(_FAILED_IMPORTS[module])
     try:
         if module.startswith("nvmath.device") and module not in sys.modules:
-            _preload_libmathdx()
+            preload_nvidia_lib("libmathdx.so.0", needs=("nvrtc",))
             _numpy_aliases_numba_cuda_needs()
         return importlib.import_module(module)
     except Exception as err:  # noqa: BLE001 - any import failure makes the peer unavailable
