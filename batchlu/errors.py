@@ -8,6 +8,8 @@ picklable across Dask workers.
 
 from __future__ import annotations
 
+import numpy
+
 __all__ = [
     "BackendError",
     "BatchIndexError",
@@ -24,6 +26,7 @@ __all__ = [
     "InputNotFoundError",
     "InputTypeError",
     "KernelCompileError",
+    "LinAlgError",
     "MissingChunkError",
     "OutputError",
     "OutputExistsError",
@@ -46,6 +49,11 @@ class BackendError(ConfigError):
 
 class GPUUnavailableError(BackendError):
     """``--backend gpu`` was asked for, but no usable GPU (or no CUDA Python stack) is present."""
+
+
+class LinAlgError(BatchluError, numpy.linalg.LinAlgError):
+    """``check=True`` found a matrix with ``info`` != 0 (singular, non-finite input or result); the
+    message names its index. Also a :class:`numpy.linalg.LinAlgError`, as SciPy raises."""
 
 
 class KernelCompileError(BatchluError, RuntimeError):

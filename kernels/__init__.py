@@ -19,7 +19,7 @@ Both follow the same conventions:
     ``lu``, the inverse, ``x``, ``sign`` or ``logabsdet`` holds Inf or NaN); the results are kept as
     computed. ``lu_solve`` returns no ``info`` and flags nothing;
 * a singular or non-finite matrix never raises and never spoils its neighbours; ``check=True``
-  raises :class:`numpy.linalg.LinAlgError` naming the first bad index.
+  raises :class:`batchlu.errors.LinAlgError` (a :class:`numpy.linalg.LinAlgError`) naming the first bad index.
 
 The CPU backend runs compiled batched loops (numba, compiled at first use and cached on disk) where
 numba is importable, and NumPy/SciPy code otherwise (:func:`cpu_engine` says which); it uses every

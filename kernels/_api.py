@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from batchlu.errors import InputTypeError
+from batchlu.errors import InputTypeError, LinAlgError
 
 from . import _info
 from ._validate import check_dtype, check_piv, check_rhs, check_square
@@ -74,7 +74,7 @@ def _raise_on_bad(info, batch, op: str) -> None:
         i = int(bad[0])
         index = np.unravel_index(i, batch) if batch else ()
         why = _info.describe(int(host.reshape(-1)[i]), rhs=op == "solve")
-        raise np.linalg.LinAlgError(
+        raise LinAlgError(
             f"{op}: matrix at index {tuple(int(j) for j in index)} {why} "
             f"({int(bad.size)} bad matrices in the batch of {host.size}).")
 

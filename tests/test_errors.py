@@ -59,7 +59,6 @@ _NOT_IN_THE_HIERARCHY = {
     ("pipeline/_engines.py", "TypeError"): "internal: the kernels' return dtypes",
     ("pipeline/_lock.py", "RuntimeError"): "internal: acquire outside releases_locks",
     ("pipeline/_ops.py", "TypeError"): "internal: a sparse op used as a dense one",
-    ("kernels/_api.py", "np.linalg.LinAlgError"): "check=True mirrors SciPy's lu_factor(check_finite) error",
 }
 
 

@@ -7,6 +7,8 @@ import re
 import zlib
 
 import numpy as np
+
+import batchlu.errors
 import pytest
 import scipy.linalg
 
@@ -219,6 +221,7 @@ def test_check_names_the_first_bad_index(op):
     with pytest.raises(np.linalg.LinAlgError, match=re.escape("(1, 2)")) as err:
         getattr(kernels, op)(*args, check=True)
     assert "singular" in str(err.value)
+    assert isinstance(err.value, batchlu.errors.BatchluError)   # batchlu's hierarchy, NumPy's class too
     a[1, 2] = _random(4, np.float64, (), "check-ok")
     result = getattr(kernels, op)(*args, check=True)
     assert np.all(result[-1] == 0)
