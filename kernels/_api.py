@@ -27,7 +27,6 @@ from . import _info
 from ._validate import check_dtype, check_piv, check_rhs, check_square
 
 
-
 def _is_cupy(x) -> bool:
     return type(x).__module__.split(".")[0] == "cupy"
 

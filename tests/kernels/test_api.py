@@ -7,11 +7,10 @@ import re
 import zlib
 
 import numpy as np
-
-import batchlu.errors
 import pytest
 import scipy.linalg
 
+import batchlu.errors
 from batchlu import kernels
 from batchlu.testing import matrices
 from batchlu.testing.ratios import THRESHOLD, get01, get02, get03, slogdet_ratios
