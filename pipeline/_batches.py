@@ -38,7 +38,14 @@ import numpy as np
 from . import _io_pool, _ops
 from ._buffers import Slot, layout_for, shared
 
-__all__ = ["BatchIO", "PathStats", "run_batches", "sub_batches"]
+__all__ = ["BatchIO", "PathStats", "input_bytes", "run_batches", "sub_batches"]
+
+
+def input_bytes(source, rhs=None) -> int:
+    """Bytes of one matrix of ``source`` with its right-hand side in ``rhs`` (arrays of any kind with
+    ``shape`` and ``dtype``; ``rhs`` None: none)."""
+    return sum(int(np.prod(x.shape[1:], dtype=np.int64)) * np.dtype(x.dtype).itemsize
+               for x in (source, rhs) if x is not None)
 
 
 def sub_batches(plan, c0: int, c1: int) -> list[tuple[int, int]]:

@@ -32,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import _codecs, _ops
-from ._batches import BatchIO, PathStats, _pool_requests, _read_into
+from . import _ops
+from ._batches import BatchIO, PathStats, _pool_requests, _read_into, input_bytes
 from ._buffers import Layout, shared
 
 __all__ = ["DeviceIO", "run_device_batches"]
@@ -67,8 +67,7 @@ def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, 
     host_inputs = [name for name in ("a", "b") if _array(io, name) is not None and dio.stored.get(name) is None]
     layout = Layout(a=(tuple(io.source.shape[1:]), np.dtype(io.source.dtype)),
                     b=None if io.rhs is None else (tuple(io.rhs.shape[1:]), np.dtype(io.rhs.dtype)), outs=())
-    per = sum(int(np.prod(arr.shape[1:], dtype=np.int64)) * np.dtype(arr.dtype).itemsize
-              for arr in (io.source, io.rhs) if arr is not None)
+    per = input_bytes(io.source, io.rhs)
     groups = group_batches(batches, per, dio.group_bytes)
     if host_inputs:
         # slots of one size for every task (a group's most matrices, in whole chunks): the pool keeps

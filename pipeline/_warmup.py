@@ -8,11 +8,10 @@ that will run on it: this module reads the run's :class:`batchlu.pipeline._tasks
 
 from __future__ import annotations
 
-import numpy as np
 import zarr
 
 from . import _backends
-from ._batches import sub_batches
+from ._batches import input_bytes, sub_batches
 from ._config import Options
 from .plugins import GPUSetup, WarmUp
 
@@ -96,5 +95,4 @@ def _staging(job, source, rhs) -> int:
     is decoded or encoded on the GPU."""
     if not any(c.device == "gpu" for c in (job.codecs or {}).values()):
         return 0
-    per = sum(int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for a in (source, rhs) if a is not None)
-    return min(int(job.settings.device_batch_bytes), per * int(source.shape[0]))
+    return min(int(job.settings.device_batch_bytes), input_bytes(source, rhs) * int(source.shape[0]))
