@@ -29,6 +29,18 @@ def _is_cupy(x) -> bool:
     return type(x).__module__.split(".")[0] == "cupy"
 
 
+def _compiled():
+    """:mod:`._cpu_numba` where the CPU backend's compiled engine runs (``batchlu.kernels.cpu_engine``),
+    else None (the NumPy engine of :mod:`._cpu`)."""
+    from batchlu.kernels import _cpu as dense
+
+    if dense._compiled() is None:
+        return None
+    from . import _cpu_numba
+
+    return _cpu_numba
+
+
 def check_values(plan, values) -> tuple[np.ndarray, bool]:
     """``values`` as a (B, nnz) NumPy array of a supported dtype; True when one matrix was given."""
     values = np.asarray(values)
@@ -72,31 +84,39 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
         raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
     from . import _supernodal
 
-    cpu = _supernodal.for_plan(plan)
     count = values.shape[0]
     finite = np.isfinite(values).all(axis=1)
     anorm = inf_norms(plan, values)
     tau = (float(pivot_tol) * np.nan_to_num(anorm, nan=0.0, posinf=0.0)).astype(dtype)
     blocks = []
-    first_zero = np.full(count, plan.n, np.int64)
-    perturbed = np.zeros(count, np.int64)
-    negative = np.zeros(count, np.int64)
-    zero = np.zeros(count, np.int64)
-    block = _cpu.block_size(plan, dtype.itemsize)
-    for s in range(0, count, block):
-        e = min(s + block, count)
-        lx = np.zeros((plan.nnz_l, e - s), dtype)
-        lx[plan.value_dst] = values[s:e, plan.value_src].T
-        (fz, pt, ng, zr), dense = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
-        first_zero[s:e], perturbed[s:e], negative[s:e], zero[s:e] = fz, pt, ng, zr
-        blocks.append((s, e, lx, dense))
+    lanes = None
+    compiled = _compiled()
+    if compiled is not None:
+        lanes, (first_zero, perturbed, negative, zero) = compiled.factorize(plan, values, tau, perturb)
+        width = compiled.LANES
+        blocks = [(s, min(s + width, count), lanes[i, :, :min(width, count - s)], {})
+                  for i, s in enumerate(range(0, count, width))]
+    else:
+        first_zero = np.full(count, plan.n, np.int64)
+        perturbed = np.zeros(count, np.int64)
+        negative = np.zeros(count, np.int64)
+        zero = np.zeros(count, np.int64)
+        cpu = _supernodal.for_plan(plan)
+        block = _cpu.block_size(plan, dtype.itemsize)
+        for s in range(0, count, block):
+            e = min(s + block, count)
+            lx = np.zeros((plan.nnz_l, e - s), dtype)
+            lx[plan.value_dst] = values[s:e, plan.value_src].T
+            (fz, pt, ng, zr), dense = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
+            first_zero[s:e], perturbed[s:e], negative[s:e], zero[s:e] = fz, pt, ng, zr
+            blocks.append((s, e, lx, dense))
     info = np.where((first_zero < plan.n) & (not perturb), first_zero + 1, INFO_OK).astype(np.int32)
     info[~finite] = INFO_NONFINITE_INPUT
     inertia = np.stack([plan.n - negative - zero, negative, zero], axis=1)
     inertia[~finite] = -1
     perturbed[~finite] = -1
     return Factor(plan, values, blocks, info, perturbed.astype(np.int32), inertia, anorm,
-                  float(pivot_tol), bool(perturb), single)
+                  float(pivot_tol), bool(perturb), single, lanes)
 
 
 class Factor:
@@ -108,11 +128,13 @@ class Factor:
 
     backend = "cpu"
 
-    def __init__(self, plan, values, blocks, info, perturbed, inertia, anorm, pivot_tol, perturb, single):
+    def __init__(self, plan, values, blocks, info, perturbed, inertia, anorm, pivot_tol, perturb, single,
+                 lanes=None):
         self.plan = plan
         self.dtype = values.dtype
         self.values = values             # kept for the residuals of iterative refinement
         self._blocks = blocks            # [(start, stop, lx (nnz_l, stop - start), {first: _cpu.Dense})]
+        self._lanes = lanes              # compiled engine: all of lx, (blocks, nnz_l, LANES) (_cpu_numba)
         self.info = info
         self._perturbed = perturbed
         self._inertia = inertia
@@ -198,6 +220,8 @@ class Factor:
         ``rows`` only (all by default; the others' ``x`` is left 0)."""
         from . import _supernodal
 
+        if self._lanes is not None:
+            return _compiled().solve(self.plan, self._lanes, r, rows, self.dtype)
         plan, cpu = self.plan, _supernodal.for_plan(self.plan)
         x = np.zeros(r.shape, self.dtype)
         for s, e, lx, dense in self._blocks:
