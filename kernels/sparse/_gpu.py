@@ -35,10 +35,10 @@ import threading
 import numpy as np
 
 from batchlu.errors import BatchIndexError, InputError, InputTypeError
-from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK, INFO_REFINEMENT
+from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_OK
 
 from . import _gpu_maps
-from ._factor import DTYPES
+from ._factor import DTYPES, Refining
 
 FAMILY = "ldlt"
 KERNELS = ("ldlt_entries", "ldlt_pivots", "ldlt_forward", "ldlt_backward", "ldlt_residual", "ldlt_row_sums")
@@ -187,7 +187,7 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
                      float(pivot_tol), bool(perturb), single, xp, launch)
 
 
-class GpuFactor:
+class GpuFactor(Refining):
     """``P A P^T = L D L^T`` for every matrix of a batch, on the device: the interface and meanings of
     :class:`batchlu.kernels.sparse.Factor` (``info``, :meth:`solve`, :meth:`inertia`, ...), with
     device arrays in and out. ``lx`` (nnz(L), B) holds L and D batch-minor."""
@@ -217,9 +217,6 @@ class GpuFactor:
     def batch(self) -> int:
         return self.values.shape[0]
 
-    def _out(self, x):
-        return x[0] if self.single else x
-
     # ------------------------------------------------------------------------------------ queries
     def perturbed_pivots(self):
         """(B,) int32: how many pivots static pivoting replaced, per matrix (-1 for a non-finite one)."""
@@ -248,22 +245,6 @@ class GpuFactor:
         return sp.csc_array((data, plan.rowind, plan.colptr), shape=(plan.n, plan.n)), d
 
     # -------------------------------------------------------------------------------------- solve
-    def _check_rhs(self, b, what="b"):
-        xp = self.xp
-        b = xp.asarray(b)
-        if b.dtype.kind not in "fiu":
-            raise InputTypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
-        n, count = self.plan.n, self.batch
-        shape = b.shape
-        if self.single:
-            b = b[None]
-        if b.shape == (count, n):
-            return b[:, :, None], True
-        if b.ndim == 3 and b.shape[:2] == (count, n):
-            return b, False
-        want = f"({n},) or ({n}, k)" if self.single else f"({count}, {n}) or ({count}, {n}, k)"
-        raise InputError(f"Expected {what} of shape {want}. Got shape {shape} instead.")
-
     def _solve(self, r, rows):
         """``x`` (len(rows), n, k) in the factor's dtype with ``L D L^T (P x) = P r`` for the matrices
         ``rows`` (int64, on the device); ``r`` (len(rows), n, k) holds their right-hand sides."""
@@ -302,19 +283,6 @@ class GpuFactor:
                       xp.ascontiguousarray(b, dtype=np.float64), out))
         return out
 
-    def _berr(self, r, x, b, rows):
-        """Per matrix of ``rows``: the normwise backward error from its residual ``r``, solution ``x``
-        and right-hand side ``b`` (each (len(rows), n, k), in the order of ``rows``)."""
-        xp = self.xp
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            rn = xp.abs(r).max(axis=1)                                # (m, k)
-            xn = xp.abs(x.astype(np.float64)).max(axis=1)
-            bn = xp.abs(b.astype(np.float64)).max(axis=1)
-            den = self.anorm[rows][:, None] * xn + bn
-            be = xp.where(den > 0, rn / xp.where(den > 0, den, 1), xp.where(rn > 0, np.inf, 0.0))
-            be = xp.where(xp.isfinite(rn) & xp.isfinite(den), be, np.nan)
-        return be.max(axis=1) if be.shape[1] else xp.zeros(rows.size)
-
     def backward_error(self, b, x):
         """(B,) float64: ``||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf)`` per matrix (the
         largest over a matrix's right-hand sides), computed in float64. NaN where x is not finite."""
@@ -329,57 +297,13 @@ class GpuFactor:
         b64 = b3.astype(np.float64)
         return self._out(self._berr(self._residual(b64, x3, rows), x3, b64, rows))
 
-    def solve(self, b, refine: int = 2, tol: float | None = None):
-        """Solve ``A x = b`` per matrix, then up to ``refine`` steps of iterative refinement: the
-        rules and results of :meth:`batchlu.kernels.sparse.Factor.solve`, on the device."""
-        xp = self.xp
-        if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 0:
-            raise InputError(f"Expected refine to be an integer >= 0. Got {refine!r} instead.")
-        b3, vector = self._check_rhs(b)
-        count, n = self.batch, self.plan.n
-        eps = float(np.finfo(self.dtype).eps)
-        tol = max(n, 1) * eps if tol is None else float(tol)
-        info = self.info.copy()
-        info[(info == INFO_OK) & ~xp.isfinite(b3).all(axis=(1, 2))] = INFO_NONFINITE_INPUT
-        steps = xp.zeros(count, np.int32)
-        if n == 0 or b3.shape[2] == 0 or count == 0:
-            x = xp.zeros(b3.shape, self.dtype)
-            berr = xp.zeros(count)
-        else:
-            b64 = b3.astype(np.float64)
-            every = xp.arange(count, dtype=np.int64)
-            x = self._solve(b3, every)
-            rows = xp.flatnonzero(info == INFO_OK).astype(np.int64)
-            berr = xp.full(count, np.nan)
-            r = xp.zeros(b3.shape, np.float64)          # the residuals of the matrices in rows
-            if rows.size:
-                r[rows] = self._residual(b64[rows], x[rows], rows)
-                berr[rows] = self._berr(r[rows], x[rows], b64[rows], rows)
-            for _ in range(refine):
-                active = rows[~(berr[rows] <= eps)]
-                if active.size == 0:
-                    break
-                x_try = x[active] + self._solve(r[active], active)
-                r_try = self._residual(b64[active], x_try, active)
-                new = self._berr(r_try, x_try, b64[active], active)
-                better = ~(new >= berr[active])   # NaN before, or lower now
-                keep = active[better]
-                x[keep] = x_try[better]
-                r[keep] = r_try[better]
-                berr[keep] = new[better]
-                steps[active] += 1
-                rows = keep
-            finite_x = xp.isfinite(x).all(axis=(1, 2))
-            info[(info == INFO_OK) & ~finite_x] = INFO_NONFINITE_RESULT
-            info[(info == INFO_OK) & ~(berr <= tol)] = INFO_REFINEMENT
-            bad = (info == INFO_NONFINITE_INPUT) | (info > 0)
-            x[bad] = np.nan
-            berr[bad] = np.nan
-        self.refine_steps = self._out(steps)
-        self.last_backward_error = self._out(berr)
-        x = x[:, :, 0] if vector else x
-        return self._out(x), self._out(info)
+    def _first(self, b):
+        return self._solve(b, self.xp.arange(self.batch, dtype=np.int64))
 
+    def _correction(self, r, rows):
+        return self._solve(r[rows], rows)
+
+    # solve: Refining.solve, the rules and results of batchlu.kernels.sparse.Factor.solve, on the device
 
 def _host(x) -> np.ndarray:
     return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
