@@ -41,9 +41,9 @@ def _compiled():
     return _cpu_numba
 
 
-def check_values(plan, values) -> tuple[np.ndarray, bool]:
-    """``values`` as a (B, nnz) NumPy array of a supported dtype; True when one matrix was given."""
-    values = np.asarray(values)
+def check_values(plan, values, xp=np):
+    """``values`` as a (B, nnz) array of ``xp`` of a supported dtype; True when one matrix was given."""
+    values = xp.asarray(values)
     if values.dtype not in DTYPES:
         raise InputTypeError(f"Expected values of dtype float32 or float64. "
                              f"Got {values.dtype} instead.")
@@ -54,6 +54,15 @@ def check_values(plan, values) -> tuple[np.ndarray, bool]:
         raise InputError(f"Expected values of shape (B, nnz) = (B, {plan.nnz}), one row per matrix in "
                          f"the pattern's entry order. Got shape {values.shape if not single else values.shape[1:]} instead.")
     return values, single
+
+
+def check_pivot_tol(pivot_tol, dtype) -> float:
+    """The pivot threshold's factor: ``pivot_tol``, or ``sqrt(eps)`` of ``dtype`` when None."""
+    if pivot_tol is None:
+        return float(np.sqrt(np.finfo(dtype).eps))
+    if not isinstance(pivot_tol, (int, float, np.floating)) or not pivot_tol >= 0:
+        raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
+    return float(pivot_tol)
 
 
 def inf_norms(plan, values: np.ndarray) -> np.ndarray:
@@ -78,10 +87,7 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
         return _gpu.factorize(plan, values, perturb=perturb, pivot_tol=pivot_tol)
     values, single = check_values(plan, values)
     dtype = values.dtype
-    if pivot_tol is None:
-        pivot_tol = float(np.sqrt(np.finfo(dtype).eps))
-    elif not isinstance(pivot_tol, (int, float, np.floating)) or not pivot_tol >= 0:
-        raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
+    pivot_tol = check_pivot_tol(pivot_tol, dtype)
     from . import _supernodal
 
     count = values.shape[0]

@@ -34,11 +34,11 @@ import threading
 
 import numpy as np
 
-from batchlu.errors import BatchIndexError, InputError, InputTypeError
+from batchlu.errors import BatchIndexError, InputError
 from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_OK
 
 from . import _gpu_maps
-from ._factor import DTYPES, Refining
+from ._factor import Refining, check_pivot_tol, check_values
 
 FAMILY = "ldlt"
 KERNELS = ("ldlt_entries", "ldlt_pivots", "ldlt_forward", "ldlt_backward", "ldlt_residual", "ldlt_row_sums")
@@ -114,20 +114,6 @@ def device_arrays(plan, xp) -> dict:
 
 
 # ---------------------------------------------------------------------------------- factorization
-def _check_values(plan, values, xp):
-    values = xp.asarray(values)
-    if values.dtype not in DTYPES:
-        raise InputTypeError(f"Expected values of dtype float32 or float64. "
-                             f"Got {values.dtype} instead.")
-    single = values.ndim == 1
-    if single:
-        values = values[None]
-    if values.ndim != 2 or values.shape[1] != plan.nnz:
-        raise InputError(f"Expected values of shape (B, nnz) = (B, {plan.nnz}), one row per matrix in "
-                         f"the pattern's entry order. Got shape {values.shape if not single else values.shape[1:]} instead.")
-    return xp.ascontiguousarray(values), single
-
-
 def inf_norms(plan, values, xp, launch, arrays) -> object:
     """``||A||_inf`` per matrix (float64; NaN for a non-finite matrix), on the device."""
     count, n = values.shape[0], plan.n
@@ -143,12 +129,10 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     """The factorization over the array module ``xp`` with the kernels run by ``launch`` (see the
     module docstring); the checks, pivot rule and codes of the CPU's
     :func:`batchlu.kernels.sparse._factor.factorize`."""
-    values, single = _check_values(plan, values, xp)
+    values, single = check_values(plan, values, xp)
+    values = xp.ascontiguousarray(values)
     dtype = values.dtype
-    if pivot_tol is None:
-        pivot_tol = float(np.sqrt(np.finfo(dtype).eps))
-    elif not isinstance(pivot_tol, (int, float, np.floating)) or not pivot_tol >= 0:
-        raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
+    pivot_tol = check_pivot_tol(pivot_tol, dtype)
     arrays = device_arrays(plan, xp)
     count, n = values.shape[0], plan.n
     finite = xp.isfinite(values).all(axis=1)
