@@ -13,7 +13,7 @@ The factorization is right-looking over the fundamental supernodes in column ord
 its parent: the elimination tree's numbering), every column's updates applied as soon as it is
 final, so no level sets, rounds or update maps are needed here. A supernode of ``s`` columns
 ``f .. f+s-1`` with the rows ``R`` (``m`` of them) below it is the dense trapezoid ``(s + m) x s``
-already in ``Lx`` (column ``f + t`` holds its rows ``t ..`` contiguously), factored in place:
+already in ``Lx`` (column ``f + t`` holds its rows ``t ..`` contiguously):
 
 1. copied row-major into ``rt`` (row ``r``'s ``s`` numbers contiguous, per lane) and factored
    left-looking: column ``j``'s entries are ``c_rj - sum_{t<j} l_rt (l_jt d_t)``, dot products over
