@@ -8,10 +8,13 @@ generators' matrices (``batchlu.testing.sparse``).
 Implementations (``--impls``):
 
 * ``batchlu``: ``batchlu.sparse`` on NumPy values (the CPU backend): ``plan.factorize(values)``
-  then ``solve(b, refine=2)`` for the whole batch; the symbolic analysis is timed apart (once per
-  pattern, not per batch);
+  then ``solve(b, refine=2)`` for the whole batch, on ``--threads`` threads (``cpu_threads``);
+  the symbolic analysis is timed apart (once per pattern, not per batch);
 * ``scipy-splu``: SciPy's SuperLU (``scipy.sparse.linalg.splu``, its default ordering) factor and
-  solve, one matrix after the other in this thread;
+  solve, one matrix after the other; with ``--threads k > 1`` the batch is cut into ``k`` ranges
+  run by a pool of ``k`` worker processes (started and warmed before timing; two threads ran
+  ``splu`` only 1.2x faster than one on a 2-core machine, so threads would not use the cores),
+  the values and solutions shipped to and from them inside the timing;
 * ``batchlu-gpu``: ``batchlu.sparse`` on CuPy values (the GPU backend, ``kernels/cuda/ldlt.cu``),
   values and right-hand sides already on the device; the batch goes through in one call, or in
   pieces halved at each out-of-memory error (``pieces`` in the record);
@@ -34,7 +37,8 @@ float64 from the same matrices; the records (one per point and implementation; t
 ``--repeat`` runs) carry the fields ``impl``, ``kind``, ``n``, ``nnz``, ``batch``, ``dtype``,
 ``seconds``, ``per_matrix_ms``, ``factorizations_per_s``, ``max_backward_error``, ``refine_steps``
 (batchlu's largest; the peers' configured steps), ``device``, ``date`` and ``check``, and for the
-CPU ones ``cpu_seconds`` (this process's CPU time: steadier than the wall time on a shared machine).
+CPU ones ``threads`` and ``cpu_seconds`` (this process's CPU time, worker processes not included:
+steadier than the wall time on a shared machine, meaningful with one thread only).
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ class BatchluCPU:
     def __init__(self, problem, values, b, args):
         import batchlu
 
-        self.values, self.b, self.refine = values, b, args.refine
+        self.values, self.b, self.refine, self.threads = values, b, args.refine, args.threads
         t = time.perf_counter()
         self.plan = batchlu.sparse.analyze(problem.indptr, problem.indices, problem.n, kind=problem.matrix_kind,
                                            ordering=args.ordering)
@@ -86,8 +90,11 @@ class BatchluCPU:
                       "levels": self.plan.nlevels, "multiply_adds": self.plan.update_pairs}
 
     def run(self):
-        factor = self.plan.factorize(self.values)
-        x, info = factor.solve(self.b, refine=self.refine)
+        from batchlu.kernels import cpu_threads
+
+        with cpu_threads(self.threads):
+            factor = self.plan.factorize(self.values)
+            x, info = factor.solve(self.b, refine=self.refine)
         self.extra.update(refine_steps=int(np.max(factor.refine_steps)) if factor.refine_steps.size else 0,
                           info_nonzero=int(np.count_nonzero(info)))
         return x
@@ -111,19 +118,43 @@ class SciPySplu:
         self.lower_pos = np.asarray(index[rows, problem.indices]).astype(np.int64) - 1
         self.upper_pos = np.asarray(index[problem.indices, rows]).astype(np.int64) - 1
 
-    def run(self):
-        import scipy.sparse as sp
-        from scipy.sparse.linalg import splu
+        self.workers = args.threads
+        self.pool = None
+        if self.workers > 1:   # threads ran splu 1.2x faster on 2 cores: processes use the cores
+            import concurrent.futures
+            import multiprocessing
 
-        full, values = self.full, self.values
-        x = np.empty(self.b.shape, values.dtype)
-        for i in range(values.shape[0]):
-            data = np.empty(full.nnz, values.dtype)
-            data[self.upper_pos] = values[i]
-            data[self.lower_pos] = values[i]
-            a = sp.csc_matrix((data, full.indices, full.indptr), shape=full.shape)
-            x[i] = splu(a).solve(self.b[i])
-        return x
+            self.pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
+            list(self.pool.map(_splu_range, [(full, self.upper_pos, self.lower_pos, values[:1], b[:1])] * self.workers))
+
+    def run(self):
+        if self.pool is None:
+            return _splu_range((self.full, self.upper_pos, self.lower_pos, self.values, self.b))
+        count = self.values.shape[0]
+        bounds = [count * i // self.workers for i in range(self.workers + 1)]
+        parts = [(self.full, self.upper_pos, self.lower_pos, self.values[lo:hi], self.b[lo:hi])
+                 for lo, hi in zip(bounds[:-1], bounds[1:])]
+        return np.concatenate(list(self.pool.map(_splu_range, parts)))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def _splu_range(job):
+    """SuperLU factor and solve of each matrix of ``values``, one after the other."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import splu
+
+    full, upper_pos, lower_pos, values, b = job
+    x = np.empty(b.shape, values.dtype)
+    for i in range(values.shape[0]):
+        data = np.empty(full.nnz, values.dtype)
+        data[upper_pos] = values[i]
+        data[lower_pos] = values[i]
+        a = sp.csc_matrix((data, full.indices, full.indptr), shape=full.shape)
+        x[i] = splu(a).solve(b[i])
+    return x
 
 
 # ------------------------------------------------------------------------------------------- GPU
@@ -370,7 +401,7 @@ def _device(impl: str) -> str:
 
         name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())["name"]
         return name.decode() if isinstance(name, bytes) else str(name)
-    return f"CPU {platform.processor() or platform.machine()}, 1 thread"
+    return f"CPU {platform.processor() or platform.machine()}"
 
 
 CUDSS_IMPLS = ("cudss-uniform", "cudss")
@@ -395,7 +426,8 @@ def measure(impl: str, problem, values, b, args) -> dict:
 def measure_one(impl: str, problem, values, b, args) -> dict:
     """One point of one implementation: prepare (untimed), run once and check the backward error,
     then ``--repeat`` timed runs (median)."""
-    base = {"impl": impl, "kind": problem.kind, "dim": args.dim, "n": problem.n, "nnz": problem.nnz,
+    base = {"impl": impl, "threads": args.threads if impl not in GPU_IMPLS else None, "kind": problem.kind,
+            "dim": args.dim, "n": problem.n, "nnz": problem.nnz,
             "batch": values.shape[0], "dtype": str(values.dtype), "date": datetime.date.today().isoformat()}
     runner = None
     try:
@@ -444,6 +476,8 @@ def main(argv=None) -> None:
     ap.add_argument("--ordering", default="amd", choices=("amd", "metis", "natural"))
     ap.add_argument("--refine", type=int, default=2, help="iterative refinement steps (batchlu and cuDSS)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="CPU implementations: batchlu's threads (cpu_threads), splu's worker processes")
     ap.add_argument("--dense-max-bytes", type=float, default=8 * 2**30)
     ap.add_argument("--cudss-views", default="lower,full",
                     help="cuDSS modes tried per point, the fastest that passes is recorded: lower (SPD or "

@@ -28,7 +28,7 @@ import threading
 from batchlu.errors import ConfigError
 
 
-__all__ = ["ENV", "cpu_threads", "run", "threads"]
+__all__ = ["ENV", "cpu_threads", "run", "run_parts", "threads"]
 
 ENV = "BATCHLU_CPU_THREADS"
 MIN_WORK = 1 << 20     # per thread, in units of (n + 4)**3 per matrix (~0.25 ns each, measured)
@@ -101,7 +101,13 @@ if hasattr(os, "register_at_fork"):
 def run(kernel, count: int, n: int, *args) -> None:
     """``kernel(*args, lo, hi)`` over ``[0, count)``, split into ranges on up to :func:`threads`
     threads."""
-    parts = min(threads(), count, max(1, count * (n + 4) ** 3 // MIN_WORK))
+    run_parts(kernel, min(threads(), count, max(1, count * (n + 4) ** 3 // MIN_WORK)), count, *args)
+
+
+def run_parts(kernel, parts: int, count: int, *args) -> None:
+    """``kernel(*args, lo, hi)`` over ``[0, count)`` split into ``parts`` ranges (at most
+    :func:`threads` of them wanted by the caller), one on the calling thread."""
+    parts = min(parts, count)
     if parts <= 1:
         kernel(*args, 0, count)
         return

@@ -29,9 +29,21 @@ def _is_cupy(x) -> bool:
     return type(x).__module__.split(".")[0] == "cupy"
 
 
-def check_values(plan, values) -> tuple[np.ndarray, bool]:
-    """``values`` as a (B, nnz) NumPy array of a supported dtype; True when one matrix was given."""
-    values = np.asarray(values)
+def _compiled():
+    """:mod:`._cpu_numba` where the CPU backend's compiled engine runs (``batchlu.kernels.cpu_engine``),
+    else None (the NumPy engine of :mod:`._cpu`)."""
+    from batchlu.kernels import _cpu as dense
+
+    if dense._compiled() is None:
+        return None
+    from . import _cpu_numba
+
+    return _cpu_numba
+
+
+def check_values(plan, values, xp=np):
+    """``values`` as a (B, nnz) array of ``xp`` of a supported dtype; True when one matrix was given."""
+    values = xp.asarray(values)
     if values.dtype not in DTYPES:
         raise InputTypeError(f"Expected values of dtype float32 or float64. "
                              f"Got {values.dtype} instead.")
@@ -42,6 +54,15 @@ def check_values(plan, values) -> tuple[np.ndarray, bool]:
         raise InputError(f"Expected values of shape (B, nnz) = (B, {plan.nnz}), one row per matrix in "
                          f"the pattern's entry order. Got shape {values.shape if not single else values.shape[1:]} instead.")
     return values, single
+
+
+def check_pivot_tol(pivot_tol, dtype) -> float:
+    """The pivot threshold's factor: ``pivot_tol``, or ``sqrt(eps)`` of ``dtype`` when None."""
+    if pivot_tol is None:
+        return float(np.sqrt(np.finfo(dtype).eps))
+    if not isinstance(pivot_tol, (int, float, np.floating)) or not pivot_tol >= 0:
+        raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
+    return float(pivot_tol)
 
 
 def inf_norms(plan, values: np.ndarray) -> np.ndarray:
@@ -66,40 +87,148 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
         return _gpu.factorize(plan, values, perturb=perturb, pivot_tol=pivot_tol)
     values, single = check_values(plan, values)
     dtype = values.dtype
-    if pivot_tol is None:
-        pivot_tol = float(np.sqrt(np.finfo(dtype).eps))
-    elif not isinstance(pivot_tol, (int, float, np.floating)) or not pivot_tol >= 0:
-        raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
+    pivot_tol = check_pivot_tol(pivot_tol, dtype)
     from . import _supernodal
 
-    cpu = _supernodal.for_plan(plan)
     count = values.shape[0]
     finite = np.isfinite(values).all(axis=1)
     anorm = inf_norms(plan, values)
     tau = (float(pivot_tol) * np.nan_to_num(anorm, nan=0.0, posinf=0.0)).astype(dtype)
     blocks = []
-    first_zero = np.full(count, plan.n, np.int64)
-    perturbed = np.zeros(count, np.int64)
-    negative = np.zeros(count, np.int64)
-    zero = np.zeros(count, np.int64)
-    block = _cpu.block_size(plan, dtype.itemsize)
-    for s in range(0, count, block):
-        e = min(s + block, count)
-        lx = np.zeros((plan.nnz_l, e - s), dtype)
-        lx[plan.value_dst] = values[s:e, plan.value_src].T
-        (fz, pt, ng, zr), dense = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
-        first_zero[s:e], perturbed[s:e], negative[s:e], zero[s:e] = fz, pt, ng, zr
-        blocks.append((s, e, lx, dense))
+    lanes = None
+    compiled = _compiled()
+    if compiled is not None:
+        lanes, (first_zero, perturbed, negative, zero) = compiled.factorize(plan, values, tau, perturb)
+        width = compiled.LANES
+        blocks = [(s, min(s + width, count), lanes[i, :, :min(width, count - s)], {})
+                  for i, s in enumerate(range(0, count, width))]
+    else:
+        first_zero = np.full(count, plan.n, np.int64)
+        perturbed = np.zeros(count, np.int64)
+        negative = np.zeros(count, np.int64)
+        zero = np.zeros(count, np.int64)
+        cpu = _supernodal.for_plan(plan)
+        block = _cpu.block_size(plan, dtype.itemsize)
+        for s in range(0, count, block):
+            e = min(s + block, count)
+            lx = np.zeros((plan.nnz_l, e - s), dtype)
+            lx[plan.value_dst] = values[s:e, plan.value_src].T
+            (fz, pt, ng, zr), dense = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
+            first_zero[s:e], perturbed[s:e], negative[s:e], zero[s:e] = fz, pt, ng, zr
+            blocks.append((s, e, lx, dense))
     info = np.where((first_zero < plan.n) & (not perturb), first_zero + 1, INFO_OK).astype(np.int32)
     info[~finite] = INFO_NONFINITE_INPUT
     inertia = np.stack([plan.n - negative - zero, negative, zero], axis=1)
     inertia[~finite] = -1
     perturbed[~finite] = -1
     return Factor(plan, values, blocks, info, perturbed.astype(np.int32), inertia, anorm,
-                  float(pivot_tol), bool(perturb), single)
+                  float(pivot_tol), bool(perturb), single, lanes)
 
 
-class Factor:
+class Refining:
+    """What :class:`Factor` (NumPy) and :class:`batchlu.kernels.sparse._gpu.GpuFactor` (CuPy, or
+    NumPy in the host tests) share, written over the array module ``self.xp``: the right-hand
+    sides' checks, the backward errors and :meth:`solve`'s iterative refinement. A subclass gives
+    ``_first(b)`` (the solution of every matrix, (B, n, k)), ``_correction(r, rows)`` (the
+    solutions of the matrices ``rows`` for their right-hand sides ``r[rows]``, (len(rows), n, k)),
+    ``_residual(b, x, rows)`` (float64) and ``info``, ``anorm``, ``dtype``, ``batch``, ``single``.
+    """
+
+    xp = np
+
+    def _out(self, x):
+        return x[0] if self.single else x
+
+    def _check_rhs(self, b, what="b"):
+        b = self.xp.asarray(b)
+        if b.dtype.kind not in "fiu":
+            raise InputTypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
+        n, count = self.plan.n, self.batch
+        shape = b.shape
+        if self.single:
+            b = b[None]
+        if b.shape == (count, n):
+            return b[:, :, None], True
+        if b.ndim == 3 and b.shape[:2] == (count, n):
+            return b, False
+        want = f"({n},) or ({n}, k)" if self.single else f"({count}, {n}) or ({count}, {n}, k)"
+        raise InputError(f"Expected {what} of shape {want}. Got shape {shape} instead.")
+
+    def _berr(self, r, x, b, rows):
+        """Per matrix of ``rows``: the normwise backward error from its residual ``r``, solution
+        ``x`` and right-hand side ``b`` (each (len(rows), n, k), in the order of ``rows``)."""
+        xp = self.xp
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rn = xp.abs(r).max(axis=1)                                # (m, k)
+            xn = xp.abs(x.astype(np.float64)).max(axis=1)
+            bn = xp.abs(b.astype(np.float64)).max(axis=1)
+            den = self.anorm[rows][:, None] * xn + bn
+            be = xp.where(den > 0, rn / xp.where(den > 0, den, 1), xp.where(rn > 0, np.inf, 0.0))
+            be = xp.where(xp.isfinite(rn) & xp.isfinite(den), be, np.nan)
+        return be.max(axis=1) if be.shape[1] else xp.zeros(len(rows))
+
+    def solve(self, b, refine: int = 2, tol: float | None = None):
+        """Solve ``A x = b`` per matrix, then up to ``refine`` steps of iterative refinement.
+
+        ``b`` is (B, n) or (B, n, k). Each step computes the residual ``b - A x`` in float64 against
+        the original A, solves for the correction with the factors and keeps it if it lowers the
+        backward error; a matrix stops once its backward error is at most its dtype's epsilon or a
+        step did not lower it (slow progress goes on: the KKT kinds in float32 gain a factor 2-4 a
+        step after heavy static pivoting).
+        Returns ``(x, info)``: ``x`` in the factor's dtype, shaped as ``b``; ``info`` (B,) int32 as
+        in the module docstring, -4 where the backward error is still above ``tol`` (default
+        ``n * eps``). The last backward errors and step counts stay in ``last_backward_error`` and
+        ``refine_steps``.
+        """
+        xp = self.xp
+        if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 0:
+            raise InputError(f"Expected refine to be an integer >= 0. Got {refine!r} instead.")
+        b3, vector = self._check_rhs(b)
+        count, n = self.batch, self.plan.n
+        eps = float(np.finfo(self.dtype).eps)
+        tol = max(n, 1) * eps if tol is None else float(tol)
+        info = self.info.copy()
+        info[(info == INFO_OK) & ~xp.isfinite(b3).all(axis=(1, 2))] = INFO_NONFINITE_INPUT
+        steps = xp.zeros(count, np.int32)
+        if n == 0 or b3.shape[2] == 0 or count == 0:
+            x = xp.zeros(b3.shape, self.dtype)
+            berr = xp.zeros(count)
+        else:
+            b64 = b3.astype(np.float64)
+            x = self._first(b3)
+            rows = xp.flatnonzero(info == INFO_OK).astype(np.int64)
+            berr = xp.full(count, np.nan)
+            r = xp.zeros(b3.shape, np.float64)          # the residuals of the matrices in rows
+            if rows.size:
+                r[rows] = self._residual(b64[rows], x[rows], rows)
+                berr[rows] = self._berr(r[rows], x[rows], b64[rows], rows)
+            for _ in range(refine):
+                active = rows[~(berr[rows] <= eps)]
+                if active.size == 0:
+                    break
+                x_try = x[active] + self._correction(r, active)
+                r_try = self._residual(b64[active], x_try, active)
+                new = self._berr(r_try, x_try, b64[active], active)
+                better = ~(new >= berr[active])   # NaN before, or lower now
+                keep = active[better]
+                x[keep] = x_try[better]
+                r[keep] = r_try[better]
+                berr[keep] = new[better]
+                steps[active] += 1
+                rows = keep
+            finite_x = xp.isfinite(x).all(axis=(1, 2))
+            info[(info == INFO_OK) & ~finite_x] = INFO_NONFINITE_RESULT
+            info[(info == INFO_OK) & ~(berr <= tol)] = INFO_REFINEMENT
+            bad = (info == INFO_NONFINITE_INPUT) | (info > 0)
+            x[bad] = np.nan
+            berr[bad] = np.nan
+        self.refine_steps = self._out(steps)
+        self.last_backward_error = self._out(berr)
+        x = x[:, :, 0] if vector else x
+        return self._out(x), self._out(info)
+
+
+class Factor(Refining):
     """``P A P^T = L D L^T`` for every matrix of a batch (CPU backend: NumPy, batch-minor blocks).
 
     ``info`` (B,) int32 is the factorization's (0, ``k > 0`` or -1; see the module docstring);
@@ -108,11 +237,13 @@ class Factor:
 
     backend = "cpu"
 
-    def __init__(self, plan, values, blocks, info, perturbed, inertia, anorm, pivot_tol, perturb, single):
+    def __init__(self, plan, values, blocks, info, perturbed, inertia, anorm, pivot_tol, perturb, single,
+                 lanes=None):
         self.plan = plan
         self.dtype = values.dtype
         self.values = values             # kept for the residuals of iterative refinement
         self._blocks = blocks            # [(start, stop, lx (nnz_l, stop - start), {first: _cpu.Dense})]
+        self._lanes = lanes              # compiled engine: all of lx, (blocks, nnz_l, LANES) (_cpu_numba)
         self.info = info
         self._perturbed = perturbed
         self._inertia = inertia
@@ -128,9 +259,6 @@ class Factor:
     @property
     def batch(self) -> int:
         return self.values.shape[0]
-
-    def _out(self, x):
-        return x[0] if self.single else x
 
     def _written(self):
         """The blocks, with the wide supernodes' factors written back into ``Lx`` (once)."""
@@ -178,26 +306,13 @@ class Factor:
         raise BatchIndexError(f"Expected an index in [0, {self.batch}). Got {index} instead.")
 
     # -------------------------------------------------------------------------------------- solve
-    def _check_rhs(self, b, what="b"):
-        b = np.asarray(b)
-        if b.dtype.kind not in "fiu":
-            raise InputTypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
-        n, count = self.plan.n, self.batch
-        shape = b.shape
-        if self.single:
-            b = b[None]
-        if b.shape == (count, n):
-            return b[:, :, None], True
-        if b.ndim == 3 and b.shape[:2] == (count, n):
-            return b, False
-        want = f"({n},) or ({n}, k)" if self.single else f"({count}, {n}) or ({count}, {n}, k)"
-        raise InputError(f"Expected {what} of shape {want}. Got shape {shape} instead.")
-
     def _solve(self, r: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """``x`` (B, n, k) in the factor's dtype with ``L D L^T (P x) = P r``, for the matrices
         ``rows`` only (all by default; the others' ``x`` is left 0)."""
         from . import _supernodal
 
+        if self._lanes is not None:
+            return _compiled().solve(self.plan, self._lanes, r, rows, self.dtype)
         plan, cpu = self.plan, _supernodal.for_plan(self.plan)
         x = np.zeros(r.shape, self.dtype)
         for s, e, lx, dense in self._blocks:
@@ -242,18 +357,6 @@ class Factor:
         ax += s_col @ (v_off[:, :, None] * xt[plan.a_row[off]]).reshape(off.size, -1)
         return b - ax.reshape(plan.n, rows.size, -1).transpose(1, 0, 2)
 
-    def _berr(self, r, x, b, rows) -> np.ndarray:
-        """Per matrix of ``rows``: the normwise backward error from its residual ``r``, solution
-        ``x`` and right-hand side ``b`` (each (len(rows), n, k), in the order of ``rows``)."""
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            rn = np.abs(r).max(axis=1)                                # (m, k)
-            xn = np.abs(x.astype(np.float64)).max(axis=1)
-            bn = np.abs(b.astype(np.float64)).max(axis=1)
-            den = self.anorm[rows, None] * xn + bn
-            be = np.where(den > 0, rn / np.where(den > 0, den, 1), np.where(rn > 0, np.inf, 0.0))
-            be = np.where(np.isfinite(rn) & np.isfinite(den), be, np.nan)
-        return be.max(axis=1) if be.shape[1] else np.zeros(len(rows))
-
     def backward_error(self, b, x) -> np.ndarray:
         """(B,) float64: ``||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf)`` per matrix (the
         largest over a matrix's right-hand sides), computed in float64. NaN where x is not finite."""
@@ -266,60 +369,8 @@ class Factor:
               else np.zeros(self.batch))
         return self._out(be)
 
-    def solve(self, b, refine: int = 2, tol: float | None = None):
-        """Solve ``A x = b`` per matrix, then up to ``refine`` steps of iterative refinement.
+    def _first(self, b):
+        return self._solve(b)
 
-        ``b`` is (B, n) or (B, n, k). Each step computes the residual ``b - A x`` in float64 against
-        the original A, solves for the correction with the factors and keeps it if it lowers the
-        backward error; a matrix stops once its backward error is at most its dtype's epsilon or a
-        step did not lower it (slow progress goes on: the KKT kinds in float32 gain a factor 2-4 a
-        step after heavy static pivoting).
-        Returns ``(x, info)``: ``x`` in the factor's dtype, shaped as ``b``; ``info`` (B,) int32 as
-        in the module docstring, -4 where the backward error is still above ``tol`` (default
-        ``n * eps``). The last backward errors and step counts stay in ``last_backward_error`` and
-        ``refine_steps``.
-        """
-        if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 0:
-            raise InputError(f"Expected refine to be an integer >= 0. Got {refine!r} instead.")
-        b3, vector = self._check_rhs(b)
-        count, n = self.batch, self.plan.n
-        eps = float(np.finfo(self.dtype).eps)
-        tol = max(n, 1) * eps if tol is None else float(tol)
-        info = self.info.copy()
-        info[(info == INFO_OK) & ~np.isfinite(b3).all(axis=(1, 2))] = INFO_NONFINITE_INPUT
-        steps = np.zeros(count, np.int32)
-        if n == 0 or b3.shape[2] == 0 or count == 0:
-            x = np.zeros(b3.shape, self.dtype)
-            berr = np.zeros(count)
-        else:
-            b64 = b3.astype(np.float64)
-            x = self._solve(b3)
-            rows = np.flatnonzero(info == INFO_OK)
-            berr = np.full(count, np.nan)
-            r = np.zeros(b3.shape, np.float64)          # the residuals of the matrices in rows
-            if rows.size:
-                r[rows] = self._residual(b64[rows], x[rows], rows)
-                berr[rows] = self._berr(r[rows], x[rows], b64[rows], rows)
-            for _ in range(refine):
-                active = rows[~(berr[rows] <= eps)]
-                if active.size == 0:
-                    break
-                x_try = x[active] + self._solve(r, active)[active]
-                r_try = self._residual(b64[active], x_try, active)
-                new = self._berr(r_try, x_try, b64[active], active)
-                better = ~(new >= berr[active])   # NaN before, or lower now
-                keep = active[better]
-                x[keep] = x_try[better]
-                r[keep] = r_try[better]
-                berr[keep] = new[better]
-                steps[active] += 1
-                rows = keep
-            finite_x = np.isfinite(x).all(axis=(1, 2))
-            info[(info == INFO_OK) & ~finite_x] = INFO_NONFINITE_RESULT
-            info[(info == INFO_OK) & ~(berr <= tol)] = INFO_REFINEMENT
-            x[(info == INFO_NONFINITE_INPUT) | (info > 0)] = np.nan
-            berr[(info == INFO_NONFINITE_INPUT) | (info > 0)] = np.nan
-        self.refine_steps = self._out(steps)
-        self.last_backward_error = self._out(berr)
-        x = x[:, :, 0] if vector else x
-        return self._out(x), self._out(info)
+    def _correction(self, r, rows):
+        return self._solve(r, rows)[rows]

@@ -34,11 +34,11 @@ import threading
 
 import numpy as np
 
-from batchlu.errors import BatchIndexError, InputError, InputTypeError
-from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK, INFO_REFINEMENT
+from batchlu.errors import BatchIndexError, InputError
+from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_OK
 
 from . import _gpu_maps
-from ._factor import DTYPES
+from ._factor import Refining, check_pivot_tol, check_values
 
 FAMILY = "ldlt"
 KERNELS = ("ldlt_entries", "ldlt_pivots", "ldlt_forward", "ldlt_backward", "ldlt_residual", "ldlt_row_sums")
@@ -114,20 +114,6 @@ def device_arrays(plan, xp) -> dict:
 
 
 # ---------------------------------------------------------------------------------- factorization
-def _check_values(plan, values, xp):
-    values = xp.asarray(values)
-    if values.dtype not in DTYPES:
-        raise InputTypeError(f"Expected values of dtype float32 or float64. "
-                             f"Got {values.dtype} instead.")
-    single = values.ndim == 1
-    if single:
-        values = values[None]
-    if values.ndim != 2 or values.shape[1] != plan.nnz:
-        raise InputError(f"Expected values of shape (B, nnz) = (B, {plan.nnz}), one row per matrix in "
-                         f"the pattern's entry order. Got shape {values.shape if not single else values.shape[1:]} instead.")
-    return xp.ascontiguousarray(values), single
-
-
 def inf_norms(plan, values, xp, launch, arrays) -> object:
     """``||A||_inf`` per matrix (float64; NaN for a non-finite matrix), on the device."""
     count, n = values.shape[0], plan.n
@@ -143,12 +129,10 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     """The factorization over the array module ``xp`` with the kernels run by ``launch`` (see the
     module docstring); the checks, pivot rule and codes of the CPU's
     :func:`batchlu.kernels.sparse._factor.factorize`."""
-    values, single = _check_values(plan, values, xp)
+    values, single = check_values(plan, values, xp)
+    values = xp.ascontiguousarray(values)
     dtype = values.dtype
-    if pivot_tol is None:
-        pivot_tol = float(np.sqrt(np.finfo(dtype).eps))
-    elif not isinstance(pivot_tol, (int, float, np.floating)) or not pivot_tol >= 0:
-        raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
+    pivot_tol = check_pivot_tol(pivot_tol, dtype)
     arrays = device_arrays(plan, xp)
     count, n = values.shape[0], plan.n
     finite = xp.isfinite(values).all(axis=1)
@@ -187,7 +171,7 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
                      float(pivot_tol), bool(perturb), single, xp, launch)
 
 
-class GpuFactor:
+class GpuFactor(Refining):
     """``P A P^T = L D L^T`` for every matrix of a batch, on the device: the interface and meanings of
     :class:`batchlu.kernels.sparse.Factor` (``info``, :meth:`solve`, :meth:`inertia`, ...), with
     device arrays in and out. ``lx`` (nnz(L), B) holds L and D batch-minor."""
@@ -217,9 +201,6 @@ class GpuFactor:
     def batch(self) -> int:
         return self.values.shape[0]
 
-    def _out(self, x):
-        return x[0] if self.single else x
-
     # ------------------------------------------------------------------------------------ queries
     def perturbed_pivots(self):
         """(B,) int32: how many pivots static pivoting replaced, per matrix (-1 for a non-finite one)."""
@@ -248,22 +229,6 @@ class GpuFactor:
         return sp.csc_array((data, plan.rowind, plan.colptr), shape=(plan.n, plan.n)), d
 
     # -------------------------------------------------------------------------------------- solve
-    def _check_rhs(self, b, what="b"):
-        xp = self.xp
-        b = xp.asarray(b)
-        if b.dtype.kind not in "fiu":
-            raise InputTypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
-        n, count = self.plan.n, self.batch
-        shape = b.shape
-        if self.single:
-            b = b[None]
-        if b.shape == (count, n):
-            return b[:, :, None], True
-        if b.ndim == 3 and b.shape[:2] == (count, n):
-            return b, False
-        want = f"({n},) or ({n}, k)" if self.single else f"({count}, {n}) or ({count}, {n}, k)"
-        raise InputError(f"Expected {what} of shape {want}. Got shape {shape} instead.")
-
     def _solve(self, r, rows):
         """``x`` (len(rows), n, k) in the factor's dtype with ``L D L^T (P x) = P r`` for the matrices
         ``rows`` (int64, on the device); ``r`` (len(rows), n, k) holds their right-hand sides."""
@@ -302,19 +267,6 @@ class GpuFactor:
                       xp.ascontiguousarray(b, dtype=np.float64), out))
         return out
 
-    def _berr(self, r, x, b, rows):
-        """Per matrix of ``rows``: the normwise backward error from its residual ``r``, solution ``x``
-        and right-hand side ``b`` (each (len(rows), n, k), in the order of ``rows``)."""
-        xp = self.xp
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            rn = xp.abs(r).max(axis=1)                                # (m, k)
-            xn = xp.abs(x.astype(np.float64)).max(axis=1)
-            bn = xp.abs(b.astype(np.float64)).max(axis=1)
-            den = self.anorm[rows][:, None] * xn + bn
-            be = xp.where(den > 0, rn / xp.where(den > 0, den, 1), xp.where(rn > 0, np.inf, 0.0))
-            be = xp.where(xp.isfinite(rn) & xp.isfinite(den), be, np.nan)
-        return be.max(axis=1) if be.shape[1] else xp.zeros(rows.size)
-
     def backward_error(self, b, x):
         """(B,) float64: ``||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf)`` per matrix (the
         largest over a matrix's right-hand sides), computed in float64. NaN where x is not finite."""
@@ -329,57 +281,13 @@ class GpuFactor:
         b64 = b3.astype(np.float64)
         return self._out(self._berr(self._residual(b64, x3, rows), x3, b64, rows))
 
-    def solve(self, b, refine: int = 2, tol: float | None = None):
-        """Solve ``A x = b`` per matrix, then up to ``refine`` steps of iterative refinement: the
-        rules and results of :meth:`batchlu.kernels.sparse.Factor.solve`, on the device."""
-        xp = self.xp
-        if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 0:
-            raise InputError(f"Expected refine to be an integer >= 0. Got {refine!r} instead.")
-        b3, vector = self._check_rhs(b)
-        count, n = self.batch, self.plan.n
-        eps = float(np.finfo(self.dtype).eps)
-        tol = max(n, 1) * eps if tol is None else float(tol)
-        info = self.info.copy()
-        info[(info == INFO_OK) & ~xp.isfinite(b3).all(axis=(1, 2))] = INFO_NONFINITE_INPUT
-        steps = xp.zeros(count, np.int32)
-        if n == 0 or b3.shape[2] == 0 or count == 0:
-            x = xp.zeros(b3.shape, self.dtype)
-            berr = xp.zeros(count)
-        else:
-            b64 = b3.astype(np.float64)
-            every = xp.arange(count, dtype=np.int64)
-            x = self._solve(b3, every)
-            rows = xp.flatnonzero(info == INFO_OK).astype(np.int64)
-            berr = xp.full(count, np.nan)
-            r = xp.zeros(b3.shape, np.float64)          # the residuals of the matrices in rows
-            if rows.size:
-                r[rows] = self._residual(b64[rows], x[rows], rows)
-                berr[rows] = self._berr(r[rows], x[rows], b64[rows], rows)
-            for _ in range(refine):
-                active = rows[~(berr[rows] <= eps)]
-                if active.size == 0:
-                    break
-                x_try = x[active] + self._solve(r[active], active)
-                r_try = self._residual(b64[active], x_try, active)
-                new = self._berr(r_try, x_try, b64[active], active)
-                better = ~(new >= berr[active])   # NaN before, or lower now
-                keep = active[better]
-                x[keep] = x_try[better]
-                r[keep] = r_try[better]
-                berr[keep] = new[better]
-                steps[active] += 1
-                rows = keep
-            finite_x = xp.isfinite(x).all(axis=(1, 2))
-            info[(info == INFO_OK) & ~finite_x] = INFO_NONFINITE_RESULT
-            info[(info == INFO_OK) & ~(berr <= tol)] = INFO_REFINEMENT
-            bad = (info == INFO_NONFINITE_INPUT) | (info > 0)
-            x[bad] = np.nan
-            berr[bad] = np.nan
-        self.refine_steps = self._out(steps)
-        self.last_backward_error = self._out(berr)
-        x = x[:, :, 0] if vector else x
-        return self._out(x), self._out(info)
+    def _first(self, b):
+        return self._solve(b, self.xp.arange(self.batch, dtype=np.int64))
 
+    def _correction(self, r, rows):
+        return self._solve(r[rows], rows)
+
+    # solve: Refining.solve, the rules and results of batchlu.kernels.sparse.Factor.solve, on the device
 
 def _host(x) -> np.ndarray:
     return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)

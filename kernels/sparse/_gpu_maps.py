@@ -18,11 +18,11 @@ grows with the factorization's work.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import threading
 
 import numpy as np
+
+from ._cache import PerPlan
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -72,22 +72,4 @@ def build(plan) -> GpuMaps:
                    a_col=as64(a_cols[order]), a_src=as64(src[order]))
 
 
-_CACHE: collections.OrderedDict = collections.OrderedDict()
-_CACHED = 4
-_LOCK = threading.Lock()
-
-
-def for_plan(plan) -> GpuMaps:
-    """The plan's :class:`GpuMaps`, built on first use and cached by the plan's digest."""
-    key = plan.digest
-    with _LOCK:
-        found = _CACHE.get(key)
-        if found is not None:
-            _CACHE.move_to_end(key)
-            return found
-    made = build(plan)
-    with _LOCK:
-        _CACHE[key] = made
-        while len(_CACHE) > _CACHED:
-            _CACHE.popitem(last=False)
-        return made
+for_plan = PerPlan(build)   # the plan's `GpuMaps`, built once per plan digest

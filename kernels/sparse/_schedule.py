@@ -30,11 +30,11 @@ value array ``Lx`` (the CSC order of ``plan.rowind``), which every backend keeps
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import threading
 
 import numpy as np
+
+from ._cache import PerPlan
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -181,23 +181,4 @@ def build(plan) -> Schedule:
                     round_ptr=np.asarray(rounds, np.int64), level_round=level_round)
 
 
-_CACHE: collections.OrderedDict = collections.OrderedDict()   # plan digest -> Schedule
-_CACHED = 4
-_LOCK = threading.Lock()
-
-
-def for_plan(plan) -> Schedule:
-    """The plan's :class:`Schedule`, built on first use and cached by the plan's digest (the last
-    few plans of this process), so that copies of one plan (unpickled in each task) share it."""
-    key = plan.digest
-    with _LOCK:
-        found = _CACHE.get(key)
-        if found is not None:
-            _CACHE.move_to_end(key)
-            return found
-    made = build(plan)
-    with _LOCK:
-        _CACHE[key] = made
-        while len(_CACHE) > _CACHED:
-            _CACHE.popitem(last=False)
-        return made
+for_plan = PerPlan(build)   # the plan's `Schedule`, built once per plan digest

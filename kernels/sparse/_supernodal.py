@@ -18,12 +18,11 @@ few hundred of them (n = 5,000).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import threading
 
 import numpy as np
 
+from ._cache import PerPlan
 from ._schedule import _keys, _LevelMaps
 
 SUPERNODE_MIN = 4
@@ -105,21 +104,4 @@ def _supernode(f: int, s: int, colptr, rowind, key, n) -> Supernode:
     return Supernode(f, s, m, np.concatenate(src), np.concatenate(dst), a * m + b, upd_dst)
 
 
-_CACHE: collections.OrderedDict = collections.OrderedDict()
-_LOCK = threading.Lock()
-
-
-def for_plan(plan) -> CpuSchedule:
-    """The plan's :class:`CpuSchedule` (built once per plan digest, the last few kept)."""
-    key = plan.digest
-    with _LOCK:
-        found = _CACHE.get(key)
-        if found is not None:
-            _CACHE.move_to_end(key)
-            return found
-    made = build(plan)
-    with _LOCK:
-        _CACHE[key] = made
-        while len(_CACHE) > 4:
-            _CACHE.popitem(last=False)
-        return made
+for_plan = PerPlan(build)   # the plan's `CpuSchedule`, built once per plan digest

@@ -89,7 +89,7 @@ def build(folder: Path | None = None, *, flags: tuple[str, ...] = ()) -> ctypes.
     """Compile ``ldlt.cu`` with :data:`SHIM` into a shared library (every kernel of both dtypes),
     with the compiler's extra ``flags`` (``-fsanitize=address``: see the test that uses it)."""
     table = "\n".join(f'    if (n == "{e}") return run(&{e}, grid, block, order, nargs, kinds, params);'
-                      for dtype in _gpu.DTYPES for e in _gpu.names(dtype))
+                      for dtype in _gpu.SCALAR for e in _gpu.names(dtype))
     text = SHIM.replace("@TABLE@", table)
     source = _cuda_sources.read(_gpu.FAMILY) + (_cuda_sources.CUDA_DIR / "ldlt.cuh").read_text()
     tag = hashlib.sha256((text + source + " ".join(flags)).encode()).hexdigest()[:16]

@@ -1,5 +1,6 @@
 """The CPU numeric LDL^T: reconstruction against a dense reference, solves with refinement on every
-generator in both precisions, inertia against eigvalsh, static pivoting, the info codes."""
+generator in both precisions, inertia against eigvalsh, static pivoting, the info codes; every test
+on both CPU engines (compiled: ``_cpu_numba``; NumPy: ``_cpu``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ from batchlu.kernels.sparse import INFO_NONFINITE_INPUT, INFO_REFINEMENT
 from batchlu.testing import sparse as gen
 
 THRESHOLD = 30
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def engine(request, monkeypatch):
+    monkeypatch.setenv("BATCHLU_CPU_ENGINE", request.param)
+    return request.param
 
 
 @pytest.fixture(scope="module", params=[("fem-poisson", 2), ("fem-poisson", 3), ("fem-elasticity", 2),
@@ -95,6 +102,24 @@ def test_batch_independence_bit_for_bit(monkeypatch):
     monkeypatch.setattr(_cpu, "BLOCK", 3)
     blocked, _ = plan.factorize(values).solve(b)
     assert np.array_equal(blocked, together)
+
+
+def test_threads_bit_for_bit(engine, monkeypatch):
+    """The compiled engine's blocks split between threads give the same bits as one thread."""
+    from batchlu.kernels import cpu_threads
+    from batchlu.kernels.sparse import _cpu_numba
+
+    p = gen.make("saddle", size=300, seed=2)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+    values, b = p.values(0, 21, seed=5), p.rhs(0, 21, None, seed=5)
+    with cpu_threads(1):
+        one, info_one = plan.factorize(values).solve(b)
+    monkeypatch.setattr(_cpu_numba, "MIN_WORK", 1)
+    with cpu_threads(2):
+        factor = plan.factorize(values)
+        two, info_two = factor.solve(b)
+    assert np.array_equal(one, two) and np.array_equal(info_one, info_two)
+    assert np.all(info_two == 0) and np.all(factor.last_backward_error <= THRESHOLD * p.n * np.finfo(float).eps)
 
 
 def test_zero_pivot_perturbed_and_refined():
