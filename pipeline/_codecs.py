@@ -26,6 +26,7 @@ import warnings
 
 import numpy as np
 
+from . import _nvcomp
 from .errors import FrameError
 
 
@@ -227,6 +228,10 @@ def choose(array, setting: str, *, gpu: bool, nvcomp: str | None, reading: bool 
         return Choice("cpu", "its lz4 chunks carry no crc32c checksum, which the GPU path needs to catch a "
                              "damaged frame (batchlu generate --layout sharded writes one)")
     frame_bytes = stored.inner * stored.matrix_bytes
+    limit = _nvcomp.ENCODE_LIMIT.get(stored.frames.algorithm)
+    if not reading and limit is not None and frame_bytes > limit:
+        return Choice("cpu", f"its chunks of {frame_bytes / 2**20:.0f} MiB are larger than nvCOMP's "
+                             f"{stored.frames.algorithm} encoder takes ({limit >> 20} MiB)")
     if setting == "auto" and frame_bytes > AUTO_FRAME_BYTES:
         return Choice("cpu", f"its chunks of {frame_bytes / 2**20:.0f} MiB are faster on the host (the GPU "
                              f"decodes many small frames well, few large ones slowly; the sharded layout "

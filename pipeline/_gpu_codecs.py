@@ -2,8 +2,8 @@
 its outputs there (worker side; CuPy and nvCOMP are imported only inside the functions).
 
 A :class:`Lane` belongs to one worker thread (the Dask thread that runs tasks) and lives as long as
-it: its reader and writer streams, one nvCOMP codec object per stream and algorithm (nvCOMP wants a
-codec per thread), and grow-only pinned staging buffers. The batch loop's reader and writer threads
+it: its reader and writer streams, one :class:`batchlu.pipeline._nvcomp.Batch` per stream and
+algorithm (nvCOMP's C API, its scratch memory), and grow-only pinned staging buffers. The batch loop's reader and writer threads
 (:mod:`batchlu.pipeline._device_batches`) use the lane of the task that started them, one task at a
 time.
 
@@ -13,8 +13,8 @@ time.
   frame must decode to exactly its chunk's bytes; anything else raises :class:`FrameError` naming the
   chunk (the batch loop then reads the batch through zarr on the host, which names a corrupt chunk
   file or, where zarr reads what nvCOMP would not, uses its values).
-* :meth:`Lane.encode`: one nvCOMP call encodes every (inner) chunk of an output batch; the frames come
-  back to pinned memory in one transfer per frame and are written as chunk files or shards
+* :meth:`Lane.encode`: one nvCOMP call encodes every (inner) chunk of an output batch into fixed
+  slots; the slots come back to pinned memory in one transfer and the frames are written as chunk files or shards
   (:func:`batchlu.pipeline._codecs.write_chunks`). nvCOMP's zstd and LZ4 encoders are deterministic,
   so a chunk computed again (resume, a restarted worker) is stored byte for byte as before.
 """
@@ -29,9 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from batchlu.errors import FrameError
+from batchlu.errors import FrameError, OutputError
 
-from . import _codecs
+from . import _codecs, _nvcomp
 
 __all__ = ["FrameError", "Lane", "lane", "missing", "reserve", "staging_bytes"]
 
@@ -41,12 +41,8 @@ IO_THREADS = 8   # file reads and writes in flight per worker process
 
 
 def missing() -> str | None:
-    """Run on each worker: None when nvCOMP imports here, else why not (one line)."""
-    try:
-        from nvidia import nvcomp  # noqa: F401
-    except Exception as exc:
-        return f"nvCOMP is not installed on the workers ({type(exc).__name__}: {exc})"
-    return None
+    """Run on each worker: None when nvCOMP's C library loads here, else why not (one line)."""
+    return _nvcomp.missing()
 
 
 _IO_LOCK = threading.Lock()
@@ -132,15 +128,11 @@ class Lane:
     def buffers(self) -> list[_Pinned]:
         return [*self._read, self._write]
 
-    def _codec(self, algorithm: str, stream):
-        from nvidia import nvcomp
-
+    def _codec(self, algorithm: str, stream) -> _nvcomp.Batch:
         key = (algorithm, stream.ptr)
         codec = self._codecs.get(key)
         if codec is None:
-            codec = self._codecs[key] = nvcomp.Codec(algorithm=algorithm, device_id=self.device,
-                                                     cuda_stream=stream.ptr,
-                                                     bitstream_kind=nvcomp.BitstreamKind.RAW)
+            codec = self._codecs[key] = _nvcomp.Batch(algorithm, stream)
         return codec
 
     # ---------------------------------------------------------------------------------- decode
@@ -149,7 +141,6 @@ class Lane:
         shape ``(stop - start,) + shape[1:]`` on this lane's read stream (synchronised). Chunks not
         stored come back as zeros (the missing-chunk check decides what that means)."""
         import cupy
-        from nvidia import nvcomp
 
         reads = _codecs.plan_reads(stored, start, stop)
         sizes = _codecs.frame_sizes(reads)
@@ -186,15 +177,16 @@ class Lane:
                         out[dest:dest + want] = staged[offset:offset + length]
                 else:
                     codec = self._codec(stored.frames.algorithm, stream)
-                    src = nvcomp.as_arrays(staged, [f[0] for f in frames], [f[1] for f in frames], stream.ptr)
-                    dst = nvcomp.as_arrays(out, [f[2] for f in frames], [f[3] for f in frames], stream.ptr)
                     try:
-                        decoded = codec.decode(src, out=dst)
-                        got = list(decoded.buffer_sizes)
+                        got, status = codec.decode(staged, [f[0] for f in frames], [f[1] for f in frames],
+                                                   out, [f[2] for f in frames], [f[3] for f in frames])
                     except Exception as exc:
                         raise FrameError(f"nvCOMP could not decode the chunks {frames[0][4]} to "
                                          f"{frames[-1][4]}: {type(exc).__name__}: {exc}") from exc
-                    for (_, _, _, want, label), size in zip(frames, got):
+                    for (_, _, _, want, label), size, code in zip(frames, got, status):
+                        if code != 0:
+                            raise FrameError(f"nvCOMP could not decode the chunk {label} (status {code}: "
+                                             f"{_nvcomp.STATUS.get(int(code), 'unknown')})")
                         if int(size) != want:
                             raise FrameError(f"the chunk {label} decodes to {size} bytes; its matrices take {want}")
         stream.synchronize()
@@ -206,7 +198,6 @@ class Lane:
         """Encode ``value`` (matrices from ``start`` on, whole stored objects, the array's last one
         possibly partial) and write it as ``stored``'s chunk files or shards."""
         import cupy
-        from nvidia import nvcomp
 
         per = stored.matrix_bytes
         count = value.shape[0]
@@ -226,59 +217,42 @@ class Lane:
                 stream.synchronize()
                 parts = [host[i * size:(i + 1) * size] for i in range(frames)]
             else:
-                codec = self._codec(stored.frames.algorithm, stream)
-                src = nvcomp.as_arrays(flat, [i * size for i in range(frames)], [size] * frames, stream.ptr)
-                parts = self._encode_into_slots(codec, stored.frames.algorithm, src, frames, size, stream)
-                if parts is None:
-                    logger.warning("batchlu: nvCOMP's frames did not fit or check in fixed slots; "
-                                   "encoding these %d frames again into buffers nvCOMP allocates", frames)
-                    encoded = codec.encode(src)
-                    sizes = [int(s) for s in encoded.buffer_sizes]
-                    offsets, total = _codecs.aligned(sizes)
-                    host = self._write.get(max(total, 1))
-                    for i in range(frames):
-                        frame = cupy.asarray(encoded[i])
-                        if sizes[i]:
-                            cupy.cuda.runtime.memcpyAsync(host[offsets[i]:].ctypes.data, frame.data.ptr,
-                                                          sizes[i], cupy.cuda.runtime.memcpyDeviceToHost,
-                                                          stream.ptr)
-                    stream.synchronize()
-                    del encoded
-                    parts = [host[offsets[i]:offsets[i] + sizes[i]] for i in range(frames)]
+                parts = self._encode_into_slots(stored, flat, frames, size, stream)
         _codecs.write_chunks(stored, start // stored.unit, parts, [size] * frames, io_threads())
 
-
-    def _encode_into_slots(self, codec, algorithm: str, src, frames: int, size: int, stream) -> list | None:
-        """Encode ``frames`` frames of ``size`` bytes into one device buffer of fixed slots, copied to
-        the host in one transfer: the frames (views of the host copy), or None where a frame does not
-        fit its slot (nvCOMP raises ValueError; the caller then lets nvCOMP allocate)."""
+    def _encode_into_slots(self, stored: _codecs.Stored, flat, frames: int, size: int, stream) -> list:
+        """Encode ``frames`` frames of ``size`` bytes of ``flat`` into one device buffer of fixed slots
+        (each as large as nvCOMP's bound for a frame), copied to the host in one transfer: the frames,
+        as views of the host copy. A frame nvCOMP did not encode, or (zstd) one that is not a whole
+        frame declaring its size, raises :class:`batchlu.errors.OutputError`: nothing is written."""
         import cupy
-        from nvidia import nvcomp
 
-        slot = -(-(size + size // 64 + 4096) // _codecs.ALIGN) * _codecs.ALIGN   # zstd/lz4 bound + margin
+        algorithm = stored.frames.algorithm
+        slot = -(-_nvcomp.max_frame_bytes(algorithm, size) // _codecs.ALIGN) * _codecs.ALIGN
         device = cupy.empty(frames * slot, cupy.uint8)
-        out = nvcomp.as_arrays(device, [i * slot for i in range(frames)], [slot] * frames, stream.ptr)
-        try:
-            encoded = codec.encode(src, out=out)
-        except ValueError:
-            return None
-        sizes = [int(s) for s in encoded.buffer_sizes]
-        if any(not 0 < n < slot for n in sizes):   # a size that is not a frame's: let nvCOMP allocate
-            return None
+        sizes, status = self._codec(algorithm, stream).encode(flat, [i * size for i in range(frames)], size,
+                                                              device, slot)
+        where = f"{stored.root} (matrices from {frames} frames of {size} bytes)"
+        for i, (n, code) in enumerate(zip(sizes, status)):
+            if code != 0 or not 0 < n <= slot:
+                raise OutputError(f"Expected nvCOMP to encode every {algorithm} frame of {where}. Got frame {i} "
+                                  f"with status {code} ({_nvcomp.STATUS.get(int(code), 'unknown')}) and "
+                                  f"{n} bytes instead.")
         host = self._write.get(device.size)
         device.get(stream=stream, out=host)
         stream.synchronize()
         if algorithm == "zstd":   # each frame whole, declaring its decoded size (what a reader checks)
-            try:
-                for i in range(frames):
-                    _codecs.zstd_check(host, i * slot, sizes[i], size, f"encoded frame {i}")
-            except ValueError:
-                return None
-        return [host[i * slot:i * slot + sizes[i]] for i in range(frames)]
+            for i in range(frames):
+                try:
+                    _codecs.zstd_check(host, i * slot, int(sizes[i]), size, f"encoded frame {i}")
+                except ValueError as exc:
+                    raise OutputError(f"Expected whole zstd frames from nvCOMP for {where}. Got {exc} "
+                                      f"instead.") from None
+        return [host[i * slot:i * slot + int(sizes[i])] for i in range(frames)]
 
     def close(self) -> None:
-        """Let go of the codecs and pinned buffers (before CUDA is torn down at exit: nvCOMP's codec
-        objects freed after that print "context is destroyed")."""
+        """Let go of the codecs' scratch memory and the pinned buffers (at exit, before CUDA is torn
+        down)."""
         try:
             self.read_stream.synchronize()
             self.write_stream.synchronize()

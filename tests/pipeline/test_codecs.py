@@ -146,6 +146,44 @@ def test_auto_keeps_large_frames_on_the_host(tmp_path):
     assert _codecs.choose(sharded, "auto", gpu=True, nvcomp=None).device == "gpu"
 
 
+def test_lz4_outputs_with_frames_over_nvcomps_limit_are_encoded_on_the_host(tmp_path):
+    """nvCOMP's LZ4 encoder takes frames of 16 MiB at most: a larger output chunk goes to the host,
+    an input chunk (decoded, no such limit) stays on the GPU."""
+    big = zarr.create_array(str(tmp_path / "l.zarr"), shape=(300, 128, 128), chunks=(136, 128, 128), dtype="f8",
+                            zarr_format=2, compressors=numcodecs.LZ4())
+    choice = _codecs.choose(big, "gpu", gpu=True, nvcomp=None)
+    assert choice.device == "cpu" and "17 MiB are larger than nvCOMP's lz4 encoder takes (16 MiB)" in choice.reason
+    fits = zarr.create_array(str(tmp_path / "f.zarr"), shape=(300, 128, 128), chunks=(128, 128, 128), dtype="f8",
+                             zarr_format=2, compressors=numcodecs.LZ4())
+    assert _codecs.choose(fits, "gpu", gpu=True, nvcomp=None).device == "gpu"
+    zstd = zarr.create_array(str(tmp_path / "z.zarr"), shape=(300, 128, 128), chunks=(136, 128, 128), dtype="f8")
+    assert _codecs.choose(zstd, "gpu", gpu=True, nvcomp=None).device == "gpu"
+
+
+def test_nvcomp_missing_says_why_in_one_line(monkeypatch):
+    """Without nvCOMP's C library (or with another major version) the workers report why, in one line."""
+    import sys
+    import types
+
+    from batchlu.pipeline import _nvcomp
+
+    monkeypatch.setitem(sys.modules, "nvidia.libnvcomp", None)
+    _nvcomp.library.cache_clear()
+    try:
+        why = _nvcomp.missing()
+        assert why.startswith("nvCOMP is not installed on the workers (Expected the nvidia-libnvcomp-cu12")
+        assert "\n" not in why
+        fake = types.ModuleType("nvidia.libnvcomp")
+        fake.__version__ = "5.1.0"
+        fake.load_library = lambda: None
+        monkeypatch.setitem(sys.modules, "nvidia.libnvcomp", fake)
+        monkeypatch.setitem(sys.modules, "nvidia", types.SimpleNamespace(libnvcomp=fake))
+        _nvcomp.library.cache_clear()
+        assert "Expected nvCOMP 6 (nvidia-libnvcomp-cu1x==6.*). Got 5.1.0 instead." in _nvcomp.missing()
+    finally:
+        _nvcomp.library.cache_clear()
+
+
 def test_zstd_inputs_without_crc32c_decode_on_the_gpu_lz4_ones_on_the_host(tmp_path):
     plain = zarr.create_array(str(tmp_path / "p.zarr"), shape=(8, 4, 4), chunks=(4, 4, 4), dtype="f8")
     choice = _codecs.choose(plain, "gpu", gpu=True, nvcomp=None, reading=True)

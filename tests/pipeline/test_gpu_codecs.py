@@ -36,12 +36,13 @@ RNG = np.random.default_rng()
 @pytest.fixture(autouse=True)
 def _nvcomp():
     pytest.importorskip("cupy")
-    try:
-        from nvidia import nvcomp  # noqa: F401
-    except ImportError:
+    from batchlu.pipeline import _nvcomp
+
+    why = _nvcomp.missing()
+    if why is not None:
         if os.environ.get("BATCHLU_REQUIRE_NVCOMP") == "1":
-            pytest.fail("BATCHLU_REQUIRE_NVCOMP=1 but nvCOMP does not import")
-        pytest.skip("nvCOMP is not installed")
+            pytest.fail(f"BATCHLU_REQUIRE_NVCOMP=1 but {why}")
+        pytest.skip(why)
 
 
 def _lane():
