@@ -19,6 +19,7 @@ __all__ = [
     "ConfigError",
     "CorruptInputError",
     "DependencyError",
+    "GPUCodecError",
     "FrameError",
     "GPUUnavailableError",
     "IOProcessError",
@@ -58,6 +59,10 @@ class LinAlgError(BatchluError, numpy.linalg.LinAlgError):
 
 class KernelCompileError(BatchluError, RuntimeError):
     """A CUDA source failed to compile; the message carries NVRTC's log."""
+
+
+class GPUCodecError(BatchluError, RuntimeError):
+    """nvCOMP refused a call of the GPU codec path; the message names the function and its status."""
 
 
 class IOProcessError(BatchluError, RuntimeError):

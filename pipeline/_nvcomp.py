@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from batchlu.errors import DependencyError
+from batchlu.errors import DependencyError, GPUCodecError
 
 __all__ = ["ALGORITHMS", "Batch", "MAJOR", "library", "max_frame_bytes", "missing"]
 
@@ -80,7 +80,8 @@ def library():
 def _call(function, *args) -> None:
     status = function(*args)
     if status != 0:
-        raise RuntimeError(f"{function.__name__} returned {status} ({STATUS.get(status, 'unknown')})")
+        raise GPUCodecError(f"Expected nvCOMP's {function.__name__} to succeed. Got status {status} "
+                            f"({STATUS.get(status, 'unknown')}) instead.")
 
 
 @functools.cache
