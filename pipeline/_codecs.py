@@ -31,7 +31,7 @@ from .errors import FrameError
 
 
 __all__ = ["CODEC_DEVICES", "Choice", "Frames", "OUTPUT_CODECS", "Read", "Stored", "choose", "crc32c",
-           "describe", "output_compressors", "plan_reads", "read_frames", "write_chunks"]
+           "describe", "output_compressors", "plan_reads", "read_frames", "write_chunks", "write_file"]
 
 CODEC_DEVICES = ("auto", "gpu", "cpu")
 OUTPUT_CODECS = ("zstd", "lz4", "none")
@@ -448,15 +448,26 @@ def payload(frames: Frames, buffer: np.ndarray, offset: int, size: int, label: s
 
 
 # ------------------------------------------------------------------------------------- writing
-def _write_file(path: str, parts) -> None:
-    """Write ``parts`` (bytes-like) to ``path`` through a temporary file renamed into place."""
+def write_file(path: str, parts) -> None:
+    """Write ``parts`` (bytes-like) to ``path`` through a temporary file renamed into place, with as
+    few system calls as the parts allow (``writev`` of up to :data:`IOV_MAX` parts each; the GIL is
+    let go during each)."""
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".batchlu-", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as f:
-            for part in parts:
-                f.write(part)
+        try:
+            views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+            i = 0
+            while i < len(views):
+                done = os.writev(fd, views[i:i + IOV_MAX])
+                while i < len(views) and done >= views[i].nbytes:
+                    done -= views[i].nbytes
+                    i += 1
+                if done:   # a short write inside part i: go on from there
+                    views[i] = views[i][done:]
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -481,10 +492,12 @@ def wrap(frames: Frames, frame, decoded_bytes: int) -> list:
     return parts
 
 
-def write_chunks(stored: Stored, first_object: int, frames: list, decoded_bytes: list[int], pool=None) -> None:
+def write_chunks(stored: Stored, first_object: int, frames: list, decoded_bytes: list[int], pool=None) -> list:
     """Write encoded chunks of consecutive stored objects from ``first_object`` on: one chunk file per
     frame, or (sharded) one shard per ``per_shard`` frames with its index. ``decoded_bytes[i]`` is the
-    size frame ``i`` decodes to (numcodecs' LZ4 header keeps it)."""
+    size frame ``i`` decodes to (numcodecs' LZ4 header keeps it). With a ``pool``, the files are
+    written there and the futures of the writes come back (the caller waits for them, and keeps
+    ``frames`` alive until then); without, they are written here and the list is empty."""
     jobs = []
     if not stored.sharded:
         for i, frame in enumerate(frames):
@@ -507,6 +520,6 @@ def write_chunks(stored: Stored, first_object: int, frames: list, decoded_bytes:
                          parts + index_parts if stored.index_at_end else index_parts + parts))
     if pool is None:
         for path, parts in jobs:
-            _write_file(path, parts)
-    else:
-        list(pool.map(lambda job: _write_file(*job), jobs))
+            write_file(path, parts)
+        return []
+    return [pool.submit(write_file, path, parts) for path, parts in jobs]

@@ -3,8 +3,9 @@
     reader thread   batch i+1: read its frames, copy them to the GPU, decode there (nvCOMP), hash the
                     decoded input (CRC-32 per output chunk, on the GPU), on the lane's read stream
     this thread     batch i: the kernels, on the engine's stream of this thread
-    writer thread   batch i-1: encode every output on the GPU, copy the frames back, write them as
-                    chunk files or shards, then record the chunks complete
+    writer thread   batch i-1: encode every output on the GPU, copy the frames back, start writing
+                    them as chunk files or shards (the I/O threads), then wait for batch i-2's
+                    files and record its chunks complete
 
 The same three stages as :mod:`batchlu.pipeline._batches`, with the device arrays handed from one to
 the next instead of host slots, over groups of consecutive batches of up to
@@ -28,7 +29,7 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -185,19 +186,32 @@ def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
         g0 = groups[index][0][0]
         return engine.run_device(op, a, b, shapes, [(start - g0, stop - g0) for start, stop in groups[index]])
 
+    files: deque = deque()   # (start, stop, futures): groups whose files the I/O threads are writing
+
+    def settle(keep: int) -> None:
+        """Wait for the file writes of all but the last ``keep`` groups, then record those complete."""
+        while len(files) > keep:
+            start, stop, futures = files.popleft()
+            for future in futures:
+                future.result()
+            if io.mark is not None:
+                io.mark(start, stop)
+
     def write(index: int, outs: dict) -> None:
+        """Encode group ``index``'s outputs and start writing their files; then wait for the previous
+        group's files and record it complete (the I/O threads write one group while the GPU encodes
+        the next)."""
         start, stop = groups[index][0][0], groups[index][-1][1]
         t = time.perf_counter()
+        coded = [(dio.stored[name], value) for name, value in outs.items() if dio.stored.get(name) is not None]
+        futures = lane.encode(coded, start, index % 2) if coded else []
+        files.append((start, stop, futures))
         for name, value in outs.items():
-            stored = dio.stored.get(name)
-            if stored is not None:
-                lane.encode(stored, start, value)
-            else:
+            if dio.stored.get(name) is None:
                 with cupy.cuda.Device(engine.device), lane.write_stream:
                     host = cupy.asnumpy(value, stream=lane.write_stream)
                 io.outputs[name][start:stop] = host
-        if io.mark is not None:
-            io.mark(start, stop)
+        settle(1)
         with lock:
             stats.write_s += time.perf_counter() - t
             stats.bytes_out += sum(v.nbytes for v in outs.values())
@@ -229,10 +243,15 @@ def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
                 del outs
             while writes:
                 writes.popleft()[1].result()
+            t = time.perf_counter()
+            writer.submit(settle, 0).result()
+            stats.write_s += time.perf_counter() - t
         finally:
             pending.cancel()
             for _, future in writes:
                 future.cancel()
+            for _, _, futures in files:   # a failed task: let the files in flight finish, record none
+                wait(futures)
 
 
 def _mark_missing_device(outs: dict, gaps) -> None:

@@ -87,7 +87,7 @@ _SPARES: list[_Pinned] = []
 
 def staging_bytes(group_bytes: int) -> int:
     """Bytes of one staging buffer for groups of ``group_bytes`` of input: a group's stored frames,
-    or its encoded frames in fixed slots (see :meth:`Lane._encode_into_slots`)."""
+    or its outputs' encoded frames in fixed slots (see :meth:`Lane.encode`)."""
     return int(group_bytes * 1.05) + (1 << 20)
 
 
@@ -123,10 +123,10 @@ class Lane:
             self.write_stream = cupy.cuda.Stream(non_blocking=True)
         self._codecs: dict = {}
         self._read = [_Pinned(), _Pinned()]
-        self._write = _Pinned()
+        self._write = [_Pinned(), _Pinned()]
 
     def buffers(self) -> list[_Pinned]:
-        return [*self._read, self._write]
+        return [*self._read, *self._write]
 
     def _codec(self, algorithm: str, stream) -> _nvcomp.Batch:
         key = (algorithm, stream.ptr)
@@ -194,37 +194,55 @@ class Lane:
         return out[lo:lo + (stop - start) * per].view(np.dtype(stored.dtype)).reshape((stop - start,) + stored.shape[1:])
 
     # ---------------------------------------------------------------------------------- encode
-    def encode(self, stored: _codecs.Stored, start: int, value) -> None:
-        """Encode ``value`` (matrices from ``start`` on, whole stored objects, the array's last one
-        possibly partial) and write it as ``stored``'s chunk files or shards."""
+    def encode(self, items: list, start: int, parity: int) -> list:
+        """Encode each ``(stored, value)`` of ``items`` (an output's matrices from ``start`` on, whole
+        stored objects, the array's last one possibly partial) and start writing them as ``stored``'s
+        chunk files or shards in the I/O threads. Returns the futures of the writes: the frames stay
+        in this lane's write staging buffer ``parity`` until they are done, so the caller waits for
+        them before it encodes with the same ``parity`` again."""
         import cupy
 
-        per = stored.matrix_bytes
-        count = value.shape[0]
-        padded = -(-count // stored.inner) * stored.inner
         stream = self.write_stream
+        coded = []   # (stored, device frames, slot, sizes, frame size)
         with cupy.cuda.Device(self.device), stream:
-            flat = cupy.ascontiguousarray(value).reshape(-1).view(cupy.uint8)
-            if padded != count:   # the array's last chunk: zarr stores it whole
-                full = cupy.zeros(padded * per, cupy.uint8)
-                full[:flat.size] = flat
-                flat = full
-            size = stored.inner * per
-            frames = padded // stored.inner
-            if stored.frames.algorithm == "none":
-                host = self._write.get(flat.size)
-                flat.get(stream=stream, out=host)
-                stream.synchronize()
-                parts = [host[i * size:(i + 1) * size] for i in range(frames)]
-            else:
-                parts = self._encode_into_slots(stored, flat, frames, size, stream)
-        _codecs.write_chunks(stored, start // stored.unit, parts, [size] * frames, io_threads())
+            for stored, value in items:
+                per = stored.matrix_bytes
+                count = value.shape[0]
+                padded = -(-count // stored.inner) * stored.inner
+                flat = cupy.ascontiguousarray(value).reshape(-1).view(cupy.uint8)
+                if padded != count:   # the array's last chunk: zarr stores it whole
+                    full = cupy.zeros(padded * per, cupy.uint8)
+                    full[:flat.size] = flat
+                    flat = full
+                size = stored.inner * per
+                frames = padded // stored.inner
+                if stored.frames.algorithm == "none":
+                    coded.append((stored, flat, size, np.full(frames, size, np.int64), size))
+                else:
+                    device, slot, sizes = self._encode_into_slots(stored, flat, frames, size, stream)
+                    coded.append((stored, device, slot, sizes, size))
+            offsets, total = _codecs.aligned([c[1].size for c in coded])
+            host = self._write[parity].get(max(total, 1))
+            for (_, device, _, _, _), at in zip(coded, offsets):
+                _get_async(device, host[at:at + device.size], stream)
+        stream.synchronize()
+        futures = []
+        for (stored, _, slot, sizes, size), at in zip(coded, offsets):
+            if stored.frames.algorithm == "zstd":   # each frame whole, declaring its decoded size (what a reader checks)
+                for i, n in enumerate(sizes):
+                    try:
+                        _codecs.zstd_check(host, at + i * slot, int(n), size, f"encoded frame {i}")
+                    except ValueError as exc:
+                        raise OutputError(f"Expected whole zstd frames from nvCOMP for {stored.root}. Got "
+                                          f"{exc} instead.") from None
+            parts = [host[at + i * slot:at + i * slot + int(n)] for i, n in enumerate(sizes)]
+            futures += _codecs.write_chunks(stored, start // stored.unit, parts, [size] * len(parts), io_threads())
+        return futures
 
-    def _encode_into_slots(self, stored: _codecs.Stored, flat, frames: int, size: int, stream) -> list:
-        """Encode ``frames`` frames of ``size`` bytes of ``flat`` into one device buffer of fixed slots
-        (each as large as nvCOMP's bound for a frame), copied to the host in one transfer: the frames,
-        as views of the host copy. A frame nvCOMP did not encode, or (zstd) one that is not a whole
-        frame declaring its size, raises :class:`batchlu.errors.OutputError`: nothing is written."""
+    def _encode_into_slots(self, stored: _codecs.Stored, flat, frames: int, size: int, stream):
+        """Encode ``frames`` frames of ``size`` bytes of ``flat`` into one device buffer of fixed slots,
+        each as large as nvCOMP's bound for a frame: the buffer, the slot and each frame's bytes. A
+        frame nvCOMP did not encode raises :class:`batchlu.errors.OutputError`: nothing is written."""
         import cupy
 
         algorithm = stored.frames.algorithm
@@ -232,23 +250,12 @@ class Lane:
         device = cupy.empty(frames * slot, cupy.uint8)
         sizes, status = self._codec(algorithm, stream).encode(flat, [i * size for i in range(frames)], size,
                                                               device, slot)
-        where = f"{stored.root} (matrices from {frames} frames of {size} bytes)"
         for i, (n, code) in enumerate(zip(sizes, status)):
             if code != 0 or not 0 < n <= slot:
-                raise OutputError(f"Expected nvCOMP to encode every {algorithm} frame of {where}. Got frame {i} "
-                                  f"with status {code} ({_nvcomp.STATUS.get(int(code), 'unknown')}) and "
-                                  f"{n} bytes instead.")
-        host = self._write.get(device.size)
-        device.get(stream=stream, out=host)
-        stream.synchronize()
-        if algorithm == "zstd":   # each frame whole, declaring its decoded size (what a reader checks)
-            for i in range(frames):
-                try:
-                    _codecs.zstd_check(host, i * slot, int(sizes[i]), size, f"encoded frame {i}")
-                except ValueError as exc:
-                    raise OutputError(f"Expected whole zstd frames from nvCOMP for {where}. Got {exc} "
-                                      f"instead.") from None
-        return [host[i * slot:i * slot + int(sizes[i])] for i in range(frames)]
+                raise OutputError(f"Expected nvCOMP to encode every {algorithm} frame of {stored.root}. Got "
+                                  f"frame {i} of {frames} ({size} bytes) with status {code} "
+                                  f"({_nvcomp.STATUS.get(int(code), 'unknown')}) and {n} bytes instead.")
+        return device, slot, sizes
 
     def close(self) -> None:
         """Let go of the codecs' scratch memory and the pinned buffers (at exit, before CUDA is torn
@@ -260,7 +267,14 @@ class Lane:
             pass
         self._codecs.clear()
         self._read = [_Pinned(), _Pinned()]
-        self._write = _Pinned()
+        self._write = [_Pinned(), _Pinned()]
+
+
+def _get_async(value, out: np.ndarray, stream) -> None:
+    try:
+        value.get(stream=stream, out=out, blocking=False)
+    except TypeError:  # CuPy without ``blocking``: the copy then waits for the stream
+        value.get(stream=stream, out=out)
 
 
 _LOCAL = threading.local()

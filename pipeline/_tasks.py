@@ -118,8 +118,8 @@ class TaskIO:
     def mark(self, c0: int, c1: int, digests) -> None:
         """Record chunks ``[c0, c1)`` complete with the CRC-32 of their inputs, ``digests`` (as
         :func:`batchlu.pipeline._ledger.mark`, on the cached arrays)."""
-        open_array(self.job.output, _ledger.DIGESTS, "r+")[c0:c1] = digests
-        open_array(self.job.output, _ledger.NAME, "r+")[c0:c1] = True
+        _ledger.mark_arrays(open_array(self.job.output, _ledger.DIGESTS, "r+"),
+                            open_array(self.job.output, _ledger.NAME, "r+"), c0, c1, digests)
 
 
 def _worker_address() -> str:

@@ -303,3 +303,16 @@ def test_written_chunks_read_back_with_plain_zarr(tmp_path, layout):
         sizes.append(len(raw))
     _codecs.write_chunks(stored, 0, frames, sizes)
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "o.zarr"), mode="r")[:], x)
+
+
+def test_write_file_writes_every_part_in_order(tmp_path):
+    """write_file: parts of every size (empty ones, more parts than one writev takes) land in order,
+    through a temporary file renamed into place (none left behind)."""
+    rng = np.random.default_rng()
+    parts = [rng.integers(0, 256, int(rng.integers(0, 3000)), dtype=np.uint8) for _ in range(2 * _codecs.IOV_MAX + 7)]
+    parts[3] = b""
+    parts[10] = bytes(rng.integers(0, 256, 100, dtype=np.uint8))
+    path = tmp_path / "d" / "c" / "0"
+    _codecs.write_file(str(path), parts)
+    assert path.read_bytes() == b"".join(bytes(p) for p in parts)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["0"]

@@ -205,3 +205,43 @@ def test_device_groups_hold_consecutive_batches_within_the_bytes():
     assert group_batches(batches, 1000, 600_000) == [[(0, 256), (256, 512)], [(512, 768), (768, 1000)],
                                                      [(2000, 2256)]]
     assert group_batches(batches, 1000, 0) == [[b] for b in batches]   # at least one batch per group
+
+
+def test_ledger_objects_written_as_files_are_zarrs_bytes(tmp_path):
+    """The ledger's fast path writes each record as a file: the same bytes zarr writes, read back the
+    same by zarr and by the ledger's own readers; a layout it does not know goes through zarr."""
+    import zarr
+
+    from batchlu.pipeline import _ledger
+
+    rng = np.random.default_rng()
+    digests = rng.integers(1, 2**32, size=9, dtype=np.uint64).astype(np.uint32)
+    roots = {}
+    for how in ("zarr", "files"):
+        group = zarr.open_group(str(tmp_path / f"{how}.zarr"), mode="w")
+        _ledger.create(group, 20)
+        d, c = group[_ledger.DIGESTS], group[_ledger.NAME]
+        if how == "zarr":
+            d[5:14] = digests
+            c[5:14] = True
+        else:
+            assert _ledger.objects_folder(d) is not None and _ledger.objects_folder(c) is not None
+            _ledger.mark_arrays(d, c, 5, 14, digests)
+        roots[how] = tmp_path / f"{how}.zarr"
+    for name in (_ledger.DIGESTS, _ledger.NAME):
+        files = sorted(p.name for p in (roots["zarr"] / name / "c").iterdir())
+        assert files == [str(i) for i in sorted(range(5, 14), key=str)]
+        assert sorted(p.name for p in (roots["files"] / name / "c").iterdir()) == files
+        for f in files:
+            assert (roots["files"] / name / "c" / f).read_bytes() == (roots["zarr"] / name / "c" / f).read_bytes()
+    path = str(roots["files"])
+    assert _ledger.read(path).tolist() == [5 <= i < 14 for i in range(20)]
+    assert np.array_equal(_ledger.read_digests(path)[5:14], digests)
+    assert np.array_equal(zarr.open_array(path, path=_ledger.DIGESTS, mode="r")[5:14], digests)
+    # a v2 ledger (another layout): written through zarr, read back the same
+    group = zarr.open_group(str(tmp_path / "v2.zarr"), mode="w", zarr_format=2)
+    d = group.create_array(_ledger.DIGESTS, shape=(20,), chunks=(1,), dtype="uint32", fill_value=0)
+    c = group.create_array(_ledger.NAME, shape=(20,), chunks=(1,), dtype="bool", fill_value=False)
+    assert _ledger.objects_folder(d) is None
+    _ledger.mark_arrays(d, c, 2, 11, digests)
+    assert np.array_equal(d[2:11], digests) and c[...].tolist() == [2 <= i < 11 for i in range(20)]
