@@ -154,14 +154,21 @@ class Lane:
         end = reads[-1].first + reads[-1].matrices
         per = stored.matrix_bytes
         frames = []   # (frame offset, frame length, destination offset, destination length)
+        check = stored.frames.algorithm == "zstd" and not stored.frames.crc32c   # the frames' structure
         for r, size, at in zip(reads, sizes, offsets):
             if size == 0:
                 continue
             try:
-                offset, length = _codecs.payload(stored.frames, host, at, size, r.label, r.matrices * per)
+                offset, length = _codecs.payload(stored.frames, host, at, size, r.label)
             except ValueError as exc:
                 raise FrameError(str(exc)) from exc
             frames.append((offset, length, (r.first - first) * per, r.matrices * per, r.label))
+        if check and frames:
+            try:
+                _codecs.zstd_check_many(host, [f[0] for f in frames], [f[1] for f in frames],
+                                        [f[3] for f in frames], [f[4] for f in frames])
+            except ValueError as exc:
+                raise FrameError(str(exc)) from exc
         stream = self.read_stream
         with cupy.cuda.Device(self.device), stream:
             out = cupy.empty((end - first) * per, cupy.uint8)
@@ -229,12 +236,12 @@ class Lane:
         futures = []
         for (stored, _, slot, sizes, size), at in zip(coded, offsets):
             if stored.frames.algorithm == "zstd":   # each frame whole, declaring its decoded size (what a reader checks)
-                for i, n in enumerate(sizes):
-                    try:
-                        _codecs.zstd_check(host, at + i * slot, int(n), size, f"encoded frame {i}")
-                    except ValueError as exc:
-                        raise OutputError(f"Expected whole zstd frames from nvCOMP for {stored.root}. Got "
-                                          f"{exc} instead.") from None
+                try:
+                    _codecs.zstd_check_many(host, at + slot * np.arange(len(sizes)), sizes, size,
+                                            [f"encoded frame {i}" for i in range(len(sizes))])
+                except ValueError as exc:
+                    raise OutputError(f"Expected whole zstd frames from nvCOMP for {stored.root}. Got "
+                                      f"{exc} instead.") from None
             parts = [host[at + i * slot:at + i * slot + int(n)] for i, n in enumerate(sizes)]
             futures += _codecs.write_chunks(stored, start // stored.unit, parts, [size] * len(parts), io_threads())
         return futures

@@ -316,3 +316,43 @@ def test_write_file_writes_every_part_in_order(tmp_path):
     _codecs.write_file(str(path), parts)
     assert path.read_bytes() == b"".join(bytes(p) for p in parts)
     assert sorted(p.name for p in path.parent.iterdir()) == ["0"]
+
+
+@pytest.mark.parametrize("data", ["normal", "rounded", "tiny"])
+def test_zstd_check_many_agrees_with_zstd_check_on_every_frame(data):
+    """The vectorised check passes exactly the frames the one-frame check passes, and raises its
+    message for the first frame that fails."""
+    rng = np.random.default_rng()
+    frames, raws = [], []
+    for level, checksum in [(0, False), (3, True), (19, False), (1, False)]:
+        values = {"normal": _values(int(rng.integers(1, 70_000))), "rounded": np.round(_values(70_000), 2),
+                  "tiny": _values(3)}[data]
+        raws.append(values.tobytes())
+        frames.append(np.frombuffer(numcodecs.Zstd(level=level, checksum=checksum).encode(raws[-1]), np.uint8))
+    offsets, total = _codecs.aligned([f.size for f in frames])
+    buffer = np.full(total + 7, 7, np.uint8)
+    for f, at in zip(frames, offsets):
+        buffer[at:at + f.size] = f
+    sizes = [f.size for f in frames]
+    wants = [len(r) for r in raws]
+    labels = [f"c/{i}" for i in range(len(frames))]
+    _codecs.zstd_check_many(buffer, offsets, sizes, wants, labels)
+    for i in range(len(frames)):
+        for cut in sorted({1, 3, 5, sizes[i] // 2, sizes[i] - 6}):
+            if not 0 < cut < sizes[i]:
+                continue
+            short = list(sizes)
+            short[i] -= cut
+            with pytest.raises(ValueError) as one:
+                _codecs.zstd_check(buffer, offsets[i], short[i], wants[i], labels[i])
+            with pytest.raises(ValueError) as many:
+                _codecs.zstd_check_many(buffer, offsets, short, wants, labels)
+            assert str(many.value) == str(one.value) and labels[i] in str(many.value)
+        wrong = list(wants)
+        wrong[i] += 8
+        with pytest.raises(ValueError, match=f"c/{i} declares {wants[i]} bytes"):
+            _codecs.zstd_check_many(buffer, offsets, sizes, wrong, labels)
+        damaged = buffer.copy()
+        damaged[offsets[i] + 4] |= 0x08
+        with pytest.raises(ValueError, match=f"c/{i} has a damaged zstd frame header"):
+            _codecs.zstd_check_many(damaged, offsets, sizes, wants, labels)
