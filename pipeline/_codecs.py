@@ -265,8 +265,9 @@ def output_compressors(codec: str):
 @dataclasses.dataclass(frozen=True)
 class Read:
     """One frame to read: bytes ``[offset, offset + length)`` of ``path`` (``length`` None: the whole
-    file), decoding to ``matrices`` matrices from matrix ``first`` of the array. ``length`` 0: the
-    chunk is not stored (an empty shard slot, or a missing file; the missing-chunk check decides)."""
+    file), decoding to ``matrices`` matrices from matrix ``first`` of the array. ``missing`` says
+    when a shard or an inner chunk is not stored (``length`` 0); a chunk file that is not there shows
+    as size 0 in :func:`frame_sizes` (:func:`gaps` lists both for the missing-chunk check)."""
 
     path: str
     offset: int
@@ -274,6 +275,7 @@ class Read:
     first: int
     matrices: int
     label: str
+    missing: str = ""   # "shard": the shard file is not there; "chunk": its index has no such chunk
 
 
 def shard_index(stored: Stored, shard: int) -> np.ndarray | None:
@@ -311,10 +313,38 @@ def plan_reads(stored: Stored, start: int, stop: int) -> list[Read]:
                 break
             label = f"{stored.key(obj)} (chunk {i} of the shard)"
             if index is None or int(index[i, 0]) == EMPTY:
-                reads.append(Read(stored.path(obj), 0, 0, first, stored.inner, label))
+                reads.append(Read(stored.path(obj), 0, 0, first, stored.inner, label,
+                                  "shard" if index is None else "chunk"))
             else:
                 reads.append(Read(stored.path(obj), int(index[i, 0]), int(index[i, 1]), first, stored.inner, label))
     return reads
+
+
+def gaps(stored: Stored, reads: list[Read], sizes: list[int]) -> list:
+    """The :class:`batchlu.pipeline._missing.Gap` of every object ``reads`` need that is not stored
+    (``sizes`` from :func:`frame_sizes`): a shard or chunk file not there, or an inner chunk its
+    shard's index does not hold, as :func:`batchlu.pipeline._missing.find` names them. A chunk file
+    that is there but empty, or an index entry of no bytes, raises :class:`FrameError`."""
+    from ._missing import Gap
+
+    count = stored.shape[0]
+    tail = (0,) * (len(stored.shape) - 1)
+    found, shards = [], set()
+    for r, size in zip(reads, sizes):
+        obj = r.first // stored.unit
+        if r.missing == "shard":
+            if obj not in shards:
+                shards.add(obj)
+                found.append(Gap(stored.key(obj), None, obj * stored.unit, min((obj + 1) * stored.unit, count)))
+        elif r.missing == "chunk":
+            inner = r.first // stored.inner
+            found.append(Gap(stored.key(obj), (inner,) + tail, r.first, min(r.first + stored.inner, count)))
+        elif size == 0:
+            if r.length is None and not os.path.exists(r.path):
+                found.append(Gap(stored.key(obj), None, obj * stored.unit, min((obj + 1) * stored.unit, count)))
+            else:
+                raise FrameError(f"the chunk {r.label} is stored with no bytes")
+    return found
 
 
 def frame_sizes(reads: list[Read]) -> list[int]:

@@ -101,7 +101,9 @@ def _array(io: BatchIO, name: str):
 
 
 def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int, slots):
-    """Input ``name`` of matrices ``[start, stop)`` on the device."""
+    """Input ``name`` of matrices ``[start, stop)`` on the device, and the gaps the GPU decode found
+    (:meth:`batchlu.pipeline._gpu_codecs.Lane.decode`; None where the host read it: the store is
+    asked then)."""
     import cupy
 
     from ._gpu_codecs import FrameError
@@ -121,7 +123,7 @@ def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity
             with cupy.cuda.Device(engine.device), lane.read_stream:
                 value = cupy.asarray(host)
             lane.read_stream.synchronize()
-            return value
+            return value, None
     buffer = slots[parity].a[:stop - start] if name == "a" else slots[parity].b[:stop - start]
     if io.pool is not None and io.where and shared(slots[parity]):
         failures = _pool_requests([lambda: io.pool.read(*io.where[name], start, stop, buffer)])
@@ -135,7 +137,7 @@ def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity
         value = cupy.empty(buffer.shape, buffer.dtype)
         value.set(buffer, stream=lane.read_stream)
     lane.read_stream.synchronize()
-    return value
+    return value, None
 
 
 def _digests(chunk: int, start: int, stop: int, a, b) -> np.ndarray:
@@ -166,12 +168,17 @@ def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
     lock = threading.Lock()
     shapes = {name: tuple(arr.shape[1:]) for name, arr in io.outputs.items()}
 
+    host_inputs = any(dio.stored.get(name) is None for name in ("a", "b") if _array(io, name) is not None)
+
     def read(index: int):
         start, stop = groups[index][0][0], groups[index][-1][1]
         t = time.perf_counter()
-        gaps = io.missing(start, stop) if io.missing is not None else None
-        a = _input(engine, dio, lane, "a", start, stop, index % 2, slots)
-        b = None if io.rhs is None else _input(engine, dio, lane, "b", start, stop, index % 2, slots)
+        # the store is asked before a host read; the GPU decode finds the gaps itself as it reads
+        gaps = io.missing(start, stop) if io.missing is not None and host_inputs else None
+        a, found_a = _input(engine, dio, lane, "a", start, stop, index % 2, slots)
+        b, found_b = (None, None) if io.rhs is None else _input(engine, dio, lane, "b", start, stop, index % 2, slots)
+        if io.missing is not None and not host_inputs:
+            gaps = io.missing(start, stop, {"a": found_a, "b": found_b})
         with cupy.cuda.Device(engine.device), lane.read_stream:
             digests = _digests(dio.chunk, start, stop, a, b)
         if dio.digests is not None:

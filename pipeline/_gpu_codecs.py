@@ -138,12 +138,15 @@ class Lane:
     # ---------------------------------------------------------------------------------- decode
     def decode(self, stored: _codecs.Stored, start: int, stop: int, parity: int):
         """Matrices ``[start, stop)`` of ``stored``'s array, decoded on the device: a CuPy array of
-        shape ``(stop - start,) + shape[1:]`` on this lane's read stream (synchronised). Chunks not
-        stored come back as zeros (the missing-chunk check decides what that means)."""
+        shape ``(stop - start,) + shape[1:]`` on this lane's read stream (synchronised), and the
+        :class:`batchlu.pipeline._missing.Gap` of every chunk not stored (:func:`batchlu.pipeline.
+        _codecs.gaps`; their matrices come back as zeros, and the missing-chunk check decides what
+        that means)."""
         import cupy
 
         reads = _codecs.plan_reads(stored, start, stop)
         sizes = _codecs.frame_sizes(reads)
+        gaps = _codecs.gaps(stored, reads, sizes)
         offsets, total = _codecs.aligned(sizes)
         host = self._read[parity].get(max(total, 1))
         try:
@@ -198,7 +201,8 @@ class Lane:
                             raise FrameError(f"the chunk {label} decodes to {size} bytes; its matrices take {want}")
         stream.synchronize()
         lo = (start - first) * per
-        return out[lo:lo + (stop - start) * per].view(np.dtype(stored.dtype)).reshape((stop - start,) + stored.shape[1:])
+        value = out[lo:lo + (stop - start) * per].view(np.dtype(stored.dtype)).reshape((stop - start,) + stored.shape[1:])
+        return value, gaps
 
     # ---------------------------------------------------------------------------------- encode
     def encode(self, items: list, start: int, parity: int) -> list:

@@ -127,9 +127,15 @@ def check(array, where: str, start: int, stop: int, policy: str, what: str = "in
     Returns None when every chunk is there, else (policy ``fill``) a mask over ``[start, stop)`` of
     the matrices held by missing chunks. Policy ``error`` raises :class:`MissingChunkError` instead.
     """
-    gaps = find(array, start, stop)
+    return judge(find(array, start, stop), where, start, stop, policy, what)
+
+
+def judge(gaps: list[Gap], where: str, start: int, stop: int, policy: str, what: str = "input") -> np.ndarray | None:
+    """:func:`check` on ``gaps`` already found (by :func:`find`, or by the GPU codec path, which
+    reads the same shard indexes and chunk sizes before it decodes)."""
     if not gaps:
         return None
+    gaps = sorted(gaps, key=lambda g: (g.lo, g.key, g.inner or ()))
     if policy != "fill":
         more = f" ({len(gaps) - 1} more missing in matrices {start}:{stop})" if len(gaps) > 1 else ""
         raise MissingChunkError(

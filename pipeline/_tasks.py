@@ -88,18 +88,23 @@ class TaskIO:
         self.out = {name: open_array(job.output, name, "r+", write_empty=True, engine=engine)
                     for name in job.outputs}
 
-    def missing(self, start: int, stop: int) -> np.ndarray | None:
+    def missing(self, start: int, stop: int, found: dict | None = None) -> np.ndarray | None:
         """Look up the chunks matrices ``[start, stop)`` need, in the input and the right-hand side:
         None when all are stored, else (``fill``) the mask of the matrices in missing chunks;
-        ``error`` raises :class:`batchlu.pipeline.errors.MissingChunkError`."""
+        ``error`` raises :class:`batchlu.pipeline.errors.MissingChunkError`. ``found`` maps ``"a"`` /
+        ``"b"`` to the gaps the GPU codec path already found while reading them (the same shard
+        indexes and chunk sizes); an array not in it is looked up in the store."""
         rows = None
-        for ref, array, what in ((self.job.input, self.input, "input"), (self.job.rhs, self.rhs, "right-hand side")):
+        for name, ref, array, what in (("a", self.job.input, self.input, "input"),
+                                       ("b", self.job.rhs, self.rhs, "right-hand side")):
             if array is None:
                 continue
             where = os.path.join(ref.path, ref.array) if ref.array else ref.path
-            gaps = _missing.check(array, where, start, stop, self.job.settings.missing_chunks, what)
-            if gaps is not None:
-                rows = gaps if rows is None else rows | gaps
+            known = (found or {}).get(name)
+            gaps = known if known is not None else _missing.find(array, start, stop)
+            mask = _missing.judge(gaps, where, start, stop, self.job.settings.missing_chunks, what)
+            if mask is not None:
+                rows = mask if rows is None else rows | mask
         return rows
 
     def read(self, start: int, stop: int):

@@ -4,6 +4,7 @@ nvCOMP (the GPU half is tests/pipeline/test_gpu_codecs.py)."""
 
 from __future__ import annotations
 
+import os
 import numcodecs
 import numpy as np
 import pytest
@@ -356,3 +357,33 @@ def test_zstd_check_many_agrees_with_zstd_check_on_every_frame(data):
         damaged[offsets[i] + 4] |= 0x08
         with pytest.raises(ValueError, match=f"c/{i} has a damaged zstd frame header"):
             _codecs.zstd_check_many(damaged, offsets, sizes, wants, labels)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_gaps_from_the_reads_are_the_stores(tmp_path, layout):
+    """The GPU codec path finds missing chunks from the reads it plans (shard indexes, chunk sizes):
+    the same gaps as the store's own lookup, for chunk files, whole shards and inner chunks; a chunk
+    stored with no bytes is a corrupt frame, never zeros."""
+    from batchlu.pipeline import _missing
+
+    x = _values((40, 5, 5))
+    x[9:12] = 0   # an inner chunk of fill values: zarr leaves it out of its shard
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, fill_value=0, **LAYOUTS[layout])
+    array[:] = x
+    stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
+    os.remove(stored.path(2))   # a whole chunk file, or a whole shard
+    for start, stop in ((0, 40), (stored.unit, 3 * stored.unit), (0, stored.unit)):
+        reads = _codecs.plan_reads(stored, start, stop)
+        got = _codecs.gaps(stored, reads, _codecs.frame_sizes(reads))
+        want = _missing.find(array, start, stop)
+        assert sorted(got, key=lambda g: (g.lo, g.key)) == want
+        assert any(g.lo == 2 * stored.unit for g in want) == (start <= 2 * stored.unit < stop)
+    path = stored.path(1)
+    open(path, "wb").close()   # stored, with no bytes
+    reads = _codecs.plan_reads(stored, 0, 40) if not stored.sharded else None
+    if reads is not None:
+        with pytest.raises(ValueError, match=r"is stored with no bytes"):
+            _codecs.gaps(stored, reads, _codecs.frame_sizes(reads))
+    else:
+        with pytest.raises(ValueError, match="fewer than its index"):
+            _codecs.plan_reads(stored, 0, 40)

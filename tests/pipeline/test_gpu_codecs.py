@@ -70,7 +70,8 @@ def test_frames_written_by_zarr_decode_on_the_gpu(tmp_path, layout):
     array[:] = x
     stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
     for start, stop in ((0, stored.unit), (stored.unit, 40), (0, 40)):
-        got = _lane().decode(stored, start, stop, 0)
+        got, gaps = _lane().decode(stored, start, stop, 0)
+        assert gaps == []
         assert got.get().tobytes() == x[start:stop].tobytes()
 
 
@@ -205,8 +206,9 @@ def test_a_frame_nvcomp_refuses_is_read_through_zarr(tmp_path, monkeypatch):
     monkeypatch.setattr(lane, "decode", refuse)
     io = _batches.BatchIO(array, None, {})
     dio = _device_batches.DeviceIO(io, {"a": stored}, 8)
-    got = _device_batches._input(_engines.current_engine(), dio, lane, "a", 8, 24, 0, None)
+    got, found = _device_batches._input(_engines.current_engine(), dio, lane, "a", 8, 24, 0, None)
     assert isinstance(got, cupy.ndarray) and got.get().tobytes() == x[8:24].tobytes()
+    assert found is None   # read on the host: the missing-chunk check asks the store
 
 
 def test_killed_run_resumes_bit_identical_through_gpu_codecs(inputs, tmp_path):
