@@ -62,8 +62,14 @@ def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, 
         return stats
     from . import _gpu_codecs
 
-    t_start = time.perf_counter()
-    lane = _gpu_codecs.lane(engine.device)
+    with _gpu_codecs.borrow(engine.device) as lane:   # the worker's other tasks wait for a lane here
+        t_start = time.perf_counter()
+        _run_lane(engine, op, dio, lane, batches, stats, delay)
+        stats.wall_s = time.perf_counter() - t_start
+    return stats
+
+
+def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay: float) -> None:
     io = dio.io
     host_inputs = [name for name in ("a", "b") if _array(io, name) is not None and dio.stored.get(name) is None]
     layout = Layout(a=(tuple(io.source.shape[1:]), np.dtype(io.source.dtype)),
@@ -79,8 +85,6 @@ def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, 
             _run(engine, op, dio, lane, groups, stats, delay, slots)
     else:
         _run(engine, op, dio, lane, groups, stats, delay, None)
-    stats.wall_s = time.perf_counter() - t_start
-    return stats
 
 
 def group_batches(batches: list[tuple[int, int]], matrix_bytes: int, limit: int) -> list[list[tuple[int, int]]]:

@@ -228,10 +228,10 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
                 {name: np.empty((m,) + tail, dtype) for name, tail, dtype in layout.outs})
     engine.run(op, slot)
     engine.pool.reserve(layout, int(spec.batch), max(1, int(reserve)))
-    if getattr(spec, "staging", 0):   # the GPU codec path: each thread's lane stages 4 buffers
+    if getattr(spec, "staging", 0):   # the GPU codec path: each of its lanes stages 4 buffers
         from . import _gpu_codecs
 
-        _gpu_codecs.reserve(4 * max(1, int(reserve)), _gpu_codecs.staging_bytes(int(spec.staging)))
+        _gpu_codecs.reserve(4 * min(max(1, int(reserve)), _gpu_codecs.LANES), _gpu_codecs.staging_bytes(int(spec.staging)))
     processes, threads = _io_pool.io_settings(spec.settings.io_processes, spec.settings.io_threads,
                                               engine.name, max(1, int(reserve)))
     if processes and _io_pool.supported():

@@ -22,7 +22,7 @@ from ._store import (check_matrices, check_output_path, check_replaceable, check
 from ._tasks import Job, process_range
 from .errors import BatchluWarning, InputError, ResumeError
 
-TASKS_PER_THREAD = 2   # GPU codec path: tasks per worker thread after merging (some balance, long tasks)
+TASKS_PER_LANE = 2   # GPU codec path: tasks per lane (pipeline._gpu_codecs.LANES per worker) after merging
 
 
 def _count_info(path: str) -> InfoCounts:
@@ -223,8 +223,10 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
         submitted = time.perf_counter()
         report.warmup = submitted - started
         if any(c.device == "gpu" for c in (job.codecs or {}).values()):
-            # the GPU codec path: a few long tasks per worker thread (see _plan.merge_tasks)
-            tasks = merge_tasks(tasks, TASKS_PER_THREAD * sum(client.nthreads().values()))
+            # the GPU codec path: a few long tasks per lane of each worker (see _plan.merge_tasks)
+            from ._gpu_codecs import LANES
+
+            tasks = merge_tasks(tasks, TASKS_PER_LANE * sum(min(n, LANES) for n in client.nthreads().values()))
             report.tasks = len(tasks)
         c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]
         report.submitted = True  # from here on tasks may write: a failure keeps the output
