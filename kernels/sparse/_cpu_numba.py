@@ -213,14 +213,168 @@ def solve_blocks(colptr, rowind, perm, lx, r, want, out, lo, hi):
                         out[i, perm[j], kk] = y[j, kk, ln]
 
 
-MIN_WORK = 1 << 22   # multiply-adds per thread (of all its lanes) below which a call stays on one thread
+@njit(nogil=True, cache=True, error_model="numpy")
+def residual_rows(a_row, a_col, src, values, rows, b, x, out, lo, hi):
+    """``out[i] = b[i] - A_{rows[i]} x[i]`` in float64 for ``i`` in ``lo .. hi - 1``, ``values``
+    (B, nnz) one matrix's contiguous: A's lower entries ``e`` (row ``a_row[e]``, column
+    ``a_col[e]``, value ``values[rows[i], src[e]]``) taken in order, each added to its row and (off
+    the diagonal) to its column, one matrix after the other. Every matrix gets the same operations
+    in the same order as in :func:`residual_lanes`, whatever the threads."""
+    n, k = b.shape[1], b.shape[2]
+    ax = np.empty((n, k), np.float64)
+    a1 = np.empty(n, np.float64)
+    for i in range(lo, hi):
+        vi = values[rows[i]]
+        xi = x[i]
+        if k == 1:                                     # one right-hand side: flat loops
+            a1[:] = 0
+            for e in range(src.size):
+                v = np.float64(vi[src[e]])
+                r, c = a_row[e], a_col[e]
+                a1[r] += v * np.float64(xi[c, 0])
+                if r != c:
+                    a1[c] += v * np.float64(xi[r, 0])
+            for j in range(n):
+                out[i, j, 0] = b[i, j, 0] - a1[j]
+            continue
+        ax[:] = 0
+        for e in range(src.size):
+            v = np.float64(vi[src[e]])
+            r, c = a_row[e], a_col[e]
+            for kk in range(k):
+                ax[r, kk] += v * np.float64(xi[c, kk])
+            if r != c:
+                for kk in range(k):
+                    ax[c, kk] += v * np.float64(xi[r, kk])
+        for j in range(n):
+            for kk in range(k):
+                out[i, j, kk] = b[i, j, kk] - ax[j, kk]
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def residual_lanes(a_row, a_col, src, vt, rows, b, x, out, lo, hi):
+    """As :func:`residual_rows` for ``vt`` (nnz, B), one entry's values of all matrices
+    contiguous: :data:`LANES` matrices at a time side by side (the same operations per matrix)."""
+    n, k = b.shape[1], b.shape[2]
+    ax = np.empty((n, k, LANES), np.float64)
+    xt = np.empty((n, k, LANES), np.float64)
+    col = np.empty(LANES, np.int64)
+    for g in range(lo, hi, LANES):
+        w = min(LANES, hi - g)
+        for ln in range(w):
+            col[ln] = rows[g + ln]
+            for j in range(n):
+                for kk in range(k):
+                    xt[j, kk, ln] = x[g + ln, j, kk]
+        ax[:] = 0
+        for e in range(src.size):
+            ve = vt[src[e]]
+            r, c = a_row[e], a_col[e]
+            for kk in range(k):
+                for ln in range(w):
+                    ax[r, kk, ln] += np.float64(ve[col[ln]]) * xt[c, kk, ln]
+            if r != c:
+                for kk in range(k):
+                    for ln in range(w):
+                        ax[c, kk, ln] += np.float64(ve[col[ln]]) * xt[r, kk, ln]
+        for ln in range(w):
+            for j in range(n):
+                for kk in range(k):
+                    out[g + ln, j, kk] = b[g + ln, j, kk] - ax[j, kk, ln]
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _max_abs(a, kk, nan):
+    """``max_j |a[j, kk]|`` in float64, NaN if any entry is NaN (as ``np.max``)."""
+    m = 0.0
+    for j in range(a.shape[0]):
+        v = abs(np.float64(a[j, kk]))
+        if v > m or v != v:
+            m = v
+            if v != v:
+                return nan
+    return m
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def backward_errors(r, x, b, anorm, out, lo, hi):
+    """``out[i]``: the normwise backward error ``max_k ||r||_inf / (anorm[i] ||x||_inf + ||b||_inf)``
+    of matrix ``i`` in ``lo .. hi - 1`` (``r``, ``x``, ``b`` (m, n, k)); as
+    :meth:`batchlu.kernels.sparse._factor.Refining._berr` (NaN where a norm is not finite, ``inf``
+    for a nonzero residual over a zero denominator, 0 for 0 / 0)."""
+    nan, inf = np.nan, np.inf
+    k = r.shape[2]
+    for i in range(lo, hi):
+        worst = 0.0
+        for kk in range(k):
+            rn = _max_abs(r[i], kk, nan)
+            den = anorm[i] * _max_abs(x[i], kk, nan) + _max_abs(b[i], kk, nan)
+            if not (np.isfinite(rn) and np.isfinite(den)):
+                be = nan
+            elif den > 0:
+                be = rn / den
+            else:
+                be = inf if rn > 0 else 0.0
+            if be > worst or be != be:
+                worst = be
+                if be != be:
+                    break
+        out[i] = worst
+
+
+MIN_WORK = 1 << 18   # multiply-adds per thread below which a call stays on one thread (~0.2 ms)
+
+
+def _split(work: int, count: int) -> int:
+    from batchlu.kernels import _cpu_threads
+
+    return min(_cpu_threads.threads(), count, max(1, work // MIN_WORK))
 
 
 def _parts(plan, blocks: int) -> int:
+    return _split(blocks * LANES * max(plan.update_pairs, plan.nnz_l), blocks)
+
+
+def _real(a: np.ndarray) -> np.ndarray:
+    """``a`` contiguous, as float64 unless it is float32 or float64 already (one compile per dtype)."""
+    return np.ascontiguousarray(a, a.dtype if a.dtype in (np.float32, np.float64) else np.float64)
+
+
+def residual(plan, values: np.ndarray, rows: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``b - A x`` (len(rows), n, k) in float64 for the matrices ``rows`` of ``values`` (B, nnz);
+    ``b`` and ``x`` (len(rows), n, k) are theirs, in the same order. Read in the layout ``values``
+    has (:func:`residual_rows` or, batch-minor, :func:`residual_lanes`: the same bits), the
+    matrices split between threads."""
     from batchlu.kernels import _cpu_threads
 
-    work = blocks * LANES * max(plan.update_pairs, plan.nnz_l)
-    return min(_cpu_threads.threads(), blocks, max(1, work // MIN_WORK))
+    rows = np.ascontiguousarray(rows, np.int64)
+    b = np.ascontiguousarray(b, np.float64)
+    out = np.empty(b.shape, np.float64)
+    if not (rows.size and b.shape[2] and plan.n):
+        out[:] = b
+        return out
+    values = _real(values) if not values.T.flags.c_contiguous else values
+    kernel = residual_rows if values.flags.c_contiguous else residual_lanes
+    data = values if kernel is residual_rows else _real(values.T)
+    parts = _split(2 * rows.size * b.shape[2] * plan.a_row.size, -(-rows.size // LANES))
+    _cpu_threads.run_parts(lambda *a: kernel(*a[:-2], a[-2] * LANES, min(a[-1] * LANES, rows.size)),
+                           parts, -(-rows.size // LANES), plan.a_row, plan.a_col, plan.value_src, data, rows, b,
+                           _real(x), out)
+    return out
+
+
+def berr(r: np.ndarray, x: np.ndarray, b: np.ndarray, anorm: np.ndarray) -> np.ndarray:
+    """Per matrix, the normwise backward error of its residual ``r``, solution ``x`` and right-hand
+    side ``b`` (each (m, n, k)) with ``||A||_inf`` ``anorm`` (m,) (:func:`backward_errors`)."""
+    from batchlu.kernels import _cpu_threads
+
+    count = r.shape[0]
+    out = np.zeros(count)
+    if count and r.shape[1] and r.shape[2]:
+        _cpu_threads.run_parts(backward_errors, _split(3 * r.size, count), count, np.ascontiguousarray(r),
+                               _real(x), _real(b),
+                               np.ascontiguousarray(anorm, np.float64), out)
+    return out
 
 
 def supernodes(plan) -> tuple[np.ndarray, np.ndarray]:
