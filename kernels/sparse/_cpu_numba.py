@@ -152,14 +152,16 @@ def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, value
         maxm = max(maxm, colptr[last + 1] - colptr[last] - 1)
     rt = np.empty((maxm + maxs, maxs, LANES), lx.dtype)
     lane_tau = np.empty(LANES, lx.dtype)
+    lane = np.empty(LANES, np.int64)
     for k in range(lo, hi):
         x = lx[k]
         x[:] = 0
         for ln in range(LANES):
-            i = min(k * LANES + ln, count - 1)
-            lane_tau[ln] = tau[i]
-            for e in range(value_src.size):
-                x[value_dst[e], ln] = values[i, value_src[e]]
+            lane[ln] = min(k * LANES + ln, count - 1)
+            lane_tau[ln] = tau[lane[ln]]
+        for e in range(value_src.size):
+            for ln in range(LANES):
+                x[value_dst[e], ln] = values[lane[ln], value_src[e]]
         c = counts[k]
         c[:] = 0
         for ln in range(LANES):
@@ -259,24 +261,43 @@ def residual_lanes(a_row, a_col, src, vt, rows, b, x, out, lo, hi):
     ax = np.empty((n, k, LANES), np.float64)
     xt = np.empty((n, k, LANES), np.float64)
     col = np.empty(LANES, np.int64)
+    ve = np.empty(LANES, np.float64)
     for g in range(lo, hi, LANES):
         w = min(LANES, hi - g)
-        for ln in range(w):
-            col[ln] = rows[g + ln]
+        for ln in range(LANES):                        # missing lanes repeat the last matrix, unused
+            col[ln] = rows[g + min(ln, w - 1)]
             for j in range(n):
                 for kk in range(k):
-                    xt[j, kk, ln] = x[g + ln, j, kk]
+                    xt[j, kk, ln] = x[g + min(ln, w - 1), j, kk]
+        if k == 1:                                     # one right-hand side: 2-D arrays
+            a1 = ax[:, 0, :]
+            x1 = xt[:, 0, :]
+            a1[:] = 0
+            for e in range(src.size):
+                row = vt[src[e]]
+                r, c = a_row[e], a_col[e]
+                for ln in range(LANES):
+                    v = np.float64(row[col[ln]])
+                    a1[r, ln] += v * x1[c, ln]
+                    if r != c:
+                        a1[c, ln] += v * x1[r, ln]
+            for ln in range(w):
+                for j in range(n):
+                    out[g + ln, j, 0] = b[g + ln, j, 0] - a1[j, ln]
+            continue
         ax[:] = 0
         for e in range(src.size):
-            ve = vt[src[e]]
+            row = vt[src[e]]
+            for ln in range(LANES):
+                ve[ln] = np.float64(row[col[ln]])
             r, c = a_row[e], a_col[e]
             for kk in range(k):
-                for ln in range(w):
-                    ax[r, kk, ln] += np.float64(ve[col[ln]]) * xt[c, kk, ln]
+                for ln in range(LANES):
+                    ax[r, kk, ln] += ve[ln] * xt[c, kk, ln]
             if r != c:
                 for kk in range(k):
-                    for ln in range(w):
-                        ax[c, kk, ln] += np.float64(ve[col[ln]]) * xt[r, kk, ln]
+                    for ln in range(LANES):
+                        ax[c, kk, ln] += ve[ln] * xt[r, kk, ln]
         for ln in range(w):
             for j in range(n):
                 for kk in range(k):
@@ -397,7 +418,8 @@ def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
     counts = np.empty((blocks, 4, LANES), np.int64)
     if blocks:
         _cpu_threads.run_parts(factor_blocks, _parts(plan, blocks), blocks, plan.colptr, plan.rowind, first, size,
-                               plan.value_src, plan.value_dst, np.ascontiguousarray(values),
+                               plan.value_src, plan.value_dst,
+                               values if values.flags.f_contiguous else np.ascontiguousarray(values),
                                np.ascontiguousarray(tau, values.dtype), bool(perturb), lx, counts)
     per_matrix = counts.transpose(1, 0, 2).reshape(4, -1)[:, :count]
     return lx, tuple(per_matrix)
