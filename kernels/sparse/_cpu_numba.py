@@ -377,7 +377,7 @@ def residual(plan, values: np.ndarray, rows: np.ndarray, b: np.ndarray, x: np.nd
     values = _real(values) if not values.T.flags.c_contiguous else values
     kernel = residual_rows if values.flags.c_contiguous else residual_lanes
     data = values if kernel is residual_rows else _real(values.T)
-    parts = _split(2 * rows.size * b.shape[2] * plan.a_row.size, -(-rows.size // LANES))
+    parts = _split(6 * rows.size * b.shape[2] * plan.a_row.size, -(-rows.size // LANES))
     _cpu_threads.run_parts(lambda *a: kernel(*a[:-2], a[-2] * LANES, min(a[-1] * LANES, rows.size)),
                            parts, -(-rows.size // LANES), plan.a_row, plan.a_col, plan.value_src, data, rows, b,
                            _real(x), out)
