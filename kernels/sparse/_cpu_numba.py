@@ -41,6 +41,9 @@ import numpy as np
 from numba import njit
 
 LANES = 8
+BLAS_MIN = 8         # supernodes of at least this many columns are factored through BLAS, lane by lane
+PANEL_BLOCK = 32     # the BLAS path's column block in the panel
+UPDATE_BLOCK = 64    # and in the update L_R D L_R^T
 
 
 @njit(nogil=True, cache=True, error_model="numpy", inline="always")
@@ -61,7 +64,8 @@ def _dot(rt, a, wb, s):
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, rt, d):
+def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, rt, d, blocks, gemm, trsm, ints,
+                chars, cdt, pbuf, ybuf, ubuf, dl):
     n = colptr.size - 1
     for J in range(sn_first.size):
         f = sn_first[J]
@@ -69,6 +73,10 @@ def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, 
         last = f + s - 1
         m = colptr[last + 1] - colptr[last] - 1
         total = s + m
+        if s >= blocks[2]:                             # a wide supernode: through BLAS, lane by lane
+            _supernode_blas(colptr, rowind, f, s, m, x, tau, perturb, counts, blocks, gemm, trsm, ints, chars, cdt,
+                            pbuf, ybuf, ubuf, dl)
+            continue
         for t in range(s):                             # the panel, row-major: rt[r, t] = C[f + r, f + t]
             o = colptr[f + t] - t
             for r in range(t, total):
@@ -133,24 +141,146 @@ def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, 
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, values, tau, perturb, lx, counts,
-                  lo, hi):
+def _panel_blas(p, total, s, f, n, ln, tau, perturb, counts, nb, gemm, trsm, ints, chars, cdt, ybuf, d):
+    """LDL^T of one lane's panel ``p`` ((s + m) x s, column-major, leading dimension ``total``) by
+    column blocks of ``nb``, left-looking: ``?gemm`` brings the block's columns up to
+    date, the diagonal block is factored column by column with static pivoting as in
+    :func:`_factor_one` (counted in ``counts[:, ln]``), ``?trsm`` and a division by D give the rows
+    below. ``p`` ends holding L below the diagonal; D goes to ``d``."""
+    ld = total
+    mi, ni, ki, l2, ld_i = ints[0:1], ints[1:2], ints[2:3], ints[3:4], ints[4:5]
+    ld_i[0] = ld
+    one, minus = cdt[0:1], cdt[1:2]
+    trans_n, trans_t, side_r, uplo_l, diag_u = chars[0:1], chars[1:2], chars[2:3], chars[3:4], chars[4:5]
+    for j0 in range(0, s, nb):
+        j1 = min(j0 + nb, s)
+        w = j1 - j0
+        if j0 > 0:                                     # C[j0:, j0:j1] -= L[j0:, :j0] (L[j0:j1, :j0] D)^T
+            for t in range(j0):
+                for c in range(w):
+                    ybuf[c + t * w] = p[j0 + c + t * ld] * d[t]
+            mi[0], ni[0], ki[0], l2[0] = total - j0, w, j0, w
+            gemm(trans_n.ctypes, trans_t.ctypes, mi.ctypes, ni.ctypes, ki.ctypes, minus.ctypes,
+                 p[j0:].ctypes, ld_i.ctypes, ybuf.ctypes, l2.ctypes, one.ctypes, p[j0 + j0 * ld:].ctypes,
+                 ld_i.ctypes)
+        for j in range(j0, j1):                        # the diagonal block, left-looking by columns
+            for t in range(j0, j):
+                ybuf[t] = p[j + t * ld] * d[t]
+            for r in range(j, j1):
+                acc = p.dtype.type(0)
+                for t in range(j0, j):
+                    acc += p[r + t * ld] * ybuf[t]
+                p[r + j * ld] -= acc
+            dj = p[j + j * ld]
+            if perturb and abs(dj) < tau:
+                dj = -tau if dj < 0 else tau
+                counts[1, ln] += 1
+            d[j] = dj
+            if dj < 0:
+                counts[2, ln] += 1
+            elif dj == 0:
+                counts[3, ln] += 1
+                if counts[0, ln] == n:
+                    counts[0, ln] = f + j
+            for r in range(j + 1, j1):
+                p[r + j * ld] = p[r + j * ld] / dj
+        if j1 < total:                                 # the rows below: L D = C L_bb^{-T}, then / D
+            mi[0], ni[0] = total - j1, w
+            trsm(side_r.ctypes, uplo_l.ctypes, trans_t.ctypes, diag_u.ctypes, mi.ctypes, ni.ctypes, one.ctypes,
+                 p[j0 + j0 * ld:].ctypes, ld_i.ctypes, p[j1 + j0 * ld:].ctypes, ld_i.ctypes)
+            for t in range(j0, j1):
+                dt = d[t]
+                for r in range(j1 + t * ld, total + t * ld):
+                    p[r] = p[r] / dt
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _supernode_blas(colptr, rowind, f, s, m, x, tau, perturb, counts, blocks, gemm, trsm, ints, chars, cdt, pbuf,
+                    ybuf, ubuf, d):
+    """Supernode ``f .. f+s-1`` (``m`` rows below it) through BLAS, each lane on its own: the panels
+    copied column-major into ``pbuf[ln]`` and factored (:func:`_panel_blas`, column blocks of
+    ``blocks[0]``), written back, then ``L_R D L_R^T`` by ``?gemm`` in column blocks of ``blocks[1]``
+    into ``ubuf[ln]``, each block subtracted from the ancestors' entries (found once for all lanes)."""
+    n = colptr.size - 1
+    total = s + m
+    ld = total
+    for t in range(s):                                 # the panels: pbuf[ln, r + t ld] = C[f + r, f + t]
+        o = colptr[f + t] - t
+        for r in range(t, total):
+            for ln in range(LANES):
+                pbuf[ln, r + t * ld] = x[o + r, ln]
+    for ln in range(LANES):
+        _panel_blas(pbuf[ln], total, s, f, n, ln, tau[ln], perturb, counts, blocks[0], gemm, trsm, ints, chars,
+                    cdt, ybuf, d[ln])
+    for t in range(s):                                 # back into Lx: D on the diagonal, L below
+        o = colptr[f + t] - t
+        for ln in range(LANES):
+            x[o + t, ln] = d[ln, t]
+        for r in range(t + 1, total):
+            for ln in range(LANES):
+                x[o + r, ln] = pbuf[ln, r + t * ld]
+    if m == 0:
+        return
+    mi, ni, ki, l2 = ints[0:1], ints[1:2], ints[2:3], ints[3:4]
+    one, zero = cdt[0:1], cdt[2:3]
+    trans_n, trans_t = chars[0:1], chars[1:2]
+    ld_i = ints[4:5]
+    ld_i[0] = ld
+    r0 = colptr[f + s - 1] + 1                         # R = rowind[r0:r0 + m], rows s .. of the panel
+    for b0 in range(0, m, blocks[1]):                  # columns b0 .. b1-1 of L_R D L_R^T, rows b0 ..
+        b1 = min(b0 + blocks[1], m)
+        w = b1 - b0
+        lu = m - b0
+        for ln in range(LANES):
+            p = pbuf[ln]
+            dl = d[ln]
+            for t in range(s):                         # ybuf (w x s) = (L_R D)[b0:b1]
+                for c in range(w):
+                    ybuf[c + t * w] = p[s + b0 + c + t * ld] * dl[t]
+            mi[0], ni[0], ki[0], l2[0] = lu, w, s, w
+            gemm(trans_n.ctypes, trans_t.ctypes, mi.ctypes, ni.ctypes, ki.ctypes, one.ctypes, p[s + b0:].ctypes,
+                 ld_i.ctypes, ybuf.ctypes, l2.ctypes, zero.ctypes, ubuf[ln].ctypes, mi.ctypes)
+        for b in range(b0, b1):                        # subtracted from the entries (R_a, R_b), a >= b
+            q = colptr[rowind[r0 + b]]
+            base = (b - b0) * lu - b0
+            for a in range(b, m):
+                row = rowind[r0 + a]
+                while rowind[q] != row:
+                    q += 1
+                for ln in range(LANES):
+                    x[q, ln] -= ubuf[ln, base + a]
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, values, tau, perturb, blocks, gemm,
+                  trsm, lx, counts, lo, hi):
     """Factor the blocks ``lo .. hi - 1``: block ``k`` holds the matrices ``k LANES ..`` of
     ``values`` (B, nnz) (the last block's missing lanes repeat its last matrix) and writes
     ``lx[k]`` (nnz(L), LANES) and ``counts[k]`` (4, LANES): first zero pivot's column (n if none),
-    perturbed, negative and zero pivots."""
+    perturbed, negative and zero pivots. Supernodes of at least ``blocks[2]`` columns go through
+    ``gemm`` and ``trsm`` (``?gemm``, ``?trsm`` of ``lx``'s dtype; :func:`_supernode_blas`, column
+    blocks ``blocks[0]`` in the panel, ``blocks[1]`` in the update)."""
     count = values.shape[0]
     n = colptr.size - 1
-    maxs = 1
-    for J in range(sn_size.size):
-        maxs = max(maxs, sn_size[J])
-    dd = np.empty((maxs, LANES), lx.dtype)
-    wb = np.empty((maxs, LANES), lx.dtype)
-    maxm = 0
+    maxs = maxm = 1                                    # the lane path's largest supernode
+    bs = bm = 0                                        # the BLAS path's
     for J in range(sn_size.size):
         last = sn_first[J] + sn_size[J] - 1
-        maxm = max(maxm, colptr[last + 1] - colptr[last] - 1)
+        s, m = sn_size[J], colptr[last + 1] - colptr[last] - 1
+        if s >= blocks[2]:
+            bs, bm = max(bs, s), max(bm, m)
+        else:
+            maxs, maxm = max(maxs, s), max(maxm, m)
+    dd = np.empty((maxs, LANES), lx.dtype)
+    wb = np.empty((maxs, LANES), lx.dtype)
     rt = np.empty((maxm + maxs, maxs, LANES), lx.dtype)
+    pbuf = np.empty((LANES, (bm + bs) * bs), lx.dtype)
+    ybuf = np.empty(max(blocks[0], blocks[1]) * bs, lx.dtype)
+    ubuf = np.empty((LANES, bm * min(blocks[1], bm)), lx.dtype)
+    dl = np.empty((LANES, bs), lx.dtype)
+    ints = np.zeros(5, np.int32)
+    chars = np.array([ord("N"), ord("T"), ord("R"), ord("L"), ord("U")], np.uint8)
+    cdt = np.array([1, -1, 0], lx.dtype)
     lane_tau = np.empty(LANES, lx.dtype)
     lane = np.empty(LANES, np.int64)
     for k in range(lo, hi):
@@ -166,7 +296,8 @@ def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, value
         c[:] = 0
         for ln in range(LANES):
             c[0, ln] = n
-        _factor_one(colptr, rowind, sn_first, sn_size, x, lane_tau, perturb, c, wb, rt, dd)
+        _factor_one(colptr, rowind, sn_first, sn_size, x, lane_tau, perturb, c, wb, rt, dd, blocks, gemm, trsm,
+                    ints, chars, cdt, pbuf, ybuf, ubuf, dl)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -417,10 +548,14 @@ def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
     lx = np.empty((blocks, plan.nnz_l, LANES), values.dtype)
     counts = np.empty((blocks, 4, LANES), np.int64)
     if blocks:
-        _cpu_threads.run_parts(factor_blocks, _parts(plan, blocks), blocks, plan.colptr, plan.rowind, first, size,
-                               plan.value_src, plan.value_dst,
+        from batchlu.kernels import _cpu_numba as dense
+
+        _cpu_threads.run_parts(dense._one_blas_thread(factor_blocks), _parts(plan, blocks), blocks, plan.colptr,
+                               plan.rowind, first, size, plan.value_src, plan.value_dst,
                                values if values.flags.f_contiguous else np.ascontiguousarray(values),
-                               np.ascontiguousarray(tau, values.dtype), bool(perturb), lx, counts)
+                               np.ascontiguousarray(tau, values.dtype), bool(perturb),
+                               np.array([PANEL_BLOCK, UPDATE_BLOCK, BLAS_MIN], np.int64),
+                               dense.blas(values.dtype, "gemm"), dense.blas(values.dtype, "trsm"), lx, counts)
     per_matrix = counts.transpose(1, 0, 2).reshape(4, -1)[:, :count]
     return lx, tuple(per_matrix)
 
