@@ -40,27 +40,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-LANES = 8
+from . import _lanes as lanes
+from ._lanes import LANES
+
+L = LANES
 BLAS_MIN = 8         # supernodes of at least this many columns are factored through BLAS, lane by lane
 PANEL_BLOCK = 32     # the BLAS path's column block in the panel
 UPDATE_BLOCK = 64    # and in the update L_R D L_R^T
-
-
-@njit(nogil=True, cache=True, error_model="numpy", inline="always")
-def _dot(rt, a, wb, s):
-    """``sum_t rt[a, t] * wb[t]`` over ``t < s`` per lane, in registers (t ascending)."""
-    zero = wb.dtype.type(0)
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
-    for t in range(s):
-        a0 += rt[a, t, 0] * wb[t, 0]
-        a1 += rt[a, t, 1] * wb[t, 1]
-        a2 += rt[a, t, 2] * wb[t, 2]
-        a3 += rt[a, t, 3] * wb[t, 3]
-        a4 += rt[a, t, 4] * wb[t, 4]
-        a5 += rt[a, t, 5] * wb[t, 5]
-        a6 += rt[a, t, 6] * wb[t, 6]
-        a7 += rt[a, t, 7] * wb[t, 7]
-    return a0, a1, a2, a3, a4, a5, a6, a7
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -77,26 +63,17 @@ def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, 
             _supernode_blas(colptr, rowind, f, s, m, x, tau, perturb, counts, blocks, gemm, trsm, ints, chars, cdt,
                             pbuf, ybuf, ubuf, dl)
             continue
+        ms = rt.shape[1]                               # rt[r, t] is at (r ms + t) L
         for t in range(s):                             # the panel, row-major: rt[r, t] = C[f + r, f + t]
             o = colptr[f + t] - t
             for r in range(t, total):
-                for ln in range(LANES):
-                    rt[r, t, ln] = x[o + r, ln]
+                lanes.copy(rt, (r * ms + t) * L, x, (o + r) * L)
         for j in range(s):                             # left-looking by columns, dot products by rows
             for t in range(j):                         # row j's l d
-                for ln in range(LANES):
-                    wb[t, ln] = rt[j, t, ln] * d[t, ln]
+                lanes.mul(wb, t * L, rt, (j * ms + t) * L, d, t * L)
             for r in range(j, total):
-                v0, v1, v2, v3, v4, v5, v6, v7 = _dot(rt, r, wb, j)
-                rt[r, j, 0] -= v0
-                rt[r, j, 1] -= v1
-                rt[r, j, 2] -= v2
-                rt[r, j, 3] -= v3
-                rt[r, j, 4] -= v4
-                rt[r, j, 5] -= v5
-                rt[r, j, 6] -= v6
-                rt[r, j, 7] -= v7
-            for ln in range(LANES):
+                lanes.sub_dot(rt, (r * ms + j) * L, rt, r * ms * L, L, wb, 0, L, j)
+            for ln in range(L):
                 dj = rt[j, j, ln]
                 if perturb and abs(dj) < tau[ln]:
                     dj = -tau[ln] if dj < 0 else tau[ln]
@@ -109,35 +86,23 @@ def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, 
                     if counts[0, ln] == n:
                         counts[0, ln] = f + j
             for r in range(j + 1, total):
-                for ln in range(LANES):
-                    rt[r, j, ln] = rt[r, j, ln] / d[j, ln]
+                lanes.div(rt, (r * ms + j) * L, rt, (r * ms + j) * L, d, j * L)
         for t in range(s):                             # back into Lx: D on the diagonal, L below
             o = colptr[f + t] - t
-            for ln in range(LANES):
-                x[o + t, ln] = d[t, ln]
+            lanes.copy(x, (o + t) * L, d, t * L)
             for r in range(t + 1, total):
-                for ln in range(LANES):
-                    x[o + r, ln] = rt[r, t, ln]
+                lanes.copy(x, (o + r) * L, rt, (r * ms + t) * L)
         r0 = colptr[last] + 1                          # R = rowind[r0:r0 + m], rows s .. s + m - 1 of rt
         for b in range(m):                             # the ancestors: C[R, R_b] -= L_R D L_R_b^T
             c = rowind[r0 + b]
             for t in range(s):
-                for ln in range(LANES):
-                    wb[t, ln] = rt[s + b, t, ln] * d[t, ln]
+                lanes.mul(wb, t * L, rt, ((s + b) * ms + t) * L, d, t * L)
             q = colptr[c]
             for a in range(b, m):                      # the entry (R_a, R_b) in column R_b
                 row = rowind[r0 + a]
                 while rowind[q] != row:
                     q += 1
-                v0, v1, v2, v3, v4, v5, v6, v7 = _dot(rt, s + a, wb, s)
-                x[q, 0] -= v0
-                x[q, 1] -= v1
-                x[q, 2] -= v2
-                x[q, 3] -= v3
-                x[q, 4] -= v4
-                x[q, 5] -= v5
-                x[q, 6] -= v6
-                x[q, 7] -= v7
+                lanes.sub_dot(x, q * L, rt, (s + a) * ms * L, L, wb, 0, L, s)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -190,8 +155,13 @@ def _panel_blas(p, total, s, f, n, ln, tau, perturb, counts, nb, gemm, trsm, int
                  p[j0 + j0 * ld:].ctypes, ld_i.ctypes, p[j1 + j0 * ld:].ctypes, ld_i.ctypes)
             for t in range(j0, j1):
                 dt = d[t]
-                for r in range(j1 + t * ld, total + t * ld):
-                    p[r] = p[r] / dt
+                if abs(dt) >= cdt[3]:                  # LAPACK's rule: times the reciprocal unless it overflows
+                    rd = 1 / dt
+                    for r in range(j1 + t * ld, total + t * ld):
+                        p[r] *= rd
+                else:
+                    for r in range(j1 + t * ld, total + t * ld):
+                        p[r] = p[r] / dt
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -256,7 +226,7 @@ def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, value
                   trsm, lx, counts, lo, hi):
     """Factor the blocks ``lo .. hi - 1``: block ``k`` holds the matrices ``k LANES ..`` of
     ``values`` (B, nnz) (the last block's missing lanes repeat its last matrix) and writes
-    ``lx[k]`` (nnz(L), LANES) and ``counts[k]`` (4, LANES): first zero pivot's column (n if none),
+    ``lx[k]`` (nnz(L), LANES; zero on entry) and ``counts[k]`` (4, LANES): first zero pivot's column (n if none),
     perturbed, negative and zero pivots. Supernodes of at least ``blocks[2]`` columns go through
     ``gemm`` and ``trsm`` (``?gemm``, ``?trsm`` of ``lx``'s dtype; :func:`_supernode_blas`, column
     blocks ``blocks[0]`` in the panel, ``blocks[1]`` in the update)."""
@@ -280,12 +250,11 @@ def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, value
     dl = np.empty((LANES, bs), lx.dtype)
     ints = np.zeros(5, np.int32)
     chars = np.array([ord("N"), ord("T"), ord("R"), ord("L"), ord("U")], np.uint8)
-    cdt = np.array([1, -1, 0], lx.dtype)
+    cdt = np.array([1, -1, 0, np.finfo(lx.dtype).tiny], lx.dtype)
     lane_tau = np.empty(LANES, lx.dtype)
     lane = np.empty(LANES, np.int64)
     for k in range(lo, hi):
         x = lx[k]
-        x[:] = 0
         for ln in range(LANES):
             lane[ln] = min(k * LANES + ln, count - 1)
             lane_tau[ln] = tau[lane[ln]]
@@ -325,19 +294,14 @@ def solve_blocks(colptr, rowind, perm, lx, r, want, out, lo, hi):
             for p in range(colptr[j] + 1, colptr[j + 1]):
                 i = rowind[p]
                 for kk in range(k):
-                    for ln in range(LANES):
-                        y[i, kk, ln] -= x[p, ln] * y[j, kk, ln]
+                    lanes.sub_mul(y, (i * k + kk) * L, x, p * L, y, (j * k + kk) * L)
         for j in range(n):                               # D z = y
             pd = colptr[j]
             for kk in range(k):
-                for ln in range(LANES):
-                    y[j, kk, ln] = y[j, kk, ln] / x[pd, ln]
+                lanes.div(y, (j * k + kk) * L, y, (j * k + kk) * L, x, pd * L)
         for j in range(n - 1, -1, -1):                   # L^T x = z
-            for p in range(colptr[j] + 1, colptr[j + 1]):
-                i = rowind[p]
-                for kk in range(k):
-                    for ln in range(LANES):
-                        y[j, kk, ln] -= x[p, ln] * y[i, kk, ln]
+            for kk in range(k):
+                lanes.sub_mul_rows(y, (j * k + kk) * L, x, colptr[j] + 1, colptr[j + 1], rowind, y, k, kk)
         for ln in range(LANES):
             i = first + ln
             if i < count and want[i]:
@@ -545,7 +509,7 @@ def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
     count = values.shape[0]
     blocks = -(-count // LANES)
     first, size = supernodes(plan)
-    lx = np.empty((blocks, plan.nnz_l, LANES), values.dtype)
+    lx = np.zeros((blocks, plan.nnz_l, LANES), values.dtype)   # zero pages from the system: no pass of ours
     counts = np.empty((blocks, 4, LANES), np.int64)
     if blocks:
         from batchlu.kernels import _cpu_numba as dense
