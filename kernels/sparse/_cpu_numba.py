@@ -44,7 +44,9 @@ from . import _lanes as lanes
 from ._lanes import LANES
 
 L = LANES
-BLAS_MIN = 8         # supernodes of at least this many columns are factored through BLAS, lane by lane
+BLAS_MIN = 32        # supernodes of at least this many columns are factored through BLAS, lane by lane
+BLAS_MIN_TALL = 16   # and those of at least this many with BLAS_TALL rows or more below them
+BLAS_TALL = 128
 PANEL_BLOCK = 32     # the BLAS path's column block in the panel
 UPDATE_BLOCK = 64    # and in the update L_R D L_R^T
 
@@ -59,7 +61,7 @@ def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, 
         last = f + s - 1
         m = colptr[last + 1] - colptr[last] - 1
         total = s + m
-        if s >= blocks[2]:                             # a wide supernode: through BLAS, lane by lane
+        if s >= blocks[2] or (s >= blocks[3] and m >= blocks[4]):   # a wide supernode: through BLAS
             _supernode_blas(colptr, rowind, f, s, m, x, tau, perturb, counts, blocks, gemm, trsm, ints, chars, cdt,
                             pbuf, ybuf, ubuf, dl)
             continue
@@ -237,7 +239,7 @@ def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, value
     for J in range(sn_size.size):
         last = sn_first[J] + sn_size[J] - 1
         s, m = sn_size[J], colptr[last + 1] - colptr[last] - 1
-        if s >= blocks[2]:
+        if s >= blocks[2] or (s >= blocks[3] and m >= blocks[4]):
             bs, bm = max(bs, s), max(bm, m)
         else:
             maxs, maxm = max(maxs, s), max(maxm, m)
@@ -364,22 +366,6 @@ def residual_lanes(a_row, a_col, src, vt, rows, b, x, out, lo, hi):
             for j in range(n):
                 for kk in range(k):
                     xt[j, kk, ln] = x[g + min(ln, w - 1), j, kk]
-        if k == 1:                                     # one right-hand side: 2-D arrays
-            a1 = ax[:, 0, :]
-            x1 = xt[:, 0, :]
-            a1[:] = 0
-            for e in range(src.size):
-                row = vt[src[e]]
-                r, c = a_row[e], a_col[e]
-                for ln in range(LANES):
-                    v = np.float64(row[col[ln]])
-                    a1[r, ln] += v * x1[c, ln]
-                    if r != c:
-                        a1[c, ln] += v * x1[r, ln]
-            for ln in range(w):
-                for j in range(n):
-                    out[g + ln, j, 0] = b[g + ln, j, 0] - a1[j, ln]
-            continue
         ax[:] = 0
         for e in range(src.size):
             row = vt[src[e]]
@@ -387,12 +373,10 @@ def residual_lanes(a_row, a_col, src, vt, rows, b, x, out, lo, hi):
                 ve[ln] = np.float64(row[col[ln]])
             r, c = a_row[e], a_col[e]
             for kk in range(k):
-                for ln in range(LANES):
-                    ax[r, kk, ln] += ve[ln] * xt[c, kk, ln]
+                lanes.add_mul(ax, (r * k + kk) * L, ve, 0, xt, (c * k + kk) * L)
             if r != c:
                 for kk in range(k):
-                    for ln in range(LANES):
-                        ax[c, kk, ln] += ve[ln] * xt[r, kk, ln]
+                    lanes.add_mul(ax, (c * k + kk) * L, ve, 0, xt, (r * k + kk) * L)
         for ln in range(w):
             for j in range(n):
                 for kk in range(k):
@@ -518,7 +502,7 @@ def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
                                plan.rowind, first, size, plan.value_src, plan.value_dst,
                                values if values.flags.f_contiguous else np.ascontiguousarray(values),
                                np.ascontiguousarray(tau, values.dtype), bool(perturb),
-                               np.array([PANEL_BLOCK, UPDATE_BLOCK, BLAS_MIN], np.int64),
+                               np.array([PANEL_BLOCK, UPDATE_BLOCK, BLAS_MIN, BLAS_MIN_TALL, BLAS_TALL], np.int64),
                                dense.blas(values.dtype, "gemm"), dense.blas(values.dtype, "trsm"), lx, counts)
     per_matrix = counts.transpose(1, 0, 2).reshape(4, -1)[:, :count]
     return lx, tuple(per_matrix)

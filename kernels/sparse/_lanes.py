@@ -143,3 +143,16 @@ def sub_mul_rows(typingctx, out, oo, x, p0, p1, rows, y, k, kk):
         _store(builder, builder.load(acc), po)
         return context.get_dummy_value()
     return types.void(out, oo, x, p0, p1, rows, y, k, kk), codegen
+
+
+@intrinsic
+def add_mul(typingctx, out, oo, a, ia, b, ib):
+    """``out[oo:oo+L] += a[ia:ia+L] * b[ib:ib+L]`` (the product rounded, then added)."""
+    def codegen(context, builder, sig, args):
+        po, _ = _vector(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        pa, _ = _vector(context, builder, sig.args[2], args[2], args[3], sig.args[3])
+        pb, _ = _vector(context, builder, sig.args[4], args[4], args[5], sig.args[5])
+        prod = builder.fmul(_load(builder, pa), _load(builder, pb))
+        _store(builder, builder.fadd(_load(builder, po), prod), po)
+        return context.get_dummy_value()
+    return types.void(out, oo, a, ia, b, ib), codegen
