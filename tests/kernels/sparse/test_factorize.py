@@ -29,6 +29,7 @@ def engine(request, monkeypatch):
         monkeypatch.setattr(_cpu_numba, "UPDATE_BLOCK", 5)
     elif request.param == "compiled-lanes":
         monkeypatch.setattr(_cpu_numba, "BLAS_MIN", 1 << 40)
+        monkeypatch.setattr(_cpu_numba, "BLAS_MIN_TALL", 1 << 40)
     return request.param
 
 
