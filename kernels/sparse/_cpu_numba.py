@@ -3,17 +3,20 @@
 
 A block of :data:`LANES` matrices keeps its factors ``x`` (nnz(L), LANES): entry ``p`` of ``Lx`` of
 all the block's matrices in one row of :data:`LANES` contiguous numbers (64 bytes in float64: one
-cache line, one AVX-512 register). Every loop's innermost loop runs over the lanes, so the compiled
-code is SIMD across matrices whatever the supernode's shape, and one index computation serves
+cache line, one AVX-512 register). The lane loops are written with the intrinsics of
+:mod:`._lanes` (one LLVM vector operation for the :data:`LANES` numbers), so the compiled code is
+SIMD across matrices whatever the supernode's shape, and one index computation serves
 :data:`LANES` matrices. Each lane's arithmetic is the same sequence of operations whatever its
-neighbours (no fused multiply-add contraction, no reassociation: numba's default, ``fastmath``
-off), so a matrix's factors and solutions are bit for bit the same whatever the batch around it.
+neighbours (no fused multiply-add contraction, no reassociation), so a matrix's factors and
+solutions are bit for bit the same whatever the batch around it.
 
 The factorization is right-looking over the fundamental supernodes in column order (a child before
 its parent: the elimination tree's numbering), every column's updates applied as soon as it is
 final, so no level sets, rounds or update maps are needed here. A supernode of ``s`` columns
 ``f .. f+s-1`` with the rows ``R`` (``m`` of them) below it is the dense trapezoid ``(s + m) x s``
-already in ``Lx`` (column ``f + t`` holds its rows ``t ..`` contiguously):
+already in ``Lx`` (column ``f + t`` holds its rows ``t ..`` contiguously). A narrow one (below
+:data:`BLAS_MIN` columns, and below :data:`BLAS_MIN_TALL` or with fewer than :data:`BLAS_TALL`
+rows below) stays on the lanes (:func:`_factor_one`):
 
 1. copied row-major into ``rt`` (row ``r``'s ``s`` numbers contiguous, per lane) and factored
    left-looking: column ``j``'s entries are ``c_rj - sum_{t<j} l_rt (l_jt d_t)``, dot products over
@@ -24,8 +27,11 @@ already in ``Lx`` (column ``f + t`` holds its rows ``t ..`` contiguously):
    columns, subtracted from the entry ``(R_a, R_b)`` of column ``R_b``, found by walking that
    column's rows (``R[b:]`` is a subset of them: the elimination tree's property).
 
-The dot products keep one accumulator per lane in registers; numba (its SLP vectoriser off by
-default) leaves them scalar, about 1 G multiply-adds/s a core on the benchmark machine.
+A wide one goes through BLAS (SciPy's ``cython_blas``; :func:`_supernode_blas`): each lane's panel
+copied column-major and factored by column blocks with ``?gemm`` and ``?trsm``
+(:func:`_panel_blas`), then ``L_R D L_R^T`` by ``?gemm`` in column blocks, each block subtracted for
+all lanes at once (one walk of the target columns). The BLAS results are per matrix too (one
+OpenBLAS thread per calling thread), so the batch-independence above holds on both paths.
 
 The solves run column by column (forward by columns, backward by dot products), a block's
 right-hand sides gathered and permuted into ``(n, k, LANES)`` on the way in.
