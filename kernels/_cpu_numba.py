@@ -50,11 +50,11 @@ _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
 
 
 class _LapackFunction(types.WrapperAddressProtocol):
-    """A ``scipy.linalg.cython_lapack`` routine as a numba first-class function (the address is read
-    at run time, so compiled code that calls it stays cacheable)."""
+    """A ``scipy.linalg.cython_lapack`` (or ``cython_blas``) routine as a numba first-class function
+    (the address is read at run time, so compiled code that calls it stays cacheable)."""
 
-    def __init__(self, name: str, signature):
-        self._address = get_cython_function_address("scipy.linalg.cython_lapack", name)
+    def __init__(self, name: str, signature, module: str = "scipy.linalg.cython_lapack"):
+        self._address = get_cython_function_address(module, name)
         self._signature = signature
 
     def __wrapper_address__(self):
@@ -72,6 +72,22 @@ def lapack(dtype, name: str) -> _LapackFunction:
     key = (np.dtype(dtype), name)
     if key not in _LAPACK:
         _LAPACK[key] = _LapackFunction(_PREFIX[key[0]] + name, _SIGNATURES[name])
+    return _LAPACK[key]
+
+
+_BLAS_SIGNATURES = {
+    # (transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+    "gemm": types.void(*([_vp] * 13)),
+    # (side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb)
+    "trsm": types.void(*([_vp] * 11)),
+}
+
+
+def blas(dtype, name: str) -> _LapackFunction:
+    """``?gemm`` / ``?trsm`` (real ``dtype``) from ``scipy.linalg.cython_blas``."""
+    key = (np.dtype(dtype), "blas-" + name)
+    if key not in _LAPACK:
+        _LAPACK[key] = _LapackFunction(_PREFIX[key[0]] + name, _BLAS_SIGNATURES[name], "scipy.linalg.cython_blas")
     return _LAPACK[key]
 
 

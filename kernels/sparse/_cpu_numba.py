@@ -3,17 +3,20 @@
 
 A block of :data:`LANES` matrices keeps its factors ``x`` (nnz(L), LANES): entry ``p`` of ``Lx`` of
 all the block's matrices in one row of :data:`LANES` contiguous numbers (64 bytes in float64: one
-cache line, one AVX-512 register). Every loop's innermost loop runs over the lanes, so the compiled
-code is SIMD across matrices whatever the supernode's shape, and one index computation serves
+cache line, one AVX-512 register). The lane loops are written with the intrinsics of
+:mod:`._lanes` (one LLVM vector operation for the :data:`LANES` numbers), so the compiled code is
+SIMD across matrices whatever the supernode's shape, and one index computation serves
 :data:`LANES` matrices. Each lane's arithmetic is the same sequence of operations whatever its
-neighbours (no fused multiply-add contraction, no reassociation: numba's default, ``fastmath``
-off), so a matrix's factors and solutions are bit for bit the same whatever the batch around it.
+neighbours (no fused multiply-add contraction, no reassociation), so a matrix's factors and
+solutions are bit for bit the same whatever the batch around it.
 
 The factorization is right-looking over the fundamental supernodes in column order (a child before
 its parent: the elimination tree's numbering), every column's updates applied as soon as it is
 final, so no level sets, rounds or update maps are needed here. A supernode of ``s`` columns
 ``f .. f+s-1`` with the rows ``R`` (``m`` of them) below it is the dense trapezoid ``(s + m) x s``
-already in ``Lx`` (column ``f + t`` holds its rows ``t ..`` contiguously):
+already in ``Lx`` (column ``f + t`` holds its rows ``t ..`` contiguously). A narrow one (below
+:data:`BLAS_MIN` columns, and below :data:`BLAS_MIN_TALL` or with fewer than :data:`BLAS_TALL`
+rows below) stays on the lanes (:func:`_factor_one`):
 
 1. copied row-major into ``rt`` (row ``r``'s ``s`` numbers contiguous, per lane) and factored
    left-looking: column ``j``'s entries are ``c_rj - sum_{t<j} l_rt (l_jt d_t)``, dot products over
@@ -24,8 +27,11 @@ already in ``Lx`` (column ``f + t`` holds its rows ``t ..`` contiguously):
    columns, subtracted from the entry ``(R_a, R_b)`` of column ``R_b``, found by walking that
    column's rows (``R[b:]`` is a subset of them: the elimination tree's property).
 
-The dot products keep one accumulator per lane in registers; numba (its SLP vectoriser off by
-default) leaves them scalar, about 1 G multiply-adds/s a core on the benchmark machine.
+A wide one goes through BLAS (SciPy's ``cython_blas``; :func:`_supernode_blas`): each lane's panel
+copied column-major and factored by column blocks with ``?gemm`` and ``?trsm``
+(:func:`_panel_blas`), then ``L_R D L_R^T`` by ``?gemm`` in column blocks, each block subtracted for
+all lanes at once (one walk of the target columns). The BLAS results are per matrix too (one
+OpenBLAS thread per calling thread), so the batch-independence above holds on both paths.
 
 The solves run column by column (forward by columns, backward by dot products), a block's
 right-hand sides gathered and permuted into ``(n, k, LANES)`` on the way in.
@@ -40,28 +46,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-LANES = 8
+from . import _lanes as lanes
+from ._lanes import LANES
 
-
-@njit(nogil=True, cache=True, error_model="numpy", inline="always")
-def _dot(rt, a, wb, s):
-    """``sum_t rt[a, t] * wb[t]`` over ``t < s`` per lane, in registers (t ascending)."""
-    zero = wb.dtype.type(0)
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
-    for t in range(s):
-        a0 += rt[a, t, 0] * wb[t, 0]
-        a1 += rt[a, t, 1] * wb[t, 1]
-        a2 += rt[a, t, 2] * wb[t, 2]
-        a3 += rt[a, t, 3] * wb[t, 3]
-        a4 += rt[a, t, 4] * wb[t, 4]
-        a5 += rt[a, t, 5] * wb[t, 5]
-        a6 += rt[a, t, 6] * wb[t, 6]
-        a7 += rt[a, t, 7] * wb[t, 7]
-    return a0, a1, a2, a3, a4, a5, a6, a7
+L = LANES
+BLAS_MIN = 32        # supernodes of at least this many columns are factored through BLAS, lane by lane
+BLAS_MIN_TALL = 16   # and those of at least this many with BLAS_TALL rows or more below them
+BLAS_TALL = 128
+PANEL_BLOCK = 32     # the BLAS path's column block in the panel
+UPDATE_BLOCK = 64    # and in the update L_R D L_R^T
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, rt, d):
+def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, rt, d, blocks, gemm, trsm, ints,
+                chars, cdt, pbuf, ybuf, ubuf, dl):
     n = colptr.size - 1
     for J in range(sn_first.size):
         f = sn_first[J]
@@ -69,26 +67,21 @@ def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, 
         last = f + s - 1
         m = colptr[last + 1] - colptr[last] - 1
         total = s + m
+        if s >= blocks[2] or (s >= blocks[3] and m >= blocks[4]):   # a wide supernode: through BLAS
+            _supernode_blas(colptr, rowind, f, s, m, x, tau, perturb, counts, blocks, gemm, trsm, ints, chars, cdt,
+                            pbuf, ybuf, ubuf, dl)
+            continue
+        ms = rt.shape[1]                               # rt[r, t] is at (r ms + t) L
         for t in range(s):                             # the panel, row-major: rt[r, t] = C[f + r, f + t]
             o = colptr[f + t] - t
             for r in range(t, total):
-                for ln in range(LANES):
-                    rt[r, t, ln] = x[o + r, ln]
+                lanes.copy(rt, (r * ms + t) * L, x, (o + r) * L)
         for j in range(s):                             # left-looking by columns, dot products by rows
             for t in range(j):                         # row j's l d
-                for ln in range(LANES):
-                    wb[t, ln] = rt[j, t, ln] * d[t, ln]
+                lanes.mul(wb, t * L, rt, (j * ms + t) * L, d, t * L)
             for r in range(j, total):
-                v0, v1, v2, v3, v4, v5, v6, v7 = _dot(rt, r, wb, j)
-                rt[r, j, 0] -= v0
-                rt[r, j, 1] -= v1
-                rt[r, j, 2] -= v2
-                rt[r, j, 3] -= v3
-                rt[r, j, 4] -= v4
-                rt[r, j, 5] -= v5
-                rt[r, j, 6] -= v6
-                rt[r, j, 7] -= v7
-            for ln in range(LANES):
+                lanes.sub_dot(rt, (r * ms + j) * L, rt, r * ms * L, L, wb, 0, L, j)
+            for ln in range(L):
                 dj = rt[j, j, ln]
                 if perturb and abs(dj) < tau[ln]:
                     dj = -tau[ln] if dj < 0 else tau[ln]
@@ -101,70 +94,187 @@ def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, 
                     if counts[0, ln] == n:
                         counts[0, ln] = f + j
             for r in range(j + 1, total):
-                for ln in range(LANES):
-                    rt[r, j, ln] = rt[r, j, ln] / d[j, ln]
+                lanes.div(rt, (r * ms + j) * L, rt, (r * ms + j) * L, d, j * L)
         for t in range(s):                             # back into Lx: D on the diagonal, L below
             o = colptr[f + t] - t
-            for ln in range(LANES):
-                x[o + t, ln] = d[t, ln]
+            lanes.copy(x, (o + t) * L, d, t * L)
             for r in range(t + 1, total):
-                for ln in range(LANES):
-                    x[o + r, ln] = rt[r, t, ln]
+                lanes.copy(x, (o + r) * L, rt, (r * ms + t) * L)
         r0 = colptr[last] + 1                          # R = rowind[r0:r0 + m], rows s .. s + m - 1 of rt
         for b in range(m):                             # the ancestors: C[R, R_b] -= L_R D L_R_b^T
             c = rowind[r0 + b]
             for t in range(s):
-                for ln in range(LANES):
-                    wb[t, ln] = rt[s + b, t, ln] * d[t, ln]
+                lanes.mul(wb, t * L, rt, ((s + b) * ms + t) * L, d, t * L)
             q = colptr[c]
             for a in range(b, m):                      # the entry (R_a, R_b) in column R_b
                 row = rowind[r0 + a]
                 while rowind[q] != row:
                     q += 1
-                v0, v1, v2, v3, v4, v5, v6, v7 = _dot(rt, s + a, wb, s)
-                x[q, 0] -= v0
-                x[q, 1] -= v1
-                x[q, 2] -= v2
-                x[q, 3] -= v3
-                x[q, 4] -= v4
-                x[q, 5] -= v5
-                x[q, 6] -= v6
-                x[q, 7] -= v7
+                lanes.sub_dot(x, q * L, rt, (s + a) * ms * L, L, wb, 0, L, s)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, values, tau, perturb, lx, counts,
-                  lo, hi):
+def _panel_blas(p, total, s, f, n, ln, tau, perturb, counts, nb, gemm, trsm, ints, chars, cdt, ybuf, d):
+    """LDL^T of one lane's panel ``p`` ((s + m) x s, column-major, leading dimension ``total``) by
+    column blocks of ``nb``, left-looking: ``?gemm`` brings the block's columns up to
+    date, the diagonal block is factored column by column with static pivoting as in
+    :func:`_factor_one` (counted in ``counts[:, ln]``), ``?trsm`` and a division by D give the rows
+    below. ``p`` ends holding L below the diagonal; D goes to ``d``."""
+    ld = total
+    mi, ni, ki, l2, ld_i = ints[0:1], ints[1:2], ints[2:3], ints[3:4], ints[4:5]
+    ld_i[0] = ld
+    one, minus = cdt[0:1], cdt[1:2]
+    trans_n, trans_t, side_r, uplo_l, diag_u = chars[0:1], chars[1:2], chars[2:3], chars[3:4], chars[4:5]
+    for j0 in range(0, s, nb):
+        j1 = min(j0 + nb, s)
+        w = j1 - j0
+        if j0 > 0:                                     # C[j0:, j0:j1] -= L[j0:, :j0] (L[j0:j1, :j0] D)^T
+            for t in range(j0):
+                for c in range(w):
+                    ybuf[c + t * w] = p[j0 + c + t * ld] * d[t]
+            mi[0], ni[0], ki[0], l2[0] = total - j0, w, j0, w
+            gemm(trans_n.ctypes, trans_t.ctypes, mi.ctypes, ni.ctypes, ki.ctypes, minus.ctypes,
+                 p[j0:].ctypes, ld_i.ctypes, ybuf.ctypes, l2.ctypes, one.ctypes, p[j0 + j0 * ld:].ctypes,
+                 ld_i.ctypes)
+        for j in range(j0, j1):                        # the diagonal block, left-looking by columns
+            for t in range(j0, j):
+                ybuf[t] = p[j + t * ld] * d[t]
+            for r in range(j, j1):
+                acc = p.dtype.type(0)
+                for t in range(j0, j):
+                    acc += p[r + t * ld] * ybuf[t]
+                p[r + j * ld] -= acc
+            dj = p[j + j * ld]
+            if perturb and abs(dj) < tau:
+                dj = -tau if dj < 0 else tau
+                counts[1, ln] += 1
+            d[j] = dj
+            if dj < 0:
+                counts[2, ln] += 1
+            elif dj == 0:
+                counts[3, ln] += 1
+                if counts[0, ln] == n:
+                    counts[0, ln] = f + j
+            for r in range(j + 1, j1):
+                p[r + j * ld] = p[r + j * ld] / dj
+        if j1 < total:                                 # the rows below: L D = C L_bb^{-T}, then / D
+            mi[0], ni[0] = total - j1, w
+            trsm(side_r.ctypes, uplo_l.ctypes, trans_t.ctypes, diag_u.ctypes, mi.ctypes, ni.ctypes, one.ctypes,
+                 p[j0 + j0 * ld:].ctypes, ld_i.ctypes, p[j1 + j0 * ld:].ctypes, ld_i.ctypes)
+            for t in range(j0, j1):
+                dt = d[t]
+                if abs(dt) >= cdt[3]:                  # LAPACK's rule: times the reciprocal unless it overflows
+                    rd = 1 / dt
+                    for r in range(j1 + t * ld, total + t * ld):
+                        p[r] *= rd
+                else:
+                    for r in range(j1 + t * ld, total + t * ld):
+                        p[r] = p[r] / dt
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _supernode_blas(colptr, rowind, f, s, m, x, tau, perturb, counts, blocks, gemm, trsm, ints, chars, cdt, pbuf,
+                    ybuf, ubuf, d):
+    """Supernode ``f .. f+s-1`` (``m`` rows below it) through BLAS, each lane on its own: the panels
+    copied column-major into ``pbuf[ln]`` and factored (:func:`_panel_blas`, column blocks of
+    ``blocks[0]``), written back, then ``L_R D L_R^T`` by ``?gemm`` in column blocks of ``blocks[1]``
+    into ``ubuf[ln]``, each block subtracted from the ancestors' entries (found once for all lanes)."""
+    n = colptr.size - 1
+    total = s + m
+    ld = total
+    for t in range(s):                                 # the panels: pbuf[ln, r + t ld] = C[f + r, f + t]
+        o = colptr[f + t] - t
+        for r in range(t, total):
+            for ln in range(LANES):
+                pbuf[ln, r + t * ld] = x[o + r, ln]
+    for ln in range(LANES):
+        _panel_blas(pbuf[ln], total, s, f, n, ln, tau[ln], perturb, counts, blocks[0], gemm, trsm, ints, chars,
+                    cdt, ybuf, d[ln])
+    for t in range(s):                                 # back into Lx: D on the diagonal, L below
+        o = colptr[f + t] - t
+        for ln in range(LANES):
+            x[o + t, ln] = d[ln, t]
+        for r in range(t + 1, total):
+            for ln in range(LANES):
+                x[o + r, ln] = pbuf[ln, r + t * ld]
+    if m == 0:
+        return
+    mi, ni, ki, l2 = ints[0:1], ints[1:2], ints[2:3], ints[3:4]
+    one, zero = cdt[0:1], cdt[2:3]
+    trans_n, trans_t = chars[0:1], chars[1:2]
+    ld_i = ints[4:5]
+    ld_i[0] = ld
+    r0 = colptr[f + s - 1] + 1                         # R = rowind[r0:r0 + m], rows s .. of the panel
+    for b0 in range(0, m, blocks[1]):                  # columns b0 .. b1-1 of L_R D L_R^T, rows b0 ..
+        b1 = min(b0 + blocks[1], m)
+        w = b1 - b0
+        lu = m - b0
+        for ln in range(LANES):
+            p = pbuf[ln]
+            dl = d[ln]
+            for t in range(s):                         # ybuf (w x s) = (L_R D)[b0:b1]
+                for c in range(w):
+                    ybuf[c + t * w] = p[s + b0 + c + t * ld] * dl[t]
+            mi[0], ni[0], ki[0], l2[0] = lu, w, s, w
+            gemm(trans_n.ctypes, trans_t.ctypes, mi.ctypes, ni.ctypes, ki.ctypes, one.ctypes, p[s + b0:].ctypes,
+                 ld_i.ctypes, ybuf.ctypes, l2.ctypes, zero.ctypes, ubuf[ln].ctypes, mi.ctypes)
+        for b in range(b0, b1):                        # subtracted from the entries (R_a, R_b), a >= b
+            q = colptr[rowind[r0 + b]]
+            base = (b - b0) * lu - b0
+            for a in range(b, m):
+                row = rowind[r0 + a]
+                while rowind[q] != row:
+                    q += 1
+                for ln in range(LANES):
+                    x[q, ln] -= ubuf[ln, base + a]
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, values, tau, perturb, blocks, gemm,
+                  trsm, lx, counts, lo, hi):
     """Factor the blocks ``lo .. hi - 1``: block ``k`` holds the matrices ``k LANES ..`` of
     ``values`` (B, nnz) (the last block's missing lanes repeat its last matrix) and writes
-    ``lx[k]`` (nnz(L), LANES) and ``counts[k]`` (4, LANES): first zero pivot's column (n if none),
-    perturbed, negative and zero pivots."""
+    ``lx[k]`` (nnz(L), LANES; zero on entry) and ``counts[k]`` (4, LANES): first zero pivot's column (n if none),
+    perturbed, negative and zero pivots. Supernodes of at least ``blocks[2]`` columns go through
+    ``gemm`` and ``trsm`` (``?gemm``, ``?trsm`` of ``lx``'s dtype; :func:`_supernode_blas`, column
+    blocks ``blocks[0]`` in the panel, ``blocks[1]`` in the update)."""
     count = values.shape[0]
     n = colptr.size - 1
-    maxs = 1
-    for J in range(sn_size.size):
-        maxs = max(maxs, sn_size[J])
-    dd = np.empty((maxs, LANES), lx.dtype)
-    wb = np.empty((maxs, LANES), lx.dtype)
-    maxm = 0
+    maxs = maxm = 1                                    # the lane path's largest supernode
+    bs = bm = 0                                        # the BLAS path's
     for J in range(sn_size.size):
         last = sn_first[J] + sn_size[J] - 1
-        maxm = max(maxm, colptr[last + 1] - colptr[last] - 1)
+        s, m = sn_size[J], colptr[last + 1] - colptr[last] - 1
+        if s >= blocks[2] or (s >= blocks[3] and m >= blocks[4]):
+            bs, bm = max(bs, s), max(bm, m)
+        else:
+            maxs, maxm = max(maxs, s), max(maxm, m)
+    dd = np.empty((maxs, LANES), lx.dtype)
+    wb = np.empty((maxs, LANES), lx.dtype)
     rt = np.empty((maxm + maxs, maxs, LANES), lx.dtype)
+    pbuf = np.empty((LANES, (bm + bs) * bs), lx.dtype)
+    ybuf = np.empty(max(blocks[0], blocks[1]) * bs, lx.dtype)
+    ubuf = np.empty((LANES, bm * min(blocks[1], bm)), lx.dtype)
+    dl = np.empty((LANES, bs), lx.dtype)
+    ints = np.zeros(5, np.int32)
+    chars = np.array([ord("N"), ord("T"), ord("R"), ord("L"), ord("U")], np.uint8)
+    cdt = np.array([1, -1, 0, np.finfo(lx.dtype).tiny], lx.dtype)
     lane_tau = np.empty(LANES, lx.dtype)
+    lane = np.empty(LANES, np.int64)
     for k in range(lo, hi):
         x = lx[k]
-        x[:] = 0
         for ln in range(LANES):
-            i = min(k * LANES + ln, count - 1)
-            lane_tau[ln] = tau[i]
-            for e in range(value_src.size):
-                x[value_dst[e], ln] = values[i, value_src[e]]
+            lane[ln] = min(k * LANES + ln, count - 1)
+            lane_tau[ln] = tau[lane[ln]]
+        for e in range(value_src.size):
+            for ln in range(LANES):
+                x[value_dst[e], ln] = values[lane[ln], value_src[e]]
         c = counts[k]
         c[:] = 0
         for ln in range(LANES):
             c[0, ln] = n
-        _factor_one(colptr, rowind, sn_first, sn_size, x, lane_tau, perturb, c, wb, rt, dd)
+        _factor_one(colptr, rowind, sn_first, sn_size, x, lane_tau, perturb, c, wb, rt, dd, blocks, gemm, trsm,
+                    ints, chars, cdt, pbuf, ybuf, ubuf, dl)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -192,19 +302,14 @@ def solve_blocks(colptr, rowind, perm, lx, r, want, out, lo, hi):
             for p in range(colptr[j] + 1, colptr[j + 1]):
                 i = rowind[p]
                 for kk in range(k):
-                    for ln in range(LANES):
-                        y[i, kk, ln] -= x[p, ln] * y[j, kk, ln]
+                    lanes.sub_mul(y, (i * k + kk) * L, x, p * L, y, (j * k + kk) * L)
         for j in range(n):                               # D z = y
             pd = colptr[j]
             for kk in range(k):
-                for ln in range(LANES):
-                    y[j, kk, ln] = y[j, kk, ln] / x[pd, ln]
+                lanes.div(y, (j * k + kk) * L, y, (j * k + kk) * L, x, pd * L)
         for j in range(n - 1, -1, -1):                   # L^T x = z
-            for p in range(colptr[j] + 1, colptr[j + 1]):
-                i = rowind[p]
-                for kk in range(k):
-                    for ln in range(LANES):
-                        y[j, kk, ln] -= x[p, ln] * y[i, kk, ln]
+            for kk in range(k):
+                lanes.sub_mul_rows(y, (j * k + kk) * L, x, colptr[j] + 1, colptr[j + 1], rowind, y, k, kk)
         for ln in range(LANES):
             i = first + ln
             if i < count and want[i]:
@@ -213,14 +318,169 @@ def solve_blocks(colptr, rowind, perm, lx, r, want, out, lo, hi):
                         out[i, perm[j], kk] = y[j, kk, ln]
 
 
-MIN_WORK = 1 << 22   # multiply-adds per thread (of all its lanes) below which a call stays on one thread
+@njit(nogil=True, cache=True, error_model="numpy")
+def residual_rows(a_row, a_col, src, values, rows, b, x, out, lo, hi):
+    """``out[i] = b[i] - A_{rows[i]} x[i]`` in float64 for ``i`` in ``lo .. hi - 1``, ``values``
+    (B, nnz) one matrix's contiguous: A's lower entries ``e`` (row ``a_row[e]``, column
+    ``a_col[e]``, value ``values[rows[i], src[e]]``) taken in order, each added to its row and (off
+    the diagonal) to its column, one matrix after the other. Every matrix gets the same operations
+    in the same order as in :func:`residual_lanes`, whatever the threads."""
+    n, k = b.shape[1], b.shape[2]
+    ax = np.empty((n, k), np.float64)
+    a1 = np.empty(n, np.float64)
+    for i in range(lo, hi):
+        vi = values[rows[i]]
+        xi = x[i]
+        if k == 1:                                     # one right-hand side: flat loops
+            a1[:] = 0
+            for e in range(src.size):
+                v = np.float64(vi[src[e]])
+                r, c = a_row[e], a_col[e]
+                a1[r] += v * np.float64(xi[c, 0])
+                if r != c:
+                    a1[c] += v * np.float64(xi[r, 0])
+            for j in range(n):
+                out[i, j, 0] = b[i, j, 0] - a1[j]
+            continue
+        ax[:] = 0
+        for e in range(src.size):
+            v = np.float64(vi[src[e]])
+            r, c = a_row[e], a_col[e]
+            for kk in range(k):
+                ax[r, kk] += v * np.float64(xi[c, kk])
+            if r != c:
+                for kk in range(k):
+                    ax[c, kk] += v * np.float64(xi[r, kk])
+        for j in range(n):
+            for kk in range(k):
+                out[i, j, kk] = b[i, j, kk] - ax[j, kk]
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def residual_lanes(a_row, a_col, src, vt, rows, b, x, out, lo, hi):
+    """As :func:`residual_rows` for ``vt`` (nnz, B), one entry's values of all matrices
+    contiguous: :data:`LANES` matrices at a time side by side (the same operations per matrix)."""
+    n, k = b.shape[1], b.shape[2]
+    ax = np.empty((n, k, LANES), np.float64)
+    xt = np.empty((n, k, LANES), np.float64)
+    col = np.empty(LANES, np.int64)
+    ve = np.empty(LANES, np.float64)
+    for g in range(lo, hi, LANES):
+        w = min(LANES, hi - g)
+        for ln in range(LANES):                        # missing lanes repeat the last matrix, unused
+            col[ln] = rows[g + min(ln, w - 1)]
+            for j in range(n):
+                for kk in range(k):
+                    xt[j, kk, ln] = x[g + min(ln, w - 1), j, kk]
+        ax[:] = 0
+        for e in range(src.size):
+            row = vt[src[e]]
+            for ln in range(LANES):
+                ve[ln] = np.float64(row[col[ln]])
+            r, c = a_row[e], a_col[e]
+            for kk in range(k):
+                lanes.add_mul(ax, (r * k + kk) * L, ve, 0, xt, (c * k + kk) * L)
+            if r != c:
+                for kk in range(k):
+                    lanes.add_mul(ax, (c * k + kk) * L, ve, 0, xt, (r * k + kk) * L)
+        for ln in range(w):
+            for j in range(n):
+                for kk in range(k):
+                    out[g + ln, j, kk] = b[g + ln, j, kk] - ax[j, kk, ln]
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _max_abs(a, kk, nan):
+    """``max_j |a[j, kk]|`` in float64, NaN if any entry is NaN (as ``np.max``)."""
+    m = 0.0
+    for j in range(a.shape[0]):
+        v = abs(np.float64(a[j, kk]))
+        if v > m or v != v:
+            m = v
+            if v != v:
+                return nan
+    return m
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def backward_errors(r, x, b, anorm, out, lo, hi):
+    """``out[i]``: the normwise backward error ``max_k ||r||_inf / (anorm[i] ||x||_inf + ||b||_inf)``
+    of matrix ``i`` in ``lo .. hi - 1`` (``r``, ``x``, ``b`` (m, n, k)); as
+    :meth:`batchlu.kernels.sparse._factor.Refining._berr` (NaN where a norm is not finite, ``inf``
+    for a nonzero residual over a zero denominator, 0 for 0 / 0)."""
+    nan, inf = np.nan, np.inf
+    k = r.shape[2]
+    for i in range(lo, hi):
+        worst = 0.0
+        for kk in range(k):
+            rn = _max_abs(r[i], kk, nan)
+            den = anorm[i] * _max_abs(x[i], kk, nan) + _max_abs(b[i], kk, nan)
+            if not (np.isfinite(rn) and np.isfinite(den)):
+                be = nan
+            elif den > 0:
+                be = rn / den
+            else:
+                be = inf if rn > 0 else 0.0
+            if be > worst or be != be:
+                worst = be
+                if be != be:
+                    break
+        out[i] = worst
+
+
+MIN_WORK = 1 << 18   # multiply-adds per thread below which a call stays on one thread (~0.2 ms)
+
+
+def _split(work: int, count: int) -> int:
+    from batchlu.kernels import _cpu_threads
+
+    return min(_cpu_threads.threads(), count, max(1, work // MIN_WORK))
 
 
 def _parts(plan, blocks: int) -> int:
+    return _split(blocks * LANES * max(plan.update_pairs, plan.nnz_l), blocks)
+
+
+def _real(a: np.ndarray) -> np.ndarray:
+    """``a`` contiguous, as float64 unless it is float32 or float64 already (one compile per dtype)."""
+    return np.ascontiguousarray(a, a.dtype if a.dtype in (np.float32, np.float64) else np.float64)
+
+
+def residual(plan, values: np.ndarray, rows: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``b - A x`` (len(rows), n, k) in float64 for the matrices ``rows`` of ``values`` (B, nnz);
+    ``b`` and ``x`` (len(rows), n, k) are theirs, in the same order. Read in the layout ``values``
+    has (:func:`residual_rows` or, batch-minor, :func:`residual_lanes`: the same bits), the
+    matrices split between threads."""
     from batchlu.kernels import _cpu_threads
 
-    work = blocks * LANES * max(plan.update_pairs, plan.nnz_l)
-    return min(_cpu_threads.threads(), blocks, max(1, work // MIN_WORK))
+    rows = np.ascontiguousarray(rows, np.int64)
+    b = np.ascontiguousarray(b, np.float64)
+    out = np.empty(b.shape, np.float64)
+    if not (rows.size and b.shape[2] and plan.n):
+        out[:] = b
+        return out
+    values = _real(values) if not values.T.flags.c_contiguous else values
+    kernel = residual_rows if values.flags.c_contiguous else residual_lanes
+    data = values if kernel is residual_rows else _real(values.T)
+    parts = _split(6 * rows.size * b.shape[2] * plan.a_row.size, -(-rows.size // LANES))
+    _cpu_threads.run_parts(lambda *a: kernel(*a[:-2], a[-2] * LANES, min(a[-1] * LANES, rows.size)),
+                           parts, -(-rows.size // LANES), plan.a_row, plan.a_col, plan.value_src, data, rows, b,
+                           _real(x), out)
+    return out
+
+
+def berr(r: np.ndarray, x: np.ndarray, b: np.ndarray, anorm: np.ndarray) -> np.ndarray:
+    """Per matrix, the normwise backward error of its residual ``r``, solution ``x`` and right-hand
+    side ``b`` (each (m, n, k)) with ``||A||_inf`` ``anorm`` (m,) (:func:`backward_errors`)."""
+    from batchlu.kernels import _cpu_threads
+
+    count = r.shape[0]
+    out = np.zeros(count)
+    if count and r.shape[1] and r.shape[2]:
+        _cpu_threads.run_parts(backward_errors, _split(3 * r.size, count), count, np.ascontiguousarray(r),
+                               _real(x), _real(b),
+                               np.ascontiguousarray(anorm, np.float64), out)
+    return out
 
 
 def supernodes(plan) -> tuple[np.ndarray, np.ndarray]:
@@ -239,12 +499,17 @@ def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
     count = values.shape[0]
     blocks = -(-count // LANES)
     first, size = supernodes(plan)
-    lx = np.empty((blocks, plan.nnz_l, LANES), values.dtype)
+    lx = np.zeros((blocks, plan.nnz_l, LANES), values.dtype)   # zero pages from the system: no pass of ours
     counts = np.empty((blocks, 4, LANES), np.int64)
     if blocks:
-        _cpu_threads.run_parts(factor_blocks, _parts(plan, blocks), blocks, plan.colptr, plan.rowind, first, size,
-                               plan.value_src, plan.value_dst, np.ascontiguousarray(values),
-                               np.ascontiguousarray(tau, values.dtype), bool(perturb), lx, counts)
+        from batchlu.kernels import _cpu_numba as dense
+
+        _cpu_threads.run_parts(dense._one_blas_thread(factor_blocks), _parts(plan, blocks), blocks, plan.colptr,
+                               plan.rowind, first, size, plan.value_src, plan.value_dst,
+                               values if values.flags.f_contiguous else np.ascontiguousarray(values),
+                               np.ascontiguousarray(tau, values.dtype), bool(perturb),
+                               np.array([PANEL_BLOCK, UPDATE_BLOCK, BLAS_MIN, BLAS_MIN_TALL, BLAS_TALL], np.int64),
+                               dense.blas(values.dtype, "gemm"), dense.blas(values.dtype, "trsm"), lx, counts)
     per_matrix = counts.transpose(1, 0, 2).reshape(4, -1)[:, :count]
     return lx, tuple(per_matrix)
 

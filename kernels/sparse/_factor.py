@@ -349,6 +349,8 @@ class Factor(Refining):
         """``b - A x`` in float64 for the matrices ``rows``; ``b`` and ``x`` (len(rows), n, k) are
         theirs, in the same order."""
         plan = self.plan
+        if self._lanes is not None:
+            return _compiled().residual(plan, self.values, rows, b, x)
         s_row, s_col, off, v, v_off = self._incidence()
         if rows.size < self.batch or np.any(rows != np.arange(self.batch)):
             v, v_off = v[:, rows], v_off[:, rows]
@@ -368,6 +370,11 @@ class Factor(Refining):
         be = (self._berr(self._residual(b3.astype(np.float64), x3, rows), x3, b3, rows) if self.plan.n
               else np.zeros(self.batch))
         return self._out(be)
+
+    def _berr(self, r, x, b, rows):
+        if self._lanes is not None:
+            return _compiled().berr(r, x, b, self.anorm[rows])
+        return super()._berr(r, x, b, rows)
 
     def _first(self, b):
         return self._solve(b)

@@ -1,6 +1,6 @@
 """The CPU numeric LDL^T: reconstruction against a dense reference, solves with refinement on every
 generator in both precisions, inertia against eigvalsh, static pivoting, the info codes; every test
-on both CPU engines (compiled: ``_cpu_numba``; NumPy: ``_cpu``)."""
+on both CPU engines (compiled: ``_cpu_numba``, its BLAS and lane paths; NumPy: ``_cpu``)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,21 @@ from batchlu.testing import sparse as gen
 THRESHOLD = 30
 
 
-@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+@pytest.fixture(autouse=True, params=["compiled", "compiled-blas", "compiled-lanes", "numpy"])
 def engine(request, monkeypatch):
-    monkeypatch.setenv("BATCHLU_CPU_ENGINE", request.param)
+    """The engines; ``compiled-blas`` sends every supernode through BLAS in column blocks of 3 (panel)
+    and 5 (update), so that the small matrices here take every branch of the blocked code;
+    ``compiled-lanes`` keeps every supernode on the lane loops."""
+    from batchlu.kernels.sparse import _cpu_numba
+
+    monkeypatch.setenv("BATCHLU_CPU_ENGINE", request.param.split("-")[0])
+    if request.param == "compiled-blas":
+        monkeypatch.setattr(_cpu_numba, "BLAS_MIN", 1)
+        monkeypatch.setattr(_cpu_numba, "PANEL_BLOCK", 3)
+        monkeypatch.setattr(_cpu_numba, "UPDATE_BLOCK", 5)
+    elif request.param == "compiled-lanes":
+        monkeypatch.setattr(_cpu_numba, "BLAS_MIN", 1 << 40)
+        monkeypatch.setattr(_cpu_numba, "BLAS_MIN_TALL", 1 << 40)
     return request.param
 
 
