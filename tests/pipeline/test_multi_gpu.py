@@ -175,7 +175,10 @@ def test_resume_after_whole_run_killed_gpu(matrices, tmp_path):
     env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.15")
     cmd = [sys.executable, "-m", "batchlu", "run", str(matrices), str(out), "--op", "lu", "--backend", "gpu",
            "--memory-budget", "64KiB",
-           "--config", "cluster.dashboard-address=127.0.0.1:0", "--config", f"cluster.gpus={visible_gpus()[0]}"]
+           "--config", "cluster.dashboard-address=127.0.0.1:0", "--config", f"cluster.gpus={visible_gpus()[0]}",
+           # where nvCOMP is installed the GPU codec path groups batches: small groups, so that the
+           # ledger fills in steps a kill can fall between
+           "--config", "device-batch-bytes=64KiB"]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
