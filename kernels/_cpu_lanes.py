@@ -1,0 +1,763 @@
+"""The compiled engine's LU for larger n: W matrices factored at once, one per SIMD lane.
+
+From ``LANES_MIN_N`` on (``batchlu.kernels._cpu``), ``getrf`` and ``slogdet`` take the batch W
+matrices at a time (W = 8 in float64 and complex128, 16 in float32 and complex64: one 64-byte vector)
+and interleave them: entry (r, c) of the W matrices is one vector, ``F[(r * n + c) * W + lane]``
+(complex: the real parts in ``F``, the imaginary parts in ``G``, laid out alike). Every arithmetic
+step is then one vector instruction on W matrices (``batchlu.kernels._cpu_simd``), with no shuffles
+and no horizontal work, and each matrix keeps its own pivots: the pivot search compares lane by lane,
+and row interchanges move one lane's entries only.
+
+The algorithm is LAPACK's blocked right-looking LU (``xGETRF``) with panels of ``NB`` columns:
+
+1. each panel is factored column by column as ``xGETF2`` does: the pivot is the first entry of
+   largest ``|re| + |im|`` (``IxAMAX``), its whole row is swapped in, the column below is scaled by
+   the pivot's reciprocal (divided by a pivot below ``sfmin``; a zero pivot leaves its column as it
+   is, and the factorization goes on); one pass over the rows scales column j, updates the panel's
+   later columns and searches column j + 1 for its pivot;
+2. the rows of the panel right of it are solved with its unit lower triangle (``xTRSM``);
+3. the trailing matrix takes the panel's rank-NB update (``xGEMM``) in register tiles of 4 x 4
+   vectors (2 x 2 complex), each loaded and stored once per panel.
+
+The matrices enter and leave the interleaved buffer through W x W transposes in registers, checked
+on the way: a matrix holding NaN or Inf is replaced by the identity in its lane and gets info -1
+(NaN ``lu``, identity ``piv``); a finite matrix whose ``lu`` is not finite gets -2. A batch whose
+size is not a multiple of W fills the spare lanes of its last group with identity matrices.
+
+What a lane computes depends only on its matrix: vector instructions work lane by lane, and the one
+branch taken for all lanes together (a tiny pivot in some lane) gives the other lanes the same bits.
+The operations run in another order than OpenBLAS's ``xGETRF``, so ``lu`` equals SciPy's to
+rounding and ``piv`` is SciPy's unless two pivot candidates tie to within that rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._cpu_simd import (vabs, vadd, vfma, vfnma, vload, vmul, vsel_gt, vsplat, vstore, vsub,
+                        vtranspose, vtranspose_join, vtranspose_split)
+from ._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT
+
+__all__ = ["NB", "getrf", "slogdet"]
+
+NB = 8          # columns per panel (measured on the 2-core development machine: 4 and 16 no faster)
+
+_jit = njit(cache=True, nogil=True, error_model="numpy")
+_inline = njit(cache=True, nogil=True, error_model="numpy", inline="always")
+
+
+@_jit
+def _aligned(size, like):
+    """A scratch array of ``size`` elements of ``like``'s dtype that starts on a 64-byte boundary."""
+    buf = np.empty(size + 64 // like.itemsize, like.dtype)
+    off = (-(buf.ctypes.data % 64)) % 64 // like.itemsize
+    return buf[off:off + size]
+
+
+# --- moving matrices in and out ---------------------------------------------------------------
+
+
+@_jit
+def _gather(af, g, cnt, F, n):
+    """``F`` := matrices ``g .. g + cnt - 1`` of the flat real batch ``af``, interleaved; lanes from
+    ``cnt`` on hold the identity."""
+    W = 64 // F.itemsize
+    nn = n * n
+    m = n - n % W
+    if cnt == W:
+        for r in range(n):
+            for c in range(0, m, W):
+                vtranspose(F, (r * n + c) * W, W, af, g * nn + r * n + c, nn)
+            for c in range(m, n):
+                for lane in range(W):
+                    F[(r * n + c) * W + lane] = af[(g + lane) * nn + r * n + c]
+        return
+    for lane in range(W):
+        for r in range(n):
+            for c in range(n):
+                if lane < cnt:
+                    F[(r * n + c) * W + lane] = af[(g + lane) * nn + r * n + c]
+                else:
+                    F[(r * n + c) * W + lane] = 1.0 if r == c else 0.0
+
+
+@_jit
+def _scatter(F, luf, g, cnt, n):
+    """Matrices ``g .. g + cnt - 1`` of the flat real ``luf`` := lanes ``0 .. cnt - 1`` of ``F``."""
+    W = 64 // F.itemsize
+    nn = n * n
+    m = n - n % W
+    if cnt == W:
+        for r in range(n):
+            for c in range(0, m, W):
+                vtranspose(luf, g * nn + r * n + c, nn, F, (r * n + c) * W, W)
+            for c in range(m, n):
+                for lane in range(W):
+                    luf[(g + lane) * nn + r * n + c] = F[(r * n + c) * W + lane]
+        return
+    for lane in range(cnt):
+        for r in range(n):
+            for c in range(n):
+                luf[(g + lane) * nn + r * n + c] = F[(r * n + c) * W + lane]
+
+
+@_jit
+def _gather_complex(ar, g, cnt, F, G, n):
+    """:func:`_gather` of complex matrices (``ar``: their flat (re, im) pairs) into real parts ``F``
+    and imaginary parts ``G``."""
+    W = 64 // F.itemsize
+    nn = n * n
+    m = n - n % W
+    if cnt == W:
+        for r in range(n):
+            for c in range(0, m, W):
+                vtranspose_split(F, G, (r * n + c) * W, W, ar, 2 * (g * nn + r * n + c), 2 * nn)
+            for c in range(m, n):
+                for lane in range(W):
+                    s = 2 * ((g + lane) * nn + r * n + c)
+                    F[(r * n + c) * W + lane] = ar[s]
+                    G[(r * n + c) * W + lane] = ar[s + 1]
+        return
+    for lane in range(W):
+        for r in range(n):
+            for c in range(n):
+                t = (r * n + c) * W + lane
+                if lane < cnt:
+                    s = 2 * ((g + lane) * nn + r * n + c)
+                    F[t] = ar[s]
+                    G[t] = ar[s + 1]
+                else:
+                    F[t] = 1.0 if r == c else 0.0
+                    G[t] = 0.0
+
+
+@_jit
+def _scatter_complex(F, G, lur, g, cnt, n):
+    """:func:`_scatter` of complex matrices (``lur``: the flat (re, im) pairs of the output)."""
+    W = 64 // F.itemsize
+    nn = n * n
+    m = n - n % W
+    if cnt == W:
+        for r in range(n):
+            for c in range(0, m, W):
+                vtranspose_join(lur, 2 * (g * nn + r * n + c), 2 * nn, F, G, (r * n + c) * W, W)
+            for c in range(m, n):
+                for lane in range(W):
+                    s = 2 * ((g + lane) * nn + r * n + c)
+                    lur[s] = F[(r * n + c) * W + lane]
+                    lur[s + 1] = G[(r * n + c) * W + lane]
+        return
+    for lane in range(cnt):
+        for r in range(n):
+            for c in range(n):
+                s = 2 * ((g + lane) * nn + r * n + c)
+                lur[s] = F[(r * n + c) * W + lane]
+                lur[s + 1] = G[(r * n + c) * W + lane]
+
+
+@_jit
+def _lanes_finite(F, size, tmp):
+    """``tmp[lane] == 0`` where the first ``size`` vectors of ``F`` are finite in that lane (NaN
+    there otherwise): four running sums of ``v - v``, which is 0 for finite ``v`` and NaN else."""
+    W = 64 // F.itemsize
+    z = vsub(vload(F, 0), vload(F, 0))
+    s0, s1, s2, s3 = z, z, z, z
+    t = 1
+    while t + 4 <= size:
+        v0, v1, v2, v3 = vload(F, t * W), vload(F, (t + 1) * W), vload(F, (t + 2) * W), vload(F, (t + 3) * W)
+        s0 = vadd(s0, vsub(v0, v0))
+        s1 = vadd(s1, vsub(v1, v1))
+        s2 = vadd(s2, vsub(v2, v2))
+        s3 = vadd(s3, vsub(v3, v3))
+        t += 4
+    while t < size:
+        v0 = vload(F, t * W)
+        s0 = vadd(s0, vsub(v0, v0))
+        t += 1
+    vstore(tmp, 0, vadd(vadd(s0, s1), vadd(s2, s3)))
+
+
+@_jit
+def _set_identity(F, n, lane):
+    W = 64 // F.itemsize
+    for r in range(n):
+        for c in range(n):
+            F[(r * n + c) * W + lane] = 1.0 if r == c else 0.0
+
+
+# --- the factorization, real ----------------------------------------------------------------------
+
+
+@_jit
+def _swap_rows(F, n, j, tmp, piv):
+    """Per lane: ``piv[j * W + lane]`` := the pivot row ``tmp[lane]`` (a float), and rows j and
+    that row swapped in that lane."""
+    W = 64 // F.itemsize
+    for lane in range(W):
+        p = int(tmp[lane])
+        piv[j * W + lane] = p
+        if p != j:
+            x = j * n * W + lane
+            y = p * n * W + lane
+            for c in range(n):
+                t = F[x]
+                F[x] = F[y]
+                F[y] = t
+                x += W
+                y += W
+
+
+@_jit
+def _search(F, n, j, rows):
+    """Per lane, the row (as a float) of the first largest ``|F[i, j]|``, i >= j."""
+    W = 64 // F.itemsize
+    best = vabs(vload(F, (j * n + j) * W))
+    pidx = vsplat(rows[j])
+    for i in range(j + 1, n):
+        m = vabs(vload(F, (i * n + j) * W))
+        pidx = vsel_gt(m, best, vsplat(rows[i]), pidx)
+        best = vsel_gt(m, best, m, best)
+    return pidx
+
+
+@_jit
+def _reciprocals(F, d0, rec, sfmin):
+    """Per lane, ``rec`` := 1 / the pivot ``F[d0 + lane]``, or 1 where it is zero (the column stays
+    as it is) or below ``sfmin`` (the column is divided instead). Returns whether some lane has a
+    nonzero pivot below ``sfmin``."""
+    W = 64 // F.itemsize
+    tiny = False
+    for lane in range(W):
+        d = F[d0 + lane]
+        if d == 0:
+            rec[lane] = 1
+        elif abs(d) >= sfmin:
+            rec[lane] = 1 / d
+        else:
+            rec[lane] = 1
+            tiny = True
+    return tiny
+
+
+@_jit
+def _divide_tiny(F, n, j, sfmin):
+    """Rows below j of column j divided by the pivot, in the lanes whose nonzero pivot is below
+    ``sfmin``."""
+    W = 64 // F.itemsize
+    d0 = (j * n + j) * W
+    for lane in range(W):
+        d = F[d0 + lane]
+        if d != 0 and abs(d) < sfmin:
+            for i in range(j + 1, n):
+                F[(i * n + j) * W + lane] /= d
+
+
+@_jit
+def _panel_step(F, n, j, k1, rec, rows):
+    """One pass over rows j + 1 .. n - 1: column j scaled by ``rec``, the panel's columns j + 1 ..
+    k1 - 1 updated by its rank-1 step; returns the pivot rows of column j + 1 (if it is in the
+    panel), searched as it is updated."""
+    W = 64 // F.itemsize
+    d0 = (j * n + j) * W
+    r = vload(rec, 0)
+    pidx = vsplat(rows[j + 1])
+    if j + 1 == k1:
+        for i in range(j + 1, n):
+            o = (i * n + j) * W
+            vstore(F, o, vmul(vload(F, o), r))
+        return pidx
+    u = vload(F, d0 + W)
+    o = ((j + 1) * n + j) * W
+    lij = vmul(vload(F, o), r)
+    vstore(F, o, lij)
+    x = vfnma(lij, u, vload(F, o + W))
+    vstore(F, o + W, x)
+    best = vabs(x)
+    for c in range(j + 2, k1):
+        q = o + (c - j) * W
+        vstore(F, q, vfnma(lij, vload(F, d0 + (c - j) * W), vload(F, q)))
+    for i in range(j + 2, n):
+        o = (i * n + j) * W
+        lij = vmul(vload(F, o), r)
+        vstore(F, o, lij)
+        x = vfnma(lij, u, vload(F, o + W))
+        vstore(F, o + W, x)
+        m = vabs(x)
+        pidx = vsel_gt(m, best, vsplat(rows[i]), pidx)
+        best = vsel_gt(m, best, m, best)
+        for c in range(j + 2, k1):
+            q = o + (c - j) * W
+            vstore(F, q, vfnma(lij, vload(F, d0 + (c - j) * W), vload(F, q)))
+    return pidx
+
+
+@_jit
+def _trsm(F, n, k0, k1):
+    """Rows k0 .. k1 - 1 right of the panel := L11^-1 times them (unit lower triangular)."""
+    W = 64 // F.itemsize
+    for j in range(k0, k1):
+        for i in range(j + 1, k1):
+            lij = vload(F, (i * n + j) * W)
+            for c in range(k1, n):
+                o = (i * n + c) * W
+                vstore(F, o, vfnma(lij, vload(F, (j * n + c) * W), vload(F, o)))
+
+
+@_jit
+def _gemm(F, n, k0, k1):
+    """The trailing matrix (rows and columns k1 .. n - 1) minus L21 U12 (k = k0 .. k1 - 1), in
+    tiles of 4 x 4 vectors held in registers; the edges one vector at a time."""
+    W = 64 // F.itemsize
+    m4 = k1 + (n - k1) // 4 * 4
+    for i in range(k1, m4, 4):
+        r0 = i * n * W
+        r1 = r0 + n * W
+        r2 = r1 + n * W
+        r3 = r2 + n * W
+        for c in range(k1, m4, 4):
+            o = c * W
+            c00, c01, c02, c03 = vload(F, r0 + o), vload(F, r0 + o + W), vload(F, r0 + o + 2 * W), vload(F, r0 + o + 3 * W)
+            c10, c11, c12, c13 = vload(F, r1 + o), vload(F, r1 + o + W), vload(F, r1 + o + 2 * W), vload(F, r1 + o + 3 * W)
+            c20, c21, c22, c23 = vload(F, r2 + o), vload(F, r2 + o + W), vload(F, r2 + o + 2 * W), vload(F, r2 + o + 3 * W)
+            c30, c31, c32, c33 = vload(F, r3 + o), vload(F, r3 + o + W), vload(F, r3 + o + 2 * W), vload(F, r3 + o + 3 * W)
+            for k in range(k0, k1):
+                a0, a1, a2, a3 = vload(F, r0 + k * W), vload(F, r1 + k * W), vload(F, r2 + k * W), vload(F, r3 + k * W)
+                kb = (k * n + c) * W
+                b0, b1, b2, b3 = vload(F, kb), vload(F, kb + W), vload(F, kb + 2 * W), vload(F, kb + 3 * W)
+                c00, c01, c02, c03 = vfnma(a0, b0, c00), vfnma(a0, b1, c01), vfnma(a0, b2, c02), vfnma(a0, b3, c03)
+                c10, c11, c12, c13 = vfnma(a1, b0, c10), vfnma(a1, b1, c11), vfnma(a1, b2, c12), vfnma(a1, b3, c13)
+                c20, c21, c22, c23 = vfnma(a2, b0, c20), vfnma(a2, b1, c21), vfnma(a2, b2, c22), vfnma(a2, b3, c23)
+                c30, c31, c32, c33 = vfnma(a3, b0, c30), vfnma(a3, b1, c31), vfnma(a3, b2, c32), vfnma(a3, b3, c33)
+            vstore(F, r0 + o, c00); vstore(F, r0 + o + W, c01); vstore(F, r0 + o + 2 * W, c02); vstore(F, r0 + o + 3 * W, c03)  # noqa: E702
+            vstore(F, r1 + o, c10); vstore(F, r1 + o + W, c11); vstore(F, r1 + o + 2 * W, c12); vstore(F, r1 + o + 3 * W, c13)  # noqa: E702
+            vstore(F, r2 + o, c20); vstore(F, r2 + o + W, c21); vstore(F, r2 + o + 2 * W, c22); vstore(F, r2 + o + 3 * W, c23)  # noqa: E702
+            vstore(F, r3 + o, c30); vstore(F, r3 + o + W, c31); vstore(F, r3 + o + 2 * W, c32); vstore(F, r3 + o + 3 * W, c33)  # noqa: E702
+    for i in range(k1, n):
+        for c in range(m4 if i < m4 else k1, n):
+            o = (i * n + c) * W
+            acc = vload(F, o)
+            for k in range(k0, k1):
+                acc = vfnma(vload(F, (i * n + k) * W), vload(F, (k * n + c) * W), acc)
+            vstore(F, o, acc)
+
+
+@_jit
+def _factor(F, n, piv, tmp, rec, rows, sfmin, nb=NB):
+    """LU with partial pivoting of the W interleaved matrices in ``F``, in place; 0-based pivots
+    into ``piv`` (j * W + lane)."""
+    W = 64 // F.itemsize
+    for k0 in range(0, n, nb):
+        k1 = min(n, k0 + nb)
+        pidx = _search(F, n, k0, rows)
+        for j in range(k0, k1):
+            vstore(tmp, 0, pidx)
+            _swap_rows(F, n, j, tmp, piv)
+            if _reciprocals(F, (j * n + j) * W, rec, sfmin):
+                _divide_tiny(F, n, j, sfmin)
+            if j + 1 < n:
+                pidx = _panel_step(F, n, j, k1, rec, rows)
+        if k1 < n:
+            _trsm(F, n, k0, k1)
+            _gemm(F, n, k0, k1)
+
+
+# --- the factorization, complex (real parts F, imaginary parts G) ----------------------------------
+
+
+@_jit
+def _search_complex(F, G, n, j, rows):
+    W = 64 // F.itemsize
+    o = (j * n + j) * W
+    best = vadd(vabs(vload(F, o)), vabs(vload(G, o)))
+    pidx = vsplat(rows[j])
+    for i in range(j + 1, n):
+        o = (i * n + j) * W
+        m = vadd(vabs(vload(F, o)), vabs(vload(G, o)))
+        pidx = vsel_gt(m, best, vsplat(rows[i]), pidx)
+        best = vsel_gt(m, best, m, best)
+    return pidx
+
+
+@_jit
+def _reciprocals_complex(F, G, d0, rec, rec_im, sfmin):
+    W = 64 // F.itemsize
+    tiny = False
+    for lane in range(W):
+        d = complex(F[d0 + lane], G[d0 + lane])
+        if d == 0:
+            rec[lane] = 1
+            rec_im[lane] = 0
+        elif abs(d) >= sfmin:
+            q = 1 / d
+            rec[lane] = q.real
+            rec_im[lane] = q.imag
+        else:
+            rec[lane] = 1
+            rec_im[lane] = 0
+            tiny = True
+    return tiny
+
+
+@_jit
+def _divide_tiny_complex(F, G, n, j, sfmin):
+    W = 64 // F.itemsize
+    d0 = (j * n + j) * W
+    for lane in range(W):
+        d = complex(F[d0 + lane], G[d0 + lane])
+        if d != 0 and abs(d) < sfmin:
+            for i in range(j + 1, n):
+                o = (i * n + j) * W + lane
+                q = complex(F[o], G[o]) / d
+                F[o] = q.real
+                G[o] = q.imag
+
+
+@_inline
+def _cfnma(ar, ai, br, bi, cr, ci):
+    """``c - a * b`` for complex vectors given as real and imaginary parts."""
+    return vfma(ai, bi, vfnma(ar, br, cr)), vfnma(ai, br, vfnma(ar, bi, ci))
+
+
+@_jit
+def _panel_step_complex(F, G, n, j, k1, rec, rec_im, rows):
+    W = 64 // F.itemsize
+    d0 = (j * n + j) * W
+    rr = vload(rec, 0)
+    ri = vload(rec_im, 0)
+    pidx = vsplat(rows[j + 1])
+    if j + 1 == k1:
+        for i in range(j + 1, n):
+            o = (i * n + j) * W
+            xr, xi = vload(F, o), vload(G, o)
+            vstore(F, o, vfnma(xi, ri, vmul(xr, rr)))
+            vstore(G, o, vfma(xr, ri, vmul(xi, rr)))
+        return pidx
+    ur, ui = vload(F, d0 + W), vload(G, d0 + W)
+    best = vsub(rr, rr)
+    for i in range(j + 1, n):
+        o = (i * n + j) * W
+        xr, xi = vload(F, o), vload(G, o)
+        lr = vfnma(xi, ri, vmul(xr, rr))
+        li = vfma(xr, ri, vmul(xi, rr))
+        vstore(F, o, lr)
+        vstore(G, o, li)
+        yr, yi = _cfnma(lr, li, ur, ui, vload(F, o + W), vload(G, o + W))
+        vstore(F, o + W, yr)
+        vstore(G, o + W, yi)
+        m = vadd(vabs(yr), vabs(yi))
+        if i == j + 1:
+            best = m
+        else:
+            pidx = vsel_gt(m, best, vsplat(rows[i]), pidx)
+            best = vsel_gt(m, best, m, best)
+        for c in range(j + 2, k1):
+            q = o + (c - j) * W
+            p = d0 + (c - j) * W
+            yr, yi = _cfnma(lr, li, vload(F, p), vload(G, p), vload(F, q), vload(G, q))
+            vstore(F, q, yr)
+            vstore(G, q, yi)
+    return pidx
+
+
+@_jit
+def _trsm_complex(F, G, n, k0, k1):
+    W = 64 // F.itemsize
+    for j in range(k0, k1):
+        for i in range(j + 1, k1):
+            o = (i * n + j) * W
+            lr, li = vload(F, o), vload(G, o)
+            for c in range(k1, n):
+                q = (i * n + c) * W
+                p = (j * n + c) * W
+                yr, yi = _cfnma(lr, li, vload(F, p), vload(G, p), vload(F, q), vload(G, q))
+                vstore(F, q, yr)
+                vstore(G, q, yi)
+
+
+@_jit
+def _gemm_complex(F, G, n, k0, k1):
+    """:func:`_gemm` in complex arithmetic, tiles of 2 x 4 complex vectors."""
+    W = 64 // F.itemsize
+    m2 = k1 + (n - k1) // 2 * 2
+    m4 = k1 + (n - k1) // 4 * 4
+    for i in range(k1, m2, 2):
+        r0 = i * n * W
+        r1 = r0 + n * W
+        for c in range(k1, m4, 4):
+            o0 = r0 + c * W
+            o1 = r1 + c * W
+            c00r, c00i, c01r, c01i = vload(F, o0), vload(G, o0), vload(F, o0 + W), vload(G, o0 + W)
+            c02r, c02i, c03r, c03i = vload(F, o0 + 2 * W), vload(G, o0 + 2 * W), vload(F, o0 + 3 * W), vload(G, o0 + 3 * W)
+            c10r, c10i, c11r, c11i = vload(F, o1), vload(G, o1), vload(F, o1 + W), vload(G, o1 + W)
+            c12r, c12i, c13r, c13i = vload(F, o1 + 2 * W), vload(G, o1 + 2 * W), vload(F, o1 + 3 * W), vload(G, o1 + 3 * W)
+            for k in range(k0, k1):
+                a0r, a0i, a1r, a1i = vload(F, r0 + k * W), vload(G, r0 + k * W), vload(F, r1 + k * W), vload(G, r1 + k * W)
+                kb = (k * n + c) * W
+                br, bi = vload(F, kb), vload(G, kb)
+                c00r, c00i = _cfnma(a0r, a0i, br, bi, c00r, c00i)
+                c10r, c10i = _cfnma(a1r, a1i, br, bi, c10r, c10i)
+                br, bi = vload(F, kb + W), vload(G, kb + W)
+                c01r, c01i = _cfnma(a0r, a0i, br, bi, c01r, c01i)
+                c11r, c11i = _cfnma(a1r, a1i, br, bi, c11r, c11i)
+                br, bi = vload(F, kb + 2 * W), vload(G, kb + 2 * W)
+                c02r, c02i = _cfnma(a0r, a0i, br, bi, c02r, c02i)
+                c12r, c12i = _cfnma(a1r, a1i, br, bi, c12r, c12i)
+                br, bi = vload(F, kb + 3 * W), vload(G, kb + 3 * W)
+                c03r, c03i = _cfnma(a0r, a0i, br, bi, c03r, c03i)
+                c13r, c13i = _cfnma(a1r, a1i, br, bi, c13r, c13i)
+            vstore(F, o0, c00r); vstore(G, o0, c00i); vstore(F, o0 + W, c01r); vstore(G, o0 + W, c01i)  # noqa: E702
+            vstore(F, o0 + 2 * W, c02r); vstore(G, o0 + 2 * W, c02i); vstore(F, o0 + 3 * W, c03r); vstore(G, o0 + 3 * W, c03i)  # noqa: E702
+            vstore(F, o1, c10r); vstore(G, o1, c10i); vstore(F, o1 + W, c11r); vstore(G, o1 + W, c11i)  # noqa: E702
+            vstore(F, o1 + 2 * W, c12r); vstore(G, o1 + 2 * W, c12i); vstore(F, o1 + 3 * W, c13r); vstore(G, o1 + 3 * W, c13i)  # noqa: E702
+    for i in range(k1, n):
+        for c in range(m4 if i < m2 else k1, n):
+            o = (i * n + c) * W
+            accr, acci = vload(F, o), vload(G, o)
+            for k in range(k0, k1):
+                p = (i * n + k) * W
+                q = (k * n + c) * W
+                accr, acci = _cfnma(vload(F, p), vload(G, p), vload(F, q), vload(G, q), accr, acci)
+            vstore(F, o, accr)
+            vstore(G, o, acci)
+
+
+@_jit
+def _factor_complex(F, G, n, piv, tmp, rec, rec_im, rows, sfmin, nb=NB):
+    W = 64 // F.itemsize
+    for k0 in range(0, n, nb):
+        k1 = min(n, k0 + nb)
+        pidx = _search_complex(F, G, n, k0, rows)
+        for j in range(k0, k1):
+            vstore(tmp, 0, pidx)
+            _swap_rows(F, n, j, tmp, piv)
+            _swap_rows(G, n, j, tmp, piv)
+            if _reciprocals_complex(F, G, (j * n + j) * W, rec, rec_im, sfmin):
+                _divide_tiny_complex(F, G, n, j, sfmin)
+            if j + 1 < n:
+                pidx = _panel_step_complex(F, G, n, j, k1, rec, rec_im, rows)
+        if k1 < n:
+            _trsm_complex(F, G, n, k0, k1)
+            _gemm_complex(F, G, n, k0, k1)
+
+
+# --- kernels over a range of the batch ----------------------------------------------------------
+# As the other compiled kernels (``batchlu.kernels._cpu_numba``): outputs from the caller, matrices
+# lo .. hi - 1, scratch allocated once per range; ``info`` with ``batchlu.kernels._info``'s rule.
+
+
+@_jit
+def _first_zero_pivot(F, G, n, lane):
+    W = 64 // F.itemsize
+    for i in range(n):
+        o = (i * n + i) * W + lane
+        if F[o] == 0 and (G.size == 0 or G[o] == 0):
+            return i + 1
+    return 0
+
+
+@_jit
+def _check_input(F, G, n, tmp, bad):
+    """``bad[lane]``: the matrix in that lane holds NaN or Inf; it is replaced by the identity."""
+    W = 64 // F.itemsize
+    _lanes_finite(F, n * n, tmp)
+    for lane in range(W):
+        bad[lane] = tmp[lane] != 0
+    if G.size:
+        _lanes_finite(G, n * n, tmp)
+        for lane in range(W):
+            bad[lane] |= tmp[lane] != 0
+    for lane in range(W):
+        if bad[lane]:
+            _set_identity(F, n, lane)
+            if G.size:
+                for r in range(n):
+                    for c in range(n):
+                        G[(r * n + c) * W + lane] = 0.0
+
+
+@_jit
+def _finish_getrf(F, G, n, g, cnt, pv, tmp, bad, lu, piv, info):
+    """``piv`` and ``info`` of the group's matrices (``tmp``: :func:`_lanes_finite` of the
+    factors), and NaN ``lu`` for the non-finite inputs."""
+    W = 64 // F.itemsize
+    for lane in range(cnt):
+        b = g + lane
+        if bad[lane]:
+            info[b] = INFO_NONFINITE_INPUT
+            for r in range(n):
+                piv[b, r] = r
+                for c in range(n):
+                    lu[b, r, c] = np.nan
+            continue
+        for r in range(n):
+            piv[b, r] = pv[r * W + lane]
+        code = _first_zero_pivot(F, G, n, lane)
+        if code == 0 and tmp[lane] != 0:
+            code = INFO_NONFINITE_RESULT
+        info[b] = code
+
+
+@_jit
+def _getrf_real(af, lu, luf, piv, info, sfmin, lo, hi):
+    n = lu.shape[-1]
+    W = 64 // af.itemsize
+    F = _aligned(n * n * W, af)
+    G = F[:0]
+    tmp, rec = _aligned(W, af), _aligned(W, af)
+    pv = np.empty(n * W, np.int32)
+    rows = np.arange(n).astype(af.dtype)
+    bad = np.zeros(W, np.bool_)
+    for g in range(lo, hi, W):
+        cnt = min(W, hi - g)
+        _gather(af, g, cnt, F, n)
+        _check_input(F, G, n, tmp, bad)
+        _factor(F, n, pv, tmp, rec, rows, sfmin)
+        _lanes_finite(F, n * n, tmp)
+        _scatter(F, luf, g, cnt, n)
+        _finish_getrf(F, G, n, g, cnt, pv, tmp, bad, lu, piv, info)
+
+
+@_jit
+def _getrf_complex(ar, lu, lur, piv, info, sfmin, lo, hi):
+    n = lu.shape[-1]
+    W = 64 // ar.itemsize
+    F, G = _aligned(n * n * W, ar), _aligned(n * n * W, ar)
+    tmp, rec, rec_im = _aligned(W, ar), _aligned(W, ar), _aligned(W, ar)
+    pv = np.empty(n * W, np.int32)
+    rows = np.arange(n).astype(ar.dtype)
+    bad = np.zeros(W, np.bool_)
+    for g in range(lo, hi, W):
+        cnt = min(W, hi - g)
+        _gather_complex(ar, g, cnt, F, G, n)
+        _check_input(F, G, n, tmp, bad)
+        _factor_complex(F, G, n, pv, tmp, rec, rec_im, rows, sfmin)
+        _lanes_finite(F, n * n, tmp)
+        fin = tmp.copy()
+        _lanes_finite(G, n * n, tmp)
+        for lane in range(W):
+            tmp[lane] += fin[lane]
+        _scatter_complex(F, G, lur, g, cnt, n)
+        _finish_getrf(F, G, n, g, cnt, pv, tmp, bad, lu, piv, info)
+
+
+@_inline
+def _slogdet_lane(b, code, s, total, sign, logabsdet, info):
+    """Write matrix ``b``'s results (``s``, ``total``: its sign and log|det| where ``code`` is 0)."""
+    if code < 0:
+        sign[b] = np.nan
+        logabsdet[b] = np.nan
+    elif code > 0:
+        sign[b] = 0
+        logabsdet[b] = -np.inf
+    else:
+        sign[b] = s
+        logabsdet[b] = total
+        if not ((s - s) == 0 and (total - total) == 0):
+            code = INFO_NONFINITE_RESULT
+    info[b] = code
+
+
+@_jit
+def _finish_slogdet(F, n, g, cnt, pv, bad, sign, logabsdet, info):
+    """Sign and log|det| of the group's real matrices from their factors."""
+    W = 64 // F.itemsize
+    for lane in range(cnt):
+        code = INFO_NONFINITE_INPUT if bad[lane] else _first_zero_pivot(F, F[:0], n, lane)
+        s = 1.0
+        total = 0.0
+        if code == 0:
+            for i in range(n):
+                d = F[(i * n + i) * W + lane]
+                m = abs(d)
+                s = s * (d / m)
+                total += np.log(m)
+                if pv[i * W + lane] != i:
+                    s = -s
+        _slogdet_lane(g + lane, code, s, total, sign, logabsdet, info)
+
+
+@_jit
+def _finish_slogdet_complex(F, G, n, g, cnt, pv, bad, sign, logabsdet, info):
+    """:func:`_finish_slogdet` of complex matrices."""
+    W = 64 // F.itemsize
+    for lane in range(cnt):
+        code = INFO_NONFINITE_INPUT if bad[lane] else _first_zero_pivot(F, G, n, lane)
+        s = 1.0 + 0j
+        total = 0.0
+        if code == 0:
+            for i in range(n):
+                o = (i * n + i) * W + lane
+                d = complex(F[o], G[o])
+                m = abs(d)
+                s = s * (d / m)
+                total += np.log(m)
+                if pv[i * W + lane] != i:
+                    s = -s
+        _slogdet_lane(g + lane, code, s, total, sign, logabsdet, info)
+
+
+@_jit
+def _slogdet_real(af, n, sign, logabsdet, info, sfmin, lo, hi):
+    W = 64 // af.itemsize
+    F = _aligned(n * n * W, af)
+    G = F[:0]
+    tmp, rec = _aligned(W, af), _aligned(W, af)
+    pv = np.empty(n * W, np.int32)
+    rows = np.arange(n).astype(af.dtype)
+    bad = np.zeros(W, np.bool_)
+    for g in range(lo, hi, W):
+        cnt = min(W, hi - g)
+        _gather(af, g, cnt, F, n)
+        _check_input(F, G, n, tmp, bad)
+        _factor(F, n, pv, tmp, rec, rows, sfmin)
+        _finish_slogdet(F, n, g, cnt, pv, bad, sign, logabsdet, info)
+
+
+@_jit
+def _slogdet_complex(ar, n, sign, logabsdet, info, sfmin, lo, hi):
+    W = 64 // ar.itemsize
+    F, G = _aligned(n * n * W, ar), _aligned(n * n * W, ar)
+    tmp, rec, rec_im = _aligned(W, ar), _aligned(W, ar), _aligned(W, ar)
+    pv = np.empty(n * W, np.int32)
+    rows = np.arange(n).astype(ar.dtype)
+    bad = np.zeros(W, np.bool_)
+    for g in range(lo, hi, W):
+        cnt = min(W, hi - g)
+        _gather_complex(ar, g, cnt, F, G, n)
+        _check_input(F, G, n, tmp, bad)
+        _factor_complex(F, G, n, pv, tmp, rec, rec_im, rows, sfmin)
+        _finish_slogdet_complex(F, G, n, g, cnt, pv, bad, sign, logabsdet, info)
+
+
+# --- entry points --------------------------------------------------------------------------------
+
+
+def lanes(dtype) -> int:
+    """Matrices factored together (one vector's lanes) for ``dtype``."""
+    return 64 // np.dtype(dtype).type(0).real.dtype.itemsize
+
+
+def _flat_real(x):
+    return x.view(x.real.dtype).reshape(-1)
+
+
+def getrf(a, lu, piv, info) -> None:
+    """``lu``, 0-based ``piv`` and ``info`` of every matrix of ``a`` (B, n, n), as
+    ``batchlu.kernels._cpu_numba.getrf``."""
+    from . import _cpu_threads
+
+    sfmin = float(np.finfo(a.dtype).tiny)
+    kernel = _getrf_complex if a.dtype.kind == "c" else _getrf_real
+    _cpu_threads.run(kernel, a.shape[0], a.shape[-1], _flat_real(a), lu, _flat_real(lu), piv, info,
+                     sfmin, align=lanes(a.dtype))
+
+
+def slogdet(a, sign, logabsdet, info) -> None:
+    """Sign and log|det| of every matrix of ``a``, as ``batchlu.kernels._cpu_numba.slogdet``."""
+    from . import _cpu_threads
+
+    sfmin = float(np.finfo(a.dtype).tiny)
+    kernel = _slogdet_complex if a.dtype.kind == "c" else _slogdet_real
+    _cpu_threads.run(kernel, a.shape[0], a.shape[-1], _flat_real(a), a.shape[-1], sign, logabsdet, info,
+                     sfmin, align=lanes(a.dtype))
