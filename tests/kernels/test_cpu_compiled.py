@@ -55,10 +55,14 @@ def compiled(monkeypatch):
     assert kernels.cpu_engine() == "compiled"
 
 
-@pytest.fixture(params=["own", "lapack"])
+@pytest.fixture(params=["own", "lapack", "lanes"])
 def side(request, monkeypatch):
-    """Every n through the compiled xGETF2, or every n through LAPACK."""
-    monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 << 30 if request.param == "own" else 1)
+    """Every n through the compiled xGETF2, or every n through LAPACK; or ``getrf`` and ``slogdet``
+    at every n through the lane LU (W matrices at once), the other ops as the tables say."""
+    if request.param == "lanes":
+        monkeypatch.setattr(_cpu, "LANES_MIN_N", 1)
+    else:
+        monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 << 30 if request.param == "own" else 1)
     return request.param
 
 
@@ -199,7 +203,9 @@ def test_a_batch_is_split_between_threads(monkeypatch):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64])
 def test_crossover_picks_the_path(op, dtype, monkeypatch):
-    """Below ``COMPILED_LAPACK_MIN_N`` the compiled xGETF2 kernel runs, from it on the LAPACK one."""
+    """Below ``COMPILED_LAPACK_MIN_N`` the compiled xGETF2 kernel runs, from it on the LAPACK one
+    (with the lane LU of ``getrf`` and ``slogdet`` out of the way: ``test_lanes_range_picks_the_path``)."""
+    monkeypatch.setattr(_cpu, "LANES_MIN_N", 1 << 30)
     picked = []
     for name in ("_" + op + "_own", "_" + op + "_lapack"):
         real = getattr(numba_engine, name)
