@@ -232,6 +232,36 @@ def test_crossover_picks_the_path(op, dtype, monkeypatch):
     assert picked == ["own", "lapack"]
 
 
+@pytest.mark.parametrize("op", ["getrf", "slogdet"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lanes_range_picks_the_path(op, dtype, monkeypatch):
+    """``getrf`` and ``slogdet`` run on the lane LU for n in ``COMPILED_LANES_N``, on the tables'
+    own LU or LAPACK just outside it; ``cpu_crossover`` alone turns the lane LU off."""
+    from batchlu.kernels import _cpu_lanes, tuning
+
+    picked = []
+    for module, name in ((_cpu_lanes, "lanes"), (numba_engine, "tables")):
+        real = getattr(module, op)
+
+        def spy(*args, _real=real, _name=name):
+            picked.append(_name)
+            _real(*args)
+        monkeypatch.setattr(module, op, spy)
+    first, last = _cpu.lanes_range(op, dtype)
+    assert (first, last) == _cpu.COMPILED_LANES_N[op][DTYPES.index(dtype)]
+    sizes = [first - 1, first, last, last + 1] if first > 1 else [first, last, last + 1]
+    for n in sizes:
+        a = matrices.generate("random", n, dtype, seed=n, stop=3)
+        kernels.lu_factor(a) if op == "getrf" else kernels.slogdet(a)
+    expected = ["tables", "lanes", "lanes", "tables"]
+    assert picked == expected[-len(sizes):]
+    with tuning.cpu_crossover(1):
+        assert _cpu.lanes_range(op, dtype)[0] > 1 << 40
+    with tuning.cpu_lanes_from(1):
+        assert _cpu.lanes_range(op, dtype) == (1, _cpu._NEVER)
+        assert _cpu.lanes_range("inv", dtype)[0] > 1 << 40
+
+
 def test_openblas_thread_count_is_restored():
     """The LAPACK kernels keep OpenBLAS to one thread while they run, and give the thread its own
     setting back."""
