@@ -50,7 +50,7 @@ _inline = njit(cache=True, nogil=True, error_model="numpy", inline="always")
 @_jit
 def _aligned(size, like):
     """A scratch array of ``size`` elements of ``like``'s dtype that starts on a 64-byte boundary."""
-    buf = np.empty(size + 64 // like.itemsize, like.dtype)
+    buf = np.zeros(size + 64 // like.itemsize, like.dtype)
     off = (-(buf.ctypes.data % 64)) % 64 // like.itemsize
     return buf[off:off + size]
 
@@ -59,7 +59,7 @@ def _aligned(size, like):
 
 
 @_jit
-def _gather(af, g, cnt, F, n):
+def _gather(af, g, cnt, F, n, ld):
     """``F`` := matrices ``g .. g + cnt - 1`` of the flat real batch ``af``, interleaved; lanes from
     ``cnt`` on hold the identity."""
     W = 64 // F.itemsize
@@ -68,22 +68,22 @@ def _gather(af, g, cnt, F, n):
     if cnt == W:
         for r in range(n):
             for c in range(0, m, W):
-                vtranspose(F, (r * n + c) * W, W, af, g * nn + r * n + c, nn)
+                vtranspose(F, (r * ld + c) * W, W, af, g * nn + r * n + c, nn)
             for c in range(m, n):
                 for lane in range(W):
-                    F[(r * n + c) * W + lane] = af[(g + lane) * nn + r * n + c]
+                    F[(r * ld + c) * W + lane] = af[(g + lane) * nn + r * n + c]
         return
     for lane in range(W):
         for r in range(n):
             for c in range(n):
                 if lane < cnt:
-                    F[(r * n + c) * W + lane] = af[(g + lane) * nn + r * n + c]
+                    F[(r * ld + c) * W + lane] = af[(g + lane) * nn + r * n + c]
                 else:
-                    F[(r * n + c) * W + lane] = 1.0 if r == c else 0.0
+                    F[(r * ld + c) * W + lane] = 1.0 if r == c else 0.0
 
 
 @_jit
-def _scatter(F, luf, g, cnt, n):
+def _scatter(F, luf, g, cnt, n, ld):
     """Matrices ``g .. g + cnt - 1`` of the flat real ``luf`` := lanes ``0 .. cnt - 1`` of ``F``."""
     W = 64 // F.itemsize
     nn = n * n
@@ -91,19 +91,19 @@ def _scatter(F, luf, g, cnt, n):
     if cnt == W:
         for r in range(n):
             for c in range(0, m, W):
-                vtranspose(luf, g * nn + r * n + c, nn, F, (r * n + c) * W, W)
+                vtranspose(luf, g * nn + r * n + c, nn, F, (r * ld + c) * W, W)
             for c in range(m, n):
                 for lane in range(W):
-                    luf[(g + lane) * nn + r * n + c] = F[(r * n + c) * W + lane]
+                    luf[(g + lane) * nn + r * n + c] = F[(r * ld + c) * W + lane]
         return
     for lane in range(cnt):
         for r in range(n):
             for c in range(n):
-                luf[(g + lane) * nn + r * n + c] = F[(r * n + c) * W + lane]
+                luf[(g + lane) * nn + r * n + c] = F[(r * ld + c) * W + lane]
 
 
 @_jit
-def _gather_complex(ar, g, cnt, F, G, n):
+def _gather_complex(ar, g, cnt, F, G, n, ld):
     """:func:`_gather` of complex matrices (``ar``: their flat (re, im) pairs) into real parts ``F``
     and imaginary parts ``G``."""
     W = 64 // F.itemsize
@@ -112,17 +112,17 @@ def _gather_complex(ar, g, cnt, F, G, n):
     if cnt == W:
         for r in range(n):
             for c in range(0, m, W):
-                vtranspose_split(F, G, (r * n + c) * W, W, ar, 2 * (g * nn + r * n + c), 2 * nn)
+                vtranspose_split(F, G, (r * ld + c) * W, W, ar, 2 * (g * nn + r * n + c), 2 * nn)
             for c in range(m, n):
                 for lane in range(W):
                     s = 2 * ((g + lane) * nn + r * n + c)
-                    F[(r * n + c) * W + lane] = ar[s]
-                    G[(r * n + c) * W + lane] = ar[s + 1]
+                    F[(r * ld + c) * W + lane] = ar[s]
+                    G[(r * ld + c) * W + lane] = ar[s + 1]
         return
     for lane in range(W):
         for r in range(n):
             for c in range(n):
-                t = (r * n + c) * W + lane
+                t = (r * ld + c) * W + lane
                 if lane < cnt:
                     s = 2 * ((g + lane) * nn + r * n + c)
                     F[t] = ar[s]
@@ -133,7 +133,7 @@ def _gather_complex(ar, g, cnt, F, G, n):
 
 
 @_jit
-def _scatter_complex(F, G, lur, g, cnt, n):
+def _scatter_complex(F, G, lur, g, cnt, n, ld):
     """:func:`_scatter` of complex matrices (``lur``: the flat (re, im) pairs of the output)."""
     W = 64 // F.itemsize
     nn = n * n
@@ -141,19 +141,19 @@ def _scatter_complex(F, G, lur, g, cnt, n):
     if cnt == W:
         for r in range(n):
             for c in range(0, m, W):
-                vtranspose_join(lur, 2 * (g * nn + r * n + c), 2 * nn, F, G, (r * n + c) * W, W)
+                vtranspose_join(lur, 2 * (g * nn + r * n + c), 2 * nn, F, G, (r * ld + c) * W, W)
             for c in range(m, n):
                 for lane in range(W):
                     s = 2 * ((g + lane) * nn + r * n + c)
-                    lur[s] = F[(r * n + c) * W + lane]
-                    lur[s + 1] = G[(r * n + c) * W + lane]
+                    lur[s] = F[(r * ld + c) * W + lane]
+                    lur[s + 1] = G[(r * ld + c) * W + lane]
         return
     for lane in range(cnt):
         for r in range(n):
             for c in range(n):
                 s = 2 * ((g + lane) * nn + r * n + c)
-                lur[s] = F[(r * n + c) * W + lane]
-                lur[s + 1] = G[(r * n + c) * W + lane]
+                lur[s] = F[(r * ld + c) * W + lane]
+                lur[s + 1] = G[(r * ld + c) * W + lane]
 
 
 @_jit
@@ -179,18 +179,18 @@ def _lanes_finite(F, size, tmp):
 
 
 @_jit
-def _set_identity(F, n, lane):
+def _set_identity(F, n, ld, lane):
     W = 64 // F.itemsize
     for r in range(n):
         for c in range(n):
-            F[(r * n + c) * W + lane] = 1.0 if r == c else 0.0
+            F[(r * ld + c) * W + lane] = 1.0 if r == c else 0.0
 
 
 # --- the factorization, real ----------------------------------------------------------------------
 
 
 @_jit
-def _swap_rows(F, n, j, tmp, piv):
+def _swap_rows(F, n, ld, j, tmp, piv):
     """Per lane: ``piv[j * W + lane]`` := the pivot row ``tmp[lane]`` (a float), and rows j and
     that row swapped in that lane."""
     W = 64 // F.itemsize
@@ -198,8 +198,8 @@ def _swap_rows(F, n, j, tmp, piv):
         p = int(tmp[lane])
         piv[j * W + lane] = p
         if p != j:
-            x = j * n * W + lane
-            y = p * n * W + lane
+            x = j * ld * W + lane
+            y = p * ld * W + lane
             for c in range(n):
                 t = F[x]
                 F[x] = F[y]
@@ -209,13 +209,13 @@ def _swap_rows(F, n, j, tmp, piv):
 
 
 @_jit
-def _search(F, n, j, rows):
+def _search(F, n, ld, j, rows):
     """Per lane, the row (as a float) of the first largest ``|F[i, j]|``, i >= j."""
     W = 64 // F.itemsize
-    best = vabs(vload(F, (j * n + j) * W))
+    best = vabs(vload(F, (j * ld + j) * W))
     pidx = vsplat(rows[j])
     for i in range(j + 1, n):
-        m = vabs(vload(F, (i * n + j) * W))
+        m = vabs(vload(F, (i * ld + j) * W))
         pidx = vsel_gt(m, best, vsplat(rows[i]), pidx)
         best = vsel_gt(m, best, m, best)
     return pidx
@@ -241,34 +241,34 @@ def _reciprocals(F, d0, rec, sfmin):
 
 
 @_jit
-def _divide_tiny(F, n, j, sfmin):
+def _divide_tiny(F, n, ld, j, sfmin):
     """Rows below j of column j divided by the pivot, in the lanes whose nonzero pivot is below
     ``sfmin``."""
     W = 64 // F.itemsize
-    d0 = (j * n + j) * W
+    d0 = (j * ld + j) * W
     for lane in range(W):
         d = F[d0 + lane]
         if d != 0 and abs(d) < sfmin:
             for i in range(j + 1, n):
-                F[(i * n + j) * W + lane] /= d
+                F[(i * ld + j) * W + lane] /= d
 
 
 @_jit
-def _panel_step(F, n, j, k1, rec, rows):
+def _panel_step(F, n, ld, j, k1, rec, rows):
     """One pass over rows j + 1 .. n - 1: column j scaled by ``rec``, the panel's columns j + 1 ..
     k1 - 1 updated by its rank-1 step; returns the pivot rows of column j + 1 (if it is in the
     panel), searched as it is updated."""
     W = 64 // F.itemsize
-    d0 = (j * n + j) * W
+    d0 = (j * ld + j) * W
     r = vload(rec, 0)
     pidx = vsplat(rows[j + 1])
     if j + 1 == k1:
         for i in range(j + 1, n):
-            o = (i * n + j) * W
+            o = (i * ld + j) * W
             vstore(F, o, vmul(vload(F, o), r))
         return pidx
     u = vload(F, d0 + W)
-    o = ((j + 1) * n + j) * W
+    o = ((j + 1) * ld + j) * W
     lij = vmul(vload(F, o), r)
     vstore(F, o, lij)
     x = vfnma(lij, u, vload(F, o + W))
@@ -278,7 +278,7 @@ def _panel_step(F, n, j, k1, rec, rows):
         q = o + (c - j) * W
         vstore(F, q, vfnma(lij, vload(F, d0 + (c - j) * W), vload(F, q)))
     for i in range(j + 2, n):
-        o = (i * n + j) * W
+        o = (i * ld + j) * W
         lij = vmul(vload(F, o), r)
         vstore(F, o, lij)
         x = vfnma(lij, u, vload(F, o + W))
@@ -293,28 +293,28 @@ def _panel_step(F, n, j, k1, rec, rows):
 
 
 @_jit
-def _trsm(F, n, k0, k1):
+def _trsm(F, n, ld, k0, k1):
     """Rows k0 .. k1 - 1 right of the panel := L11^-1 times them (unit lower triangular)."""
     W = 64 // F.itemsize
     for j in range(k0, k1):
         for i in range(j + 1, k1):
-            lij = vload(F, (i * n + j) * W)
+            lij = vload(F, (i * ld + j) * W)
             for c in range(k1, n):
-                o = (i * n + c) * W
-                vstore(F, o, vfnma(lij, vload(F, (j * n + c) * W), vload(F, o)))
+                o = (i * ld + c) * W
+                vstore(F, o, vfnma(lij, vload(F, (j * ld + c) * W), vload(F, o)))
 
 
 @_jit
-def _gemm(F, n, k0, k1):
+def _gemm(F, n, ld, k0, k1):
     """The trailing matrix (rows and columns k1 .. n - 1) minus L21 U12 (k = k0 .. k1 - 1), in
     tiles of 4 x 4 vectors held in registers; the edges one vector at a time."""
     W = 64 // F.itemsize
     m4 = k1 + (n - k1) // 4 * 4
     for i in range(k1, m4, 4):
-        r0 = i * n * W
-        r1 = r0 + n * W
-        r2 = r1 + n * W
-        r3 = r2 + n * W
+        r0 = i * ld * W
+        r1 = r0 + ld * W
+        r2 = r1 + ld * W
+        r3 = r2 + ld * W
         for c in range(k1, m4, 4):
             o = c * W
             c00, c01, c02, c03 = vload(F, r0 + o), vload(F, r0 + o + W), vload(F, r0 + o + 2 * W), vload(F, r0 + o + 3 * W)
@@ -323,7 +323,7 @@ def _gemm(F, n, k0, k1):
             c30, c31, c32, c33 = vload(F, r3 + o), vload(F, r3 + o + W), vload(F, r3 + o + 2 * W), vload(F, r3 + o + 3 * W)
             for k in range(k0, k1):
                 a0, a1, a2, a3 = vload(F, r0 + k * W), vload(F, r1 + k * W), vload(F, r2 + k * W), vload(F, r3 + k * W)
-                kb = (k * n + c) * W
+                kb = (k * ld + c) * W
                 b0, b1, b2, b3 = vload(F, kb), vload(F, kb + W), vload(F, kb + 2 * W), vload(F, kb + 3 * W)
                 c00, c01, c02, c03 = vfnma(a0, b0, c00), vfnma(a0, b1, c01), vfnma(a0, b2, c02), vfnma(a0, b3, c03)
                 c10, c11, c12, c13 = vfnma(a1, b0, c10), vfnma(a1, b1, c11), vfnma(a1, b2, c12), vfnma(a1, b3, c13)
@@ -335,44 +335,44 @@ def _gemm(F, n, k0, k1):
             vstore(F, r3 + o, c30); vstore(F, r3 + o + W, c31); vstore(F, r3 + o + 2 * W, c32); vstore(F, r3 + o + 3 * W, c33)  # noqa: E702
     for i in range(k1, n):
         for c in range(m4 if i < m4 else k1, n):
-            o = (i * n + c) * W
+            o = (i * ld + c) * W
             acc = vload(F, o)
             for k in range(k0, k1):
-                acc = vfnma(vload(F, (i * n + k) * W), vload(F, (k * n + c) * W), acc)
+                acc = vfnma(vload(F, (i * ld + k) * W), vload(F, (k * ld + c) * W), acc)
             vstore(F, o, acc)
 
 
 @_jit
-def _factor(F, n, piv, tmp, rec, rows, sfmin, nb=NB):
+def _factor(F, n, ld, piv, tmp, rec, rows, sfmin, nb=NB):
     """LU with partial pivoting of the W interleaved matrices in ``F``, in place; 0-based pivots
     into ``piv`` (j * W + lane)."""
     W = 64 // F.itemsize
     for k0 in range(0, n, nb):
         k1 = min(n, k0 + nb)
-        pidx = _search(F, n, k0, rows)
+        pidx = _search(F, n, ld, k0, rows)
         for j in range(k0, k1):
             vstore(tmp, 0, pidx)
-            _swap_rows(F, n, j, tmp, piv)
-            if _reciprocals(F, (j * n + j) * W, rec, sfmin):
-                _divide_tiny(F, n, j, sfmin)
+            _swap_rows(F, n, ld, j, tmp, piv)
+            if _reciprocals(F, (j * ld + j) * W, rec, sfmin):
+                _divide_tiny(F, n, ld, j, sfmin)
             if j + 1 < n:
-                pidx = _panel_step(F, n, j, k1, rec, rows)
+                pidx = _panel_step(F, n, ld, j, k1, rec, rows)
         if k1 < n:
-            _trsm(F, n, k0, k1)
-            _gemm(F, n, k0, k1)
+            _trsm(F, n, ld, k0, k1)
+            _gemm(F, n, ld, k0, k1)
 
 
 # --- the factorization, complex (real parts F, imaginary parts G) ----------------------------------
 
 
 @_jit
-def _search_complex(F, G, n, j, rows):
+def _search_complex(F, G, n, ld, j, rows):
     W = 64 // F.itemsize
-    o = (j * n + j) * W
+    o = (j * ld + j) * W
     best = vadd(vabs(vload(F, o)), vabs(vload(G, o)))
     pidx = vsplat(rows[j])
     for i in range(j + 1, n):
-        o = (i * n + j) * W
+        o = (i * ld + j) * W
         m = vadd(vabs(vload(F, o)), vabs(vload(G, o)))
         pidx = vsel_gt(m, best, vsplat(rows[i]), pidx)
         best = vsel_gt(m, best, m, best)
@@ -400,14 +400,14 @@ def _reciprocals_complex(F, G, d0, rec, rec_im, sfmin):
 
 
 @_jit
-def _divide_tiny_complex(F, G, n, j, sfmin):
+def _divide_tiny_complex(F, G, n, ld, j, sfmin):
     W = 64 // F.itemsize
-    d0 = (j * n + j) * W
+    d0 = (j * ld + j) * W
     for lane in range(W):
         d = complex(F[d0 + lane], G[d0 + lane])
         if d != 0 and abs(d) < sfmin:
             for i in range(j + 1, n):
-                o = (i * n + j) * W + lane
+                o = (i * ld + j) * W + lane
                 q = complex(F[o], G[o]) / d
                 F[o] = q.real
                 G[o] = q.imag
@@ -420,15 +420,15 @@ def _cfnma(ar, ai, br, bi, cr, ci):
 
 
 @_jit
-def _panel_step_complex(F, G, n, j, k1, rec, rec_im, rows):
+def _panel_step_complex(F, G, n, ld, j, k1, rec, rec_im, rows):
     W = 64 // F.itemsize
-    d0 = (j * n + j) * W
+    d0 = (j * ld + j) * W
     rr = vload(rec, 0)
     ri = vload(rec_im, 0)
     pidx = vsplat(rows[j + 1])
     if j + 1 == k1:
         for i in range(j + 1, n):
-            o = (i * n + j) * W
+            o = (i * ld + j) * W
             xr, xi = vload(F, o), vload(G, o)
             vstore(F, o, vfnma(xi, ri, vmul(xr, rr)))
             vstore(G, o, vfma(xr, ri, vmul(xi, rr)))
@@ -436,7 +436,7 @@ def _panel_step_complex(F, G, n, j, k1, rec, rec_im, rows):
     ur, ui = vload(F, d0 + W), vload(G, d0 + W)
     best = vsub(rr, rr)
     for i in range(j + 1, n):
-        o = (i * n + j) * W
+        o = (i * ld + j) * W
         xr, xi = vload(F, o), vload(G, o)
         lr = vfnma(xi, ri, vmul(xr, rr))
         li = vfma(xr, ri, vmul(xi, rr))
@@ -461,29 +461,29 @@ def _panel_step_complex(F, G, n, j, k1, rec, rec_im, rows):
 
 
 @_jit
-def _trsm_complex(F, G, n, k0, k1):
+def _trsm_complex(F, G, n, ld, k0, k1):
     W = 64 // F.itemsize
     for j in range(k0, k1):
         for i in range(j + 1, k1):
-            o = (i * n + j) * W
+            o = (i * ld + j) * W
             lr, li = vload(F, o), vload(G, o)
             for c in range(k1, n):
-                q = (i * n + c) * W
-                p = (j * n + c) * W
+                q = (i * ld + c) * W
+                p = (j * ld + c) * W
                 yr, yi = _cfnma(lr, li, vload(F, p), vload(G, p), vload(F, q), vload(G, q))
                 vstore(F, q, yr)
                 vstore(G, q, yi)
 
 
 @_jit
-def _gemm_complex(F, G, n, k0, k1):
+def _gemm_complex(F, G, n, ld, k0, k1):
     """:func:`_gemm` in complex arithmetic, tiles of 2 x 4 complex vectors."""
     W = 64 // F.itemsize
     m2 = k1 + (n - k1) // 2 * 2
     m4 = k1 + (n - k1) // 4 * 4
     for i in range(k1, m2, 2):
-        r0 = i * n * W
-        r1 = r0 + n * W
+        r0 = i * ld * W
+        r1 = r0 + ld * W
         for c in range(k1, m4, 4):
             o0 = r0 + c * W
             o1 = r1 + c * W
@@ -493,7 +493,7 @@ def _gemm_complex(F, G, n, k0, k1):
             c12r, c12i, c13r, c13i = vload(F, o1 + 2 * W), vload(G, o1 + 2 * W), vload(F, o1 + 3 * W), vload(G, o1 + 3 * W)
             for k in range(k0, k1):
                 a0r, a0i, a1r, a1i = vload(F, r0 + k * W), vload(G, r0 + k * W), vload(F, r1 + k * W), vload(G, r1 + k * W)
-                kb = (k * n + c) * W
+                kb = (k * ld + c) * W
                 br, bi = vload(F, kb), vload(G, kb)
                 c00r, c00i = _cfnma(a0r, a0i, br, bi, c00r, c00i)
                 c10r, c10i = _cfnma(a1r, a1i, br, bi, c10r, c10i)
@@ -512,33 +512,33 @@ def _gemm_complex(F, G, n, k0, k1):
             vstore(F, o1 + 2 * W, c12r); vstore(G, o1 + 2 * W, c12i); vstore(F, o1 + 3 * W, c13r); vstore(G, o1 + 3 * W, c13i)  # noqa: E702
     for i in range(k1, n):
         for c in range(m4 if i < m2 else k1, n):
-            o = (i * n + c) * W
+            o = (i * ld + c) * W
             accr, acci = vload(F, o), vload(G, o)
             for k in range(k0, k1):
-                p = (i * n + k) * W
-                q = (k * n + c) * W
+                p = (i * ld + k) * W
+                q = (k * ld + c) * W
                 accr, acci = _cfnma(vload(F, p), vload(G, p), vload(F, q), vload(G, q), accr, acci)
             vstore(F, o, accr)
             vstore(G, o, acci)
 
 
 @_jit
-def _factor_complex(F, G, n, piv, tmp, rec, rec_im, rows, sfmin, nb=NB):
+def _factor_complex(F, G, n, ld, piv, tmp, rec, rec_im, rows, sfmin, nb=NB):
     W = 64 // F.itemsize
     for k0 in range(0, n, nb):
         k1 = min(n, k0 + nb)
-        pidx = _search_complex(F, G, n, k0, rows)
+        pidx = _search_complex(F, G, n, ld, k0, rows)
         for j in range(k0, k1):
             vstore(tmp, 0, pidx)
-            _swap_rows(F, n, j, tmp, piv)
-            _swap_rows(G, n, j, tmp, piv)
-            if _reciprocals_complex(F, G, (j * n + j) * W, rec, rec_im, sfmin):
-                _divide_tiny_complex(F, G, n, j, sfmin)
+            _swap_rows(F, n, ld, j, tmp, piv)
+            _swap_rows(G, n, ld, j, tmp, piv)
+            if _reciprocals_complex(F, G, (j * ld + j) * W, rec, rec_im, sfmin):
+                _divide_tiny_complex(F, G, n, ld, j, sfmin)
             if j + 1 < n:
-                pidx = _panel_step_complex(F, G, n, j, k1, rec, rec_im, rows)
+                pidx = _panel_step_complex(F, G, n, ld, j, k1, rec, rec_im, rows)
         if k1 < n:
-            _trsm_complex(F, G, n, k0, k1)
-            _gemm_complex(F, G, n, k0, k1)
+            _trsm_complex(F, G, n, ld, k0, k1)
+            _gemm_complex(F, G, n, ld, k0, k1)
 
 
 # --- kernels over a range of the batch ----------------------------------------------------------
@@ -547,37 +547,37 @@ def _factor_complex(F, G, n, piv, tmp, rec, rec_im, rows, sfmin, nb=NB):
 
 
 @_jit
-def _first_zero_pivot(F, G, n, lane):
+def _first_zero_pivot(F, G, n, ld, lane):
     W = 64 // F.itemsize
     for i in range(n):
-        o = (i * n + i) * W + lane
+        o = (i * ld + i) * W + lane
         if F[o] == 0 and (G.size == 0 or G[o] == 0):
             return i + 1
     return 0
 
 
 @_jit
-def _check_input(F, G, n, tmp, bad):
+def _check_input(F, G, n, ld, tmp, bad):
     """``bad[lane]``: the matrix in that lane holds NaN or Inf; it is replaced by the identity."""
     W = 64 // F.itemsize
-    _lanes_finite(F, n * n, tmp)
+    _lanes_finite(F, n * ld, tmp)
     for lane in range(W):
         bad[lane] = tmp[lane] != 0
     if G.size:
-        _lanes_finite(G, n * n, tmp)
+        _lanes_finite(G, n * ld, tmp)
         for lane in range(W):
             bad[lane] |= tmp[lane] != 0
     for lane in range(W):
         if bad[lane]:
-            _set_identity(F, n, lane)
+            _set_identity(F, n, ld, lane)
             if G.size:
                 for r in range(n):
                     for c in range(n):
-                        G[(r * n + c) * W + lane] = 0.0
+                        G[(r * ld + c) * W + lane] = 0.0
 
 
 @_jit
-def _finish_getrf(F, G, n, g, cnt, pv, tmp, bad, lu, piv, info):
+def _finish_getrf(F, G, n, ld, g, cnt, pv, tmp, bad, lu, piv, info):
     """``piv`` and ``info`` of the group's matrices (``tmp``: :func:`_lanes_finite` of the
     factors), and NaN ``lu`` for the non-finite inputs."""
     W = 64 // F.itemsize
@@ -592,7 +592,7 @@ def _finish_getrf(F, G, n, g, cnt, pv, tmp, bad, lu, piv, info):
             continue
         for r in range(n):
             piv[b, r] = pv[r * W + lane]
-        code = _first_zero_pivot(F, G, n, lane)
+        code = _first_zero_pivot(F, G, n, ld, lane)
         if code == 0 and tmp[lane] != 0:
             code = INFO_NONFINITE_RESULT
         info[b] = code
@@ -602,7 +602,8 @@ def _finish_getrf(F, G, n, g, cnt, pv, tmp, bad, lu, piv, info):
 def _getrf_real(af, lu, luf, piv, info, sfmin, lo, hi):
     n = lu.shape[-1]
     W = 64 // af.itemsize
-    F = _aligned(n * n * W, af)
+    ld = n + 1
+    F = _aligned(n * ld * W, af)
     G = F[:0]
     tmp, rec = _aligned(W, af), _aligned(W, af)
     pv = np.empty(n * W, np.int32)
@@ -610,35 +611,36 @@ def _getrf_real(af, lu, luf, piv, info, sfmin, lo, hi):
     bad = np.zeros(W, np.bool_)
     for g in range(lo, hi, W):
         cnt = min(W, hi - g)
-        _gather(af, g, cnt, F, n)
-        _check_input(F, G, n, tmp, bad)
-        _factor(F, n, pv, tmp, rec, rows, sfmin)
-        _lanes_finite(F, n * n, tmp)
-        _scatter(F, luf, g, cnt, n)
-        _finish_getrf(F, G, n, g, cnt, pv, tmp, bad, lu, piv, info)
+        _gather(af, g, cnt, F, n, ld)
+        _check_input(F, G, n, ld, tmp, bad)
+        _factor(F, n, ld, pv, tmp, rec, rows, sfmin)
+        _lanes_finite(F, n * ld, tmp)
+        _scatter(F, luf, g, cnt, n, ld)
+        _finish_getrf(F, G, n, ld, g, cnt, pv, tmp, bad, lu, piv, info)
 
 
 @_jit
 def _getrf_complex(ar, lu, lur, piv, info, sfmin, lo, hi):
     n = lu.shape[-1]
     W = 64 // ar.itemsize
-    F, G = _aligned(n * n * W, ar), _aligned(n * n * W, ar)
+    ld = n + 1
+    F, G = _aligned(n * ld * W, ar), _aligned(n * ld * W, ar)
     tmp, rec, rec_im = _aligned(W, ar), _aligned(W, ar), _aligned(W, ar)
     pv = np.empty(n * W, np.int32)
     rows = np.arange(n).astype(ar.dtype)
     bad = np.zeros(W, np.bool_)
     for g in range(lo, hi, W):
         cnt = min(W, hi - g)
-        _gather_complex(ar, g, cnt, F, G, n)
-        _check_input(F, G, n, tmp, bad)
-        _factor_complex(F, G, n, pv, tmp, rec, rec_im, rows, sfmin)
-        _lanes_finite(F, n * n, tmp)
+        _gather_complex(ar, g, cnt, F, G, n, ld)
+        _check_input(F, G, n, ld, tmp, bad)
+        _factor_complex(F, G, n, ld, pv, tmp, rec, rec_im, rows, sfmin)
+        _lanes_finite(F, n * ld, tmp)
         fin = tmp.copy()
-        _lanes_finite(G, n * n, tmp)
+        _lanes_finite(G, n * ld, tmp)
         for lane in range(W):
             tmp[lane] += fin[lane]
-        _scatter_complex(F, G, lur, g, cnt, n)
-        _finish_getrf(F, G, n, g, cnt, pv, tmp, bad, lu, piv, info)
+        _scatter_complex(F, G, lur, g, cnt, n, ld)
+        _finish_getrf(F, G, n, ld, g, cnt, pv, tmp, bad, lu, piv, info)
 
 
 @_inline
@@ -659,16 +661,16 @@ def _slogdet_lane(b, code, s, total, sign, logabsdet, info):
 
 
 @_jit
-def _finish_slogdet(F, n, g, cnt, pv, bad, sign, logabsdet, info):
+def _finish_slogdet(F, n, ld, g, cnt, pv, bad, sign, logabsdet, info):
     """Sign and log|det| of the group's real matrices from their factors."""
     W = 64 // F.itemsize
     for lane in range(cnt):
-        code = INFO_NONFINITE_INPUT if bad[lane] else _first_zero_pivot(F, F[:0], n, lane)
+        code = INFO_NONFINITE_INPUT if bad[lane] else _first_zero_pivot(F, F[:0], n, ld, lane)
         s = 1.0
         total = 0.0
         if code == 0:
             for i in range(n):
-                d = F[(i * n + i) * W + lane]
+                d = F[(i * ld + i) * W + lane]
                 m = abs(d)
                 s = s * (d / m)
                 total += np.log(m)
@@ -678,16 +680,16 @@ def _finish_slogdet(F, n, g, cnt, pv, bad, sign, logabsdet, info):
 
 
 @_jit
-def _finish_slogdet_complex(F, G, n, g, cnt, pv, bad, sign, logabsdet, info):
+def _finish_slogdet_complex(F, G, n, ld, g, cnt, pv, bad, sign, logabsdet, info):
     """:func:`_finish_slogdet` of complex matrices."""
     W = 64 // F.itemsize
     for lane in range(cnt):
-        code = INFO_NONFINITE_INPUT if bad[lane] else _first_zero_pivot(F, G, n, lane)
+        code = INFO_NONFINITE_INPUT if bad[lane] else _first_zero_pivot(F, G, n, ld, lane)
         s = 1.0 + 0j
         total = 0.0
         if code == 0:
             for i in range(n):
-                o = (i * n + i) * W + lane
+                o = (i * ld + i) * W + lane
                 d = complex(F[o], G[o])
                 m = abs(d)
                 s = s * (d / m)
@@ -700,7 +702,8 @@ def _finish_slogdet_complex(F, G, n, g, cnt, pv, bad, sign, logabsdet, info):
 @_jit
 def _slogdet_real(af, n, sign, logabsdet, info, sfmin, lo, hi):
     W = 64 // af.itemsize
-    F = _aligned(n * n * W, af)
+    ld = n + 1
+    F = _aligned(n * ld * W, af)
     G = F[:0]
     tmp, rec = _aligned(W, af), _aligned(W, af)
     pv = np.empty(n * W, np.int32)
@@ -708,26 +711,27 @@ def _slogdet_real(af, n, sign, logabsdet, info, sfmin, lo, hi):
     bad = np.zeros(W, np.bool_)
     for g in range(lo, hi, W):
         cnt = min(W, hi - g)
-        _gather(af, g, cnt, F, n)
-        _check_input(F, G, n, tmp, bad)
-        _factor(F, n, pv, tmp, rec, rows, sfmin)
-        _finish_slogdet(F, n, g, cnt, pv, bad, sign, logabsdet, info)
+        _gather(af, g, cnt, F, n, ld)
+        _check_input(F, G, n, ld, tmp, bad)
+        _factor(F, n, ld, pv, tmp, rec, rows, sfmin)
+        _finish_slogdet(F, n, ld, g, cnt, pv, bad, sign, logabsdet, info)
 
 
 @_jit
 def _slogdet_complex(ar, n, sign, logabsdet, info, sfmin, lo, hi):
     W = 64 // ar.itemsize
-    F, G = _aligned(n * n * W, ar), _aligned(n * n * W, ar)
+    ld = n + 1
+    F, G = _aligned(n * ld * W, ar), _aligned(n * ld * W, ar)
     tmp, rec, rec_im = _aligned(W, ar), _aligned(W, ar), _aligned(W, ar)
     pv = np.empty(n * W, np.int32)
     rows = np.arange(n).astype(ar.dtype)
     bad = np.zeros(W, np.bool_)
     for g in range(lo, hi, W):
         cnt = min(W, hi - g)
-        _gather_complex(ar, g, cnt, F, G, n)
-        _check_input(F, G, n, tmp, bad)
-        _factor_complex(F, G, n, pv, tmp, rec, rec_im, rows, sfmin)
-        _finish_slogdet_complex(F, G, n, g, cnt, pv, bad, sign, logabsdet, info)
+        _gather_complex(ar, g, cnt, F, G, n, ld)
+        _check_input(F, G, n, ld, tmp, bad)
+        _factor_complex(F, G, n, ld, pv, tmp, rec, rec_im, rows, sfmin)
+        _finish_slogdet_complex(F, G, n, ld, g, cnt, pv, bad, sign, logabsdet, info)
 
 
 # --- entry points --------------------------------------------------------------------------------
