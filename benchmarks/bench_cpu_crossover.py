@@ -18,9 +18,10 @@ Writes the ratios to ``benchmarks/results/cpu-crossover-<machine>.json``.
 
 With ``--lanes`` (ops ``getrf`` and ``slogdet``; default sizes 2 to 512), the two sides are the
 engine without its lane LU (the tables above: own LU or LAPACK) and the lane LU at every n
-(``batchlu.kernels.tuning.cpu_lanes_from``), and the ratio is tables / lanes; the range printed
-for each op and dtype runs from the first n where the lane LU is at least as fast to the last n
-before it is slower again, the values that go into ``batchlu.kernels.tuning.COMPILED_LANES_N``.
+(``batchlu.kernels.tuning.cpu_lanes_from``), on about 4e6 / n^3 matrices (at least 64, whole
+groups of 16 lanes), and the ratio is tables / lanes; the range printed
+for each op and dtype is the longest run of consecutive sizes where the lane LU is at least as fast,
+the values that go into ``batchlu.kernels.tuning.COMPILED_LANES_N``.
 Written to ``benchmarks/results/cpu-lanes-<machine>.json``.
 """
 
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OPS = ("getrf", "getrs", "inv", "solve", "slogdet")
 LANES_OPS = ("getrf", "slogdet")
 SIZES = "8,12,16,20,24,28,32,40,48,64"
-LANES_SIZES = "2,3,4,5,6,7,8,10,12,16,24,32,48,64,96,128,192,256,320,384,512"
+LANES_SIZES = "2,3,4,5,6,7,8,10,12,16,24,32,48,64,96,128,192,256,320,384"
 
 
 def _call(op, a, b, lu, piv):
@@ -61,8 +62,8 @@ def _call(op, a, b, lu, piv):
 def ratio(op: str, dtype: str, n: int, repeat: int, seed: int, lanes: bool = False) -> float:
     """own / LAPACK, or with ``lanes`` tables / lanes: the best process-CPU time of each side."""
     count = max(200, 4_000_000 // n ** 3)
-    if lanes:     # whole groups of 16 lanes, and enough matrices to fill them
-        count = max(640, count) // 16 * 16
+    if lanes:     # whole groups of 16 lanes, at least 4 of them
+        count = max(64, count // 16 * 16)
     a = matrices.generate("random", n, dtype, seed=seed, stop=count)
     b = matrices.rhs(n, 1, dtype, seed=seed + 1, stop=count)
     lu, piv, _ = kernels.lu_factor(a)
@@ -82,6 +83,19 @@ def ratio(op: str, dtype: str, n: int, repeat: int, seed: int, lanes: bool = Fal
                     _call(op, a, b, lu, piv)
                     best[side] = min(best.get(side, float("inf")), time.process_time() - start)
     return best[sides[0][0]] / best[sides[1][0]]
+
+
+def _longest_run(sizes, ratios):
+    """[first, last] of the longest run of consecutive sizes where the ratio is >= 1 (None: none)."""
+    best, start = None, None
+    for i, r in enumerate(ratios + [0.0]):
+        if r >= 1 and start is None:
+            start = i
+        elif r < 1 and start is not None:
+            if best is None or i - start > best[1] - best[0] + 1:
+                best = [start, i - 1]
+            start = None
+    return None if best is None else [sizes[best[0]], sizes[best[1]]]
 
 
 def main(argv=None) -> None:
@@ -115,17 +129,13 @@ def main(argv=None) -> None:
                 r = ratio(op, dtype, n, args.repeat, seed=n, lanes=args.lanes)
                 records.append({"op": op, "dtype": dtype, "n": n, key: r})
                 row.append(f"{n}:{r:.2f}")
-                if args.lanes:
-                    span = crossovers.get((op, dtype))
-                    if r >= 1 and span is None:
-                        crossovers[op, dtype] = [n, n]
-                    elif r >= 1 and span[1] == sizes[sizes.index(n) - 1]:
-                        span[1] = n
-                elif r >= 1 and (op, dtype) not in crossovers:
+                if not args.lanes and r >= 1 and (op, dtype) not in crossovers:
                     crossovers[op, dtype] = n
+            if args.lanes:
+                crossovers[op, dtype] = _longest_run(sizes, [r["tables_over_lanes"] for r in records[-len(sizes):]])
             print(f"{op:8} {dtype:10} {'tables/lanes' if args.lanes else 'own/LAPACK'}  " + "  ".join(row),
                   flush=True)
-    print("lane LU range (n where it is as fast, first to last):" if args.lanes
+    print("lane LU range (the longest run of sizes where it is as fast):" if args.lanes
           else "crossovers (first n where LAPACK is as fast):")
     for (op, dtype), n in crossovers.items():
         print(f"  {op:8} {dtype:10} {n}")

@@ -63,8 +63,8 @@ COMPILED_LAPACK_MIN_N = {
 # of the above on one thread, measured with benchmarks/bench_cpu_crossover.py --lanes on the 2-core
 # development machine (docs/design.md, CPU backend). Outside that range, the crossover above.
 COMPILED_LANES_N = {
-    "getrf": ((8, 256), (8, 256), (8, 256), (8, 256)),
-    "slogdet": ((8, 256), (8, 256), (8, 256), (8, 256)),
+    "getrf": ((2, 384), (4, 384), (5, 384), (8, 384)),
+    "slogdet": ((2, 320), (4, 256), (5, 256), (8, 320)),
 }
 # Override (tests, experiments): the lane LU for getrf and slogdet at every n from this one on.
 # While LAPACK_MIN_N is set and this is not, the lane LU never runs (A/B timings of the other two).

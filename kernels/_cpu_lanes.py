@@ -304,6 +304,26 @@ def _trsm(F, n, ld, k0, k1):
                 vstore(F, o, vfnma(lij, vload(F, (j * ld + c) * W), vload(F, o)))
 
 
+@_inline
+def _load4(F, p, W):
+    """The four vectors from ``F[p]`` on, W apart (a row of a tile)."""
+    return vload(F, p), vload(F, p + W), vload(F, p + 2 * W), vload(F, p + 3 * W)
+
+
+@_inline
+def _store4(F, p, W, x0, x1, x2, x3):
+    vstore(F, p, x0)
+    vstore(F, p + W, x1)
+    vstore(F, p + 2 * W, x2)
+    vstore(F, p + 3 * W, x3)
+
+
+@_inline
+def _fnma4(a, b0, b1, b2, b3, c0, c1, c2, c3):
+    """A row of a tile minus ``a`` times the row ``b``."""
+    return vfnma(a, b0, c0), vfnma(a, b1, c1), vfnma(a, b2, c2), vfnma(a, b3, c3)
+
+
 @_jit
 def _gemm(F, n, ld, k0, k1):
     """The trailing matrix (rows and columns k1 .. n - 1) minus L21 U12 (k = k0 .. k1 - 1), in
@@ -317,22 +337,20 @@ def _gemm(F, n, ld, k0, k1):
         r3 = r2 + ld * W
         for c in range(k1, m4, 4):
             o = c * W
-            c00, c01, c02, c03 = vload(F, r0 + o), vload(F, r0 + o + W), vload(F, r0 + o + 2 * W), vload(F, r0 + o + 3 * W)
-            c10, c11, c12, c13 = vload(F, r1 + o), vload(F, r1 + o + W), vload(F, r1 + o + 2 * W), vload(F, r1 + o + 3 * W)
-            c20, c21, c22, c23 = vload(F, r2 + o), vload(F, r2 + o + W), vload(F, r2 + o + 2 * W), vload(F, r2 + o + 3 * W)
-            c30, c31, c32, c33 = vload(F, r3 + o), vload(F, r3 + o + W), vload(F, r3 + o + 2 * W), vload(F, r3 + o + 3 * W)
+            c00, c01, c02, c03 = _load4(F, r0 + o, W)
+            c10, c11, c12, c13 = _load4(F, r1 + o, W)
+            c20, c21, c22, c23 = _load4(F, r2 + o, W)
+            c30, c31, c32, c33 = _load4(F, r3 + o, W)
             for k in range(k0, k1):
-                a0, a1, a2, a3 = vload(F, r0 + k * W), vload(F, r1 + k * W), vload(F, r2 + k * W), vload(F, r3 + k * W)
-                kb = (k * ld + c) * W
-                b0, b1, b2, b3 = vload(F, kb), vload(F, kb + W), vload(F, kb + 2 * W), vload(F, kb + 3 * W)
-                c00, c01, c02, c03 = vfnma(a0, b0, c00), vfnma(a0, b1, c01), vfnma(a0, b2, c02), vfnma(a0, b3, c03)
-                c10, c11, c12, c13 = vfnma(a1, b0, c10), vfnma(a1, b1, c11), vfnma(a1, b2, c12), vfnma(a1, b3, c13)
-                c20, c21, c22, c23 = vfnma(a2, b0, c20), vfnma(a2, b1, c21), vfnma(a2, b2, c22), vfnma(a2, b3, c23)
-                c30, c31, c32, c33 = vfnma(a3, b0, c30), vfnma(a3, b1, c31), vfnma(a3, b2, c32), vfnma(a3, b3, c33)
-            vstore(F, r0 + o, c00); vstore(F, r0 + o + W, c01); vstore(F, r0 + o + 2 * W, c02); vstore(F, r0 + o + 3 * W, c03)  # noqa: E702
-            vstore(F, r1 + o, c10); vstore(F, r1 + o + W, c11); vstore(F, r1 + o + 2 * W, c12); vstore(F, r1 + o + 3 * W, c13)  # noqa: E702
-            vstore(F, r2 + o, c20); vstore(F, r2 + o + W, c21); vstore(F, r2 + o + 2 * W, c22); vstore(F, r2 + o + 3 * W, c23)  # noqa: E702
-            vstore(F, r3 + o, c30); vstore(F, r3 + o + W, c31); vstore(F, r3 + o + 2 * W, c32); vstore(F, r3 + o + 3 * W, c33)  # noqa: E702
+                b0, b1, b2, b3 = _load4(F, (k * ld + c) * W, W)
+                c00, c01, c02, c03 = _fnma4(vload(F, r0 + k * W), b0, b1, b2, b3, c00, c01, c02, c03)
+                c10, c11, c12, c13 = _fnma4(vload(F, r1 + k * W), b0, b1, b2, b3, c10, c11, c12, c13)
+                c20, c21, c22, c23 = _fnma4(vload(F, r2 + k * W), b0, b1, b2, b3, c20, c21, c22, c23)
+                c30, c31, c32, c33 = _fnma4(vload(F, r3 + k * W), b0, b1, b2, b3, c30, c31, c32, c33)
+            _store4(F, r0 + o, W, c00, c01, c02, c03)
+            _store4(F, r1 + o, W, c10, c11, c12, c13)
+            _store4(F, r2 + o, W, c20, c21, c22, c23)
+            _store4(F, r3 + o, W, c30, c31, c32, c33)
     for i in range(k1, n):
         for c in range(m4 if i < m4 else k1, n):
             o = (i * ld + c) * W
@@ -475,6 +493,16 @@ def _trsm_complex(F, G, n, ld, k0, k1):
                 vstore(G, q, yi)
 
 
+@_inline
+def _cfnma4(ar, ai, F, G, p, W, c0r, c0i, c1r, c1i, c2r, c2i, c3r, c3i):
+    """A row of a complex tile minus ``a`` times the four complex vectors from ``p`` on."""
+    c0r, c0i = _cfnma(ar, ai, vload(F, p), vload(G, p), c0r, c0i)
+    c1r, c1i = _cfnma(ar, ai, vload(F, p + W), vload(G, p + W), c1r, c1i)
+    c2r, c2i = _cfnma(ar, ai, vload(F, p + 2 * W), vload(G, p + 2 * W), c2r, c2i)
+    c3r, c3i = _cfnma(ar, ai, vload(F, p + 3 * W), vload(G, p + 3 * W), c3r, c3i)
+    return c0r, c0i, c1r, c1i, c2r, c2i, c3r, c3i
+
+
 @_jit
 def _gemm_complex(F, G, n, ld, k0, k1):
     """:func:`_gemm` in complex arithmetic, tiles of 2 x 4 complex vectors."""
@@ -487,29 +515,22 @@ def _gemm_complex(F, G, n, ld, k0, k1):
         for c in range(k1, m4, 4):
             o0 = r0 + c * W
             o1 = r1 + c * W
-            c00r, c00i, c01r, c01i = vload(F, o0), vload(G, o0), vload(F, o0 + W), vload(G, o0 + W)
-            c02r, c02i, c03r, c03i = vload(F, o0 + 2 * W), vload(G, o0 + 2 * W), vload(F, o0 + 3 * W), vload(G, o0 + 3 * W)
-            c10r, c10i, c11r, c11i = vload(F, o1), vload(G, o1), vload(F, o1 + W), vload(G, o1 + W)
-            c12r, c12i, c13r, c13i = vload(F, o1 + 2 * W), vload(G, o1 + 2 * W), vload(F, o1 + 3 * W), vload(G, o1 + 3 * W)
+            c00r, c01r, c02r, c03r = _load4(F, o0, W)
+            c00i, c01i, c02i, c03i = _load4(G, o0, W)
+            c10r, c11r, c12r, c13r = _load4(F, o1, W)
+            c10i, c11i, c12i, c13i = _load4(G, o1, W)
             for k in range(k0, k1):
-                a0r, a0i, a1r, a1i = vload(F, r0 + k * W), vload(G, r0 + k * W), vload(F, r1 + k * W), vload(G, r1 + k * W)
                 kb = (k * ld + c) * W
-                br, bi = vload(F, kb), vload(G, kb)
-                c00r, c00i = _cfnma(a0r, a0i, br, bi, c00r, c00i)
-                c10r, c10i = _cfnma(a1r, a1i, br, bi, c10r, c10i)
-                br, bi = vload(F, kb + W), vload(G, kb + W)
-                c01r, c01i = _cfnma(a0r, a0i, br, bi, c01r, c01i)
-                c11r, c11i = _cfnma(a1r, a1i, br, bi, c11r, c11i)
-                br, bi = vload(F, kb + 2 * W), vload(G, kb + 2 * W)
-                c02r, c02i = _cfnma(a0r, a0i, br, bi, c02r, c02i)
-                c12r, c12i = _cfnma(a1r, a1i, br, bi, c12r, c12i)
-                br, bi = vload(F, kb + 3 * W), vload(G, kb + 3 * W)
-                c03r, c03i = _cfnma(a0r, a0i, br, bi, c03r, c03i)
-                c13r, c13i = _cfnma(a1r, a1i, br, bi, c13r, c13i)
-            vstore(F, o0, c00r); vstore(G, o0, c00i); vstore(F, o0 + W, c01r); vstore(G, o0 + W, c01i)  # noqa: E702
-            vstore(F, o0 + 2 * W, c02r); vstore(G, o0 + 2 * W, c02i); vstore(F, o0 + 3 * W, c03r); vstore(G, o0 + 3 * W, c03i)  # noqa: E702
-            vstore(F, o1, c10r); vstore(G, o1, c10i); vstore(F, o1 + W, c11r); vstore(G, o1 + W, c11i)  # noqa: E702
-            vstore(F, o1 + 2 * W, c12r); vstore(G, o1 + 2 * W, c12i); vstore(F, o1 + 3 * W, c13r); vstore(G, o1 + 3 * W, c13i)  # noqa: E702
+                c00r, c00i, c01r, c01i, c02r, c02i, c03r, c03i = _cfnma4(
+                    vload(F, r0 + k * W), vload(G, r0 + k * W), F, G, kb, W,
+                    c00r, c00i, c01r, c01i, c02r, c02i, c03r, c03i)
+                c10r, c10i, c11r, c11i, c12r, c12i, c13r, c13i = _cfnma4(
+                    vload(F, r1 + k * W), vload(G, r1 + k * W), F, G, kb, W,
+                    c10r, c10i, c11r, c11i, c12r, c12i, c13r, c13i)
+            _store4(F, o0, W, c00r, c01r, c02r, c03r)
+            _store4(G, o0, W, c00i, c01i, c02i, c03i)
+            _store4(F, o1, W, c10r, c11r, c12r, c13r)
+            _store4(G, o1, W, c10i, c11i, c12i, c13i)
     for i in range(k1, n):
         for c in range(m4 if i < m2 else k1, n):
             o = (i * ld + c) * W
