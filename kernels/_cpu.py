@@ -4,7 +4,9 @@ Two engines compute the same LAPACK factorization (``lu`` and ``piv`` mean what 
 ``piv`` 0-based):
 
 - **compiled** (``batchlu.kernels._cpu_numba``, wherever numba is importable): one compiled loop over
-  the batch per op, split between threads (``batchlu.kernels._cpu_threads``). From the crossover
+  the batch per op, split between threads (``batchlu.kernels._cpu_threads``). ``getrf`` and
+  ``slogdet`` for n in ``COMPILED_LANES_N``: the lane LU (``batchlu.kernels._cpu_lanes``), which
+  factors W matrices at once, one per SIMD lane (``lu`` equal to SciPy's to rounding). From the crossover
   ``COMPILED_LAPACK_MIN_N[op]`` on it calls LAPACK through SciPy's ``cython_lapack`` function
   pointers (``lu`` and ``piv`` bit-identical to ``scipy.linalg.lu_factor``; ``inv`` is ``xGETRI``,
   ``solve`` ``xGETRS``); below, where a LAPACK call costs more than the arithmetic, LAPACK's
@@ -49,8 +51,9 @@ NUMPY_LAPACK_MIN_N = 10     # NumPy engine: one LAPACK call per matrix beats the
 # Compiled engine, per op and dtype (float32, float64, complex64, complex128): the first n where LAPACK
 # through function pointers is as fast as the compiled xGETF2 on one thread, measured with
 # benchmarks/bench_cpu_crossover.py on the 2-core development machine (docs/design.md, CPU backend).
-# getrs (lu_solve) switches with getrf, so that lu_solve is SciPy's bit for bit wherever lu_factor is
-# (measured with one right-hand side, the compiled substitutions are within 10% of LAPACK's to n = 128).
+# getrs (lu_solve) keeps getrf's LAPACK crossover, so that lu_solve is SciPy's bit for bit from it on
+# given the same factors (measured with one right-hand side, the compiled substitutions are within
+# 10% of LAPACK's to n = 128).
 COMPILED_LAPACK_MIN_N = {
     "getrf": (28, 32, 24, 24),
     "getrs": (28, 32, 24, 24),

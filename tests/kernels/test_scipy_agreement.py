@@ -50,7 +50,7 @@ def _assert_near_tie(a, piv, ref_lu, ref_piv, msg):
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pivots_are_scipys_and_factors_equal_to_rounding(dtype, n, cpu_engine):
-    count = 2000 if n <= 64 else 200
+    count = 2000 if n <= 64 else 40   # above: whole and part-filled groups of lanes, kept quick
     seed = int(np.random.SeedSequence().generate_state(1)[0])  # fresh inputs on every run
     a = matrices.generate("random", n, dtype, seed=seed, stop=count)
     lu, piv, info = kernels.lu_factor(a)
