@@ -1,16 +1,16 @@
 """SIMD vectors for numba: one 64-byte vector of a real dtype (8 float64 or 16 float32) as a value.
 
 numba leaves loops over a handful of lanes scalar (its SLP vectoriser is off by default), so the
-compiled engine's batched LU (``batchlu.kernels._cpu_lanes``) does not leave its vector arithmetic to
-the auto-vectoriser: :class:`Vec` is a numba type whose LLVM type is ``<W x T>``, and the functions
-below are LLVM's vector instructions (a load, a store, ``llvm.fma``, compares and selects). A ``Vec``
-held in a local variable lives in a register, so a tile of accumulators stays in registers across a
-loop, as in a hand-written GEMM micro-kernel. On a CPU without 64-byte vectors LLVM splits each
-operation into narrower ones: the results are the same, element by element, as the scalar code's.
+compiled engine's batched LU (``batchlu.kernels._cpu_lanes``) does not leave its vector arithmetic
+to the auto-vectoriser: :class:`Vec` is a numba type whose LLVM type is ``<W x T>``, and the
+functions below are LLVM's vector instructions (a load, a store, ``llvm.fma``, a compare-select,
+transposes by shuffles). A ``Vec`` held in a local variable lives in a register, so a tile of
+accumulators stays in registers across a loop, as in a hand-written GEMM micro-kernel. On a CPU
+without 64-byte vectors LLVM splits each operation into narrower ones, with the same results.
 
 Loads and stores take a 1-D C-contiguous array and the index of the vector's first element; they do
-not check bounds. Every operation works on each lane alone (no lane ever sees another), so results do
-not depend on what the other lanes hold.
+not check bounds. The arithmetic works on each lane alone, so a lane's results do not depend on
+what the other lanes hold; only the transposes move numbers between lanes.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-__all__ = ["Vec", "lanes", "vabs", "vadd", "vfma", "vfnma", "vload", "vmul", "vsel_eq", "vsel_gt",
-           "vsel_lt", "vsplat", "vstore", "vsub"]
+__all__ = ["Vec", "lanes", "vabs", "vadd", "vfma", "vfnma", "vload", "vmul", "vsel_gt", "vsplat",
+           "vstore", "vsub", "vtranspose", "vtranspose_join", "vtranspose_split"]
 
 VECTOR_BYTES = 64
 
@@ -120,7 +120,6 @@ def _binary(name):
 vadd = _binary("fadd")
 vsub = _binary("fsub")
 vmul = _binary("fmul")
-vdiv = _binary("fdiv")
 
 
 @intrinsic
@@ -165,22 +164,16 @@ def vabs(typingctx, a):
     return a(a), codegen
 
 
-def _select(predicate):
-    @intrinsic
-    def op(typingctx, a, b, x, y):
-        if not (_vec_of(a) and a == b == x == y):
-            return None
+@intrinsic
+def vsel_gt(typingctx, a, b, x, y):
+    """``a > b ? x : y`` lane by lane (``y`` where ``a`` or ``b`` is NaN)."""
+    if not (_vec_of(a) and a == b == x == y):
+        return None
 
-        def codegen(context, builder, sig, args):
-            mask = builder.fcmp_ordered(predicate, args[0], args[1])
-            return builder.select(mask, args[2], args[3])
-        return a(a, b, x, y), codegen
-    return op
-
-
-vsel_gt = _select(">")    # a > b ? x : y, lane by lane (false where a or b is NaN)
-vsel_lt = _select("<")    # a < b ? x : y
-vsel_eq = _select("==")   # a == b ? x : y
+    def codegen(context, builder, sig, args):
+        mask = builder.fcmp_ordered(">", args[0], args[1])
+        return builder.select(mask, args[2], args[3])
+    return a(a, b, x, y), codegen
 
 
 def _transpose_in_registers(builder, rows, width):
