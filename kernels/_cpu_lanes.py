@@ -655,11 +655,10 @@ def _getrf_complex(ar, lu, lur, piv, info, sfmin, lo, hi):
         _gather_complex(ar, g, cnt, F, G, n, ld)
         _check_input(F, G, n, ld, tmp, bad)
         _factor_complex(F, G, n, ld, pv, tmp, rec, rec_im, rows, sfmin)
-        _lanes_finite(F, n * ld, tmp)
-        fin = tmp.copy()
+        _lanes_finite(F, n * ld, rec)
         _lanes_finite(G, n * ld, tmp)
         for lane in range(W):
-            tmp[lane] += fin[lane]
+            tmp[lane] += rec[lane]
         _scatter_complex(F, G, lur, g, cnt, n, ld)
         _finish_getrf(F, G, n, ld, g, cnt, pv, tmp, bad, lu, piv, info)
 

@@ -92,7 +92,8 @@ def test_random_matrices(dtype, n):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_bad_matrices_share_a_group_with_good_ones(dtype, n):
     """In the first group of lanes: an exactly singular matrix (a zero column: ``info`` is LAPACK's
-    first zero pivot), the zero matrix, NaN, +Inf, -Inf, an overflowing one (-2), a tiny one
+    first zero pivot), the zero matrix, NaN, +Inf (in the imaginary part where complex), -Inf, an
+    overflowing one (-2), a tiny one
     (pivots below ``sfmin``: columns divided, not scaled) and an ill-conditioned one; good random
     matrices around them keep the bits they have alone."""
     seed = _seed()
@@ -102,7 +103,7 @@ def test_bad_matrices_share_a_group_with_good_ones(dtype, n):
     a[1, :, n // 2] = 0
     a[2] = 0
     a[3, n - 1, 0] = np.nan
-    a[4, 0, n - 1] = np.inf
+    a[4, 0, n - 1] = complex(0, np.inf) if np.dtype(dtype).kind == "c" else np.inf   # imaginary part
     a[5, n // 2, n // 2] = -np.inf
     if n >= 2:
         a[6] = _overflowing(n, dtype)
