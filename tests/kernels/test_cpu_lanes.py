@@ -150,15 +150,16 @@ def test_tiny_pivot_divides_like_reference_lapack():
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_exact_ties_go_to_the_first_candidate(dtype):
     """Column 0 is +-1 but +-2 at row r; row r is 0 in column 1 and every other column-1 entry has
-    |re| + |im| = 1. Step 1 must take position 1 (LAPACK's first largest), in exact arithmetic."""
+    |re| + |im| = 1. Step 1 must take position 1 (LAPACK's first largest), in exact arithmetic; and
+    so must the first step of the second panel."""
     n, count = 33, 40
     rng = np.random.default_rng(_seed())
     a = matrices.generate("random", n, dtype, seed=n, stop=count)
     first = rng.integers(1, n, size=count)
     a[:, :, 0] = rng.choice([-1.0, 1.0], size=(count, n))
     a[np.arange(count), first, 0] = 2
+    ties = np.array([1, -1, 1j, -1j, 0.5 + 0.5j, 0.5 - 0.5j, -0.5 + 0.5j, -0.5 - 0.5j])
     if np.dtype(dtype).kind == "c":
-        ties = np.array([1, -1, 1j, -1j, 0.5 + 0.5j, 0.5 - 0.5j, -0.5 + 0.5j, -0.5 - 0.5j])
         a[:, :, 1] = rng.choice(ties, size=(count, n))
     else:
         a[:, :, 1] = rng.choice([-1.0, 1.0], size=(count, n))
@@ -167,6 +168,18 @@ def test_exact_ties_go_to_the_first_candidate(dtype):
     assert (info == 0).all() and (piv[:, 0] == first).all() and (piv[:, 1] == 1).all()
     np.testing.assert_array_equal(piv[:, :2], _scipy_piv(a)[:, :2])
     assert get01(a, lu, piv).max() < THRESHOLD
+    # The same at the first column of a panel (NB): the identity first, then a block whose first
+    # column ties everywhere; steps 0 .. NB - 1 leave it exactly as it is.
+    nb = lanes_module.NB
+    b = matrices.generate("random", n, dtype, seed=n + 1, stop=count)
+    b[:, :nb, :] = 0
+    b[:, :, :nb] = 0
+    b[:, np.arange(nb), np.arange(nb)] = 1
+    b[:, nb:, nb] = rng.choice(ties if np.dtype(dtype).kind == "c" else [-1.0, 1.0], size=(count, n - nb))
+    lu, piv, info = _factor_poisoned(b)
+    assert (info == 0).all() and (piv[:, nb] == nb).all()
+    np.testing.assert_array_equal(piv[:, :nb + 1], _scipy_piv(b)[:, :nb + 1])
+    assert get01(b, lu, piv).max() < THRESHOLD
 
 
 @pytest.mark.parametrize("n", [3, 17, 64])
