@@ -4,7 +4,9 @@ Two engines compute the same LAPACK factorization (``lu`` and ``piv`` mean what 
 ``piv`` 0-based):
 
 - **compiled** (``batchlu.kernels._cpu_numba``, wherever numba is importable): one compiled loop over
-  the batch per op, split between threads (``batchlu.kernels._cpu_threads``). From the crossover
+  the batch per op, split between threads (``batchlu.kernels._cpu_threads``). ``getrf`` and
+  ``slogdet`` for n in ``COMPILED_LANES_N``: the lane LU (``batchlu.kernels._cpu_lanes``), which
+  factors W matrices at once, one per SIMD lane (``lu`` equal to SciPy's to rounding). From the crossover
   ``COMPILED_LAPACK_MIN_N[op]`` on it calls LAPACK through SciPy's ``cython_lapack`` function
   pointers (``lu`` and ``piv`` bit-identical to ``scipy.linalg.lu_factor``; ``inv`` is ``xGETRI``,
   ``solve`` ``xGETRS``); below, where a LAPACK call costs more than the arithmetic, LAPACK's
@@ -39,8 +41,8 @@ from batchlu.errors import ConfigError, DependencyError, InputError
 from . import _cpu_lapack, _cpu_vectorised
 
 
-__all__ = ["compiled_available", "flags_results", "getrf", "getrs", "inv", "lapack_min_n", "slogdet",
-           "solve"]
+__all__ = ["compiled_available", "flags_results", "getrf", "getrs", "inv", "lanes_range", "lapack_min_n",
+           "slogdet", "solve"]
 
 # Crossovers: LAPACK from this n on, the engine's own LU below. LAPACK_MIN_N, when set (tests,
 # experiments), overrides every op of both engines.
@@ -49,8 +51,9 @@ NUMPY_LAPACK_MIN_N = 10     # NumPy engine: one LAPACK call per matrix beats the
 # Compiled engine, per op and dtype (float32, float64, complex64, complex128): the first n where LAPACK
 # through function pointers is as fast as the compiled xGETF2 on one thread, measured with
 # benchmarks/bench_cpu_crossover.py on the 2-core development machine (docs/design.md, CPU backend).
-# getrs (lu_solve) switches with getrf, so that lu_solve is SciPy's bit for bit wherever lu_factor is
-# (measured with one right-hand side, the compiled substitutions are within 10% of LAPACK's to n = 128).
+# getrs (lu_solve) keeps getrf's LAPACK crossover, so that lu_solve is SciPy's bit for bit from it on
+# given the same factors (measured with one right-hand side, the compiled substitutions are within
+# 10% of LAPACK's to n = 128).
 COMPILED_LAPACK_MIN_N = {
     "getrf": (28, 32, 24, 24),
     "getrs": (28, 32, 24, 24),
@@ -58,6 +61,18 @@ COMPILED_LAPACK_MIN_N = {
     "solve": (24, 32, 24, 24),
     "slogdet": (24, 28, 24, 24),
 }
+# Compiled engine, getrf and slogdet: the batched LU that factors W matrices at once, one per SIMD
+# lane (batchlu.kernels._cpu_lanes), for n in [first, last] per dtype: where it is faster than both
+# of the above on one thread, measured with benchmarks/bench_cpu_crossover.py --lanes on the 2-core
+# development machine (docs/design.md, CPU backend). Outside that range, the crossover above.
+COMPILED_LANES_N = {
+    "getrf": ((2, 384), (4, 384), (5, 384), (8, 384)),
+    "slogdet": ((2, 320), (4, 256), (5, 256), (8, 320)),
+}
+# Override (tests, experiments): the lane LU for getrf and slogdet at every n from this one on.
+# While LAPACK_MIN_N is set and this is not, the lane LU never runs (A/B timings of the other two).
+LANES_MIN_N: int | None = None
+_NEVER = 1 << 62
 _DTYPE_INDEX = {"f": 0, "d": 1, "F": 2, "D": 3}
 ENGINE_ENV = "BATCHLU_CPU_ENGINE"   # "numpy": the NumPy engines even where numba is importable
 _CHUNK_ENTRIES = 1 << 19    # matrices per pass ~ this many entries, to bound the temporaries
@@ -97,6 +112,13 @@ def _compiled():
     return None
 
 
+def _lanes():
+    """The compiled engine's lane LU (``batchlu.kernels._cpu_lanes``), imported with numba."""
+    from . import _cpu_lanes
+
+    return _cpu_lanes
+
+
 def flags_results() -> bool:
     """Whether ``getrf``, ``inv``, ``solve`` and ``slogdet`` return ``info`` with
     ``batchlu.kernels._info``'s rule already applied (the compiled engine applies it as it writes
@@ -112,6 +134,24 @@ def lapack_min_n(op: str, dtype) -> int:
     if _compiled() is None:
         return NUMPY_LAPACK_MIN_N
     return COMPILED_LAPACK_MIN_N[op][_DTYPE_INDEX[np.dtype(dtype).char]]
+
+
+def lanes_range(op: str, dtype) -> tuple[int, int]:
+    """The n (first, last) for which the compiled engine runs ``op`` (getrf, slogdet) on its lane
+    LU; an empty range for the other ops, for the NumPy engine, and while ``LAPACK_MIN_N`` alone is
+    set."""
+    if op not in COMPILED_LANES_N or _compiled() is None:
+        return _NEVER, 0
+    if LANES_MIN_N is not None:
+        return LANES_MIN_N, _NEVER
+    if LAPACK_MIN_N is not None:
+        return _NEVER, 0
+    return COMPILED_LANES_N[op][_DTYPE_INDEX[np.dtype(dtype).char]]
+
+
+def _on_lanes(op: str, dtype, n: int) -> bool:
+    first, last = lanes_range(op, dtype)
+    return first <= n <= last
 
 
 def _engine(n: int):
@@ -170,7 +210,10 @@ def getrf(a: np.ndarray):
     info = np.empty(count, np.int32)
     compiled = _compiled()
     if compiled is not None:
-        compiled.getrf(a, lu, piv, info, lapack_min_n("getrf", a.dtype))
+        if _on_lanes("getrf", a.dtype, n):
+            _lanes().getrf(a, lu, piv, info)
+        else:
+            compiled.getrf(a, lu, piv, info, lapack_min_n("getrf", a.dtype))
         return lu, piv, info
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * n):
@@ -279,7 +322,10 @@ def slogdet(a: np.ndarray):
         sign = np.empty(a.shape[0], a.dtype)
         logabsdet = np.empty(a.shape[0], a.real.dtype)
         info = np.empty(a.shape[0], np.int32)
-        compiled.slogdet(a, sign, logabsdet, info, lapack_min_n("slogdet", a.dtype))
+        if _on_lanes("slogdet", a.dtype, a.shape[-1]):
+            _lanes().slogdet(a, sign, logabsdet, info)
+        else:
+            compiled.slogdet(a, sign, logabsdet, info, lapack_min_n("slogdet", a.dtype))
         return sign, logabsdet, info
     lu, piv, info = getrf(a)
     n = a.shape[-1]

@@ -98,20 +98,23 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def run(kernel, count: int, n: int, *args) -> None:
+def run(kernel, count: int, n: int, *args, align: int = 1) -> None:
     """``kernel(*args, lo, hi)`` over ``[0, count)``, split into ranges on up to :func:`threads`
-    threads."""
-    run_parts(kernel, min(threads(), count, max(1, count * (n + 4) ** 3 // MIN_WORK)), count, *args)
+    threads; every range but the last starts and ends on a multiple of ``align``."""
+    run_parts(kernel, min(threads(), count, max(1, count * (n + 4) ** 3 // MIN_WORK)), count, *args,
+              align=align)
 
 
-def run_parts(kernel, parts: int, count: int, *args) -> None:
+def run_parts(kernel, parts: int, count: int, *args, align: int = 1) -> None:
     """``kernel(*args, lo, hi)`` over ``[0, count)`` split into ``parts`` ranges (at most
-    :func:`threads` of them wanted by the caller), one on the calling thread."""
-    parts = min(parts, count)
+    :func:`threads` of them wanted by the caller), one on the calling thread; range bounds are
+    multiples of ``align`` (but the end of the last)."""
+    parts = min(parts, -(-count // align))
     if parts <= 1:
         kernel(*args, 0, count)
         return
-    bounds = [count * i // parts for i in range(parts + 1)]
+    groups = -(-count // align)
+    bounds = [min(count, groups * i // parts * align) for i in range(parts + 1)]
     pool = _get_pool(parts - 1)
     futures = [pool.submit(kernel, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
     kernel(*args, bounds[0], bounds[1])

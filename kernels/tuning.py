@@ -41,6 +41,9 @@ CPU backend (NumPy arrays; no CuPy): LAPACK from a crossover n on, the engine's 
 :data:`NUMPY_LAPACK_MIN_N` are the two engines' tables, :func:`cpu_lapack_min_n` the one in force
 for an (op, dtype); :func:`cpu_crossover` moves every op's crossover of both engines to one n inside
 a ``with`` block (``1``: LAPACK at every n; a huge n: the own LU at every n), for A/B timings.
+The compiled engine's ``getrf`` and ``slogdet`` run on its lane LU (W matrices at once) for the n in
+:data:`COMPILED_LANES_N` (:func:`cpu_lanes_range`: the range in force); :func:`cpu_lanes_from`
+moves it inside a ``with`` block; inside :func:`cpu_crossover` alone the lane LU does not run.
 """
 
 from contextlib import contextmanager
@@ -89,7 +92,8 @@ from ._gpu._runtime import source as kernel_source
 from ._gpu._runtime import source_override
 from ._gpu._slogdet import launch_slogdet
 from . import _cpu
-from ._cpu import COMPILED_LAPACK_MIN_N, NUMPY_LAPACK_MIN_N
+from ._cpu import COMPILED_LANES_N, COMPILED_LAPACK_MIN_N, NUMPY_LAPACK_MIN_N
+from ._cpu import lanes_range as cpu_lanes_range
 from ._cpu import lapack_min_n as cpu_lapack_min_n
 
 
@@ -109,8 +113,26 @@ def cpu_crossover(n: int):
     finally:
         _cpu.LAPACK_MIN_N = before
 
+
+@contextmanager
+def cpu_lanes_from(n: int):
+    """Inside the block, the compiled CPU engine runs ``getrf`` and ``slogdet`` on its lane LU
+    (``batchlu.kernels._cpu_lanes``) for every n from ``n`` on, and below it as its tables say
+    without the lane LU (``1``: the lane LU at every n; a huge n: never). Process-wide: not for
+    concurrent use."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConfigError(f"Expected a crossover n >= 1. Got {n!r} instead.")
+    before = _cpu.LANES_MIN_N
+    _cpu.LANES_MIN_N = n
+    try:
+        yield
+    finally:
+        _cpu.LANES_MIN_N = before
+
+
 __all__ = [
     "BLOCKED_NB",
+    "COMPILED_LANES_N",
     "COMPILED_LAPACK_MIN_N",
     "CUSOLVER",
     "FAMILIES",
@@ -130,6 +152,8 @@ __all__ = [
     "blocked_smem",
     "compile_kernels",
     "cpu_crossover",
+    "cpu_lanes_from",
+    "cpu_lanes_range",
     "cpu_lapack_min_n",
     "cusolver_getrf",
     "cusolver_getrs",

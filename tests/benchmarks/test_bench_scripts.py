@@ -152,3 +152,25 @@ def test_bench_cpu_does_not_time_a_wrong_peer():
     lu, piv, _ = bench["implementations"]("lu_factor", 1)["batchlu"](case)
     assert bench["check"]("lu_factor", case, (lu, piv)) < 30
     assert not bench["check"]("lu_factor", case, (lu, np.roll(piv, 1, axis=1))) < 30
+
+
+def test_bench_cpu_crossover_lanes_writes_its_range(tmp_path):
+    """``--lanes`` times the lane LU against the tables without it and writes each ratio and the
+    longest run of sizes where the lane LU is as fast."""
+    import json
+    import runpy
+
+    out = tmp_path / "lanes.json"
+    done = subprocess.run([sys.executable, str(BENCH / "bench_cpu_crossover.py"), "--lanes",
+                           "--ops", "getrf", "--dtypes", "float64", "--sizes", "3,24", "--repeat", "1",
+                           "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert [(r["op"], r["dtype"], r["n"]) for r in result["records"]] == [
+        ("getrf", "float64", 3), ("getrf", "float64", 24)]
+    assert all(r["tables_over_lanes"] > 0 for r in result["records"])
+    assert "--lanes" in result["command"] and "getrf float64" in result["crossovers"]
+    longest = runpy.run_path(str(BENCH / "bench_cpu_crossover.py"))["_longest_run"]
+    assert longest([2, 3, 4, 5, 6], [1.0, 0.9, 1.1, 1.2, 1.0]) == [4, 6]
+    assert longest([2, 3], [0.5, 0.9]) is None

@@ -1,7 +1,8 @@
 """The CPU backend: per-matrix info on singular and non-finite matrices mixed into a batch, every
 output element written, ill-conditioned inputs, and batches larger than one internal pass, on both
 engines (compiled and NumPy) and on both sides of each one's crossover: the compiled xGETF2 or the
-vectorised NumPy LU (small n), and LAPACK (one call per matrix, from a compiled loop or Python)."""
+vectorised NumPy LU (small n), and LAPACK (one call per matrix, from a compiled loop or Python); and
+the compiled engine's lane LU (``getrf`` and ``slogdet``, W matrices at once)."""
 
 from __future__ import annotations
 
@@ -37,15 +38,20 @@ class _PoisonedNumpy:
         return np.full(np.shape(x), self._poison(dtype or x.dtype), dtype or x.dtype)
 
 
-@pytest.fixture(params=["compiled-lapack", "compiled-own", "numpy-lapack", "numpy-vectorised"])
+@pytest.fixture(params=["compiled-lapack", "compiled-own", "compiled-lanes", "numpy-lapack",
+                        "numpy-vectorised"])
 def engine(request, monkeypatch):
     """One engine, with every n on one side of its crossover: all through LAPACK, or all through
-    the engine's own LU (compiled xGETF2, or vectorised NumPy)."""
+    the engine's own LU (compiled xGETF2, or vectorised NumPy); or, compiled, ``getrf`` and
+    ``slogdet`` at every n on the lane LU (W matrices at once), the other ops as the tables say."""
     kind, side = request.param.split("-")
     if kind == "compiled" and not _cpu.compiled_available():
         pytest.skip("numba is not importable: the CPU backend has only its NumPy engine")
     monkeypatch.setenv(_cpu.ENGINE_ENV, kind)
-    monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 if side == "lapack" else 1 << 30)
+    if side == "lanes":
+        monkeypatch.setattr(_cpu, "LANES_MIN_N", 1)
+    else:
+        monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 if side == "lapack" else 1 << 30)
     return request.param
 
 

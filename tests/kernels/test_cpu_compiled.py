@@ -55,10 +55,14 @@ def compiled(monkeypatch):
     assert kernels.cpu_engine() == "compiled"
 
 
-@pytest.fixture(params=["own", "lapack"])
+@pytest.fixture(params=["own", "lapack", "lanes"])
 def side(request, monkeypatch):
-    """Every n through the compiled xGETF2, or every n through LAPACK."""
-    monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 << 30 if request.param == "own" else 1)
+    """Every n through the compiled xGETF2, or every n through LAPACK; or ``getrf`` and ``slogdet``
+    at every n through the lane LU (W matrices at once), the other ops as the tables say."""
+    if request.param == "lanes":
+        monkeypatch.setattr(_cpu, "LANES_MIN_N", 1)
+    else:
+        monkeypatch.setattr(_cpu, "LAPACK_MIN_N", 1 << 30 if request.param == "own" else 1)
     return request.param
 
 
@@ -199,7 +203,9 @@ def test_a_batch_is_split_between_threads(monkeypatch):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64])
 def test_crossover_picks_the_path(op, dtype, monkeypatch):
-    """Below ``COMPILED_LAPACK_MIN_N`` the compiled xGETF2 kernel runs, from it on the LAPACK one."""
+    """Below ``COMPILED_LAPACK_MIN_N`` the compiled xGETF2 kernel runs, from it on the LAPACK one
+    (with the lane LU of ``getrf`` and ``slogdet`` out of the way: ``test_lanes_range_picks_the_path``)."""
+    monkeypatch.setattr(_cpu, "LANES_MIN_N", 1 << 30)
     picked = []
     for name in ("_" + op + "_own", "_" + op + "_lapack"):
         real = getattr(numba_engine, name)
@@ -224,6 +230,36 @@ def test_crossover_picks_the_path(op, dtype, monkeypatch):
         else:
             kernels.slogdet(a)
     assert picked == ["own", "lapack"]
+
+
+@pytest.mark.parametrize("op", ["getrf", "slogdet"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lanes_range_picks_the_path(op, dtype, monkeypatch):
+    """``getrf`` and ``slogdet`` run on the lane LU for n in ``COMPILED_LANES_N``, on the tables'
+    own LU or LAPACK just outside it; ``cpu_crossover`` alone turns the lane LU off."""
+    from batchlu.kernels import _cpu_lanes, tuning
+
+    picked = []
+    for module, name in ((_cpu_lanes, "lanes"), (numba_engine, "tables")):
+        real = getattr(module, op)
+
+        def spy(*args, _real=real, _name=name):
+            picked.append(_name)
+            _real(*args)
+        monkeypatch.setattr(module, op, spy)
+    first, last = _cpu.lanes_range(op, dtype)
+    assert (first, last) == _cpu.COMPILED_LANES_N[op][DTYPES.index(dtype)]
+    sizes = [first - 1, first, last, last + 1] if first > 1 else [first, last, last + 1]
+    for n in sizes:
+        a = matrices.generate("random", n, dtype, seed=n, stop=3)
+        kernels.lu_factor(a) if op == "getrf" else kernels.slogdet(a)
+    expected = ["tables", "lanes", "lanes", "tables"]
+    assert picked == expected[-len(sizes):]
+    with tuning.cpu_crossover(1):
+        assert _cpu.lanes_range(op, dtype)[0] > 1 << 40
+    with tuning.cpu_lanes_from(1):
+        assert _cpu.lanes_range(op, dtype) == (1, _cpu._NEVER)
+        assert _cpu.lanes_range("inv", dtype)[0] > 1 << 40
 
 
 def test_openblas_thread_count_is_restored():
