@@ -7,16 +7,18 @@ GPU (:func:`borrow`) and lives as long as the process: its reader and writer str
 memory), and grow-only pinned staging buffers. The batch loop's reader and writer threads
 (:mod:`batchlu.pipeline._device_batches`) use the lane of the task that started them.
 
-* :meth:`Lane.decode`: the frames of matrices ``[start, stop)`` (:func:`batchlu.pipeline._codecs.plan_reads`)
-  are read into pinned memory by a few I/O threads, their crc32c trailers checked, copied to the
-  device in one transfer and decoded by one nvCOMP call straight into the batch's device array. Every
+* :meth:`Lane.decode`: the frames of matrices ``[start, stop)``
+  (:func:`batchlu.pipeline._codecs.plan_reads`) are read into pinned memory by a few I/O threads,
+  their crc32c trailers (or zstd structure) checked, copied to the device in one transfer and
+  decoded by one nvCOMP call straight into the batch's device array. Every
   frame must decode to exactly its chunk's bytes; anything else raises :class:`FrameError` naming the
   chunk (the batch loop then reads the batch through zarr on the host, which names a corrupt chunk
   file or, where zarr reads what nvCOMP would not, uses its values).
-* :meth:`Lane.encode`: one nvCOMP call encodes every (inner) chunk of an output batch into fixed
-  slots; the slots come back to pinned memory in one transfer and the frames are written as chunk files or shards
-  (:func:`batchlu.pipeline._codecs.write_chunks`). nvCOMP's zstd and LZ4 encoders are deterministic,
-  so a chunk computed again (resume, a restarted worker) is stored byte for byte as before.
+* :meth:`Lane.encode`: one nvCOMP call per output encodes every (inner) chunk of a group into fixed
+  slots; the slots come back to pinned memory in one transfer, and the I/O threads write the frames
+  as chunk files or shards (:func:`batchlu.pipeline._codecs.write_chunks`) while the lane goes on.
+  nvCOMP's zstd and LZ4 encoders are deterministic, so a chunk computed again (resume, a restarted
+  worker) is stored byte for byte as before.
 """
 
 from __future__ import annotations
