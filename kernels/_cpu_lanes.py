@@ -37,6 +37,7 @@ from numba import njit
 
 from ._cpu_simd import (vabs, vadd, vfma, vfnma, vload, vmul, vsel_gt, vsplat, vstore, vsub,
                         vtranspose, vtranspose_join, vtranspose_split)
+from ._cpu_numba import store_slogdet
 from ._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT
 
 __all__ = ["NB", "getrf", "slogdet"]
@@ -620,16 +621,25 @@ def _finish_getrf(F, G, n, ld, g, cnt, pv, tmp, bad, lu, piv, info):
 
 
 @_jit
+def _workspace(x, n, complex_):
+    """One thread's buffers for groups of W matrices of order n (``x``: the flat real input): lane
+    count W, row stride ld, the factors F (real parts) and G (imaginary parts; empty for real
+    matrices), per-lane scratch tmp, rec and rec_im, pivots, row numbers, and the bad-input flags."""
+    W = 64 // x.itemsize
+    ld = n + 1
+    F = _aligned(n * ld * W, x)
+    G = _aligned(n * ld * W, x) if complex_ else F[:0]
+    tmp, rec, rec_im = _aligned(W, x), _aligned(W, x), _aligned(W if complex_ else 0, x)
+    pv = np.empty(n * W, np.int32)
+    rows = np.arange(n).astype(x.dtype)
+    bad = np.zeros(W, np.bool_)
+    return W, ld, F, G, tmp, rec, rec_im, pv, rows, bad
+
+
+@_jit
 def _getrf_real(af, lu, luf, piv, info, sfmin, lo, hi):
     n = lu.shape[-1]
-    W = 64 // af.itemsize
-    ld = n + 1
-    F = _aligned(n * ld * W, af)
-    G = F[:0]
-    tmp, rec = _aligned(W, af), _aligned(W, af)
-    pv = np.empty(n * W, np.int32)
-    rows = np.arange(n).astype(af.dtype)
-    bad = np.zeros(W, np.bool_)
+    W, ld, F, G, tmp, rec, _, pv, rows, bad = _workspace(af, n, False)
     for g in range(lo, hi, W):
         cnt = min(W, hi - g)
         _gather(af, g, cnt, F, n, ld)
@@ -643,13 +653,7 @@ def _getrf_real(af, lu, luf, piv, info, sfmin, lo, hi):
 @_jit
 def _getrf_complex(ar, lu, lur, piv, info, sfmin, lo, hi):
     n = lu.shape[-1]
-    W = 64 // ar.itemsize
-    ld = n + 1
-    F, G = _aligned(n * ld * W, ar), _aligned(n * ld * W, ar)
-    tmp, rec, rec_im = _aligned(W, ar), _aligned(W, ar), _aligned(W, ar)
-    pv = np.empty(n * W, np.int32)
-    rows = np.arange(n).astype(ar.dtype)
-    bad = np.zeros(W, np.bool_)
+    W, ld, F, G, tmp, rec, rec_im, pv, rows, bad = _workspace(ar, n, True)
     for g in range(lo, hi, W):
         cnt = min(W, hi - g)
         _gather_complex(ar, g, cnt, F, G, n, ld)
@@ -661,23 +665,6 @@ def _getrf_complex(ar, lu, lur, piv, info, sfmin, lo, hi):
             tmp[lane] += rec[lane]
         _scatter_complex(F, G, lur, g, cnt, n, ld)
         _finish_getrf(F, G, n, ld, g, cnt, pv, tmp, bad, lu, piv, info)
-
-
-@_inline
-def _slogdet_lane(b, code, s, total, sign, logabsdet, info):
-    """Write matrix ``b``'s results (``s``, ``total``: its sign and log|det| where ``code`` is 0)."""
-    if code < 0:
-        sign[b] = np.nan
-        logabsdet[b] = np.nan
-    elif code > 0:
-        sign[b] = 0
-        logabsdet[b] = -np.inf
-    else:
-        sign[b] = s
-        logabsdet[b] = total
-        if not ((s - s) == 0 and (total - total) == 0):
-            code = INFO_NONFINITE_RESULT
-    info[b] = code
 
 
 @_jit
@@ -696,7 +683,7 @@ def _finish_slogdet(F, n, ld, g, cnt, pv, bad, sign, logabsdet, info):
                 total += np.log(m)
                 if pv[i * W + lane] != i:
                     s = -s
-        _slogdet_lane(g + lane, code, s, total, sign, logabsdet, info)
+        store_slogdet(g + lane, code, s, total, sign, logabsdet, info)
 
 
 @_jit
@@ -716,19 +703,12 @@ def _finish_slogdet_complex(F, G, n, ld, g, cnt, pv, bad, sign, logabsdet, info)
                 total += np.log(m)
                 if pv[i * W + lane] != i:
                     s = -s
-        _slogdet_lane(g + lane, code, s, total, sign, logabsdet, info)
+        store_slogdet(g + lane, code, s, total, sign, logabsdet, info)
 
 
 @_jit
 def _slogdet_real(af, n, sign, logabsdet, info, sfmin, lo, hi):
-    W = 64 // af.itemsize
-    ld = n + 1
-    F = _aligned(n * ld * W, af)
-    G = F[:0]
-    tmp, rec = _aligned(W, af), _aligned(W, af)
-    pv = np.empty(n * W, np.int32)
-    rows = np.arange(n).astype(af.dtype)
-    bad = np.zeros(W, np.bool_)
+    W, ld, F, G, tmp, rec, _, pv, rows, bad = _workspace(af, n, False)
     for g in range(lo, hi, W):
         cnt = min(W, hi - g)
         _gather(af, g, cnt, F, n, ld)
@@ -739,13 +719,7 @@ def _slogdet_real(af, n, sign, logabsdet, info, sfmin, lo, hi):
 
 @_jit
 def _slogdet_complex(ar, n, sign, logabsdet, info, sfmin, lo, hi):
-    W = 64 // ar.itemsize
-    ld = n + 1
-    F, G = _aligned(n * ld * W, ar), _aligned(n * ld * W, ar)
-    tmp, rec, rec_im = _aligned(W, ar), _aligned(W, ar), _aligned(W, ar)
-    pv = np.empty(n * W, np.int32)
-    rows = np.arange(n).astype(ar.dtype)
-    bad = np.zeros(W, np.bool_)
+    W, ld, F, G, tmp, rec, rec_im, pv, rows, bad = _workspace(ar, n, True)
     for g in range(lo, hi, W):
         cnt = min(W, hi - g)
         _gather_complex(ar, g, cnt, F, G, n, ld)

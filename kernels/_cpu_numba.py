@@ -515,6 +515,25 @@ def _inv_lapack(fgetrf, fgetri, a, ar, out, outr, info, small, sfmin, lo, hi):
         info[b] = code
 
 
+@_inline
+def store_slogdet(b, code, s, total, sign, logabsdet, info):
+    """Write matrix ``b``'s slogdet from its factorization's ``code``: NaN for a non-finite input,
+    sign 0 and log|det| -inf for a zero pivot, else ``s`` and ``total`` (its sign and log|det|),
+    and -2 where those are not finite."""
+    if code < 0:
+        sign[b] = np.nan
+        logabsdet[b] = np.nan
+    elif code > 0:
+        sign[b] = 0
+        logabsdet[b] = -np.inf
+    else:
+        sign[b] = s
+        logabsdet[b] = total
+        if not (_finite(s) and _finite(total)):
+            code = INFO_NONFINITE_RESULT
+    info[b] = code
+
+
 @_jit
 def _slogdet_own(a, sign, logabsdet, info, sfmin, lo, hi):
     n = a.shape[-1]
@@ -522,19 +541,8 @@ def _slogdet_own(a, sign, logabsdet, info, sfmin, lo, hi):
     piv = np.empty(n, np.int32)
     for b in range(lo, hi):
         code = _own_getrf(a, b, f, piv, sfmin)
-        if code < 0:
-            sign[b] = np.nan
-            logabsdet[b] = np.nan
-        elif code > 0:
-            sign[b] = 0
-            logabsdet[b] = -np.inf
-        else:
-            s, total = _log_det(f, piv)
-            sign[b] = s
-            logabsdet[b] = total
-            if not (_finite(s) and _finite(total)):
-                code = INFO_NONFINITE_RESULT
-        info[b] = code
+        s, total = _log_det(f, piv) if code == 0 else (1.0, 0.0)
+        store_slogdet(b, code, s, total, sign, logabsdet, info)
 
 
 @_jit
@@ -547,19 +555,8 @@ def _slogdet_lapack(fgetrf, a, ar, sign, logabsdet, info, small, sfmin, lo, hi):
     status = np.zeros(1, np.int32)
     for b in range(lo, hi):
         code, _ = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin)
-        if code < 0:
-            sign[b] = np.nan
-            logabsdet[b] = np.nan
-        elif code > 0:
-            sign[b] = 0
-            logabsdet[b] = -np.inf
-        else:
-            s, total = _log_det(f, piv)
-            sign[b] = s
-            logabsdet[b] = total
-            if not (_finite(s) and _finite(total)):
-                code = INFO_NONFINITE_RESULT
-        info[b] = code
+        s, total = _log_det(f, piv) if code == 0 else (1.0, 0.0)
+        store_slogdet(b, code, s, total, sign, logabsdet, info)
 
 
 @_jit
