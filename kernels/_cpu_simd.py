@@ -122,6 +122,14 @@ vsub = _binary("fsub")
 vmul = _binary("fmul")
 
 
+def _fma(builder, vt, x, y, z):
+    """``x * y + z`` of vectors of type ``vt``, one rounding (``llvm.fma``)."""
+    llty = x.type
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llty, [llty] * 3),
+                                        f"llvm.fma.v{vt.width}f{vt.dtype.bitwidth}")
+    return builder.call(fn, [x, y, z])
+
+
 @intrinsic
 def vfma(typingctx, a, b, c):
     """``a * b + c``, one rounding (``llvm.fma``)."""
@@ -129,10 +137,7 @@ def vfma(typingctx, a, b, c):
         return None
 
     def codegen(context, builder, sig, args):
-        llty = args[0].type
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llty, [llty] * 3),
-                                            f"llvm.fma.v{a.width}f{a.dtype.bitwidth}")
-        return builder.call(fn, list(args))
+        return _fma(builder, a, *args)
     return a(a, b, c), codegen
 
 
@@ -143,10 +148,7 @@ def vfnma(typingctx, a, b, c):
         return None
 
     def codegen(context, builder, sig, args):
-        llty = args[0].type
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llty, [llty] * 3),
-                                            f"llvm.fma.v{a.width}f{a.dtype.bitwidth}")
-        return builder.call(fn, [builder.fneg(args[0]), args[1], args[2]])
+        return _fma(builder, a, builder.fneg(args[0]), args[1], args[2])
     return a(a, b, c), codegen
 
 

@@ -57,6 +57,24 @@ PANEL_BLOCK = 32     # the BLAS path's column block in the panel
 UPDATE_BLOCK = 64    # and in the update L_R D L_R^T
 
 
+@njit(nogil=True, cache=True, error_model="numpy", inline="always")
+def _pivot(dj, tau, perturb, counts, ln, n, column):
+    """Static pivoting of lane ``ln``'s pivot ``dj`` of ``column``: a pivot below ``tau`` in size
+    becomes +-``tau`` where ``perturb`` (counted in ``counts[1]``); negative and zero pivots are
+    counted in ``counts[2]`` and ``counts[3]``, the first zero pivot's column kept in ``counts[0]``
+    (``n`` while there is none). Returns the pivot used."""
+    if perturb and abs(dj) < tau:
+        dj = -tau if dj < 0 else tau
+        counts[1, ln] += 1
+    if dj < 0:
+        counts[2, ln] += 1
+    elif dj == 0:
+        counts[3, ln] += 1
+        if counts[0, ln] == n:
+            counts[0, ln] = column
+    return dj
+
+
 @njit(nogil=True, cache=True, error_model="numpy")
 def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, rt, d, blocks, gemm, trsm, ints,
                 chars, cdt, pbuf, ybuf, ubuf, dl):
@@ -82,17 +100,7 @@ def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, 
             for r in range(j, total):
                 lanes.sub_dot(rt, (r * ms + j) * L, rt, r * ms * L, L, wb, 0, L, j)
             for ln in range(L):
-                dj = rt[j, j, ln]
-                if perturb and abs(dj) < tau[ln]:
-                    dj = -tau[ln] if dj < 0 else tau[ln]
-                    counts[1, ln] += 1
-                d[j, ln] = dj
-                if dj < 0:
-                    counts[2, ln] += 1
-                elif dj == 0:
-                    counts[3, ln] += 1
-                    if counts[0, ln] == n:
-                        counts[0, ln] = f + j
+                d[j, ln] = _pivot(rt[j, j, ln], tau[ln], perturb, counts, ln, n, f + j)
             for r in range(j + 1, total):
                 lanes.div(rt, (r * ms + j) * L, rt, (r * ms + j) * L, d, j * L)
         for t in range(s):                             # back into Lx: D on the diagonal, L below
@@ -144,17 +152,8 @@ def _panel_blas(p, total, s, f, n, ln, tau, perturb, counts, nb, gemm, trsm, int
                 for t in range(j0, j):
                     acc += p[r + t * ld] * ybuf[t]
                 p[r + j * ld] -= acc
-            dj = p[j + j * ld]
-            if perturb and abs(dj) < tau:
-                dj = -tau if dj < 0 else tau
-                counts[1, ln] += 1
+            dj = _pivot(p[j + j * ld], tau, perturb, counts, ln, n, f + j)
             d[j] = dj
-            if dj < 0:
-                counts[2, ln] += 1
-            elif dj == 0:
-                counts[3, ln] += 1
-                if counts[0, ln] == n:
-                    counts[0, ln] = f + j
             for r in range(j + 1, j1):
                 p[r + j * ld] = p[r + j * ld] / dj
         if j1 < total:                                 # the rows below: L D = C L_bb^{-T}, then / D

@@ -51,41 +51,28 @@ def copy(typingctx, out, oo, a, ia):
     return types.void(out, oo, a, ia), codegen
 
 
-@intrinsic
-def mul(typingctx, out, oo, a, ia, b, ib):
-    """``out[oo:oo+L] = a[ia:ia+L] * b[ib:ib+L]``."""
-    def codegen(context, builder, sig, args):
-        po, _ = _vector(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        pa, _ = _vector(context, builder, sig.args[2], args[2], args[3], sig.args[3])
-        pb, _ = _vector(context, builder, sig.args[4], args[4], args[5], sig.args[5])
-        _store(builder, builder.fmul(_load(builder, pa), _load(builder, pb)), po)
-        return context.get_dummy_value()
-    return types.void(out, oo, a, ia, b, ib), codegen
+def _elementwise(combine, doc):
+    """An intrinsic ``op(out, oo, a, ia, b, ib)`` storing ``combine(builder, old_out, a, b)`` at
+    ``out[oo:oo+L]`` (``old_out()`` loads the current value, for the ops that update it)."""
+    def op(typingctx, out, oo, a, ia, b, ib):
+        def codegen(context, builder, sig, args):
+            po, _ = _vector(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            pa, _ = _vector(context, builder, sig.args[2], args[2], args[3], sig.args[3])
+            pb, _ = _vector(context, builder, sig.args[4], args[4], args[5], sig.args[5])
+            value = combine(builder, lambda: _load(builder, po), _load(builder, pa), _load(builder, pb))
+            _store(builder, value, po)
+            return context.get_dummy_value()
+        return types.void(out, oo, a, ia, b, ib), codegen
+    op.__doc__ = doc
+    return intrinsic(op)
 
 
-@intrinsic
-def div(typingctx, out, oo, a, ia, b, ib):
-    """``out[oo:oo+L] = a[ia:ia+L] / b[ib:ib+L]``."""
-    def codegen(context, builder, sig, args):
-        po, _ = _vector(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        pa, _ = _vector(context, builder, sig.args[2], args[2], args[3], sig.args[3])
-        pb, _ = _vector(context, builder, sig.args[4], args[4], args[5], sig.args[5])
-        _store(builder, builder.fdiv(_load(builder, pa), _load(builder, pb)), po)
-        return context.get_dummy_value()
-    return types.void(out, oo, a, ia, b, ib), codegen
-
-
-@intrinsic
-def sub_mul(typingctx, out, oo, a, ia, b, ib):
-    """``out[oo:oo+L] -= a[ia:ia+L] * b[ib:ib+L]`` (the product rounded, then subtracted)."""
-    def codegen(context, builder, sig, args):
-        po, _ = _vector(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        pa, _ = _vector(context, builder, sig.args[2], args[2], args[3], sig.args[3])
-        pb, _ = _vector(context, builder, sig.args[4], args[4], args[5], sig.args[5])
-        prod = builder.fmul(_load(builder, pa), _load(builder, pb))
-        _store(builder, builder.fsub(_load(builder, po), prod), po)
-        return context.get_dummy_value()
-    return types.void(out, oo, a, ia, b, ib), codegen
+mul = _elementwise(lambda bld, old, x, y: bld.fmul(x, y), "``out[oo:oo+L] = a[ia:ia+L] * b[ib:ib+L]``.")
+div = _elementwise(lambda bld, old, x, y: bld.fdiv(x, y), "``out[oo:oo+L] = a[ia:ia+L] / b[ib:ib+L]``.")
+sub_mul = _elementwise(lambda bld, old, x, y: bld.fsub(old(), bld.fmul(x, y)),
+                       "``out[oo:oo+L] -= a[ia:ia+L] * b[ib:ib+L]`` (the product rounded, then subtracted).")
+add_mul = _elementwise(lambda bld, old, x, y: bld.fadd(old(), bld.fmul(x, y)),
+                       "``out[oo:oo+L] += a[ia:ia+L] * b[ib:ib+L]`` (the product rounded, then added).")
 
 
 @intrinsic
@@ -143,16 +130,3 @@ def sub_mul_rows(typingctx, out, oo, x, p0, p1, rows, y, k, kk):
         _store(builder, builder.load(acc), po)
         return context.get_dummy_value()
     return types.void(out, oo, x, p0, p1, rows, y, k, kk), codegen
-
-
-@intrinsic
-def add_mul(typingctx, out, oo, a, ia, b, ib):
-    """``out[oo:oo+L] += a[ia:ia+L] * b[ib:ib+L]`` (the product rounded, then added)."""
-    def codegen(context, builder, sig, args):
-        po, _ = _vector(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        pa, _ = _vector(context, builder, sig.args[2], args[2], args[3], sig.args[3])
-        pb, _ = _vector(context, builder, sig.args[4], args[4], args[5], sig.args[5])
-        prod = builder.fmul(_load(builder, pa), _load(builder, pb))
-        _store(builder, builder.fadd(_load(builder, po), prod), po)
-        return context.get_dummy_value()
-    return types.void(out, oo, a, ia, b, ib), codegen
