@@ -31,7 +31,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
+from bench_pipeline import check_inverse, install_noop_engine
 
 PLANS = {"bytes": {}, "chunks": {"chunk-bytes": 1}}
 
@@ -57,34 +57,6 @@ def make_input(folder: Path, n: int, nbytes: int, layout: str) -> str:
     if not (path / "zarr.json").exists():
         pipeline.generate(path, count=count, size=n, chunk=chunk, seed=n, overwrite=True)
     return str(path)
-
-
-def install_noop_engine():
-    """On each worker (``client.run``): the ``cpu`` backend's compute becomes a copy of the input."""
-    from batchlu.pipeline import tuning
-
-    class NoopEngine(tuning.HostEngine):
-        def run(self, op, slot):
-            np.copyto(slot.outs["inv"], slot.a)
-            slot.outs["info"][...] = 0
-
-    engine = NoopEngine()
-    tuning.register_engine("cpu", lambda: engine)
-    return True
-
-
-def check_inverse(src: str, out: str, sample: int = 32) -> float:
-    """LAPACK's dget03 ratio on a random sample of the timed output (must stay under 30)."""
-    import zarr
-
-    from batchlu.testing.ratios import THRESHOLD, get03
-
-    a = zarr.open_array(src, mode="r")
-    inv = zarr.open_array(out, path="inv", mode="r")
-    idx = np.sort(np.random.default_rng().choice(a.shape[0], size=min(sample, a.shape[0]), replace=False))
-    ratio = float(get03(a.oindex[idx], inv.oindex[idx]).max())
-    assert ratio < THRESHOLD, f"dget03 ratio {ratio} on {out}"
-    return ratio
 
 
 def main(argv=None):
@@ -145,7 +117,7 @@ def main(argv=None):
                                gbps_wall=round(report.bytes_in / 1e9 / seconds, 4),
                                read_s=round(report.read_s, 3), compute_s=round(report.compute_s, 3),
                                write_s=round(report.write_s, 3),
-                               max_dget03_sample=None if args.noop else check_inverse(src, out),
+                               max_dget03_sample=None if args.noop else check_inverse(src, out, sample=32),
                                device=device, cpu_cores=os.cpu_count(), date=date, repeat=rep)
                     records.append(rec)
                     print(json.dumps(rec), flush=True)
