@@ -513,11 +513,10 @@ def zstd_check_many(buffer: np.ndarray, offsets, sizes, want, labels) -> None:
         raise FrameError(f"the chunk {labels[i]} is not a whole zstd frame")
 
 
-def payload(frames: Frames, buffer: np.ndarray, offset: int, size: int, label: str,
-            want: int | None = None) -> tuple[int, int]:
+def payload(frames: Frames, buffer: np.ndarray, offset: int, size: int, label: str) -> tuple[int, int]:
     """The codec frame inside one stored chunk's bytes: checks the crc32c trailer and numcodecs'
-    LZ4 header; returns (offset, length) of the frame in ``buffer``. An input's zstd frame without
-    a crc32c is checked with :func:`zstd_check` against ``want`` decoded bytes (where given)."""
+    LZ4 header; returns (offset, length) of the frame in ``buffer``. (A zstd frame without crc32c is
+    checked by the caller, all of a group's at once: :func:`zstd_check_many`.)"""
     if frames.crc32c:
         if size < 4:
             raise FrameError(f"the chunk {label} has {size} bytes, too few for its CRC-32C")
@@ -530,8 +529,6 @@ def payload(frames: Frames, buffer: np.ndarray, offset: int, size: int, label: s
             raise FrameError(f"the chunk {label} has {size} bytes, too few for its header")
         offset += frames.head
         size -= frames.head
-    if want is not None and not frames.crc32c and frames.algorithm == "zstd":
-        zstd_check(buffer, offset, size, want, label)
     return offset, size
 
 
