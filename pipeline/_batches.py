@@ -38,7 +38,7 @@ import numpy as np
 from . import _io_pool, _ops
 from ._buffers import Slot, layout_for, shared
 
-__all__ = ["BatchIO", "PathStats", "input_bytes", "run_batches", "sub_batches"]
+__all__ = ["BatchIO", "PathStats", "input_bytes", "pool_read", "run_batches", "split_reads", "sub_batches"]
 
 
 def input_bytes(source, rhs=None) -> int:
@@ -137,16 +137,42 @@ def _pool_requests(calls) -> list[tuple[int, BaseException]]:
     return failures
 
 
-def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
-    """Both inputs of a batch read by the I/O processes at once; a failed read goes through
-    ``read_error`` (which re-reads here to name the corrupt chunk file)."""
-    jobs = [(io.source, io.where["a"], slot.a)] + ([] if slot.b is None else [(io.rhs, io.where["b"], slot.b)])
-    failures = _pool_requests([lambda w=where, o=out: io.pool.read(*w, start, stop, o) for _, where, out in jobs])
+def split_reads(array, start: int, stop: int, parts: int) -> list[tuple[int, int]]:
+    """Matrices ``[start, stop)`` of ``array`` as at most ``parts`` ranges of about as many of its
+    stored chunks each (cut only where one chunk ends, so that no chunk is decoded twice): one read
+    request per range, so that one batch's reads spread over the I/O processes instead of queueing
+    in one of them."""
+    chunks = getattr(array, "chunks", None)
+    step = int(chunks[0]) if chunks else stop - start
+    cuts = list(range((start // step + 1) * step, stop, step)) if step > 0 else []
+    parts = max(1, min(int(parts), len(cuts) + 1))
+    bounds = [start] + [cuts[(2 * i * (len(cuts) + 1) + parts) // (2 * parts) - 1] for i in range(1, parts)] + [stop]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def pool_read(io: BatchIO, jobs: list, start: int, stop: int) -> None:
+    """Read matrices ``[start, stop)`` of each ``(array, (store, path), out)`` of ``jobs`` through the
+    I/O processes, every input cut by :func:`split_reads` over the pool's processes, all requests at
+    once; a failed read goes through ``read_error`` (which re-reads here to name the corrupt chunk
+    file)."""
+    parts = getattr(io.pool, "processes", 1)
+    calls, owners = [], []
+    for array, where, out in jobs:
+        for lo, hi in split_reads(array, start, stop, parts):
+            calls.append(lambda w=where, o=out[lo - start:hi - start], lo=lo, hi=hi: io.pool.read(*w, lo, hi, o))
+            owners.append(array)
+    failures = _pool_requests(calls)
     if failures:
         index, exc = failures[0]
         if io.read_error is not None and not isinstance(exc, _io_pool.IOProcessError):
-            io.read_error(jobs[index][0], start, stop, exc)
+            io.read_error(owners[index], start, stop, exc)
         raise exc
+
+
+def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
+    """Both inputs of a batch read by the I/O processes at once (:func:`pool_read`)."""
+    pool_read(io, [(io.source, io.where["a"], slot.a)] + ([] if slot.b is None else [(io.rhs, io.where["b"], slot.b)]),
+              start, stop)
 
 
 def _pool_write(io: BatchIO, start: int, stop: int, slot: Slot) -> None:

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 
 from . import _ops
-from ._batches import BatchIO, PathStats, _pool_requests, _read_into, input_bytes
+from ._batches import BatchIO, PathStats, _read_into, input_bytes, pool_read
 from ._buffers import Layout, shared
 
 __all__ = ["DeviceIO", "run_device_batches"]
@@ -130,11 +130,7 @@ def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity
             return value, None
     buffer = slots[parity].a[:stop - start] if name == "a" else slots[parity].b[:stop - start]
     if io.pool is not None and io.where and shared(slots[parity]):
-        failures = _pool_requests([lambda: io.pool.read(*io.where[name], start, stop, buffer)])
-        if failures:
-            if io.read_error is not None:
-                io.read_error(array, start, stop, failures[0][1])
-            raise failures[0][1]
+        pool_read(io, [(array, io.where[name], buffer)], start, stop)
     else:
         _read_into(array, start, stop, buffer, io.read_error)
     with cupy.cuda.Device(engine.device), lane.read_stream:

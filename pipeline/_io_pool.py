@@ -357,6 +357,10 @@ class EnginePool:
     def __init__(self, pool: IOPool, engine: str):
         self.pool, self.engine = pool, engine
 
+    @property
+    def processes(self) -> int:
+        return self.pool.processes
+
     def read(self, store: str, array: str, start: int, stop: int, out: np.ndarray):
         return self.pool.read(store, array, start, stop, out, self.engine)
 

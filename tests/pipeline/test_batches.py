@@ -17,7 +17,7 @@ from batchlu import kernels
 from batchlu.testing.matrices import generate, rhs as make_rhs
 from batchlu.testing.ratios import THRESHOLD, get01, get02, get03, slogdet_ratios
 from batchlu.pipeline import _buffers, _engines
-from batchlu.pipeline._batches import BatchIO, run_batches, sub_batches
+from batchlu.pipeline._batches import BatchIO, run_batches, split_reads, sub_batches
 from batchlu.pipeline._engines import HostEngine
 from batchlu.pipeline._ops import output_specs
 from batchlu.pipeline._plan import Plan
@@ -256,6 +256,51 @@ def test_sub_batches_whole_chunks_and_at_least_two():
     got = sub_batches(big, 0, 250)
     assert got[0] == (0, 4) and got[-1] == (248, 250) and len(got) == 63
     assert all(b0 < b1 for b0, b1 in got) and [g[1] for g in got[:-1]] == [g[0] for g in got[1:]]
+
+
+class _Chunked:
+    def __init__(self, chunk):
+        self.chunks = (chunk, 4, 4)
+
+
+@pytest.mark.parametrize("start,stop,chunk,parts", [(0, 100, 10, 8), (3, 97, 10, 4), (0, 10, 10, 8), (5, 9, 10, 3),
+                                                    (0, 7, 1, 7), (0, 7, 1, 20), (11, 250, 16, 8), (0, 33, 4, 1)])
+def test_split_reads_cuts_only_at_chunk_ends(start, stop, chunk, parts):
+    got = split_reads(_Chunked(chunk), start, stop, parts)
+    assert got[0][0] == start and got[-1][1] == stop
+    assert [g[1] for g in got[:-1]] == [g[0] for g in got[1:]] and all(lo < hi for lo, hi in got)
+    assert all(hi % chunk == 0 for _, hi in got[:-1])                 # no stored chunk read by two requests
+    chunks = len(range(start // chunk, -(-stop // chunk)))
+    assert len(got) == min(parts, chunks)                             # as many requests as it can send
+    sizes = [len(range(lo // chunk, -(-hi // chunk))) for lo, hi in got]
+    assert max(sizes) - min(sizes) <= 1                               # about as many chunks each
+
+
+def test_pool_read_spreads_a_batch_over_the_processes(tmp_path):
+    """One batch, read through a pool of 3 processes: 3 requests, each into its own part of the slot."""
+    from concurrent.futures import Future
+
+    from batchlu.pipeline._batches import pool_read
+
+    a = generate("random", 4, "float64", seed=27, start=0, stop=40)
+    src = zarr.create_array(str(tmp_path / "a.zarr"), shape=a.shape, chunks=(5, 4, 4), dtype=a.dtype)
+    src[...] = a
+
+    class Pool:
+        processes = 3
+        calls = []
+
+        def read(self, store, path, lo, hi, out):
+            self.calls.append((lo, hi))
+            out[...] = src[lo:hi]
+            done = Future()
+            done.set_result(None)
+            return done
+
+    out = np.full((32, 4, 4), np.nan)
+    pool_read(BatchIO(src, None, {}, pool=Pool()), [(src, ("a.zarr", ""), out)], 3, 35)
+    assert Pool.calls == [(3, 10), (10, 25), (25, 35)]   # 7 chunks touched: 2, 3, 2
+    assert out.tobytes() == a[3:35].tobytes()
 
 
 def test_module_imports_without_cupy():
