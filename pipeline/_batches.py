@@ -38,7 +38,7 @@ import numpy as np
 from . import _io_pool, _ops
 from ._buffers import Slot, layout_for, shared
 
-__all__ = ["BatchIO", "PathStats", "input_bytes", "pool_read", "run_batches", "split_reads", "sub_batches"]
+__all__ = ["BatchIO", "PathStats", "input_bytes", "pool_read", "pool_write", "run_batches", "split_requests", "sub_batches"]
 
 
 def input_bytes(source, rhs=None) -> int:
@@ -137,13 +137,13 @@ def _pool_requests(calls) -> list[tuple[int, BaseException]]:
     return failures
 
 
-def split_reads(array, start: int, stop: int, parts: int) -> list[tuple[int, int]]:
+def split_requests(array, start: int, stop: int, parts: int, writing: bool = False) -> list[tuple[int, int]]:
     """Matrices ``[start, stop)`` of ``array`` as at most ``parts`` ranges of about as many of its
-    stored chunks each (cut only where one chunk ends, so that no chunk is decoded twice): one read
-    request per range, so that one batch's reads spread over the I/O processes instead of queueing
-    in one of them."""
-    chunks = getattr(array, "chunks", None)
-    step = int(chunks[0]) if chunks else stop - start
+    stored objects each, cut only where one ends (a chunk; for ``writing``, a shard), so that no two
+    requests decode, or write, the same object: one request per range, so that a batch's reads and
+    writes spread over the I/O processes instead of queueing in one of them."""
+    unit = (getattr(array, "shards", None) if writing else None) or getattr(array, "chunks", None)
+    step = int(unit[0]) if unit else stop - start
     cuts = list(range((start // step + 1) * step, stop, step)) if step > 0 else []
     parts = max(1, min(int(parts), len(cuts) + 1))
     bounds = [start] + [cuts[(2 * i * (len(cuts) + 1) + parts) // (2 * parts) - 1] for i in range(1, parts)] + [stop]
@@ -152,13 +152,13 @@ def split_reads(array, start: int, stop: int, parts: int) -> list[tuple[int, int
 
 def pool_read(io: BatchIO, jobs: list, start: int, stop: int) -> None:
     """Read matrices ``[start, stop)`` of each ``(array, (store, path), out)`` of ``jobs`` through the
-    I/O processes, every input cut by :func:`split_reads` over the pool's processes, all requests at
-    once; a failed read goes through ``read_error`` (which re-reads here to name the corrupt chunk
+    I/O processes, every input cut by :func:`split_requests` over the pool's processes, all requests
+    at once; a failed read goes through ``read_error`` (which re-reads here to name the corrupt chunk
     file)."""
     parts = getattr(io.pool, "processes", 1)
     calls, owners = [], []
     for array, where, out in jobs:
-        for lo, hi in split_reads(array, start, stop, parts):
+        for lo, hi in split_requests(array, start, stop, parts):
             calls.append(lambda w=where, o=out[lo - start:hi - start], lo=lo, hi=hi: io.pool.read(*w, lo, hi, o))
             owners.append(array)
     failures = _pool_requests(calls)
@@ -175,11 +175,20 @@ def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
               start, stop)
 
 
-def _pool_write(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
-    failures = _pool_requests([lambda w=io.where[name], o=out: io.pool.write(*w, start, stop, o)
-                               for name, out in slot.outs.items()])
+def pool_write(io: BatchIO, names: list[str], start: int, stop: int, values: dict) -> None:
+    """Write matrices ``[start, stop)`` of the outputs ``names`` from ``values`` through the I/O
+    processes, each cut by :func:`split_requests` (at shard ends) over the pool's processes, all
+    requests at once."""
+    parts = getattr(io.pool, "processes", 1)
+    failures = _pool_requests([
+        lambda w=io.where[name], o=values[name][lo - start:hi - start], lo=lo, hi=hi: io.pool.write(*w, lo, hi, o)
+        for name in names for lo, hi in split_requests(io.outputs[name], start, stop, parts, writing=True)])
     if failures:
         raise failures[0][1]
+
+
+def _pool_write(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
+    pool_write(io, list(slot.outs), start, stop, slot.outs)
 
 
 def _compute(engine, op: str, slot: Slot, piece: int, stats: PathStats) -> int:

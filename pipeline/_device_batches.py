@@ -34,8 +34,9 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 
 from . import _ops
-from ._batches import BatchIO, PathStats, _read_into, input_bytes, pool_read
+from ._batches import BatchIO, PathStats, _read_into, input_bytes, pool_read, pool_write
 from ._buffers import Layout, shared
+from ._io_pool import locate
 
 __all__ = ["DeviceIO", "run_device_batches"]
 
@@ -71,20 +72,40 @@ def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, 
 
 def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay: float) -> None:
     io = dio.io
-    host_inputs = [name for name in ("a", "b") if _array(io, name) is not None and dio.stored.get(name) is None]
-    layout = Layout(a=(tuple(io.source.shape[1:]), np.dtype(io.source.dtype)),
-                    b=None if io.rhs is None else (tuple(io.rhs.shape[1:]), np.dtype(io.rhs.dtype)), outs=())
     per = input_bytes(io.source, io.rhs)
     groups = group_batches(batches, per, dio.group_bytes)
-    if host_inputs:
-        # slots of one size for every task (a group's most matrices, in whole chunks): the pool keeps
-        # reusing them, where a size per task would register and free pinned memory per task
-        fit = max(dio.chunk, dio.group_bytes // max(1, per) // dio.chunk * dio.chunk)
-        largest = max(fit, max(g[-1][1] - g[0][0] for g in groups))
-        with engine.pool.borrow(layout, largest) as slots:
-            _run(engine, op, dio, lane, groups, stats, delay, slots)
-    else:
+    host_outputs = [name for name in io.outputs if dio.stored.get(name) is None]
+    slotted = [name for name in ("a", "b") if _array(io, name) is not None
+               and (dio.stored.get(name) is None or _hybrid(dio, name))]
+    if not (slotted or host_outputs):
         _run(engine, op, dio, lane, groups, stats, delay, None)
+        return
+
+    def buffer(name):   # an input the device decodes alone needs no host buffer
+        array = _array(io, name)
+        return (tuple(array.shape[1:]) if name in slotted else (0,), np.dtype(array.dtype))
+
+    layout = Layout(a=buffer("a"), b=None if "b" not in slotted else buffer("b"),
+                    outs=tuple((name, tuple(io.outputs[name].shape[1:]), np.dtype(io.outputs[name].dtype))
+                               for name in host_outputs))
+    # slots of one size for every task (a group's most matrices, in whole chunks): the pool keeps
+    # reusing them, where a size per task would register and free pinned memory per task
+    fit = max(dio.chunk, dio.group_bytes // max(1, per) // dio.chunk * dio.chunk)
+    largest = max(fit, max(g[-1][1] - g[0][0] for g in groups))
+    with engine.pool.borrow(layout, largest) as slots:
+        _run(engine, op, dio, lane, groups, stats, delay, slots)
+
+
+def _hybrid(dio: DeviceIO, name: str) -> bool:
+    """Whether input ``name``'s groups are decoded part on the host, part on the device at once: its
+    frames are large (nvCOMP decodes a frame in one thread block, so a group of a few large
+    compressible frames leaves most of the GPU idle) and the worker has I/O processes to decode the
+    rest."""
+    from ._codecs import AUTO_FRAME_BYTES
+
+    stored = dio.stored.get(name)
+    return (stored is not None and not stored.sharded and dio.io.pool is not None and bool(dio.io.where)
+            and name in dio.io.where and stored.inner * stored.matrix_bytes > AUTO_FRAME_BYTES)
 
 
 def group_batches(batches: list[tuple[int, int]], matrix_bytes: int, limit: int) -> list[list[tuple[int, int]]]:
@@ -104,40 +125,119 @@ def _array(io: BatchIO, name: str):
     return io.source if name == "a" else io.rhs if name == "b" else io.outputs[name]
 
 
-def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int, slots):
-    """Input ``name`` of matrices ``[start, stop)`` on the device, and the gaps the GPU decode found
-    (:meth:`batchlu.pipeline._gpu_codecs.Lane.decode`; None where the host read it: the store is
-    asked then)."""
+def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int, slot):
+    """Input ``name`` of matrices ``[start, stop)`` on the device (a CuPy array, its copies done), and
+    the gaps found on the way (:class:`batchlu.pipeline._missing.Gap`: by the GPU decode from the
+    reads it planned, by the store before a host read), or None where the host read it all (the
+    caller asks the store then, before the read)."""
+    stored = dio.stored.get(name)
+    if stored is None:
+        return _to_device(engine, lane, _host_read(dio, name, start, stop, slot)), None
+    if slot is None or not _hybrid(dio, name) or not shared(slot):
+        return _device_read(engine, dio, lane, name, start, stop, parity)
+    return _hybrid_read(engine, dio, lane, name, start, stop, parity, slot)
+
+
+def _host_read(dio: DeviceIO, name: str, start: int, stop: int, slot) -> np.ndarray:
+    """Matrices ``[start, stop)`` decoded on the host into ``slot``'s buffer: by the I/O processes
+    (:func:`batchlu.pipeline._batches.pool_read`), else by zarr in this process."""
+    io = dio.io
+    array = _array(io, name)
+    buffer = (slot.a if name == "a" else slot.b)[:stop - start]
+    if io.pool is not None and io.where and shared(slot):
+        pool_read(io, [(array, io.where[name], buffer)], start, stop)
+    else:
+        _read_into(array, start, stop, buffer, io.read_error)
+    return buffer
+
+
+def _to_device(engine, lane, host: np.ndarray, out=None):
+    """``host`` (page-locked) copied to the device on the lane's read stream (into ``out`` if given)."""
     import cupy
 
+    with cupy.cuda.Device(engine.device), lane.read_stream:
+        value = cupy.empty(host.shape, host.dtype) if out is None else out
+        value.set(host, stream=lane.read_stream)
+    lane.read_stream.synchronize()
+    return value
+
+
+def _device_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int):
+    """Matrices ``[start, stop)`` decoded on the device (:meth:`batchlu.pipeline._gpu_codecs.Lane.decode`)
+    and the gaps it found; frames that fail are read through zarr instead, or stop the run naming
+    the chunk."""
     from ._gpu_codecs import FrameError
 
     io = dio.io
     array = _array(io, name)
-    stored = dio.stored.get(name)
-    if stored is not None:
-        try:
-            return lane.decode(stored, start, stop, parity)
-        except FrameError as exc:
-            logger.warning("batchlu: GPU decode of matrices %d:%d failed (%s); reading them through zarr",
-                           start, stop, exc)
-            if io.read_error is not None:
-                io.read_error(array, start, stop, exc)   # raises CorruptInputError naming the file
-            host = np.asarray(array[start:stop])     # zarr reads it: use zarr's values
-            with cupy.cuda.Device(engine.device), lane.read_stream:
-                value = cupy.asarray(host)
-            lane.read_stream.synchronize()
-            return value, None
-    buffer = slots[parity].a[:stop - start] if name == "a" else slots[parity].b[:stop - start]
-    if io.pool is not None and io.where and shared(slots[parity]):
-        pool_read(io, [(array, io.where[name], buffer)], start, stop)
-    else:
-        _read_into(array, start, stop, buffer, io.read_error)
+    try:
+        return lane.decode(dio.stored[name], start, stop, parity)
+    except FrameError as exc:
+        logger.warning("batchlu: GPU decode of matrices %d:%d failed (%s); reading them through zarr",
+                       start, stop, exc)
+        if io.read_error is not None:
+            io.read_error(array, start, stop, exc)   # raises CorruptInputError naming the file
+        # zarr reads it: use zarr's values, and ask the store for the gaps (None)
+        return _to_device(engine, lane, np.ascontiguousarray(array[start:stop])), None
+
+
+def _hybrid_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int, slot):
+    """Matrices ``[start, stop)`` of an input of large frames, decoded at once on the host (the I/O
+    processes, the first chunks) and on the device (nvCOMP, the rest), split by the rates the lane
+    measured on earlier groups (``lane.shares``): each part takes about as long as the other."""
+    import cupy
+
+    from . import _missing
+
+    io = dio.io
+    array = _array(io, name)
+    unit = dio.stored[name].unit
+    chunks = -(-stop // unit) - start // unit
+    share = lane.shares.get(name, 0.5)
+    host_chunks = min(chunks - 1, max(1, round(share * chunks))) if chunks > 1 else 0
+    mid = min(stop, (start // unit + host_chunks) * unit) if host_chunks else start
+    if mid == start:
+        return _device_read(engine, dio, lane, name, start, stop, parity)
+    # the store is asked about the host's chunks before they are read (a missing chunk would be read
+    # as the fill value); the device's reads find their own gaps
+    host_gaps = _missing.find(array, start, mid) if io.missing is not None else []
+    done = {}
+
+    def host_part():
+        t = time.perf_counter()
+        buffer = _host_read(dio, name, start, mid, slot)
+        done["s"] = time.perf_counter() - t
+        return buffer
+
+    future = _hybrid_pool().submit(host_part)
+    try:
+        t = time.perf_counter()
+        tail, gaps = _device_read(engine, dio, lane, name, mid, stop, parity)
+        device_s = time.perf_counter() - t
+    finally:
+        host = future.result()
     with cupy.cuda.Device(engine.device), lane.read_stream:
-        value = cupy.empty(buffer.shape, buffer.dtype)
-        value.set(buffer, stream=lane.read_stream)
-    lane.read_stream.synchronize()
-    return value, None
+        value = cupy.empty((stop - start,) + tuple(tail.shape[1:]), tail.dtype)
+        value[mid - start:] = tail
+    _to_device(engine, lane, host, value[:mid - start])
+    # rates (matrices per second) of this group's two parts, and the share that evens their times
+    host_rate, device_rate = (mid - start) / max(done["s"], 1e-6), (stop - mid) / max(device_s, 1e-6)
+    lane.shares[name] = 0.5 * share + 0.5 * host_rate / (host_rate + device_rate)
+    return value, None if gaps is None else host_gaps + gaps
+
+
+_HYBRID: list = []
+_HYBRID_LOCK = threading.Lock()
+
+
+def _hybrid_pool() -> ThreadPoolExecutor:
+    """Threads that wait on the I/O processes' share of a hybrid read (one per lane)."""
+    from ._gpu_codecs import LANES
+
+    with _HYBRID_LOCK:
+        if not _HYBRID:
+            _HYBRID.append(ThreadPoolExecutor(LANES, thread_name_prefix="batchlu-hybrid"))
+        return _HYBRID[0]
 
 
 def _digests(chunk: int, start: int, stop: int, a, b) -> np.ndarray:
@@ -175,8 +275,9 @@ def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
         t = time.perf_counter()
         # the store is asked before a host read; the GPU decode finds the gaps itself as it reads
         gaps = io.missing(start, stop) if io.missing is not None and host_inputs else None
-        a, found_a = _input(engine, dio, lane, "a", start, stop, index % 2, slots)
-        b, found_b = (None, None) if io.rhs is None else _input(engine, dio, lane, "b", start, stop, index % 2, slots)
+        slot = None if slots is None else slots[index % 2]
+        a, found_a = _input(engine, dio, lane, "a", start, stop, index % 2, slot)
+        b, found_b = (None, None) if io.rhs is None else _input(engine, dio, lane, "b", start, stop, index % 2, slot)
         if io.missing is not None and not host_inputs:
             gaps = io.missing(start, stop, {"a": found_a, "b": found_b})
         with cupy.cuda.Device(engine.device), lane.read_stream:
@@ -207,24 +308,29 @@ def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
     def write(index: int, outs: dict) -> None:
         """Encode group ``index``'s outputs and start writing their files; then wait for the previous
         group's files and record it complete (the I/O threads write one group while the GPU encodes
-        the next)."""
+        the next). An output whose codec runs on the host is copied back into the slot and written
+        by the I/O processes (or zarr here) in the background the same way."""
         start, stop = groups[index][0][0], groups[index][-1][1]
         t = time.perf_counter()
         coded = [(dio.stored[name], value) for name, value in outs.items() if dio.stored.get(name) is not None]
         futures = lane.encode(coded, start, index % 2) if coded else []
+        host = [name for name in outs if dio.stored.get(name) is None]
+        if host:
+            values = {name: slots[index % 2].outs[name][:stop - start] for name in host}
+            with cupy.cuda.Device(engine.device), lane.write_stream:
+                for name in host:
+                    outs[name].get(stream=lane.write_stream, out=values[name])
+            lane.write_stream.synchronize()
+            futures.append(host_writer.submit(_host_write, io, host, start, stop, values))
         files.append((start, stop, futures))
-        for name, value in outs.items():
-            if dio.stored.get(name) is None:
-                with cupy.cuda.Device(engine.device), lane.write_stream:
-                    host = cupy.asnumpy(value, stream=lane.write_stream)
-                io.outputs[name][start:stop] = host
         settle(1)
         with lock:
             stats.write_s += time.perf_counter() - t
             stats.bytes_out += sum(v.nbytes for v in outs.values())
 
     with ThreadPoolExecutor(1, thread_name_prefix="batchlu-read") as reader, \
-            ThreadPoolExecutor(1, thread_name_prefix="batchlu-write") as writer:
+            ThreadPoolExecutor(1, thread_name_prefix="batchlu-write") as writer, \
+            ThreadPoolExecutor(1, thread_name_prefix="batchlu-host-write") as host_writer:
         pending = reader.submit(read, 0)
         writes: deque = deque()
         try:
@@ -259,6 +365,16 @@ def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
                 future.cancel()
             for _, _, futures in files:   # a failed task: let the files in flight finish, record none
                 wait(futures)
+
+
+def _host_write(io: BatchIO, names: list[str], start: int, stop: int, values: dict) -> None:
+    """Outputs ``names`` of matrices ``[start, stop)`` written from ``values`` (in the slot): by the I/O
+    processes, else through zarr here."""
+    if io.pool is not None and io.where and all(locate(v) is not None for v in values.values()):
+        pool_write(io, names, start, stop, values)
+    else:
+        for name in names:
+            io.outputs[name][start:stop] = values[name]
 
 
 def _mark_missing_device(outs: dict, gaps) -> None:

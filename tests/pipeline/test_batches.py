@@ -17,7 +17,7 @@ from batchlu import kernels
 from batchlu.testing.matrices import generate, rhs as make_rhs
 from batchlu.testing.ratios import THRESHOLD, get01, get02, get03, slogdet_ratios
 from batchlu.pipeline import _buffers, _engines
-from batchlu.pipeline._batches import BatchIO, run_batches, split_reads, sub_batches
+from batchlu.pipeline._batches import BatchIO, run_batches, split_requests, sub_batches
 from batchlu.pipeline._engines import HostEngine
 from batchlu.pipeline._ops import output_specs
 from batchlu.pipeline._plan import Plan
@@ -265,8 +265,8 @@ class _Chunked:
 
 @pytest.mark.parametrize("start,stop,chunk,parts", [(0, 100, 10, 8), (3, 97, 10, 4), (0, 10, 10, 8), (5, 9, 10, 3),
                                                     (0, 7, 1, 7), (0, 7, 1, 20), (11, 250, 16, 8), (0, 33, 4, 1)])
-def test_split_reads_cuts_only_at_chunk_ends(start, stop, chunk, parts):
-    got = split_reads(_Chunked(chunk), start, stop, parts)
+def test_split_requests_cuts_only_at_chunk_ends(start, stop, chunk, parts):
+    got = split_requests(_Chunked(chunk), start, stop, parts)
     assert got[0][0] == start and got[-1][1] == stop
     assert [g[1] for g in got[:-1]] == [g[0] for g in got[1:]] and all(lo < hi for lo, hi in got)
     assert all(hi % chunk == 0 for _, hi in got[:-1])                 # no stored chunk read by two requests
