@@ -150,12 +150,11 @@ def split_requests(array, start: int, stop: int, parts: int, writing: bool = Fal
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def pool_read(io: BatchIO, jobs: list, start: int, stop: int) -> None:
+def pool_read(io: BatchIO, jobs: list, start: int, stop: int, parts: int = 1) -> None:
     """Read matrices ``[start, stop)`` of each ``(array, (store, path), out)`` of ``jobs`` through the
-    I/O processes, every input cut by :func:`split_requests` over the pool's processes, all requests
-    at once; a failed read goes through ``read_error`` (which re-reads here to name the corrupt chunk
+    I/O processes, each input cut by :func:`split_requests` into ``parts`` requests, all sent at
+    once; a failed read goes through ``read_error`` (which re-reads here to name the corrupt chunk
     file)."""
-    parts = getattr(io.pool, "processes", 1)
     calls, owners = [], []
     for array, where, out in jobs:
         for lo, hi in split_requests(array, start, stop, parts):
@@ -170,16 +169,16 @@ def pool_read(io: BatchIO, jobs: list, start: int, stop: int) -> None:
 
 
 def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
-    """Both inputs of a batch read by the I/O processes at once (:func:`pool_read`)."""
+    """Both inputs of a batch read by the I/O processes at once (:func:`pool_read`), a request each:
+    the worker's many tasks in flight keep the processes busy."""
     pool_read(io, [(io.source, io.where["a"], slot.a)] + ([] if slot.b is None else [(io.rhs, io.where["b"], slot.b)]),
               start, stop)
 
 
-def pool_write(io: BatchIO, names: list[str], start: int, stop: int, values: dict) -> None:
+def pool_write(io: BatchIO, names: list[str], start: int, stop: int, values: dict, parts: int = 1) -> None:
     """Write matrices ``[start, stop)`` of the outputs ``names`` from ``values`` through the I/O
-    processes, each cut by :func:`split_requests` (at shard ends) over the pool's processes, all
-    requests at once."""
-    parts = getattr(io.pool, "processes", 1)
+    processes, each cut by :func:`split_requests` (at shard ends) into ``parts`` requests, all sent
+    at once."""
     failures = _pool_requests([
         lambda w=io.where[name], o=values[name][lo - start:hi - start], lo=lo, hi=hi: io.pool.write(*w, lo, hi, o)
         for name in names for lo, hi in split_requests(io.outputs[name], start, stop, parts, writing=True)])

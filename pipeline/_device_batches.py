@@ -13,8 +13,16 @@ the next instead of host slots, over groups of consecutive batches of up to
 group's many chunks keeps the GPU busy where one chunk's frames (one 32 MiB frame, say) would not.
 The kernels still run once per batch (one output chunk), as on the host path, so a chunk's results
 never depend on which group it was computed in. An input whose codec the client sent to the host
-(:mod:`batchlu.pipeline._codecs`) is read as there (I/O processes into a pinned slot) and copied to
-the device; an output sent to the host is copied back and written through zarr.
+(:mod:`batchlu.pipeline._codecs`) is read as there (the I/O processes decode the group's chunks into
+a pinned slot, a request per process) and copied to the device; an output sent to the host is copied
+back into the slot and written by the I/O processes while the next group computes.
+
+An input of large frames (chunks over ``AUTO_FRAME_BYTES``) with I/O processes at hand is decoded
+in both places at once: the I/O processes decode a group's first chunks while nvCOMP decodes the
+rest, split so that both take about as long (:func:`_hybrid_read`). nvCOMP decodes one frame per
+thread block, so a few large compressible frames keep only a few of the GPU's multiprocessors busy;
+where the GPU turns out slower over its part than the host over the whole group, the host takes the
+array's groups from then on.
 
 A batch whose frames fail (a CRC-32C, a size, nvCOMP itself) is read again through zarr on the host:
 a chunk zarr cannot read either stops the run with the error that names its file; one zarr reads is
@@ -145,7 +153,7 @@ def _host_read(dio: DeviceIO, name: str, start: int, stop: int, slot) -> np.ndar
     array = _array(io, name)
     buffer = (slot.a if name == "a" else slot.b)[:stop - start]
     if io.pool is not None and io.where and shared(slot):
-        pool_read(io, [(array, io.where[name], buffer)], start, stop)
+        pool_read(io, [(array, io.where[name], buffer)], start, stop, io.pool.processes)
     else:
         _read_into(array, start, stop, buffer, io.read_error)
     return buffer
@@ -184,23 +192,29 @@ def _device_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, 
 def _hybrid_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int, slot):
     """Matrices ``[start, stop)`` of an input of large frames, decoded at once on the host (the I/O
     processes, the first chunks) and on the device (nvCOMP, the rest), split by the rates the lane
-    measured on earlier groups (``lane.shares``): each part takes about as long as the other."""
+    measured on the array's earlier groups (``lane.shares``) so that each part takes about as long.
+    nvCOMP decodes a frame in one thread block, so a large compressible frame takes as long on the
+    device however few it is given: where the device took longer over its part than the host would
+    have taken over the whole group, the lane's later groups of the array are all decoded on the host."""
     import cupy
 
     from . import _missing
 
     io = dio.io
     array = _array(io, name)
+    key = dio.stored[name].root
     unit = dio.stored[name].unit
     chunks = -(-stop // unit) - start // unit
-    share = lane.shares.get(name, 0.5)
-    host_chunks = min(chunks - 1, max(1, round(share * chunks))) if chunks > 1 else 0
-    mid = min(stop, (start // unit + host_chunks) * unit) if host_chunks else start
+    share = lane.shares.get(key, 0.5)
+    host_chunks = chunks if share >= 1 else min(chunks - 1, max(1, round(share * chunks)))
+    mid = min(stop, (start // unit + host_chunks) * unit)
     if mid == start:
         return _device_read(engine, dio, lane, name, start, stop, parity)
     # the store is asked about the host's chunks before they are read (a missing chunk would be read
     # as the fill value); the device's reads find their own gaps
     host_gaps = _missing.find(array, start, mid) if io.missing is not None else []
+    if mid == stop:
+        return _to_device(engine, lane, _host_read(dio, name, start, stop, slot)), host_gaps
     done = {}
 
     def host_part():
@@ -220,9 +234,12 @@ def _hybrid_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, 
         value = cupy.empty((stop - start,) + tuple(tail.shape[1:]), tail.dtype)
         value[mid - start:] = tail
     _to_device(engine, lane, host, value[:mid - start])
-    # rates (matrices per second) of this group's two parts, and the share that evens their times
-    host_rate, device_rate = (mid - start) / max(done["s"], 1e-6), (stop - mid) / max(device_s, 1e-6)
-    lane.shares[name] = 0.5 * share + 0.5 * host_rate / (host_rate + device_rate)
+    host_s = max(done["s"], 1e-6)
+    if device_s >= host_s * chunks / host_chunks:
+        lane.shares[key] = 1.0
+    else:   # matrices per second of each part
+        host_rate, device_rate = (mid - start) / host_s, (stop - mid) / max(device_s, 1e-6)
+        lane.shares[key] = 0.5 * share + 0.5 * host_rate / (host_rate + device_rate)
     return value, None if gaps is None else host_gaps + gaps
 
 
@@ -371,7 +388,7 @@ def _host_write(io: BatchIO, names: list[str], start: int, stop: int, values: di
     """Outputs ``names`` of matrices ``[start, stop)`` written from ``values`` (in the slot): by the I/O
     processes, else through zarr here."""
     if io.pool is not None and io.where and all(locate(v) is not None for v in values.values()):
-        pool_write(io, names, start, stop, values)
+        pool_write(io, names, start, stop, values, io.pool.processes)
     else:
         for name in names:
             io.outputs[name][start:stop] = values[name]

@@ -298,7 +298,7 @@ def test_pool_read_spreads_a_batch_over_the_processes(tmp_path):
             return done
 
     out = np.full((32, 4, 4), np.nan)
-    pool_read(BatchIO(src, None, {}, pool=Pool()), [(src, ("a.zarr", ""), out)], 3, 35)
+    pool_read(BatchIO(src, None, {}, pool=Pool()), [(src, ("a.zarr", ""), out)], 3, 35, Pool.processes)
     assert Pool.calls == [(3, 10), (10, 25), (25, 35)]   # 7 chunks touched: 2, 3, 2
     assert out.tobytes() == a[3:35].tobytes()
 
