@@ -96,8 +96,8 @@ def test_a_garbage_scheduler_file_is_one_line(invoke, source, tmp_path, text):
 
 # ------------------------------------------------------------------------------- options checked first
 @pytest.mark.parametrize("extra, words", [
-    (["--output-compressor", "zstd:99"], ["output-compressor", "zstd:99"]),
-    (["--output-compressor", "gzip"], ["output-compressor", "gzip"]),
+    (["--output-codec", "zstd:99"], ["output-codec", "zstd:99"]),
+    (["--output-codec", "gzip"], ["output-codec", "gzip"]),
     (["--config", "connect-timeout=-1"], ["connect-timeout"]),
     (["--config", "max-tasks=0"], ["max-tasks"]),
 ], ids=["zstd-level", "codec", "timeout", "max-tasks"])
@@ -222,12 +222,12 @@ def test_chunk_and_codec_with_resume_are_warned_about(invoke, source, tmp_path, 
     out = tmp_path / "o.zarr"
     run = ("run", source, out, "--op", "lu", "--scheduler", scheduler_address)
     assert invoke(*run, "--chunk", 5).exit_code == 0
-    resumed = invoke(*run, "--resume", "--chunk", 7, "--output-compressor", "none")
+    resumed = invoke(*run, "--resume", "--chunk", 7, "--output-codec", "none")
     assert resumed.exit_code == 0, resumed.output
     warnings = [line for line in resumed.stderr.splitlines() if line.startswith("Warning: ")]
     assert len(warnings) == 2, resumed.stderr
     assert "--chunk" in warnings[0] and "--resume" in warnings[0]
-    assert "--output-compressor" in warnings[1]
+    assert "--output-codec" in warnings[1] and "--resume" in warnings[1]
     assert zarr.open_group(out, mode="r")["lu"].chunks[0] == 5  # kept, as the warning says
     quiet = invoke(*run, "--resume")
     assert quiet.exit_code == 0 and "Warning" not in quiet.stderr
