@@ -8,7 +8,7 @@ normal entries drawn afresh per chunk, in a zstd Zarr v3 array on local disk (``
 and reused). For each GPU count, three pipelines run on a LocalCUDACluster of that many GPUs:
 
 * ``batchlu``   -- ``batchlu.pipeline.run(op="inv", backend="gpu", client=...)``, writing zstd (the default)
-                   and uncompressed (``output-compressor: none``) outputs, for each ``--io-processes``
+                   and uncompressed (``output-codec: none``) outputs, for each ``--io-processes``
                    setting (``0``: Zarr I/O in the worker process; ``auto``: the default, I/O processes
                    per GPU worker, see ``batchlu.io-processes``; or a number);
 * ``dask-cupy`` -- ``da.from_zarr(...).map_blocks(cupy.asarray).map_blocks(cupy.linalg.inv)
@@ -150,7 +150,7 @@ def run_batchlu(client, src, out, budget, codec="zstd", io=("auto", "auto"), cod
 
     backend = "cpu" if DRY_RUN else "gpu"
     report = pipeline.run(str(src), str(out), op="inv", backend=backend, client=client, progress=False,
-                          overwrite=True, config={"memory-budget": budget, "output-compressor": codec,
+                          overwrite=True, config={"memory-budget": budget, "output-codec": codec,
                                                   "io-processes": io[0], "io-threads": io[1],
                                                   "codec-device": codec_device, "output-layout": layout})
     assert report.status == "complete" and report.backends == (backend,), report

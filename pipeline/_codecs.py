@@ -31,7 +31,7 @@ from .errors import FrameError
 
 
 __all__ = ["CODEC_DEVICES", "Choice", "Frames", "OUTPUT_CODECS", "Read", "Stored", "choose", "crc32c",
-           "describe", "output_compressors", "plan_reads", "read_frames", "write_chunks", "write_file"]
+           "describe", "plan_reads", "read_frames", "write_chunks", "write_file", "zarr_compressors"]
 
 CODEC_DEVICES = ("auto", "gpu", "cpu")
 OUTPUT_CODECS = ("zstd", "lz4", "none")
@@ -245,7 +245,7 @@ def choose(array, setting: str, *, gpu: bool, nvcomp: str | None, reading: bool 
 
 
 # --------------------------------------------------------------------------------- output arrays
-def output_compressors(codec: str):
+def zarr_compressors(codec: str):
     """zarr ``compressors=`` for ``batchlu.output-codec``: ``zstd``, ``zstd:LEVEL``, ``lz4`` or ``none``."""
     import zarr
 

@@ -22,6 +22,12 @@ To add a setting, e.g. ``output-layout``:
    output keeps on ``--resume``, ``embedded_only`` marks the embedded cluster's own settings);
 3. README.md's configuration table: one row.
 
+To rename a setting, give its field the new key and flag and keep the old ones as ``old_key`` /
+``old_flag``: the old key is still read (from YAML, the environment, ``dask.config.set``, a
+``config`` mapping, ``--config``; the old field name from keyword arguments), the old flag is a hidden
+alias, each with one ``BatchluWarning`` naming the new name; the old and the new name given with
+different values is a :class:`ConfigError` (see :func:`_renamed`).
+
 ``tests/pipeline/test_config.py`` checks that the YAML and the fields agree and that no default is
 written in Python; ``tests/test_readme.py`` that the README lists every key with its default.
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,7 +46,7 @@ from dask.utils import parse_bytes, parse_timedelta
 
 from ._io_engines import check as _io_engine
 from ._missing import POLICIES as MISSING_CHUNKS
-from .errors import ConfigError
+from .errors import BatchluWarning, ConfigError
 
 _DEFAULTS = pathlib.Path(__file__).with_name("batchlu.yaml")
 with _DEFAULTS.open() as _f:
@@ -318,6 +325,8 @@ class Setting:
     help: str | None = None                  # the flag's help
     fixed_at_creation: str | None = None     # what the output keeps on resume, e.g. "the chunking"
     embedded_only: bool = False              # sets up the embedded cluster only (no use with --scheduler)
+    old_key: str | None = None               # its key before a rename, still read (with a warning)
+    old_flag: str | None = None              # its flag before a rename, a hidden alias (with a warning)
     field: str = ""                          # the Options field, dotted: "cluster.n_workers"
 
     @property
@@ -337,13 +346,59 @@ _ROW = "batchlu-setting"  # the dataclass field metadata entry holding the field
 def setting(key: str, parse: Callable[[Any, str], Any], **row) -> Any:
     """Declare a field of :class:`Options` or :class:`ClusterOptions` as the setting ``batchlu.<key>``:
     its default is the shipped ``batchlu.yaml``'s value for ``key``, through ``parse``; ``row`` holds
-    the rest of its :class:`Setting` (``flag``, ``help``, ``fixed_at_creation``, ``embedded_only``)."""
+    the rest of its :class:`Setting` (``flag``, ``help``, ``fixed_at_creation``, ``embedded_only``,
+    ``old_key``, ``old_flag``)."""
     row = Setting(key, parse, **row)
     found, _ = _lookup(_SHIPPED["batchlu"], key)
     if not found:
         raise ConfigError(f"Expected {_DEFAULTS.name} to ship a default for batchlu.{key}. "
                           f"Got none instead: add it there.")
     return dataclasses.field(default=row.default, metadata={_ROW: row})
+
+
+class _Unset:
+    """A setting not given (None is a value: null)."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_UNSET: Any = _Unset()
+
+
+def _named(key: str, flag: str | None) -> str:
+    return f"batchlu.{key}" + (f" ({flag})" if flag else "")
+
+
+def _old_value(row: Setting, old, new=_UNSET):
+    """The value of ``row``'s setting given under its old name (``row.old_key``) as ``old``, and under
+    its own as ``new`` (_UNSET: not given there): one BatchluWarning that the old name is deprecated;
+    the two names with different values are a ConfigError (raised before any warning: one line)."""
+    old = row.parse(old, row.old_key)
+    if new is not _UNSET and row.parse(new, row.key) != old:
+        raise ConfigError(f"Expected one value for {_named(row.key, row.flag)}, given under its old name "
+                          f"{_named(row.old_key, row.old_flag)} too. Got {row.key} {row.parse(new, row.key)!r} "
+                          f"and {row.old_key} {old!r} instead: give batchlu.{row.key} only.")
+    warnings.warn(f"{_named(row.old_key, row.old_flag)} is deprecated: use {_named(row.key, row.flag)}, "
+                  f"which takes the same values.", BatchluWarning, stacklevel=3)
+    return old
+
+
+def _renamed(values: Mapping[str, Any], *, fields: bool = False) -> dict[str, Any]:
+    """``values`` (``batchlu`` keys, or with ``fields`` :class:`Options` fields; dashes or underscores)
+    with each setting's old name replaced by its own, through :func:`_old_value`."""
+    out = dict(values)
+    for row in SETTINGS:
+        if row.old_key is None:
+            continue
+        olds = [name for name in out if name.replace("_", "-") == row.old_key]
+        if not olds:
+            continue
+        old = [out.pop(name) for name in olds][-1]
+        news = [name for name in out if name.replace("_", "-") == row.key]
+        name = news[0] if news else row.field if fields else row.key
+        out[name] = _old_value(row, old, out[name] if news else _UNSET)
+    return out
 
 
 def _parse_fields(obj) -> None:
@@ -416,11 +471,12 @@ class Options:
         "performance-report", NewFile(),
         flag="--report", help="Save Dask's performance report of the run to this HTML file (its folder "
                               "must exist).")
-    output_compressor: str = setting(
-        "output-compressor", Compressor(), fixed_at_creation="the codec",
-        flag="--output-compressor", help="Codec of the output arrays: zstd (default), zstd:LEVEL (LEVEL up "
-                                         "to 22), lz4 or none (fastest). Fixed when OUT is created: --resume "
-                                         "keeps OUT's.")
+    output_codec: str = setting(
+        "output-codec", Compressor(), fixed_at_creation="the codec",
+        flag="--output-codec", help="Codec of the output arrays: zstd (default), zstd:LEVEL (LEVEL up "
+                                    "to 22), lz4 or none (fastest). Fixed when OUT is created: --resume "
+                                    "keeps OUT's.",
+        old_key="output-compressor", old_flag="--output-compressor")
     codec_device: str = setting(
         "codec-device", OneOf(CODEC_DEVICES),
         flag="--codec-device", help="GPU runs: where Zarr chunks are decoded and encoded. auto (default): on "
@@ -450,18 +506,24 @@ class Options:
     sparse_refine: int = setting("sparse.refine", Integer(minimum=0))
     sparse_pivot_tol: float | None = setting("sparse.pivot-tol", NonNegative(optional=True))  # None: sqrt(eps)
     sparse_perturb: bool = setting("sparse.perturb", Boolean())
+    # output_codec's name before its rename, still taken (with a warning): Options(output_compressor="lz4")
+    output_compressor: dataclasses.InitVar[Any] = _UNSET
 
-    def __post_init__(self):
+    def __post_init__(self, output_compressor):
         if not isinstance(self.cluster, ClusterOptions):
             raise ConfigError(f"Expected cluster to be a ClusterOptions. Got {self.cluster!r} instead.")
         _parse_fields(self)
+        if output_compressor is not _UNSET:   # output_codec at its default counts as not given
+            row = self.__dataclass_fields__["output_codec"].metadata[_ROW]
+            given = _UNSET if self.output_codec == row.default else self.output_codec
+            object.__setattr__(self, "output_codec", _old_value(row, output_compressor, given))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict, recorded in the output's provenance."""
         return dataclasses.asdict(self)
 
     def replace(self, **changes) -> Options:
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **_renamed(changes, fields=True))
 
 
 def _rows(cls, prefix: str = "") -> list[Setting]:
@@ -500,20 +562,32 @@ def known_keys() -> list[str]:
 
 
 def check_keys(keys) -> None:
-    """Refuse a ``batchlu`` key that no default declares: a typo would otherwise be ignored."""
-    known = set(known_keys())
+    """Refuse a ``batchlu`` key that no default declares: a typo would otherwise be ignored. The old
+    name of a renamed setting passes (it is read, with a warning)."""
+    known = known_keys()
+    accepted = set(known) | {f"batchlu.{row.old_key}" for row in SETTINGS if row.old_key}
     for key in keys:
         name = key if key.startswith("batchlu.") else f"batchlu.{key}"
-        if name.replace("_", "-") not in known:
-            raise ConfigError(f"Expected a batchlu setting, one of {', '.join(sorted(known))}. "
+        if name.replace("_", "-") not in accepted:
+            raise ConfigError(f"Expected a batchlu setting, one of {', '.join(known)}. "
                               f"Got {name!r} instead.")
 
 
-def _from_config(cfg: Mapping) -> Options:
-    """An :class:`Options` of the ``batchlu`` mapping ``cfg``; a key it lacks keeps the shipped default."""
+def _from_config(cfg: Mapping, given: frozenset[str] = frozenset()) -> Options:
+    """An :class:`Options` of the ``batchlu`` mapping ``cfg``; a key it lacks keeps the shipped default.
+
+    An old name in ``cfg`` (from a YAML file, ``DASK_BATCHLU__...`` or ``dask.config.set``) sets its
+    setting, unless the run's own overrides set it (``given``: their dashed keys): there a new key at
+    its shipped default counts as not given, since the defaults sit in ``cfg`` too."""
     top, cluster = {}, {}
     for row in SETTINGS:
         found, value = _lookup(cfg, row.key)
+        had_old, old = _lookup(cfg, row.old_key) if row.old_key else (False, None)
+        if had_old and row.key in given:   # the run's own value wins; the old name is still reported
+            _old_value(row, old)
+        elif had_old:
+            new = value if found and row.parse(value, row.key) != row.default else _UNSET
+            found, value = True, _old_value(row, old, new)
         if found:
             section, _, name = row.field.rpartition(".")
             (cluster if section == "cluster" else top)[name] = value
@@ -527,7 +601,7 @@ def options(overrides: Mapping | Options | None = None, **changes) -> Options:
     dotted, with dashes or underscores: ``{"memory-budget": "64MiB", "cluster.n-workers": 2}``.
     Keyword ``changes`` (Options fields) that are not None win over both (e.g. ``backend="cpu"``).
     """
-    changes = {k: v for k, v in changes.items() if v is not None}
+    changes = _renamed({k: v for k, v in changes.items() if v is not None}, fields=True)
     if isinstance(overrides, Options):
         base = overrides
     else:
@@ -537,6 +611,7 @@ def options(overrides: Mapping | Options | None = None, **changes) -> Options:
         flat = _flatten(overrides or {})
         flat = {k[len("batchlu."):] if k.startswith("batchlu.") else k: v for k, v in flat.items()}
         check_keys(flat)
+        flat = _renamed(flat)
         with dask.config.set({f"batchlu.{k}": v for k, v in flat.items()}):
-            base = _from_config(dask.config.get("batchlu"))
+            base = _from_config(dask.config.get("batchlu"), frozenset(k.replace("_", "-") for k in flat))
     return dataclasses.replace(base, **changes) if changes else base

@@ -108,12 +108,24 @@ def check_resume(record: dict, provenance: dict) -> None:
 
 
 def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan,
-           compressor: str, layout: str) -> zarr.Group:
+           codec: str, layout: str) -> zarr.Group:
     """A fresh output group: provenance first (status "running"), then the arrays (compressed with
-    ``compressor``, the ``output-compressor`` setting, in ``layout``), then the ledger."""
+    ``codec``, the ``output-codec`` setting, in ``layout``), then the ledger."""
     group = zarr.open_group(store=path, mode="w-", zarr_format=3, attributes={ATTR: provenance})
-    ensure_arrays(group, specs, plan, compressor, layout)
+    ensure_arrays(group, specs, plan, codec, layout)
     return group
+
+
+def created_with(record: dict) -> tuple[str, str]:
+    """The codec and the layout of the output whose provenance is ``record``, as the run that created
+    it recorded them among its settings: ``output_codec`` (``output_compressor`` in an output of a
+    batchlu from before the setting's rename; neither: the default codec) and ``output_layout``
+    (none: ``chunks``, the one layout of the batchlu that recorded none)."""
+    from ._config import Options
+
+    settings = record.get("settings") or {}
+    codec = settings.get("output_codec", settings.get("output_compressor", Options().output_codec))
+    return codec, settings.get("output_layout", "chunks")
 
 
 INNER_BYTES = 256 << 10   # sharded outputs: inner chunks of about this many bytes (nvCOMP's sweet spot)
@@ -135,10 +147,10 @@ def chunk_shape(matrices: int, tail: tuple) -> tuple:
     return (matrices,) + tuple(max(1, int(t)) for t in tail)
 
 
-def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compressor: str,
+def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, codec: str,
                   layout: str) -> None:
     """Create whichever output arrays (and the ledger) are missing, e.g. after a kill during creation;
-    ``compressor`` and ``layout`` are the settings of the run that created the output."""
+    ``codec`` and ``layout`` are the settings of the run that created the output (:func:`created_with`)."""
     count, chunk = plan.count, plan.chunk
     for spec in specs:
         if spec.name in group:
@@ -156,7 +168,7 @@ def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, compre
         else:
             extra = {"chunks": chunk_shape(chunk, spec.tail)}
         group.create_array(spec.name, shape=shape, dtype=spec.dtype, fill_value=spec.fill,
-                           compressors=compressors(compressor), config={"write_empty_chunks": True}, **extra)
+                           compressors=compressors(codec), config={"write_empty_chunks": True}, **extra)
     if not _ledger.exists(group):
         _ledger.create(group, plan.n_chunks)
     elif _ledger.DIGESTS not in group:  # an older batchlu's output, with no chunk complete (resume checked)
@@ -200,11 +212,11 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
 
 
 def compressors(setting: str):
-    """The output arrays' codecs for the ``output-compressor`` setting: ``zstd`` (zarr's default),
+    """The output arrays' codecs for the ``output-codec`` setting: ``zstd`` (zarr's default),
     ``zstd:LEVEL``, ``lz4`` (numcodecs' LZ4, which zarr-python reads) or ``none``."""
-    from ._codecs import output_compressors
+    from ._codecs import zarr_compressors
 
-    return output_compressors(str(setting))
+    return zarr_compressors(str(setting))
 
 
 def update(path: str, **changes) -> dict:

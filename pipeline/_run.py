@@ -13,7 +13,7 @@ import numpy as np
 import zarr
 
 from . import _cluster, _fingerprint, _live, _ledger, _lock, _output, _sparse
-from ._config import Options, options as make_options, task_delay
+from ._config import options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
 from ._plan import budget_warning, bytes_per_matrix, make_plan, merge_tasks
 from ._report import Report
@@ -113,7 +113,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     provenance["plan"] = plan.as_dict()
 
     if record is None:
-        _output.create(out_path, provenance, specs, plan, opts.output_compressor, opts.output_layout)
+        _output.create(out_path, provenance, specs, plan, opts.output_codec, opts.output_layout)
         runs = []
     else:
         group = zarr.open_group(store=out_path, mode="r+")
@@ -123,10 +123,11 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         _fingerprint.check_unchanged(out_path, record, provenance["input_files"], plan, complete,
                                      matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
         _output.clean_partials(out_path)
-        # arrays made again after a kill during creation: as the run that created the output made them
-        recorded = record.get("settings") or {}
-        _output.ensure_arrays(group, specs, plan, recorded.get("output_compressor", Options().output_compressor),
-                              recorded.get("output_layout", "chunks"))
+        # arrays made again after a kill during creation: as the run that created the output made them;
+        # the record keeps saying so, under today's names, whatever this run's settings ask
+        codec, layout = _output.created_with(record)
+        _output.ensure_arrays(group, specs, plan, codec, layout)
+        provenance["settings"].update(output_codec=codec, output_layout=layout)
         runs = list(record.get("runs", []))
         provenance["started"] = record.get("started", provenance["started"])
         provenance["backends_used"] = list(record.get("backends_used", []))

@@ -79,7 +79,7 @@ def _synopsis(command: str) -> str:
 def test_every_flag_is_in_the_synopsis(command):
     synopsis = _synopsis(command)
     assert synopsis, f"no synopsis line for batchlu {command}"
-    flags = [flag for param in cli.commands[command].params if isinstance(param, click.Option)
+    flags = [flag for param in cli.commands[command].params if isinstance(param, click.Option) and not param.hidden
              for flag in param.opts + param.secondary_opts if flag.startswith("--") and flag != "--help"]
     missing = [flag for flag in flags if not re.search(re.escape(flag) + r"(?![\w-])", synopsis)]
     assert not missing, f"batchlu {command} flags missing from the README's synopsis: {missing}"

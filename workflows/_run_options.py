@@ -7,7 +7,8 @@ Everything ``batchlu run`` accepts beyond its two paths lives here, in three tab
 * ``CLUSTER_OPTIONS`` -- where to run (an existing scheduler, or the embedded default);
 * ``CONFIG_OPTIONS``  -- shortcuts for ``batchlu.*`` keys of ``dask.config``, derived from the settings
   table (:data:`batchlu.pipeline._config.SETTINGS`: a setting with a ``flag`` gets one, with its help
-  and a click type from its parser); ``--config KEY=VALUE`` sets any other key.
+  and a click type from its parser); ``--config KEY=VALUE`` sets any other key. ``OLD_FLAGS``: a
+  renamed setting's old flag (its ``old_flag``), hidden, sets its old key (read with a warning).
 
 To add a run or cluster option, add one row to the table it belongs to (and, for a cluster option, one
 line in :func:`pipeline_kwargs`); to give a setting a flag, give its field in ``pipeline/_config.py`` a
@@ -53,14 +54,15 @@ class ConfigOption:
     flag: str
     key: str
     type: click.ParamType
-    help: str
+    help: str | None
+    hidden: bool = False
 
     @property
     def dest(self) -> str:
         return self.flag.lstrip("-").replace("-", "_")
 
     def option(self):
-        return click.option(self.flag, self.dest, type=self.type, default=None, help=self.help)
+        return click.option(self.flag, self.dest, type=self.type, default=None, help=self.help, hidden=self.hidden)
 
 
 def _click_type(parse) -> click.ParamType:
@@ -82,6 +84,10 @@ def _click_type(parse) -> click.ParamType:
 # One flag per setting of the table that names one (batchlu.pipeline._config.SETTINGS), in its order.
 CONFIG_OPTIONS: tuple[ConfigOption, ...] = tuple(
     ConfigOption(row.flag, row.name, _click_type(row.parse), row.help) for row in settings.SETTINGS if row.flag)
+# A renamed setting's old flag: hidden, it sets the old key, which the settings read with a warning.
+OLD_FLAGS: tuple[ConfigOption, ...] = tuple(
+    ConfigOption(row.old_flag, f"batchlu.{row.old_key}", _click_type(row.parse), None, hidden=True)
+    for row in settings.SETTINGS if row.old_flag)
 
 
 def _config_pair(ctx, param, values):
@@ -135,7 +141,7 @@ GENERIC_CONFIG_OPTION = click.option(
 
 def run_options(command):
     """Apply every ``batchlu run`` option to ``command`` (in help order)."""
-    options = RUN_OPTIONS + CLUSTER_OPTIONS + tuple(o.option() for o in CONFIG_OPTIONS) \
+    options = RUN_OPTIONS + CLUSTER_OPTIONS + tuple(o.option() for o in CONFIG_OPTIONS + OLD_FLAGS) \
         + (GENERIC_CONFIG_OPTION,)
     for option in reversed(options):
         command = option(command)
@@ -174,7 +180,7 @@ def config_overrides(params: dict) -> dict:
     """The ``dask.config`` keys set on the command line (flags win over ``--config``)."""
     config = dict(params.get("config_pairs") or {})
     _check_known(config)
-    for option in CONFIG_OPTIONS:
+    for option in CONFIG_OPTIONS + OLD_FLAGS:
         value = params.get(option.dest)
         if value is not None:
             config[option.key] = value
@@ -196,13 +202,14 @@ def _check_known(config: dict) -> None:
 # Settings of the embedded cluster only: with --scheduler / --scheduler-file the cluster's own workers
 # run the tasks, and these would be ignored.
 EMBEDDED_ONLY = tuple(row.name for row in settings.SETTINGS if row.embedded_only)
-# Settings fixed when the output is created: --resume keeps the output's own.
-FIXED_AT_CREATION = {row.name: row.fixed_at_creation for row in settings.SETTINGS if row.fixed_at_creation}
+# Settings fixed when the output is created: --resume keeps the output's own (their old keys too).
+FIXED_AT_CREATION = {key: row.fixed_at_creation for row in settings.SETTINGS if row.fixed_at_creation
+                     for key in (row.name, f"batchlu.{row.old_key}" if row.old_key else None) if key}
 
 
 def _given_as(params: dict, key: str) -> str | None:
     """How the command line set ``key``: its flag, ``--config KEY``, or None when it did not."""
-    for option in CONFIG_OPTIONS:
+    for option in CONFIG_OPTIONS + OLD_FLAGS:
         if option.key == key and params.get(option.dest) is not None:
             return option.flag
     pairs = {k.replace("_", "-") for k in params.get("config_pairs") or {}}

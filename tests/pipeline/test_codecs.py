@@ -55,7 +55,7 @@ LAYOUTS = {
     "v3 sharded": dict(chunks=(3, 5, 5), shards=(9, 5, 5), compressors=ZSTD(level=0)),
     "v3 sharded crc32c": dict(chunks=(3, 5, 5), shards=(9, 5, 5),
                               compressors=[ZSTD(level=0), zarr.codecs.Crc32cCodec()]),
-    "v3 lz4": dict(chunks=(7, 5, 5), compressors=_codecs.output_compressors("lz4")),
+    "v3 lz4": dict(chunks=(7, 5, 5), compressors=_codecs.zarr_compressors("lz4")),
     "v2 zstd": dict(chunks=(7, 5, 5), zarr_format=2, compressors=numcodecs.Zstd(level=1)),
     "v2 lz4": dict(chunks=(7, 5, 5), zarr_format=2, compressors=numcodecs.LZ4()),
     "v2 none": dict(chunks=(7, 5, 5), zarr_format=2, compressors=None),
@@ -281,7 +281,7 @@ def test_written_chunks_read_back_with_plain_zarr(tmp_path, layout):
     spec = dict(OUTPUTS[layout])
     codec = spec.pop("codec", "zstd")
     crc = spec.pop("crc", False)
-    compressors = _codecs.output_compressors(codec)
+    compressors = _codecs.zarr_compressors(codec)
     if crc:
         compressors = [compressors, zarr.codecs.Crc32cCodec()]
     x = _values((16, 5, 5))

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import warnings
+
 import dask.config
 import pytest
 
@@ -47,8 +52,9 @@ def test_options_are_frozen_and_json_able():
     ({"max-tasks": "many"}, "max-tasks"),
     ({"backend": "tpu"}, "backend"),
     ({"progress": "sometimes"}, "progress"),
-    ({"output-compressor": "zstd:99"}, "output-compressor"),
-    ({"output-compressor": "gzip"}, "output-compressor"),
+    ({"output-codec": "zstd:99"}, "output-codec"),
+    ({"output-codec": "gzip"}, "output-codec"),
+    ({"output-compressor": "gzip"}, "output-compressor"),   # the old name: its own value, its own name
     ({"connect-timeout": "soon"}, "connect-timeout"),
     ({"connect-timeout": 0}, "connect-timeout"),
     ({"task-delay": 0.1}, "task-delay"),  # test-only, not a batchlu setting (see TESTING_TASK_DELAY)
@@ -138,7 +144,8 @@ def test_no_default_is_written_in_python():
     tree = ast.parse(inspect.getsource(_config))
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     for name in ("Options", "ClusterOptions"):
-        fields = [node for node in classes[name].body if isinstance(node, ast.AnnAssign)]
+        fields = [node for node in classes[name].body if isinstance(node, ast.AnnAssign)
+                  and "InitVar" not in ast.unparse(node.annotation)]   # an old name, not a setting
         assert fields
         for node in fields:
             target, value = node.target.id, node.value
@@ -168,3 +175,103 @@ def test_options_built_directly_are_checked_too():
 def test_a_setting_must_ship_a_default():
     with pytest.raises(errors.ConfigError, match="batchlu.yaml to ship a default for batchlu.made-up"):
         _config.setting("made-up", _config.Boolean())
+
+
+# ------------------------------------------ a renamed setting: output-codec, formerly output-compressor
+def _deprecations(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, errors.BatchluWarning)]
+
+
+def _under_global(config: dict):
+    """``pipeline.options()`` while ``config`` is set in the global dask.config (as a YAML file would)."""
+    with dask.config.set(config):
+        return pipeline.options()
+
+
+def test_output_codec_is_the_setting_and_says_nothing():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", errors.BatchluWarning)
+        assert pipeline.options({"output-codec": "LZ4"}).output_codec == "lz4"
+        assert pipeline.options({"batchlu": {"output_codec": "none"}}).output_codec == "none"
+        assert pipeline.options(output_codec="zstd:3").output_codec == "zstd:3"
+        assert pipeline.Options(output_codec="lz4").replace(output_codec="none").output_codec == "none"
+        assert _under_global({"batchlu.output-codec": "lz4"}).output_codec == "lz4"
+        settings = pipeline.options().as_dict()
+    assert settings["output_codec"] == "zstd" and "output_compressor" not in settings
+
+
+OLD_NAME = {  # every way a caller may still say output-compressor; each asks for lz4
+    "mapping": lambda: pipeline.options({"output-compressor": "lz4"}),
+    "mapping-underscores": lambda: pipeline.options({"batchlu.output_compressor": "LZ4"}),
+    "nested-mapping": lambda: pipeline.options({"batchlu": {"output-compressor": "lz4"}}),
+    "keyword": lambda: pipeline.options(output_compressor="lz4"),
+    "Options": lambda: pipeline.Options(output_compressor="lz4"),
+    "replace": lambda: pipeline.Options().replace(output_compressor="lz4"),
+    "dask.config": lambda: _under_global({"batchlu.output-compressor": "lz4"}),
+    "same-value-twice": lambda: pipeline.options({"output-codec": "lz4", "output_compressor": "LZ4"}),
+}
+
+
+@pytest.mark.parametrize("build", OLD_NAME.values(), ids=OLD_NAME)
+def test_the_old_name_output_compressor_still_works_with_one_warning(build):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opts = build()
+    assert opts.output_codec == "lz4" and opts == pipeline.Options(output_codec="lz4")
+    assert "output_compressor" not in opts.as_dict()
+    said = _deprecations(caught)
+    assert len(said) == 1, said
+    assert said[0].startswith("batchlu.output-compressor (--output-compressor) is deprecated: use "
+                              "batchlu.output-codec (--output-codec)"), said[0]
+
+
+@pytest.mark.parametrize("where", ["yaml", "environment"])
+def test_the_old_name_in_a_yaml_file_or_the_environment_still_works(tmp_path, where):
+    env = dict(os.environ)
+    if where == "yaml":
+        (tmp_path / "mine.yaml").write_text("batchlu:\n  output-compressor: lz4\n")
+        env["DASK_CONFIG"] = str(tmp_path)
+    else:
+        env["DASK_BATCHLU__OUTPUT_COMPRESSOR"] = "lz4"
+    code = "from batchlu import pipeline; print(pipeline.options().output_codec)"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["lz4"]
+    assert "BatchluWarning: batchlu.output-compressor (--output-compressor) is deprecated" in proc.stderr
+
+
+CONFLICT = {  # output-codec lz4 and output-compressor none, given together
+    "mapping": lambda: pipeline.options({"output-codec": "lz4", "output-compressor": "none"}),
+    "keywords": lambda: pipeline.options(output_codec="lz4", output_compressor="none"),
+    "Options": lambda: pipeline.Options(output_codec="lz4", output_compressor="none"),
+    "replace": lambda: pipeline.Options().replace(output_codec="lz4", output_compressor="none"),
+    "dask.config": lambda: _under_global({"batchlu.output-codec": "lz4", "batchlu.output-compressor": "none"}),
+}
+
+
+@pytest.mark.parametrize("build", CONFLICT.values(), ids=CONFLICT)
+def test_both_names_with_different_values_are_one_error(build):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(errors.ConfigError) as raised:
+            build()
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("Expected one value for batchlu.output-codec"), message
+    assert "Got output-codec 'lz4' and output-compressor 'none' instead" in message, message
+    assert not _deprecations(caught)   # the error alone: one line
+
+
+def test_the_runs_own_value_wins_over_an_old_name_in_the_global_config():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with dask.config.set({"batchlu.output-compressor": "none"}):
+            assert pipeline.options({"output-codec": "lz4"}).output_codec == "lz4"
+            assert pipeline.options(output_codec="lz4").output_codec == "lz4"
+        with dask.config.set({"batchlu.output-codec": "lz4"}):
+            assert pipeline.options({"output-compressor": "none"}).output_codec == "none"
+    said = _deprecations(caught)
+    assert len(said) == 3 and all("batchlu.output-compressor" in line for line in said), said
+    with pytest.raises(errors.ConfigError, match="output-compressor") as raised:   # its value still checked
+        pipeline.options({"output-compressor": "gzip"})
+    assert "output-codec" not in str(raised.value)

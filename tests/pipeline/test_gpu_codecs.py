@@ -82,7 +82,7 @@ def test_frames_encoded_on_the_gpu_read_back_with_zarr_and_repeat(tmp_path, layo
 
     spec = dict(OUTPUTS[layout])
     codec, crc = spec.pop("codec", "zstd"), spec.pop("crc", False)
-    compressors = _codecs.output_compressors(codec)
+    compressors = _codecs.zarr_compressors(codec)
     if crc:
         compressors = [compressors, zarr.codecs.Crc32cCodec()]
     x = RNG.standard_normal((16, 5, 5))

@@ -200,7 +200,7 @@ def test_task_checks_too(tmp_path):
     specs = _ops.output_specs("inv", N, np.float64)
     plan = _plan.make_plan(COUNT, 4096, memory_budget=1 << 20, max_tasks=4, input_chunk=CHUNK, chunk=CHUNK)
     settings = pipeline.Options(io_processes=0)
-    _output.create(out, {"status": "running"}, specs, plan, settings.output_compressor, settings.output_layout)
+    _output.create(out, {"status": "running"}, specs, plan, settings.output_codec, settings.output_layout)
     job = _tasks.Job(op="inv", input=store_mod.parse_ref(source), rhs=None, output=out,
                      outputs=tuple(s.name for s in specs), plan=plan, backend="cpu", settings=settings)
     failed = _tasks.process_range(job, 0, plan.n_chunks)

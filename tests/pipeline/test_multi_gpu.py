@@ -269,7 +269,7 @@ def test_cli_report_html_output_codec_and_gpu_error(matrices, tmp_path, monkeypa
     pytest.importorskip("bokeh")
     out, html = tmp_path / "o.zarr", tmp_path / "report.html"
     result = CliRunner().invoke(cli, ["run", str(matrices), str(out), "--op", "inv", "--backend", "cpu",
-                                      "--report", str(html), "--output-compressor", "none", "--workers", "1",
+                                      "--report", str(html), "--output-codec", "none", "--workers", "1",
                                       "--config", "cluster.dashboard-address=127.0.0.1:0"])
     assert result.exit_code == 0, result.output
     assert "dashboard http://127.0.0.1:" in result.output

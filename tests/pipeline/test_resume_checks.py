@@ -118,6 +118,30 @@ def test_resume_makes_a_missing_array_again_while_nothing_is_complete(client, st
     assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
 
 
+def test_resume_of_an_output_recording_output_compressor_keeps_its_codec(client, stores, tmp_path):
+    """An output of a batchlu from before batchlu.output-compressor became output-codec records its
+    codec as ``output_compressor``: a resume (asking for the default, zstd) makes a missing array
+    again with the recorded codec, and records it under today's name."""
+    out, clean = tmp_path / "o.zarr", tmp_path / "clean.zarr"
+    pipeline.run(stores["a"], clean, op="lu", client=client, progress=False, config={"chunk": 10})
+    pipeline.run(stores["a"], out, op="lu", client=client, progress=False,
+                 config={"chunk": 10, "output-codec": "lz4"})
+    settings = dict(pipeline._output.read_provenance(str(out))["settings"])
+    settings["output_compressor"] = settings.pop("output_codec")   # as the older batchlu wrote it
+    pipeline._output.update(str(out), settings=settings)
+    _forget(out, slice(None))
+    shutil.rmtree(out / "piv")
+    report = pipeline.run(stores["a"], out, op="lu", resume=True, client=client, progress=False)
+    assert report.status == "complete" and report.processed == 53
+    group = zarr.open_group(str(out), mode="r")
+    assert [type(c).__name__ for c in group["piv"].compressors] == ["LZ4"]   # made again as it was made
+    assert [type(c).__name__ for c in group["lu"].compressors] == ["LZ4"]
+    recorded = pipeline._output.read_provenance(str(out))["settings"]
+    assert recorded["output_codec"] == "lz4" and "output_compressor" not in recorded
+    got, want = outputs_of(str(out)), outputs_of(str(clean))
+    assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
+
+
 # -------------------------------------------------------------------- item 3: the input is the same
 RUNNER = textwrap.dedent("""
     import sys

@@ -166,7 +166,7 @@ def test_every_chunk_recorded_only_after_all_its_outputs_are_written(tmp_path, r
     out = str(tmp_path / "out.zarr")
     specs = output_specs(op, N, dtype, dtype if rhs else None, k)
     settings = Options(io_processes=io_processes, io_threads=2 if io_processes else None)
-    _output.create(out, {"settings": {}}, specs, PLAN, settings.output_compressor, settings.output_layout)
+    _output.create(out, {"settings": {}}, specs, PLAN, settings.output_codec, settings.output_layout)
     job = _tasks.Job(op=op, input=ArrayRef(str(tmp_path / "a.zarr")), rhs=rhs, output=out,
                      outputs=tuple(s.name for s in specs), plan=PLAN, backend=backend, settings=settings)
 

@@ -134,6 +134,28 @@ def test_verify_exits_1_when_an_output_is_tampered_with(invoke, stores, schedule
     assert str(int(THRESHOLD)) in result.stdout  # the summary still comes first
 
 
+@pytest.mark.parametrize("flag, codec", [("--output-codec", "lz4"), ("--output-compressor", "none")],
+                         ids=["output-codec", "old-name"])
+def test_output_codec_and_its_old_flag(invoke, stores, scheduler_address, tmp_path, flag, codec):
+    """--output-codec sets the output arrays' codec; --output-compressor, its old name, still does, with
+    one warning line; either way the output records it as output_codec."""
+    a, _ = stores
+    out = tmp_path / "o.zarr"
+    result = invoke("run", a, out, "--op", "inv", "--scheduler", scheduler_address, flag, codec)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning: ")]
+    if flag == "--output-codec":
+        assert not warnings, result.stderr
+    else:
+        assert warnings == ["Warning: batchlu.output-compressor (--output-compressor) is deprecated: use "
+                            "batchlu.output-codec (--output-codec), which takes the same values."], result.stderr
+    group = zarr.open_group(str(out), mode="r")
+    assert [type(c).__name__ for c in group["inv"].compressors] == {"lz4": ["LZ4"], "none": []}[codec]
+    settings = group.attrs["batchlu"]["settings"]
+    assert settings["output_codec"] == codec and "output_compressor" not in settings
+    assert invoke("verify", a, out).exit_code == 0
+
+
 def test_singular_matrices_are_counted_not_failed(invoke, tmp_path, scheduler_address):
     a, out, count = tmp_path / "mix.zarr", tmp_path / "inv.zarr", 60
     assert invoke("generate", a, "-N", count, "-n", 5, "--chunk", 16, "--kind", "singular-mix").exit_code == 0

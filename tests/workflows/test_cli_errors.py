@@ -96,11 +96,15 @@ def test_a_garbage_scheduler_file_is_one_line(invoke, source, tmp_path, text):
 
 # ------------------------------------------------------------------------------- options checked first
 @pytest.mark.parametrize("extra, words", [
-    (["--output-compressor", "zstd:99"], ["output-compressor", "zstd:99"]),
-    (["--output-compressor", "gzip"], ["output-compressor", "gzip"]),
+    (["--output-codec", "zstd:99"], ["output-codec", "zstd:99"]),
+    (["--output-codec", "gzip"], ["output-codec", "gzip"]),
+    (["--output-compressor", "gzip"], ["output-compressor", "gzip"]),   # the old flag: named as given
+    (["--output-codec", "lz4", "--output-compressor", "none"], ["output-codec", "output-compressor", "lz4", "none"]),
+    (["--config", "output-codec=lz4", "--config", "output-compressor=none"], ["output-codec", "output-compressor"]),
     (["--config", "connect-timeout=-1"], ["connect-timeout"]),
     (["--config", "max-tasks=0"], ["max-tasks"]),
-], ids=["zstd-level", "codec", "timeout", "max-tasks"])
+], ids=["zstd-level", "codec", "old-codec-flag", "codec-and-old-flag-disagree", "codec-and-old-key-disagree",
+        "timeout", "max-tasks"])
 def test_bad_options_leave_no_stub(invoke, source, tmp_path, scheduler_address, extra, words):
     out = tmp_path / "o.zarr"
     assert_user_error(invoke("run", source, out, "--op", "lu", "--scheduler", scheduler_address, *extra),
@@ -222,15 +226,22 @@ def test_chunk_and_codec_with_resume_are_warned_about(invoke, source, tmp_path, 
     out = tmp_path / "o.zarr"
     run = ("run", source, out, "--op", "lu", "--scheduler", scheduler_address)
     assert invoke(*run, "--chunk", 5).exit_code == 0
-    resumed = invoke(*run, "--resume", "--chunk", 7, "--output-compressor", "none")
+    resumed = invoke(*run, "--resume", "--chunk", 7, "--output-codec", "none")
     assert resumed.exit_code == 0, resumed.output
     warnings = [line for line in resumed.stderr.splitlines() if line.startswith("Warning: ")]
     assert len(warnings) == 2, resumed.stderr
     assert "--chunk" in warnings[0] and "--resume" in warnings[0]
-    assert "--output-compressor" in warnings[1]
+    assert "--output-codec" in warnings[1] and "--resume" in warnings[1]
     assert zarr.open_group(out, mode="r")["lu"].chunks[0] == 5  # kept, as the warning says
     quiet = invoke(*run, "--resume")
     assert quiet.exit_code == 0 and "Warning" not in quiet.stderr
+    old_flag = invoke(*run, "--resume", "--output-compressor", "lz4")   # the codec flag's old name
+    assert old_flag.exit_code == 0, old_flag.output
+    warnings = [line for line in old_flag.stderr.splitlines() if line.strip()]
+    assert len(warnings) == 2 and all(line.startswith("Warning: ") for line in warnings), old_flag.stderr
+    assert "--output-compressor is ignored with --resume" in warnings[0]
+    assert "--output-compressor) is deprecated: use batchlu.output-codec (--output-codec)" in warnings[1]
+    assert zarr.open_group(out, mode="r").attrs["batchlu"]["settings"]["output_codec"] == "zstd"  # kept
 
 
 def test_verify_rhs_for_an_output_that_is_not_solve_is_refused(invoke, source, tmp_path, scheduler_address):
