@@ -18,8 +18,8 @@ and reused). For each GPU count, three pipelines run on a LocalCUDACluster of th
 * ``io-floor``  -- the same read and write (same codecs, same chunks), no compute, one task per
                    range of chunks on the same cluster.
 
-batchlu's ``codec-device gpu`` runs write sharded outputs (``--gpu-output-layout``), the layout made
-for the GPU codecs; its ``cpu`` runs write the input's layout. ``--limits`` adds the physical limits
+batchlu's ``codec-device gpu`` and ``auto`` runs write sharded outputs (``--gpu-output-layout``), the
+layout made for the GPU codecs; its ``cpu`` runs write the input's layout. ``--limits`` adds the physical limits
 on the same machine, in GB/s of input: ``limit-page-cache`` (every file of the input read from the
 page cache, 16 threads), ``limit-h2d`` (a 1 GiB pinned buffer to the GPU) and ``limit-kernel``
 (batchlu's inverse kernel on device-resident matrices).
@@ -323,8 +323,8 @@ def main(argv=None):
     parser.add_argument("--layouts", default="chunks,sharded", help="input (and output) layouts")
     parser.add_argument("--codec-devices", default="gpu,cpu", help="batchlu.codec-device settings to run")
     parser.add_argument("--gpu-output-layout", default="sharded", choices=("sharded", "same"),
-                        help="output layout of batchlu's codec-device gpu runs: sharded (the layout for the "
-                             "GPU codecs) or the input's; cpu runs write the input's")
+                        help="output layout of batchlu's codec-device gpu and auto runs: sharded (the layout "
+                             "for the GPU codecs) or the input's; cpu runs write the input's")
     parser.add_argument("--limits", action="store_true",
                         help="also measure the physical limits: page-cache read of the input's files, "
                              "pinned H2D, the kernel alone (records impl limit-*)")
@@ -435,7 +435,7 @@ def _run_pipelines(args, use, src, small, work, layout, chunk, codecs, codec_dev
                 setting = (io, args.io_threads)
                 label = io_label(io, threads, args.io_threads)
                 for device_setting in codec_devices:
-                    out_layout = "sharded" if device_setting == "gpu" and args.gpu_output_layout == "sharded" \
+                    out_layout = "sharded" if device_setting in ("gpu", "auto") and args.gpu_output_layout == "sharded" \
                         else layout
                     run_batchlu(client, small, work / "warm-batchlu.zarr", args.budget, io=setting,
                                 codec_device=device_setting, layout=out_layout)  # starts the pool, compiles

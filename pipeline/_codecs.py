@@ -38,10 +38,14 @@ OUTPUT_CODECS = ("zstd", "lz4", "none")
 # Codecs whose standard frames nvCOMP decodes bit-exactly (checked on the GPU by tests/pipeline/test_gpu_codecs.py)
 GPU_ALGORITHMS = ("zstd", "lz4")
 ALIGN = 16   # bytes: nvCOMP's strictest alignment of a frame in a batch
-# ``auto`` sends a codec to the GPU only when its frames are at most this large: nvCOMP spreads a batch
-# over its frames, and a batch of a few large frames decodes and encodes slower on the GPU than on the
-# host (docs/performance.md, "GPU codecs")
+# ``auto`` encodes on the GPU only frames at most this large, and decodes larger ones there only where
+# they are barely compressed: nvCOMP spreads a batch over its frames, one thread block each, so a batch
+# of a few large compressed frames decodes and encodes slower on the GPU than on the host
+# (docs/performance.md, "GPU codecs")
 AUTO_FRAME_BYTES = 4 << 20
+# a group of large frames whose stored bytes are under this fraction of their decoded bytes counts as
+# compressed (zstd stores the blocks of random data raw: ratio 1.04; nvCOMP copies those at tens of GB/s)
+COMPRESSED = 0.9
 EMPTY = 2**64 - 1   # a shard index entry of a chunk that is not stored
 IOV_MAX = 1024      # buffers one preadv call may take (Linux's limit)
 
@@ -105,6 +109,7 @@ class Choice:
     device: str
     reason: str
     stored: Stored | None = None
+    route: bool = False   # an input of large frames: groups of compressed ones go to the host (_device_batches)
 
     def as_dict(self) -> dict:
         return {"device": self.device, "reason": self.reason}
@@ -232,15 +237,20 @@ def choose(array, setting: str, *, gpu: bool, nvcomp: str | None, reading: bool 
     if not reading and limit is not None and frame_bytes > limit:
         return Choice("cpu", f"its chunks of {frame_bytes / 2**20:.0f} MiB are larger than nvCOMP's "
                              f"{stored.frames.algorithm} encoder takes ({limit >> 20} MiB)")
-    if setting == "auto" and frame_bytes > AUTO_FRAME_BYTES:
+    large = setting == "auto" and frame_bytes > AUTO_FRAME_BYTES and stored.frames.algorithm != "none"
+    if large and not reading:
         return Choice("cpu", f"its chunks of {frame_bytes / 2**20:.0f} MiB are faster on the host (the GPU "
-                             f"decodes many small frames well, few large ones slowly; the sharded layout "
+                             f"encodes many small frames well, few large ones slowly; the sharded layout "
                              f"suits it)")
     frames = stored.frames
     what = "raw bytes" if frames.algorithm == "none" else frames.algorithm + (
         " + crc32c" if frames.crc32c else ", frames checked on the host" if reading else "")
     layout = f"shards of {stored.unit} matrices in chunks of {stored.inner}" if stored.sharded \
         else f"chunks of {stored.unit} matrices"
+    if large:
+        return Choice("gpu", f"{what}, {layout}; the chunks are {frame_bytes / 2**20:.0f} MiB frames: "
+                             f"those that are compressed are decoded on the host, which decodes few large "
+                             f"compressed frames faster", stored, route=True)
     return Choice("gpu", f"{what}, {layout}", stored)
 
 

@@ -17,12 +17,9 @@ never depend on which group it was computed in. An input whose codec the client 
 a pinned slot, a request per process) and copied to the device; an output sent to the host is copied
 back into the slot and written by the I/O processes while the next group computes.
 
-An input of large frames (chunks over ``AUTO_FRAME_BYTES``) with I/O processes at hand is decoded
-in both places at once: the I/O processes decode a group's first chunks while nvCOMP decodes the
-rest, split so that both take about as long (:func:`_hybrid_read`). nvCOMP decodes one frame per
-thread block, so a few large compressible frames keep only a few of the GPU's multiprocessors busy;
-where the GPU turns out slower over its part than the host over the whole group, the host takes the
-array's groups from then on.
+With ``codec-device auto``, an input of large frames (chunks over ``AUTO_FRAME_BYTES``) goes group
+by group: a group of compressed frames is decoded by the I/O processes, one of frames stored nearly
+raw by nvCOMP (:func:`_routed_read`).
 
 A batch whose frames fail (a CRC-32C, a size, nvCOMP itself) is read again through zarr on the host:
 a chunk zarr cannot read either stops the run with the error that names its file; one zarr reads is
@@ -62,6 +59,7 @@ class DeviceIO:
     chunk: int
     digests: object = None
     group_bytes: int = 0   # input bytes per group of batches (0: one batch per group)
+    routed: frozenset = frozenset()   # inputs whose groups of compressed large frames the host decodes
 
 
 def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, int]], *,
@@ -84,7 +82,7 @@ def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay:
     groups = group_batches(batches, per, dio.group_bytes)
     host_outputs = [name for name in io.outputs if dio.stored.get(name) is None]
     slotted = [name for name in ("a", "b") if _array(io, name) is not None
-               and (dio.stored.get(name) is None or _hybrid(dio, name))]
+               and (dio.stored.get(name) is None or _routed(dio, name))]
     if not (slotted or host_outputs):
         _run(engine, op, dio, lane, groups, stats, delay, None)
         return
@@ -104,16 +102,11 @@ def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay:
         _run(engine, op, dio, lane, groups, stats, delay, slots)
 
 
-def _hybrid(dio: DeviceIO, name: str) -> bool:
-    """Whether input ``name``'s groups are decoded part on the host, part on the device at once: its
-    frames are large (nvCOMP decodes a frame in one thread block, so a group of a few large
-    compressible frames leaves most of the GPU idle) and the worker has I/O processes to decode the
-    rest."""
-    from ._codecs import AUTO_FRAME_BYTES
-
-    stored = dio.stored.get(name)
-    return (stored is not None and not stored.sharded and dio.io.pool is not None and bool(dio.io.where)
-            and name in dio.io.where and stored.inner * stored.matrix_bytes > AUTO_FRAME_BYTES)
+def _routed(dio: DeviceIO, name: str) -> bool:
+    """Whether input ``name``'s groups go to the host or the device by their frames
+    (:func:`_routed_read`): ``codec-device auto`` chose it so (large frames, :attr:`Choice.route
+    <batchlu.pipeline._codecs.Choice>`) and the worker has I/O processes to decode there."""
+    return name in dio.routed and dio.io.pool is not None and bool(dio.io.where) and name in dio.io.where
 
 
 def group_batches(batches: list[tuple[int, int]], matrix_bytes: int, limit: int) -> list[list[tuple[int, int]]]:
@@ -141,9 +134,9 @@ def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity
     stored = dio.stored.get(name)
     if stored is None:
         return _to_device(engine, lane, _host_read(dio, name, start, stop, slot)), None
-    if slot is None or not _hybrid(dio, name) or not shared(slot):
+    if slot is None or not _routed(dio, name) or not shared(slot):
         return _device_read(engine, dio, lane, name, start, stop, parity)
-    return _hybrid_read(engine, dio, lane, name, start, stop, parity, slot)
+    return _routed_read(engine, dio, lane, name, start, stop, parity, slot)
 
 
 def _host_read(dio: DeviceIO, name: str, start: int, stop: int, slot) -> np.ndarray:
@@ -189,72 +182,23 @@ def _device_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, 
         return _to_device(engine, lane, np.ascontiguousarray(array[start:stop])), None
 
 
-def _hybrid_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int, slot):
-    """Matrices ``[start, stop)`` of an input of large frames, decoded at once on the host (the I/O
-    processes, the first chunks) and on the device (nvCOMP, the rest), split by the rates the lane
-    measured on the array's earlier groups (``lane.shares``) so that each part takes about as long.
-    nvCOMP decodes a frame in one thread block, so a large compressible frame takes as long on the
-    device however few it is given: where the device took longer over its part than the host would
-    have taken over the whole group, the lane's later groups of the array are all decoded on the host."""
-    import cupy
+def _routed_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int, slot):
+    """Matrices ``[start, stop)`` of an input of large frames: decoded by the I/O processes when the
+    group's frames are compressed (stored in under ``COMPRESSED`` of their decoded bytes), else by
+    nvCOMP. nvCOMP decodes a frame in one thread block: a few large compressed frames keep a few of
+    the GPU's multiprocessors busy for as long as one takes (a 32 MiB frame of values rounded to 2
+    decimals: about half a second), where the host's processes decode them side by side; frames
+    stored raw it copies at tens of GB/s."""
+    from . import _codecs, _missing
 
-    from . import _missing
-
-    io = dio.io
-    array = _array(io, name)
-    key = dio.stored[name].root
-    unit = dio.stored[name].unit
-    chunks = -(-stop // unit) - start // unit
-    share = lane.shares.get(key, 0.5)
-    host_chunks = chunks if share >= 1 else min(chunks - 1, max(1, round(share * chunks)))
-    mid = min(stop, (start // unit + host_chunks) * unit)
-    if mid == start:
+    stored = dio.stored[name]
+    reads = _codecs.plan_reads(stored, start, stop)
+    size = sum(_codecs.frame_sizes(reads))
+    if size >= _codecs.COMPRESSED * (stop - start) * stored.matrix_bytes:
         return _device_read(engine, dio, lane, name, start, stop, parity)
-    # the store is asked about the host's chunks before they are read (a missing chunk would be read
-    # as the fill value); the device's reads find their own gaps
-    host_gaps = _missing.find(array, start, mid) if io.missing is not None else []
-    if mid == stop:
-        return _to_device(engine, lane, _host_read(dio, name, start, stop, slot)), host_gaps
-    done = {}
-
-    def host_part():
-        t = time.perf_counter()
-        buffer = _host_read(dio, name, start, mid, slot)
-        done["s"] = time.perf_counter() - t
-        return buffer
-
-    future = _hybrid_pool().submit(host_part)
-    try:
-        t = time.perf_counter()
-        tail, gaps = _device_read(engine, dio, lane, name, mid, stop, parity)
-        device_s = time.perf_counter() - t
-    finally:
-        host = future.result()
-    with cupy.cuda.Device(engine.device), lane.read_stream:
-        value = cupy.empty((stop - start,) + tuple(tail.shape[1:]), tail.dtype)
-        value[mid - start:] = tail
-    _to_device(engine, lane, host, value[:mid - start])
-    host_s = max(done["s"], 1e-6)
-    if device_s >= host_s * chunks / host_chunks:
-        lane.shares[key] = 1.0
-    else:   # matrices per second of each part
-        host_rate, device_rate = (mid - start) / host_s, (stop - mid) / max(device_s, 1e-6)
-        lane.shares[key] = 0.5 * share + 0.5 * host_rate / (host_rate + device_rate)
-    return value, None if gaps is None else host_gaps + gaps
-
-
-_HYBRID: list = []
-_HYBRID_LOCK = threading.Lock()
-
-
-def _hybrid_pool() -> ThreadPoolExecutor:
-    """Threads that wait on the I/O processes' share of a hybrid read (one per lane)."""
-    from ._gpu_codecs import LANES
-
-    with _HYBRID_LOCK:
-        if not _HYBRID:
-            _HYBRID.append(ThreadPoolExecutor(LANES, thread_name_prefix="batchlu-hybrid"))
-        return _HYBRID[0]
+    # the store is asked before the host reads (a missing chunk would be read as the fill value)
+    gaps = _missing.find(_array(dio.io, name), start, stop) if dio.io.missing is not None else []
+    return _to_device(engine, lane, _host_read(dio, name, start, stop, slot)), gaps
 
 
 def _digests(chunk: int, start: int, stop: int, a, b) -> np.ndarray:

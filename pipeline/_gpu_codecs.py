@@ -126,7 +126,6 @@ class Lane:
             self.read_stream = cupy.cuda.Stream(non_blocking=True)
             self.write_stream = cupy.cuda.Stream(non_blocking=True)
         self._codecs: dict = {}
-        self.shares: dict[str, float] = {}   # input array -> its share decoded on the host (_device_batches)
         self._read = [_Pinned(), _Pinned()]
         self._write = [_Pinned(), _Pinned()]
 

@@ -186,7 +186,8 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
         from ._device_batches import DeviceIO, run_device_batches
 
         dio = DeviceIO(batch_io, stored, plan.chunk, digests=digests.__setitem__,
-                       group_bytes=job.settings.device_batch_bytes)
+                       group_bytes=job.settings.device_batch_bytes,
+                       routed=frozenset(name for name, c in job.codecs.items() if c.route))
         stats = run_device_batches(engine, job.compute_op(), dio, ranges, delay=job.task_delay)
     else:
         stats = run_batches(engine, job.compute_op(), batch_io, ranges, delay=job.task_delay)

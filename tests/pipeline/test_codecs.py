@@ -137,11 +137,17 @@ def test_settings_and_missing_nvcomp_choose_the_host(tmp_path):
     assert _codecs.choose(array, "gpu", gpu=True, nvcomp=why) == _codecs.Choice("cpu", why)
 
 
-def test_auto_keeps_large_frames_on_the_host(tmp_path):
+def test_auto_routes_large_input_frames_and_encodes_large_output_frames_on_the_host(tmp_path):
     big = zarr.create_array(str(tmp_path / "big.zarr"), shape=(80, 128, 128), chunks=(40, 128, 128), dtype="f8")
-    choice = _codecs.choose(big, "auto", gpu=True, nvcomp=None)
-    assert choice.device == "cpu" and "5 MiB are faster on the host" in choice.reason
-    assert _codecs.choose(big, "gpu", gpu=True, nvcomp=None).device == "gpu"   # asked for: the GPU
+    choice = _codecs.choose(big, "auto", gpu=True, nvcomp=None, reading=True)
+    assert choice.device == "gpu" and choice.route and "5 MiB frames: those that are compressed" in choice.reason
+    output = _codecs.choose(big, "auto", gpu=True, nvcomp=None)
+    assert output.device == "cpu" and not output.route and "5 MiB are faster on the host" in output.reason
+    for reading in (True, False):   # asked for: the GPU, every frame
+        forced = _codecs.choose(big, "gpu", gpu=True, nvcomp=None, reading=reading)
+        assert forced.device == "gpu" and not forced.route
+    small = zarr.create_array(str(tmp_path / "small.zarr"), shape=(80, 128, 128), chunks=(8, 128, 128), dtype="f8")
+    assert not _codecs.choose(small, "auto", gpu=True, nvcomp=None, reading=True).route
     sharded = zarr.create_array(str(tmp_path / "s.zarr"), shape=(80, 128, 128), chunks=(2, 128, 128),
                                 shards=(40, 128, 128), dtype="f8")
     assert _codecs.choose(sharded, "auto", gpu=True, nvcomp=None).device == "gpu"

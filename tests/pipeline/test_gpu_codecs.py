@@ -294,11 +294,12 @@ def test_staging_buffers_reserved_at_warm_up_are_what_lanes_take():
     assert len(_gpu_codecs._SPARES) == spares - 1
 
 
-def test_hybrid_reads_and_host_writes_give_the_device_paths_bits(tmp_path, monkeypatch):
-    """An input of large frames is decoded part by the I/O processes, part by nvCOMP, at once (the
-    split follows the rates measured); outputs whose codec runs on the host are written by the I/O
-    processes from the slot. Both give the bits of the device-only path with outputs written by zarr
-    here, every element written; the host part's missing chunks are looked up in the store."""
+def test_routed_reads_and_host_writes_give_the_device_paths_bits(tmp_path, monkeypatch):
+    """codec-device auto, an input of large frames: a group of compressed frames is decoded by the I/O
+    processes, one of frames stored raw by nvCOMP; outputs whose codec runs on the host are written by
+    the I/O processes from the slot. Both give the bits of the device-only path (outputs written by
+    zarr here), every element written; a chunk missing from a group read on the host is found by
+    asking the store."""
     from batchlu.pipeline import _batches, _device_batches, _engines, _gpu_codecs, _io_pool
     from batchlu.pipeline._missing import Gap
     from batchlu.pipeline._ops import output_specs
@@ -306,45 +307,48 @@ def test_hybrid_reads_and_host_writes_give_the_device_paths_bits(tmp_path, monke
 
     monkeypatch.setattr(_codecs, "AUTO_FRAME_BYTES", 1024)   # these 400 KiB frames count as large
     count, n, chunk = 400, 32, 50
-    x = matrices("singular-mix", n, "float64", seed=31, start=0, stop=count)
+    x = matrices("random", n, "float64", seed=31, start=0, stop=count)
+    x[:count // 2] = np.round(x[:count // 2], 2)   # the first groups compress (ratio about 3), the rest not
     array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, chunks=(chunk, n, n))
     array[:] = x
-    stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None, reading=True).stored
+    choice = _codecs.choose(array, "auto", gpu=True, nvcomp=None, reading=True)
+    assert choice.device == "gpu" and choice.route
     engine = _engines.CudaEngine(0, threads=2)
     pool = _io_pool.get_pool(2, 2)
     batches = [(s, s + chunk) for s in range(0, count, chunk)]
+    host_reads = []
+    real = _device_batches._host_read
+    monkeypatch.setattr(_device_batches, "_host_read",
+                        lambda dio, name, start, stop, slot: host_reads.append((start, stop)) or real(dio, name, start, stop, slot))
     got, seen = {}, []
-    for mode in ("device", "hybrid"):
+    for mode in ("device", "routed"):
         group = zarr.open_group(str(tmp_path / f"{mode}.zarr"), mode="w")
         outs = {spec.name: group.create_array(spec.name, shape=(count,) + spec.tail, dtype=spec.dtype,
                                               chunks=(chunk,) + spec.tail,
                                               fill_value=-7 if spec.dtype.kind == "i" else np.nan)
                 for spec in output_specs("lu", n, "float64")}
         where = {"a": (str(tmp_path / "a.zarr"), ""), **{k: (str(tmp_path / f"{mode}.zarr"), k) for k in outs}}
-        io = _batches.BatchIO(array, None, outs, pool=pool if mode == "hybrid" else None, where=where,
+        io = _batches.BatchIO(array, None, outs, pool=pool if mode == "routed" else None, where=where,
                               missing=lambda s, e, found=None: seen.append((s, e, found)) and None)
-        dio = _device_batches.DeviceIO(io, {"a": stored}, chunk, group_bytes=4 * chunk * n * n * 8)
-        assert _device_batches._hybrid(dio, "a") == (mode == "hybrid")
+        dio = _device_batches.DeviceIO(io, {"a": choice.stored}, chunk, group_bytes=4 * chunk * n * n * 8,
+                                       routed=frozenset({"a"}))
+        assert _device_batches._routed(dio, "a") == (mode == "routed")
         stats = _device_batches.run_device_batches(engine, "lu", dio, batches)
         assert stats.matrices == count
         got[mode] = {name: np.asarray(arr[...]) for name, arr in outs.items()}
-    with _gpu_codecs.borrow(0) as lane:   # the lane the runs used (the last one given back)
-        share = lane.shares.get(stored.root)
-    assert share is not None and 0 < share <= 1
+    assert host_reads == [(0, 200)]   # the compressed group; the raw one went to nvCOMP
+    assert [found for s, e, found in seen[-2:]] == [{"a": [], "b": None}, {"a": [], "b": None}]
     for name, value in got["device"].items():
-        assert got["hybrid"][name].tobytes() == value.tobytes(), name
-    assert not np.isnan(got["hybrid"]["lu"]).any() and (got["hybrid"]["info"] != -7).all()
-    good = got["hybrid"]["info"] == 0
-    assert 0 < good.sum() < count
-    assert get01(x[good], got["hybrid"]["lu"][good], got["hybrid"]["piv"][good]).max() < THRESHOLD
-    # a chunk missing from the host's part: found by asking the store before the read
+        assert got["routed"][name].tobytes() == value.tobytes(), name
+    assert not np.isnan(got["routed"]["lu"]).any() and (got["routed"]["info"] == 0).all()
+    assert get01(x, got["routed"]["lu"], got["routed"]["piv"]).max() < THRESHOLD
+    # a chunk missing from a group the host reads: found by asking the store before the read
     os.remove(tmp_path / "a.zarr" / "c" / "0" / "0" / "0")
-    seen.clear()
     io = _batches.BatchIO(array, None, {}, pool=pool, where={"a": (str(tmp_path / "a.zarr"), "")},
-                          missing=lambda s, e, found=None: seen.append((s, e, found)) and None)
-    dio = _device_batches.DeviceIO(io, {"a": stored}, chunk, group_bytes=4 * chunk * n * n * 8)
-    slots = engine.pool.borrow(_device_batches.Layout(a=((n, n), np.dtype("float64")), b=None, outs=()), 4 * chunk)
-    with slots as pair, _gpu_codecs.borrow(0) as lane:
+                          missing=lambda s, e, found=None: None)
+    dio = _device_batches.DeviceIO(io, {"a": choice.stored}, chunk, routed=frozenset({"a"}))
+    layout = _device_batches.Layout(a=((n, n), np.dtype("float64")), b=None, outs=())
+    with engine.pool.borrow(layout, 4 * chunk) as pair, _gpu_codecs.borrow(0) as lane:
         value, found = _device_batches._input(engine, dio, lane, "a", 0, 4 * chunk, 0, pair[0])
-    assert found is not None and Gap("c/0/0/0", None, 0, chunk) in found
+    assert found == [Gap("c/0/0/0", None, 0, chunk)]
     assert value.get()[chunk:].tobytes() == x[chunk:4 * chunk].tobytes()
