@@ -14,7 +14,7 @@ group's many chunks keeps the GPU busy where one chunk's frames (one 32 MiB fram
 The kernels still run once per batch (one output chunk), as on the host path, so a chunk's results
 never depend on which group it was computed in. An input whose codec the client sent to the host
 (:mod:`batchlu.pipeline._codecs`) is read as there (the I/O processes decode the group's chunks into
-a pinned slot, a request per process) and copied to the device; an output sent to the host is copied
+a pinned slot, a request per I/O thread of theirs) and copied to the device; an output sent to the host is copied
 back into the slot and written by the I/O processes while the next group computes.
 
 With ``codec-device auto``, an input of large frames (chunks over ``AUTO_FRAME_BYTES``) goes group
@@ -146,7 +146,7 @@ def _host_read(dio: DeviceIO, name: str, start: int, stop: int, slot) -> np.ndar
     array = _array(io, name)
     buffer = (slot.a if name == "a" else slot.b)[:stop - start]
     if io.pool is not None and io.where and shared(slot):
-        pool_read(io, [(array, io.where[name], buffer)], start, stop, io.pool.processes)
+        pool_read(io, [(array, io.where[name], buffer)], start, stop, io.pool.processes * io.pool.threads)
     else:
         _read_into(array, start, stop, buffer, io.read_error)
     return buffer
@@ -332,7 +332,7 @@ def _host_write(io: BatchIO, names: list[str], start: int, stop: int, values: di
     """Outputs ``names`` of matrices ``[start, stop)`` written from ``values`` (in the slot): by the I/O
     processes, else through zarr here."""
     if io.pool is not None and io.where and all(locate(v) is not None for v in values.values()):
-        pool_write(io, names, start, stop, values, io.pool.processes)
+        pool_write(io, names, start, stop, values, io.pool.processes * io.pool.threads)
     else:
         for name in names:
             io.outputs[name][start:stop] = values[name]

@@ -361,6 +361,10 @@ class EnginePool:
     def processes(self) -> int:
         return self.pool.processes
 
+    @property
+    def threads(self) -> int:
+        return self.pool.threads
+
     def read(self, store: str, array: str, start: int, stop: int, out: np.ndarray):
         return self.pool.read(store, array, start, stop, out, self.engine)
 
