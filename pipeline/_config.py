@@ -480,8 +480,9 @@ class Options:
     codec_device: str = setting(
         "codec-device", OneOf(CODEC_DEVICES),
         flag="--codec-device", help="GPU runs: where Zarr chunks are decoded and encoded. auto (default): on "
-                                    "the GPU where nvCOMP is installed and the codec allows it; gpu; cpu. "
-                                    "The report says where, per array, and why.")
+                                    "the GPU where nvCOMP is installed and the codec allows it, but large "
+                                    "compressed frames on the host; gpu: every frame on the GPU; cpu. The "
+                                    "report says where, per array, and why.")
     device_batch_bytes: int = setting("device-batch-bytes", Size())
     output_layout: str = setting(
         "output-layout", OneOf(OUTPUT_LAYOUTS), fixed_at_creation="the layout",
