@@ -338,8 +338,6 @@ def main(argv=None):
 
         args.budget = pipeline.options().memory_budget   # the shipped default, in bytes
 
-    from distributed import Client
-
     if args.dry_run_cpu or args.host_noop:
         global DRY_RUN, HOST_NOOP, make_gpu_cluster, visible_gpus
         from distributed import LocalCluster
