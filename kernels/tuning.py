@@ -101,33 +101,30 @@ FAMILIES = families()
 
 
 @contextmanager
-def cpu_crossover(n: int):
-    """Inside the block, the CPU backend calls LAPACK for every op from ``n`` on, its own LU below
-    (both engines); the tables are in force again after it. Process-wide: not for concurrent use."""
+def _cpu_threshold(name: str, n: int):
+    """Inside the block, ``_cpu.<name>`` is ``n`` (checked: an int >= 1); its value again after it."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConfigError(f"Expected a crossover n >= 1. Got {n!r} instead.")
-    before = _cpu.LAPACK_MIN_N
-    _cpu.LAPACK_MIN_N = n
+    before = getattr(_cpu, name)
+    setattr(_cpu, name, n)
     try:
         yield
     finally:
-        _cpu.LAPACK_MIN_N = before
+        setattr(_cpu, name, before)
 
 
-@contextmanager
+def cpu_crossover(n: int):
+    """Inside the block, the CPU backend calls LAPACK for every op from ``n`` on, its own LU below
+    (both engines); the tables are in force again after it. Process-wide: not for concurrent use."""
+    return _cpu_threshold("LAPACK_MIN_N", n)
+
+
 def cpu_lanes_from(n: int):
     """Inside the block, the compiled CPU engine runs ``getrf`` and ``slogdet`` on its lane LU
     (``batchlu.kernels._cpu_lanes``) for every n from ``n`` on, and below it as its tables say
     without the lane LU (``1``: the lane LU at every n; a huge n: never). Process-wide: not for
     concurrent use."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ConfigError(f"Expected a crossover n >= 1. Got {n!r} instead.")
-    before = _cpu.LANES_MIN_N
-    _cpu.LANES_MIN_N = n
-    try:
-        yield
-    finally:
-        _cpu.LANES_MIN_N = before
+    return _cpu_threshold("LANES_MIN_N", n)
 
 
 __all__ = [

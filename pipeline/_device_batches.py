@@ -152,12 +152,12 @@ def _host_read(dio: DeviceIO, name: str, start: int, stop: int, slot) -> np.ndar
     return buffer
 
 
-def _to_device(engine, lane, host: np.ndarray, out=None):
-    """``host`` (page-locked) copied to the device on the lane's read stream (into ``out`` if given)."""
+def _to_device(engine, lane, host: np.ndarray):
+    """``host`` (page-locked where it can be) copied to the device on the lane's read stream."""
     import cupy
 
     with cupy.cuda.Device(engine.device), lane.read_stream:
-        value = cupy.empty(host.shape, host.dtype) if out is None else out
+        value = cupy.empty(host.shape, host.dtype)
         value.set(host, stream=lane.read_stream)
     lane.read_stream.synchronize()
     return value
