@@ -118,11 +118,21 @@ def _read_into(array, start: int, stop: int, out: np.ndarray, read_error) -> Non
 
 
 
-def _pool_requests(calls) -> list[tuple[int, BaseException]]:
-    """Send the I/O requests ``calls`` (each returns a future) at once and wait for all of them (their
-    buffers are about to be reused). A request whose I/O process died is sent once more, to its
+def _pool_requests(calls, meanwhile=None) -> list[tuple[int, BaseException]]:
+    """Send the I/O requests ``calls`` (each returns a future) at once, run ``meanwhile()`` (if given)
+    while the processes work, and wait for all of them (their buffers are about to be reused), even
+    when ``meanwhile`` raises. A request whose I/O process died is sent once more, to its
     replacement: reads and writes of whole chunks can be repeated. Returns the failures."""
     futures = [call() for call in calls]
+    try:
+        if meanwhile is not None:
+            meanwhile()
+    finally:
+        failures = _wait_requests(calls, futures)
+    return failures
+
+
+def _wait_requests(calls, futures) -> list[tuple[int, BaseException]]:
     failures = []
     for i, future in enumerate(futures):
         try:
@@ -150,17 +160,17 @@ def split_requests(array, start: int, stop: int, parts: int, writing: bool = Fal
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def pool_read(io: BatchIO, jobs: list, start: int, stop: int, parts: int = 1) -> None:
+def pool_read(io: BatchIO, jobs: list, start: int, stop: int, parts: int = 1, meanwhile=None) -> None:
     """Read matrices ``[start, stop)`` of each ``(array, (store, path), out)`` of ``jobs`` through the
     I/O processes, each input cut by :func:`split_requests` into ``parts`` requests, all sent at
-    once; a failed read goes through ``read_error`` (which re-reads here to name the corrupt chunk
-    file)."""
+    once (``meanwhile()`` runs while they are read, see :func:`_pool_requests`); a failed read goes
+    through ``read_error`` (which re-reads here to name the corrupt chunk file)."""
     calls, owners = [], []
     for array, where, out in jobs:
         for lo, hi in split_requests(array, start, stop, parts):
             calls.append(lambda w=where, o=out[lo - start:hi - start], lo=lo, hi=hi: io.pool.read(*w, lo, hi, o))
             owners.append(array)
-    failures = _pool_requests(calls)
+    failures = _pool_requests(calls, meanwhile)
     if failures:
         index, exc = failures[0]
         if io.read_error is not None and not isinstance(exc, _io_pool.IOProcessError):
@@ -168,11 +178,11 @@ def pool_read(io: BatchIO, jobs: list, start: int, stop: int, parts: int = 1) ->
         raise exc
 
 
-def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
+def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot, meanwhile=None) -> None:
     """Both inputs of a batch read by the I/O processes at once (:func:`pool_read`), a request each:
     the worker's many tasks in flight keep the processes busy."""
     pool_read(io, [(io.source, io.where["a"], slot.a)] + ([] if slot.b is None else [(io.rhs, io.where["b"], slot.b)]),
-              start, stop)
+              start, stop, meanwhile=meanwhile)
 
 
 def pool_write(io: BatchIO, names: list[str], start: int, stop: int, values: dict, parts: int = 1) -> None:
@@ -247,10 +257,15 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
         start, stop = batches[index]
         slot = slots[index % 2].view(stop - start)
         t = time.perf_counter()
-        gaps = io.missing(start, stop) if io.missing is not None else None
+        found = {}
         if pooled:
-            _pool_read(io, start, stop, slot)
+            # the store is asked while the I/O processes read: the answer comes before the values
+            # are used (a missing chunk reads as the fill value, and is failed or marked below)
+            lookup = None if io.missing is None else (lambda: found.setdefault("gaps", io.missing(start, stop)))
+            _pool_read(io, start, stop, slot, lookup)
+            gaps = found.get("gaps")
         else:
+            gaps = io.missing(start, stop) if io.missing is not None else None
             _read_into(io.source, start, stop, slot.a, io.read_error)
             if io.rhs is not None:
                 _read_into(io.rhs, start, stop, slot.b, io.read_error)

@@ -139,15 +139,19 @@ def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity
     return _routed_read(engine, dio, lane, name, start, stop, parity, slot)
 
 
-def _host_read(dio: DeviceIO, name: str, start: int, stop: int, slot) -> np.ndarray:
+def _host_read(dio: DeviceIO, name: str, start: int, stop: int, slot, meanwhile=None) -> np.ndarray:
     """Matrices ``[start, stop)`` decoded on the host into ``slot``'s buffer: by the I/O processes
-    (:func:`batchlu.pipeline._batches.pool_read`), else by zarr in this process."""
+    (:func:`batchlu.pipeline._batches.pool_read`, ``meanwhile()`` run while they read), else by zarr
+    in this process (after ``meanwhile()``)."""
     io = dio.io
     array = _array(io, name)
     buffer = (slot.a if name == "a" else slot.b)[:stop - start]
     if io.pool is not None and io.where and shared(slot):
-        pool_read(io, [(array, io.where[name], buffer)], start, stop, io.pool.processes * io.pool.threads)
+        pool_read(io, [(array, io.where[name], buffer)], start, stop, io.pool.processes * io.pool.threads,
+                  meanwhile=meanwhile)
     else:
+        if meanwhile is not None:
+            meanwhile()
         _read_into(array, start, stop, buffer, io.read_error)
     return buffer
 
@@ -196,9 +200,13 @@ def _routed_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, 
     size = sum(_codecs.frame_sizes(reads))
     if size >= _codecs.COMPRESSED * (stop - start) * stored.matrix_bytes:
         return _device_read(engine, dio, lane, name, start, stop, parity)
-    # the store is asked before the host reads (a missing chunk would be read as the fill value)
-    gaps = _missing.find(_array(dio.io, name), start, stop) if dio.io.missing is not None else []
-    return _to_device(engine, lane, _host_read(dio, name, start, stop, slot)), gaps
+    # the store is asked while the host reads (a missing chunk reads as the fill value): its answer
+    # comes back with the values, and the caller fails or marks those matrices
+    found = {"gaps": []}
+    lookup = None if dio.io.missing is None else \
+        (lambda: found.update(gaps=_missing.find(_array(dio.io, name), start, stop)))
+    host = _host_read(dio, name, start, stop, slot, lookup)
+    return _to_device(engine, lane, host), found["gaps"]
 
 
 def _digests(chunk: int, start: int, stop: int, a, b) -> np.ndarray:

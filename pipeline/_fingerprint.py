@@ -23,11 +23,11 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-import zlib
 
 import numpy as np
 
 from . import _ledger
+from ._crc32 import crc32
 from ._store import ArrayRef, read_range
 from .errors import ResumeError
 
@@ -36,8 +36,8 @@ FRESH_SECONDS = 5.0  # a file written this recently may be written again with th
 
 def digest(a, b=None) -> int:
     """CRC-32 of the values of ``a`` (then ``b``): C order, native byte order."""
-    crc = zlib.crc32(_contiguous(a))
-    return crc if b is None else zlib.crc32(_contiguous(b), crc)
+    crc = crc32(_contiguous(a))
+    return crc if b is None else crc32(_contiguous(b), crc)
 
 
 def _contiguous(x) -> np.ndarray:

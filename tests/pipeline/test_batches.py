@@ -303,6 +303,47 @@ def test_pool_read_spreads_a_batch_over_the_processes(tmp_path):
     assert out.tobytes() == a[3:35].tobytes()
 
 
+def test_pool_read_waits_for_its_reads_when_the_lookup_beside_them_fails(tmp_path):
+    """The store lookup runs while the I/O processes read (``meanwhile``): when it raises, the reads
+    in flight are still waited for (the slot is about to be reused), then its error is raised."""
+    import threading
+    from concurrent.futures import Future
+
+    from batchlu.pipeline._batches import pool_read
+
+    a = generate("random", 4, "float64", seed=28, start=0, stop=20)
+    src = zarr.create_array(str(tmp_path / "a.zarr"), shape=a.shape, chunks=(5, 4, 4), dtype=a.dtype)
+    src[...] = a
+    release = threading.Event()
+    order = []
+
+    class Pool:
+        processes = 2
+
+        def read(self, store, path, lo, hi, out):
+            done = Future()
+
+            def work():
+                release.wait(10)
+                out[...] = src[lo:hi]
+                order.append(("read", lo))
+                done.set_result(None)
+
+            threading.Thread(target=work).start()
+            return done
+
+    def lookup():
+        order.append(("lookup", None))
+        release.set()
+        raise RuntimeError("Expected every chunk stored. Got chunk 1 missing instead.")
+
+    out = np.full((20, 4, 4), np.nan)
+    with pytest.raises(RuntimeError, match="chunk 1 missing"):
+        pool_read(BatchIO(src, None, {}, pool=Pool()), [(src, ("a.zarr", ""), out)], 0, 20, 2, meanwhile=lookup)
+    assert order[0] == ("lookup", None) and sorted(order[1:]) == [("read", 0), ("read", 10)]
+    assert out.tobytes() == a.tobytes()   # both reads had finished when the error came
+
+
 def test_module_imports_without_cupy():
     import subprocess
     import sys

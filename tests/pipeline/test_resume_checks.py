@@ -296,6 +296,24 @@ def test_chunk_digests_match_per_chunk_and_byte_order(dtype):
     assert _fingerprint.digest(changed) != _fingerprint.digest(a)
 
 
+def test_digests_are_zlibs_crc32_whichever_library_computes_them():
+    """The ledger keeps zlib's CRC-32 of the values' bytes: outputs recorded by earlier versions
+    (zlib) resume under zlib-ng, and the other way round."""
+    import zlib
+
+    from batchlu.pipeline import _crc32
+
+    rng = np.random.default_rng(31)
+    for size in (0, 1, 7, 5 * 1024 - 1, 5 * 1024 + 3, 1 << 20):
+        data = rng.integers(0, 256, size, np.uint8)
+        for value in (0, 1, 0xFFFFFFFF, int(rng.integers(0, 2**32))):
+            assert _crc32.crc32(data, value) == zlib.crc32(data.tobytes(), value)
+    a = rng.standard_normal((9, 4, 4))
+    b = rng.standard_normal((9, 4))
+    assert _fingerprint.digest(a, b) == zlib.crc32(b.tobytes(), zlib.crc32(a.tobytes()))
+    assert _crc32._crc32 is not zlib.crc32   # zlib-ng (a dependency) computes them: ~8x faster
+
+
 @pytest.mark.gpu
 def test_gpu_run_records_the_same_checksums_and_stores_fill_chunks(tmp_path):
     """On the GPU data path (pinned buffers, I/O processes by default): each chunk's recorded CRC-32
