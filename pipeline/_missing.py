@@ -111,10 +111,33 @@ async def _shard_index(codec, byte_getter, per_shard):
         return None
 
 
+def _local_files(array, start: int, stop: int) -> list[Gap] | None:
+    """:func:`find` for an unsharded array in a local store: a ``stat`` per chunk file, here, rather
+    than through zarr's event loop (which every task thread of a worker would queue on). None for
+    any other array."""
+    from zarr.storage import LocalStore
+
+    store = array.store_path.store
+    if array.shards or not isinstance(store, LocalStore):
+        return None
+    shape, unit = tuple(array.shape), tuple(array.chunks)
+    grid = _grid(shape, unit)
+    root = os.path.join(str(store.root), *[p for p in str(array.store_path.path).split("/") if p])
+    gaps = []
+    for c in itertools.product(range(start // unit[0], (stop - 1) // unit[0] + 1), *(range(g) for g in grid[1:])):
+        key = array.metadata.encode_chunk_key(c)
+        if not os.path.isfile(os.path.join(root, *key.split("/"))):
+            gaps.append(Gap(key, None, c[0] * unit[0], min((c[0] + 1) * unit[0], shape[0])))
+    return gaps
+
+
 def find(array, start: int, stop: int) -> list[Gap]:
     """The objects holding matrices ``[start, stop)`` of the zarr ``array`` that the store lacks."""
     if stop <= start or 0 in tuple(array.shape):
         return []
+    local = _local_files(array, int(start), int(stop))
+    if local is not None:
+        return local
     from zarr.core.sync import sync
 
     return sync(_find(array, int(start), int(stop)))

@@ -223,6 +223,28 @@ def test_find_asks_only_for_the_chunks_of_the_range(tmp_path):
     assert mask.tolist() == [False] * 5 + [True] * 5
 
 
+@pytest.mark.parametrize("zarr_format,chunks", [(3, (CHUNK, N, N)), (3, (CHUNK, 2, 3)), (2, (CHUNK, N, N)),
+                                                 (2, (7, 2, N))])
+def test_find_on_local_files_agrees_with_the_store(tmp_path, zarr_format, chunks):
+    """Unsharded arrays in a local store are looked up with a stat per chunk file (no event loop):
+    the same gaps as zarr's store finds, for v2 and v3 keys and chunks cut along every axis."""
+    from zarr.core.sync import sync
+
+    source, _ = _store(tmp_path / "a.zarr", seed=10, chunks=chunks, zarr_format=zarr_format)
+    array = zarr.open_array(source, mode="r")
+    files = sorted(os.path.relpath(os.path.join(d, f), source) for d, _, fs in os.walk(source) for f in fs
+                   if not f.startswith((".z", "zarr.json")))
+    rng = np.random.default_rng(11)
+    removed = [str(name) for name in rng.choice(files, size=3, replace=False)]
+    for name in removed:
+        os.remove(os.path.join(source, name))
+    for start, stop in [(0, COUNT), (3, 9), (7, 8), (13, 37), (COUNT - 1, COUNT)]:
+        fast = _missing._local_files(array, start, stop)
+        slow = sync(_missing._find(array, start, stop))
+        assert fast is not None and fast == slow, (start, stop)
+    assert sorted(g.key for g in _missing.find(array, 0, COUNT)) == sorted(n.replace(os.sep, "/") for n in removed)
+
+
 def test_missing_chunks_setting_is_checked():
     with pytest.raises(errors.ConfigError, match="missing-chunks to be one of error, fill"):
         pipeline.options({"missing-chunks": "zeros"})
