@@ -144,7 +144,8 @@ def merge_tasks(tasks: list[tuple[int, int]], parts: int) -> list[tuple[int, int
     """Chunk ranges ``tasks`` (from :meth:`Plan.tasks`) merged into about ``parts`` longer ones, of
     about equal chunk counts, joining only ranges that touch. The GPU codec path wants a few long tasks
     per worker thread: its batch loop decodes many chunks per nvCOMP call and overlaps the reading,
-    computing and writing of consecutive batches, which a one-chunk task cannot."""
+    computing and writing of consecutive batches, which a one-chunk task cannot. The host path on GPU
+    workers merges to a few tasks per thread for the same overlap."""
     total = sum(c1 - c0 for c0, c1 in tasks)
     if not tasks or parts < 1:
         return list(tasks)
