@@ -319,7 +319,8 @@ def test_routed_reads_and_host_writes_give_the_device_paths_bits(tmp_path, monke
     host_reads = []
     real = _device_batches._host_read
     monkeypatch.setattr(_device_batches, "_host_read",
-                        lambda dio, name, start, stop, slot: host_reads.append((start, stop)) or real(dio, name, start, stop, slot))
+                        lambda dio, name, start, stop, slot, meanwhile=None:
+                        host_reads.append((start, stop)) or real(dio, name, start, stop, slot, meanwhile))
     got, seen = {}, []
     for mode in ("device", "routed"):
         group = zarr.open_group(str(tmp_path / f"{mode}.zarr"), mode="w")
