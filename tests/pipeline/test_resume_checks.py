@@ -315,10 +315,31 @@ def test_digests_are_zlibs_crc32_whichever_library_computes_them():
 
 
 @pytest.mark.gpu
-def test_gpu_run_records_the_same_checksums_and_stores_fill_chunks(tmp_path):
-    """On the GPU data path (pinned buffers, I/O processes by default): each chunk's recorded CRC-32
-    is the one of its input values, a chunk of all-NaN inverses is stored, and resume refuses a value
-    changed in the input."""
+@pytest.mark.parametrize("threads", [1, 3])
+def test_gpu_host_path_records_the_checksums_of_matrices_and_right_hand_sides(tmp_path, threads):
+    """solve through the host codecs on the GPU: the device hashes each chunk's matrices then its
+    right-hand sides as the host would (tasks of several chunks, batches of one)."""
+    rng = np.random.default_rng(44)
+    a = rng.standard_normal((90, 6, 6))
+    b = rng.standard_normal((90, 6, 2))
+    for name, x, chunks in (("a", a, (10, 6, 6)), ("b", b, (10, 6, 2))):
+        zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=x.shape, chunks=chunks, dtype="f8")[...] = x
+    out = tmp_path / "x.zarr"
+    report = pipeline.run(str(tmp_path / "a.zarr"), out, op="solve", rhs=str(tmp_path / "b.zarr"), backend="gpu",
+                          progress=False, config={"chunk": 10, "codec-device": "cpu",
+                                                  "cluster.threads-per-worker": threads})
+    assert report.status == "complete" and report.backends == ("gpu",) and report.tasks <= 9
+    recorded = zarr.open_array(str(out), path="_input_crc32", mode="r")[...]
+    assert [int(x) for x in recorded] == [_fingerprint.digest(a[lo:lo + 10], b[lo:lo + 10]) for lo in range(0, 90, 10)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("codec_device", ["cpu", "auto"])
+def test_gpu_run_records_the_same_checksums_and_stores_fill_chunks(tmp_path, codec_device):
+    """On the GPU data paths (host codecs: pinned buffers, I/O processes by default, the input hashed
+    on the device after its copy; auto: the GPU codecs where nvCOMP is there): each chunk's recorded
+    CRC-32 is the one of its input values, a chunk of all-NaN inverses is stored, and resume refuses a
+    value changed in the input."""
     rng = np.random.default_rng(43)
     a = rng.standard_normal((96, 8, 8))
     a[16:32, :, 5] = 0.0  # chunk 1: random matrices with a zero column, exactly singular
@@ -326,7 +347,7 @@ def test_gpu_run_records_the_same_checksums_and_stores_fill_chunks(tmp_path):
     source[...] = a
     out = tmp_path / "o.zarr"
     report = pipeline.run(str(tmp_path / "a.zarr"), out, op="inv", backend="gpu", progress=False,
-                          config={"chunk": 16})
+                          config={"chunk": 16, "codec-device": codec_device})
     assert report.backends == ("gpu",) and report.singular == 16
     recorded = zarr.open_array(str(out), path="_input_crc32", mode="r")[...]
     assert [int(x) for x in recorded] == [_fingerprint.digest(a[lo:lo + 16]) for lo in range(0, 96, 16)]
@@ -335,4 +356,5 @@ def test_gpu_run_records_the_same_checksums_and_stores_fill_chunks(tmp_path):
     source[70, 1, 1] = source[70, 1, 1] + 1.0  # chunk 4: not complete any more, not checked
     source[40, 3, 2] = source[40, 3, 2] - 1.0  # chunk 2: complete
     with pytest.raises(errors.ResumeError, match=r"other values in matrices 32:48 instead"):
-        pipeline.run(str(tmp_path / "a.zarr"), out, op="inv", backend="gpu", resume=True, progress=False)
+        pipeline.run(str(tmp_path / "a.zarr"), out, op="inv", backend="gpu", resume=True, progress=False,
+                     config={"codec-device": codec_device})
