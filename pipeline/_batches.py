@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import _fingerprint, _io_pool, _ops
+from . import _io_pool, _ops
 from ._buffers import Slot, layout_for, shared
 
 __all__ = ["BatchIO", "PathStats", "input_bytes", "pool_read", "pool_write", "run_batches", "split_requests", "sub_batches"]
@@ -68,9 +68,7 @@ class BatchIO:
     their checksums there); ``mark(start, stop)`` is called (in the writer thread, in order) once
     every output of those matrices is written; ``read_error(array, start, stop, exc)`` turns a failed
     read into a clear error (e.g. naming the corrupt chunk file).
-    ``digests(start, values)`` receives the CRC-32 of each output chunk's input (``chunk``
-    matrices each) from an engine that hashes its input on the device (``engine.hashes``); the
-    pipeline then passes no ``on_read``. ``missing(start, stop)`` runs (in the reader
+    ``missing(start, stop)`` runs (in the reader
     thread) before each read, whether this process or an I/O process then reads: it raises on a
     chunk missing from the store, or returns the mask of matrices whose outputs get ``info`` -3
     (:meth:`batchlu.pipeline._tasks.TaskIO.missing`), or None.
@@ -90,8 +88,6 @@ class BatchIO:
     where: dict | None = None
     missing: object = None
     on_read: object = None
-    digests: object = None
-    chunk: int = 0
 
 
 @dataclasses.dataclass
@@ -204,25 +200,19 @@ def _pool_write(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
     pool_write(io, list(slot.outs), start, stop, slot.outs)
 
 
-def _compute(engine, op: str, slot: Slot, piece: int, stats: PathStats, chunk: int = 0):
+def _compute(engine, op: str, slot: Slot, piece: int, stats: PathStats) -> int:
     """Run ``slot`` in pieces of at most ``piece`` matrices; halve a piece on out-of-memory.
 
-    Returns the piece size that worked, so that the next batch starts from it, and, with ``chunk``
-    (an engine that hashes its input), the CRC-32 of each ``chunk`` matrices of the input when one
-    piece held the whole slot (else None: the caller hashes it on the host).
+    Returns the piece size that worked, so that the next batch starts from it.
     """
     m = slot.a.shape[0]
     start = 0
-    digests = None
     while start < m:
         size = min(piece, m - start)
         part = Slot(slot.a[start:start + size], None if slot.b is None else slot.b[start:start + size],
                     {k: v[start:start + size] for k, v in slot.outs.items()})
         try:
-            if chunk and size == m:
-                digests = engine.run(op, part, chunk=chunk)
-            else:
-                engine.run(op, part)
+            engine.run(op, part)
         except engine.oom_errors:
             if size == 1:
                 raise
@@ -232,7 +222,7 @@ def _compute(engine, op: str, slot: Slot, piece: int, stats: PathStats, chunk: i
             continue
         stats.pieces += 1
         start += size
-    return piece, digests
+    return piece
 
 
 def run_batches(engine, op: str, io: BatchIO, batches: list[tuple[int, int]], *,
@@ -318,10 +308,7 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
                 if delay:
                     time.sleep(delay)
                 t = time.perf_counter()
-                piece, digests = _compute(engine, op, slot, piece, stats, io.chunk if io.digests is not None else 0)
-                if io.digests is not None:   # the engine hashed the input, or (pieces) the host does
-                    io.digests(start, digests if digests is not None else
-                               _fingerprint.chunk_digests(io.chunk, start, stop, slot.a, slot.b))
+                piece = _compute(engine, op, slot, piece, stats)
                 if gaps is not None:   # batchlu.missing-chunks: fill
                     _ops.mark_missing(slot.outs, gaps)
                 stats.compute_s += time.perf_counter() - t

@@ -55,12 +55,10 @@ class CudaEngine:
 
     ``run`` copies the slot's inputs to the device on the thread's stream, launches the kernels there
     (``kernels`` launch on CuPy's current stream), copies each output back into the slot's pinned
-    buffers on the same stream and waits for that stream only. It also hashes the input it copied
-    (``hashes``: ``run(..., chunk=)``), so that the batch loop does not spend a host core on it.
+    buffers on the same stream and waits for that stream only.
     """
 
     name = "gpu"
-    hashes = True
     device_fraction = 0.8   # of the free device memory one batch piece may take, split between threads
 
     def __init__(self, device: int = 0, threads: int = 1):
@@ -97,13 +95,9 @@ class CudaEngine:
             free += pool.free_bytes()
         return max(1, int(free * self.device_fraction / self.threads) // max(1, per_matrix))
 
-    def run(self, op: str, slot: Slot, chunk: int = 0) -> np.ndarray | None:
-        """``op`` on ``slot``; with ``chunk``, also the CRC-32 of each ``chunk`` matrices of its input
-        (``a`` then ``b``, as :func:`batchlu.pipeline._fingerprint.chunk_digests`), hashed from the
-        device's copy (what the kernels computed from), where the host would spend a core on it."""
+    def run(self, op: str, slot: Slot) -> None:
         import cupy
 
-        digests = None
         stream = self._stream()
         with cupy.cuda.Device(self.device), stream:
             a = cupy.empty(slot.a.shape, slot.a.dtype)
@@ -112,10 +106,6 @@ class CudaEngine:
             if slot.b is not None:
                 b = cupy.empty(slot.b.shape, slot.b.dtype)
                 b.set(slot.b, stream=stream)
-            if chunk:
-                from ._device_batches import _digests
-
-                digests = _digests(int(chunk), 0, a.shape[0], a, b)
             result = _ops.compute(op, a, b)
             for name, out in slot.outs.items():
                 value = result[name].reshape(out.shape)
@@ -125,7 +115,6 @@ class CudaEngine:
                 _get_async(value, out, stream)
             del a, b, result
         stream.synchronize()
-        return digests
 
     def run_device(self, op: str, a, b, tails: dict, splits: list[tuple[int, int]] | None = None) -> dict:
         """``op`` on device arrays (the GPU codec path): the outputs named in ``tails`` (name -> shape
@@ -237,10 +226,7 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
 
     slot = Slot(random(*layout.a), None if layout.b is None else random(*layout.b),
                 {name: np.empty((m,) + tail, dtype) for name, tail, dtype in layout.outs})
-    if getattr(engine, "hashes", False):
-        engine.run(op, slot, chunk=2)   # the CRC-32 kernels too
-    else:
-        engine.run(op, slot)
+    engine.run(op, slot)
     engine.pool.reserve(layout, int(spec.batch), max(1, int(reserve)))
     if getattr(spec, "staging", 0):   # the GPU codec path: each of its lanes stages 4 buffers
         from . import _gpu_codecs

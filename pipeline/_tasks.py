@@ -178,11 +178,9 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
     where = {"a": (job.input.path, job.input.array), **{name: (job.output, name) for name in io.out}}
     if job.rhs is not None:
         where["b"] = (job.rhs.path, job.rhs.array)
-    hashes = getattr(engine, "hashes", False)   # the GPU engine hashes the input it copied
     batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error,
                        pool=io_pool_for(job, engine), where=where, missing=io.missing,
-                       on_read=None if hashes else on_read, digests=digests.__setitem__ if hashes else None,
-                       chunk=plan.chunk)
+                       on_read=on_read)
     stored = {name: c.stored for name, c in (job.codecs or {}).items() if c.device == "gpu"}
     if engine.name == "gpu" and stored:
         from ._device_batches import DeviceIO, run_device_batches

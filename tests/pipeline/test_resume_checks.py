@@ -317,8 +317,8 @@ def test_digests_are_zlibs_crc32_whichever_library_computes_them():
 @pytest.mark.gpu
 @pytest.mark.parametrize("threads", [1, 3])
 def test_gpu_host_path_records_the_checksums_of_matrices_and_right_hand_sides(tmp_path, threads):
-    """solve through the host codecs on the GPU: the device hashes each chunk's matrices then its
-    right-hand sides as the host would (tasks of several chunks, batches of one)."""
+    """solve through the host codecs on the GPU (tasks of several chunks, batches of one): each
+    chunk's recorded CRC-32 is the one of its matrices then its right-hand sides."""
     rng = np.random.default_rng(44)
     a = rng.standard_normal((90, 6, 6))
     b = rng.standard_normal((90, 6, 2))
@@ -336,10 +336,9 @@ def test_gpu_host_path_records_the_checksums_of_matrices_and_right_hand_sides(tm
 @pytest.mark.gpu
 @pytest.mark.parametrize("codec_device", ["cpu", "auto"])
 def test_gpu_run_records_the_same_checksums_and_stores_fill_chunks(tmp_path, codec_device):
-    """On the GPU data paths (host codecs: pinned buffers, I/O processes by default, the input hashed
-    on the device after its copy; auto: the GPU codecs where nvCOMP is there): each chunk's recorded
-    CRC-32 is the one of its input values, a chunk of all-NaN inverses is stored, and resume refuses a
-    value changed in the input."""
+    """On the GPU data paths (host codecs: pinned buffers, I/O processes by default; auto: the GPU
+    codecs where nvCOMP is there): each chunk's recorded CRC-32 is the one of its input values, a
+    chunk of all-NaN inverses is stored, and resume refuses a value changed in the input."""
     rng = np.random.default_rng(43)
     a = rng.standard_normal((96, 8, 8))
     a[16:32, :, 5] = 0.0  # chunk 1: random matrices with a zero column, exactly singular
