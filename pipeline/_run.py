@@ -25,8 +25,7 @@ from .errors import BatchluWarning, InputError, ResumeError
 TASKS_PER_LANE = 2   # GPU codec path: tasks per lane (pipeline._gpu_codecs.LANES per worker) after merging
 # The host path on GPU workers: tasks per worker thread after merging. A task of one chunk reads,
 # computes and writes it in turn; one of a few chunks overlaps its own batches too, which keeps more
-# requests in the I/O processes. On an H100 (16 threads, 8 x 2 I/O processes, 157 chunks of 32 MiB),
-# tasks of 1, 2 and 4 chunks moved 1.84, 2.00 and 2.05 GB/s (medians of 4 runs).
+# requests in the I/O processes (docs/performance.md, "No regression of the host path").
 HOST_TASKS_PER_THREAD = 4
 
 
