@@ -20,9 +20,9 @@ import zlib
 
 import numpy as np
 
-try:   # zlib-ng's CRC-32 (carry-less multiply, ~30 GB/s a core): the same values as zlib's (~4 GB/s)
+try:   # zlib-ng's CRC-32 (carry-less multiply, 10-30 GB/s a core): the same values as zlib's (2-4 GB/s)
     from zlib_ng.zlib_ng import crc32 as _crc32
-except ImportError:   # pragma: no cover - zlib-ng is a dependency; zlib gives the same values, slower
+except ImportError:   # zlib-ng is a dependency; without it zlib gives the same values, slower
     _crc32 = zlib.crc32
 
 MASK = 0xFFFFFFFF
@@ -88,7 +88,7 @@ def shift_matrix(nbytes: int) -> tuple[int, ...]:
 
 
 def register(data) -> int:
-    """``R(0, data)``, through zlib."""
+    """``R(0, data)``, through :func:`crc32`."""
     return ~crc32(memoryview(data).cast("B"), MASK) & MASK
 
 
