@@ -118,18 +118,18 @@ def _read_into(array, start: int, stop: int, out: np.ndarray, read_error) -> Non
 
 
 
-def _pool_requests(calls, meanwhile=None) -> list[tuple[int, BaseException]]:
+def _pool_requests(calls, meanwhile=None) -> tuple[list[tuple[int, BaseException]], object]:
     """Send the I/O requests ``calls`` (each returns a future) at once, run ``meanwhile()`` (if given)
     while the processes work, and wait for all of them (their buffers are about to be reused), even
     when ``meanwhile`` raises. A request whose I/O process died is sent once more, to its
-    replacement: reads and writes of whole chunks can be repeated. Returns the failures."""
+    replacement: reads and writes of whole chunks can be repeated. Returns the failures and what
+    ``meanwhile`` returned (None without it)."""
     futures = [call() for call in calls]
     try:
-        if meanwhile is not None:
-            meanwhile()
+        value = meanwhile() if meanwhile is not None else None
     finally:
         failures = _wait_requests(calls, futures)
-    return failures
+    return failures, value
 
 
 def _wait_requests(calls, futures) -> list[tuple[int, BaseException]]:
@@ -160,28 +160,30 @@ def split_requests(array, start: int, stop: int, parts: int, writing: bool = Fal
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def pool_read(io: BatchIO, jobs: list, start: int, stop: int, parts: int = 1, meanwhile=None) -> None:
+def pool_read(io: BatchIO, jobs: list, start: int, stop: int, parts: int = 1, meanwhile=None):
     """Read matrices ``[start, stop)`` of each ``(array, (store, path), out)`` of ``jobs`` through the
     I/O processes, each input cut by :func:`split_requests` into ``parts`` requests, all sent at
-    once (``meanwhile()`` runs while they are read, see :func:`_pool_requests`); a failed read goes
-    through ``read_error`` (which re-reads here to name the corrupt chunk file)."""
+    once; a failed read goes through ``read_error`` (which re-reads here to name the corrupt chunk
+    file). ``meanwhile()`` runs while they are read (see :func:`_pool_requests`); returns its value."""
     calls, owners = [], []
     for array, where, out in jobs:
         for lo, hi in split_requests(array, start, stop, parts):
             calls.append(lambda w=where, o=out[lo - start:hi - start], lo=lo, hi=hi: io.pool.read(*w, lo, hi, o))
             owners.append(array)
-    failures = _pool_requests(calls, meanwhile)
+    failures, value = _pool_requests(calls, meanwhile)
     if failures:
         index, exc = failures[0]
         if io.read_error is not None and not isinstance(exc, _io_pool.IOProcessError):
             io.read_error(owners[index], start, stop, exc)
         raise exc
+    return value
 
 
-def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot, meanwhile=None) -> None:
-    """Both inputs of a batch read by the I/O processes at once (:func:`pool_read`), a request each:
-    the worker's many tasks in flight keep the processes busy."""
-    pool_read(io, [(io.source, io.where["a"], slot.a)] + ([] if slot.b is None else [(io.rhs, io.where["b"], slot.b)]),
+def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot, meanwhile=None):
+    """Both inputs of a batch read by the I/O processes at once (:func:`pool_read`, returning what
+    ``meanwhile()`` returned), a request each: the worker's many tasks in flight keep the processes
+    busy."""
+    return pool_read(io, [(io.source, io.where["a"], slot.a)] + ([] if slot.b is None else [(io.rhs, io.where["b"], slot.b)]),
               start, stop, meanwhile=meanwhile)
 
 
@@ -189,7 +191,7 @@ def pool_write(io: BatchIO, names: list[str], start: int, stop: int, values: dic
     """Write matrices ``[start, stop)`` of the outputs ``names`` from ``values`` through the I/O
     processes, each cut by :func:`split_requests` (at shard ends) into ``parts`` requests, all sent
     at once."""
-    failures = _pool_requests([
+    failures, _ = _pool_requests([
         lambda w=io.where[name], o=values[name][lo - start:hi - start], lo=lo, hi=hi: io.pool.write(*w, lo, hi, o)
         for name in names for lo, hi in split_requests(io.outputs[name], start, stop, parts, writing=True)])
     if failures:
@@ -257,13 +259,10 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
         start, stop = batches[index]
         slot = slots[index % 2].view(stop - start)
         t = time.perf_counter()
-        found = {}
         if pooled:
             # the store is asked while the I/O processes read: the answer comes before the values
             # are used (a missing chunk reads as the fill value, and is failed or marked below)
-            lookup = None if io.missing is None else (lambda: found.setdefault("gaps", io.missing(start, stop)))
-            _pool_read(io, start, stop, slot, lookup)
-            gaps = found.get("gaps")
+            gaps = _pool_read(io, start, stop, slot, None if io.missing is None else lambda: io.missing(start, stop))
         else:
             gaps = io.missing(start, stop) if io.missing is not None else None
             _read_into(io.source, start, stop, slot.a, io.read_error)

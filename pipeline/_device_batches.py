@@ -133,27 +133,26 @@ def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity
     caller asks the store then, before the read)."""
     stored = dio.stored.get(name)
     if stored is None:
-        return _to_device(engine, lane, _host_read(dio, name, start, stop, slot)), None
+        return _to_device(engine, lane, _host_read(dio, name, start, stop, slot)[0]), None
     if slot is None or not _routed(dio, name) or not shared(slot):
         return _device_read(engine, dio, lane, name, start, stop, parity)
     return _routed_read(engine, dio, lane, name, start, stop, parity, slot)
 
 
-def _host_read(dio: DeviceIO, name: str, start: int, stop: int, slot, meanwhile=None) -> np.ndarray:
+def _host_read(dio: DeviceIO, name: str, start: int, stop: int, slot, meanwhile=None):
     """Matrices ``[start, stop)`` decoded on the host into ``slot``'s buffer: by the I/O processes
     (:func:`batchlu.pipeline._batches.pool_read`, ``meanwhile()`` run while they read), else by zarr
-    in this process (after ``meanwhile()``)."""
+    in this process (after ``meanwhile()``). Returns the buffer and what ``meanwhile`` returned."""
     io = dio.io
     array = _array(io, name)
     buffer = (slot.a if name == "a" else slot.b)[:stop - start]
     if io.pool is not None and io.where and shared(slot):
-        pool_read(io, [(array, io.where[name], buffer)], start, stop, io.pool.processes * io.pool.threads,
-                  meanwhile=meanwhile)
+        value = pool_read(io, [(array, io.where[name], buffer)], start, stop, io.pool.processes * io.pool.threads,
+                          meanwhile=meanwhile)
     else:
-        if meanwhile is not None:
-            meanwhile()
+        value = meanwhile() if meanwhile is not None else None
         _read_into(array, start, stop, buffer, io.read_error)
-    return buffer
+    return buffer, value
 
 
 def _to_device(engine, lane, host: np.ndarray):
@@ -202,11 +201,9 @@ def _routed_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, 
         return _device_read(engine, dio, lane, name, start, stop, parity)
     # the store is asked while the host reads (a missing chunk reads as the fill value): its answer
     # comes back with the values, and the caller fails or marks those matrices
-    found = {"gaps": []}
-    lookup = None if dio.io.missing is None else \
-        (lambda: found.update(gaps=_missing.find(_array(dio.io, name), start, stop)))
-    host = _host_read(dio, name, start, stop, slot, lookup)
-    return _to_device(engine, lane, host), found["gaps"]
+    lookup = None if dio.io.missing is None else (lambda: _missing.find(_array(dio.io, name), start, stop))
+    host, gaps = _host_read(dio, name, start, stop, slot, lookup)
+    return _to_device(engine, lane, host), gaps or []
 
 
 def _digests(chunk: int, start: int, stop: int, a, b) -> np.ndarray:

@@ -66,21 +66,33 @@ def _grid(shape, unit) -> tuple[int, ...]:
     return tuple(-(-int(s) // int(u)) for s, u in zip(shape, unit))
 
 
+def _objects(array, start: int, stop: int) -> tuple[list[tuple[int, ...]], list[str]]:
+    """The stored objects (chunks, or shards) holding matrices ``[start, stop)`` of ``array``: their
+    coordinates in its grid and their keys."""
+    unit = tuple(array.shards or array.chunks)
+    grid = _grid(array.shape, unit)
+    rows = range(start // unit[0], (stop - 1) // unit[0] + 1)
+    coords = list(itertools.product(rows, *(range(g) for g in grid[1:])))
+    return coords, [array.metadata.encode_chunk_key(c) for c in coords]
+
+
+def _span(index: int, size: int, count: int) -> tuple[int, int]:
+    """Matrices ``[lo, hi)`` of block ``index`` of ``size`` along N, of ``count``."""
+    return index * size, min((index + 1) * size, count)
+
+
 async def _find(array, start: int, stop: int) -> list[Gap]:
     shape = tuple(array.shape)
     unit = tuple(array.shards or array.chunks)
-    grid = _grid(shape, unit)
-    rows = range(start // unit[0], (stop - 1) // unit[0] + 1)
-    coords = [c for c in itertools.product(rows, *(range(g) for g in grid[1:]))]
-    keys = [array.metadata.encode_chunk_key(c) for c in coords]
+    coords, keys = _objects(array, start, stop)
     store, prefix = array.store_path.store, array.store_path.path
 
     def full(key: str) -> str:
         return f"{prefix}/{key}" if prefix else key
 
     present = await asyncio.gather(*(store.exists(full(key)) for key in keys))
-    span = lambda i, size: (i * size, min((i + 1) * size, shape[0]))  # noqa: E731
-    gaps = [Gap(key, None, *span(c[0], unit[0])) for c, key, there in zip(coords, keys, present) if not there]
+    gaps = [Gap(key, None, *_span(c[0], unit[0], shape[0]))
+            for c, key, there in zip(coords, keys, present) if not there]
     codec = _sharding_codec(array)
     if codec is None or not hasattr(codec, "_load_shard_index_maybe"):
         return gaps
@@ -97,7 +109,7 @@ async def _find(array, start: int, stop: int) -> list[Gap]:
             first = [i * c for i, c in zip(inner, chunks)]
             if any(f >= s for f, s in zip(first, shape)):
                 continue    # wholly outside the array: never stored
-            lo, hi = span(inner[0], chunks[0])
+            lo, hi = _span(inner[0], chunks[0], shape[0])
             if hi <= start or lo >= stop or stored[local]:
                 continue
             gaps.append(Gap(key, inner, lo, hi))
@@ -120,15 +132,10 @@ def _local_files(array, start: int, stop: int) -> list[Gap] | None:
     store = array.store_path.store
     if array.shards or not isinstance(store, LocalStore):
         return None
-    shape, unit = tuple(array.shape), tuple(array.chunks)
-    grid = _grid(shape, unit)
     root = os.path.join(str(store.root), *[p for p in str(array.store_path.path).split("/") if p])
-    gaps = []
-    for c in itertools.product(range(start // unit[0], (stop - 1) // unit[0] + 1), *(range(g) for g in grid[1:])):
-        key = array.metadata.encode_chunk_key(c)
-        if not os.path.isfile(os.path.join(root, *key.split("/"))):
-            gaps.append(Gap(key, None, c[0] * unit[0], min((c[0] + 1) * unit[0], shape[0])))
-    return gaps
+    coords, keys = _objects(array, start, stop)
+    return [Gap(key, None, *_span(c[0], array.chunks[0], array.shape[0])) for c, key in zip(coords, keys)
+            if not os.path.isfile(os.path.join(root, *key.split("/")))]
 
 
 def find(array, start: int, stop: int) -> list[Gap]:
