@@ -1,5 +1,5 @@
 // Sparse LDL^T of a batch of matrices that share one pattern (batchlu.sparse, after the seed paper 001):
-// level by level over the elimination tree, one launch per level and step for the whole batch, static
+// level by level over the tree of L's supernodes, a few launches per level for the whole batch, static
 // pivoting, triangular solves and the float64 residuals of iterative refinement. The per-thread work
 // and the layouts are in ldlt.cuh; kernels/sparse/_gpu.py launches these.
 //
@@ -7,62 +7,93 @@
 // right-hand side) fastest, so that a warp's threads work on one item of consecutive matrices: the same
 // control flow (it depends on the pattern only) and consecutive words of the batch-minor arrays.
 //
-//   ldlt_entries   one level's entries (positions ent[first..first+count) of lx) x B matrices: the dot
-//                  products
-//   ldlt_pivots    one level's columns cols[first..first+count) x B: static pivoting, division by the pivot
-//   ldlt_forward   one level's rows x R matrices x K: L y = c
-//   ldlt_backward  one level's columns x R x K, levels from the last: L^T x = z
-//   ldlt_residual  n rows x R x K: b - A x in float64
-//   ldlt_row_sums  n rows x B: sum_j |a_ij| in float64 (for ||A||_inf)
+//   ldlt_external          one level's entries (positions ent[first..first+count) of lx) x B: what the
+//                          supernodes below contribute (dot products)
+//   ldlt_panel             one level's supernodes sn[first..first+count) x B: each run's dense LDL^T,
+//                          static pivoting, division by the pivots
+//   ldlt_forward_external  one level's columns x R matrices x K: L y = c, the supernodes below
+//   ldlt_forward_panel     one level's supernodes x R x K: L y = c within each run
+//   ldlt_backward_external one level's columns x R x K, levels from the last: L^T x = z, the rows below
+//   ldlt_backward_panel    one level's supernodes x R x K: L^T x = z within each run
+//   ldlt_residual          n rows x R x K: b - A x in float64
+//   ldlt_row_sums          n rows x B: sum_j |a_ij| in float64 (for ||A||_inf)
 
 #include "ldlt.cuh"
 
 namespace blu {
 
+#define BLU_LDLT_ID const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x
+
 template <typename T>
-__global__ void ldlt_entries(const long long* __restrict__ ent, long long first, long long count, long long B,
-                             const long long* __restrict__ col_of, const long long* __restrict__ rowind,
-                             const long long* __restrict__ colptr, const long long* __restrict__ row_ptr,
-                             const long long* __restrict__ row_col, const long long* __restrict__ row_pos,
-                             T* lx) {
-    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+__global__ void ldlt_external(const long long* __restrict__ ent, long long first, long long count, long long B,
+                              const long long* __restrict__ col_of, const long long* __restrict__ rowind,
+                              const long long* __restrict__ colptr, const long long* __restrict__ base,
+                              const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
+                              const long long* __restrict__ rl_ptr, const long long* __restrict__ rl_sn,
+                              const long long* __restrict__ rl_idx, T* lx) {
+    BLU_LDLT_ID;
     if (id >= count * B) return;
     const long long e = id / B, b = id - e * B;
-    ldlt::entry<T>(ent[first + e], b, B, col_of, rowind, colptr, row_ptr, row_col, row_pos, lx);
+    ldlt::external<T>(ent[first + e], b, B, col_of, rowind, colptr, base, sn_first, sn_size, rl_ptr, rl_sn, rl_idx,
+                      lx);
 }
 
 template <typename T>
-__global__ void ldlt_pivots(const long long* __restrict__ cols, long long first, long long count, long long B,
-                            const long long* __restrict__ colptr, const T* __restrict__ tau, int perturb,
-                            T* lx, unsigned char* __restrict__ flag) {
-    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+__global__ void ldlt_panel(const long long* __restrict__ sn, long long first, long long count, long long B,
+                           const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
+                           const long long* __restrict__ colptr, const T* __restrict__ tau, int perturb, T* lx,
+                           unsigned char* __restrict__ flag) {
+    BLU_LDLT_ID;
     if (id >= count * B) return;
-    const long long c = id / B, b = id - c * B;
-    ldlt::pivot<T>(cols[first + c], b, B, colptr, tau, perturb, lx, flag);
+    const long long g = id / B, b = id - g * B;
+    ldlt::panel<T>(sn[first + g], b, B, sn_first, sn_size, colptr, tau, perturb, lx, flag);
 }
 
 template <typename T>
-__global__ void ldlt_forward(const long long* __restrict__ cols, long long first, long long count, long long R,
-                             long long K,
-                             long long B, const long long* __restrict__ rows,
-                             const long long* __restrict__ row_ptr, const long long* __restrict__ row_col,
-                             const long long* __restrict__ row_pos, const T* __restrict__ lx, T* y) {
-    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+__global__ void ldlt_forward_external(const long long* __restrict__ cols, long long first, long long count,
+                                      long long R, long long K, long long B, const long long* __restrict__ rows,
+                                      const long long* __restrict__ base, const long long* __restrict__ sn_first,
+                                      const long long* __restrict__ sn_size, const long long* __restrict__ rl_ptr,
+                                      const long long* __restrict__ rl_sn, const long long* __restrict__ rl_idx,
+                                      const T* __restrict__ lx, T* y) {
+    BLU_LDLT_ID;
     if (id >= count * R * K) return;
     const long long c = id / (R * K), rest = id - c * (R * K), t = rest / K, r = rest - t * K;
-    ldlt::forward<T>(cols[first + c], t, r, R, K, B, rows, row_ptr, row_col, row_pos, lx, y);
+    ldlt::forward_external<T>(cols[first + c], t, r, R, K, B, rows, base, sn_first, sn_size, rl_ptr, rl_sn, rl_idx,
+                              lx, y);
 }
 
 template <typename T>
-__global__ void ldlt_backward(const long long* __restrict__ cols, long long first, long long count, long long R,
-                              long long K,
-                              long long B, const long long* __restrict__ rows,
-                              const long long* __restrict__ colptr, const long long* __restrict__ rowind,
-                              const T* __restrict__ lx, T* y) {
-    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+__global__ void ldlt_forward_panel(const long long* __restrict__ sn, long long first, long long count, long long R,
+                                   long long K, long long B, const long long* __restrict__ rows,
+                                   const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
+                                   const long long* __restrict__ colptr, const T* __restrict__ lx, T* y) {
+    BLU_LDLT_ID;
+    if (id >= count * R * K) return;
+    const long long g = id / (R * K), rest = id - g * (R * K), t = rest / K, r = rest - t * K;
+    ldlt::forward_panel<T>(sn[first + g], t, r, R, K, B, rows, sn_first, sn_size, colptr, lx, y);
+}
+
+template <typename T>
+__global__ void ldlt_backward_external(const long long* __restrict__ cols, long long first, long long count,
+                                       long long R, long long K, long long B, const long long* __restrict__ rows,
+                                       const long long* __restrict__ colptr, const long long* __restrict__ rowind,
+                                       const long long* __restrict__ base, const T* __restrict__ lx, T* y) {
+    BLU_LDLT_ID;
     if (id >= count * R * K) return;
     const long long c = id / (R * K), rest = id - c * (R * K), t = rest / K, r = rest - t * K;
-    ldlt::backward<T>(cols[first + c], t, r, R, K, B, rows, colptr, rowind, lx, y);
+    ldlt::backward_external<T>(cols[first + c], t, r, R, K, B, rows, colptr, rowind, base, lx, y);
+}
+
+template <typename T>
+__global__ void ldlt_backward_panel(const long long* __restrict__ sn, long long first, long long count, long long R,
+                                    long long K, long long B, const long long* __restrict__ rows,
+                                    const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
+                                    const long long* __restrict__ colptr, const T* __restrict__ lx, T* y) {
+    BLU_LDLT_ID;
+    if (id >= count * R * K) return;
+    const long long g = id / (R * K), rest = id - g * (R * K), t = rest / K, r = rest - t * K;
+    ldlt::backward_panel<T>(sn[first + g], t, r, R, K, B, rows, sn_first, sn_size, colptr, lx, y);
 }
 
 template <typename T>
@@ -71,7 +102,7 @@ __global__ void ldlt_residual(long long n, long long R, long long K, long long n
                               const long long* __restrict__ a_col, const long long* __restrict__ a_src,
                               const T* __restrict__ values, const double* __restrict__ x,
                               const double* __restrict__ rhs, double* __restrict__ out) {
-    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    BLU_LDLT_ID;
     if (id >= n * R * K) return;
     // (t, i, r) with r fastest: out is (R, n, K)
     const long long t = id / (n * K), rest = id - t * (n * K), i = rest / K, r = rest - i * K;
@@ -82,10 +113,12 @@ template <typename T>
 __global__ void ldlt_row_sums(long long n, long long B, long long nnz, const long long* __restrict__ a_ptr,
                               const long long* __restrict__ a_src, const T* __restrict__ values,
                               double* __restrict__ out) {
-    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    BLU_LDLT_ID;
     if (id >= n * B) return;
     const long long b = id / n, i = id - b * n;   // out (B, n), i fastest
     ldlt::row_sum<T>(i, b, n, nnz, a_ptr, a_src, values, out);
 }
+
+#undef BLU_LDLT_ID
 
 }  // namespace blu

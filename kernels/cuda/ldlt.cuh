@@ -9,8 +9,8 @@
 //                      the multipliers l_ij below it; on entry the permuted matrix C's lower triangle
 //   y     (n, R, K)    right-hand sides / solutions of the matrices rows[0..R) (C's numbering)
 //   values (B, nnz)    the input, one row per matrix (for residuals and norms, original numbering)
-// Index arrays are int64 (long long). L's rows (strict lower part) in CSR: row i's entries are
-// row_col[row_ptr[i]..row_ptr[i+1]) (columns k < i, ascending), at positions row_pos[.] of lx.
+// Index arrays are int64 (long long); kernels/sparse/_gpu_maps.py builds them (supernodes, levels,
+// L's rows by supernodes).
 #ifndef BATCHLU_LDLT_CUH
 #define BATCHLU_LDLT_CUH
 
@@ -19,36 +19,53 @@ namespace ldlt {
 
 typedef long long index_t;
 
-// Entry p = (i, j) of L (column j of the level being factored), matrix b: the left-looking dot product
-//     v_ij = c_ij - sum_k l_ik (l_jk d_k),   k over the columns where both row i and row j of L are
-// non-zero (k < j; every such k is a descendant of j in the elimination tree, so it lies on an earlier
-// level and is final). Row j's k are all < j, so the merge of the two sorted rows stops at row j's end.
-// i == j gives the pivot before its check, d_j = c_jj - sum_k l_jk (l_jk d_k). The division by d_j is
-// ldlt_pivots' (next launch): until then lx holds v_ij.
+// Supernode g: columns f .. f+s-1 (f = sn_first[g], s = sn_size[g]) sharing the rows R_g below the
+// run. Column f+t holds, from colptr[f+t]: its pivot, the run's rows f+t+1 .. f+s-1, then R_g; so the
+// entry of panel row q >= t (q < s: row f+q; q >= s: row R_g[q-s]) is at colptr[f+t] + q - t, and row
+// R_g[r] is at base[f+t] + r. Row i of L is non-zero exactly in the columns of the supernodes it lies
+// below (rl_sn[rl_ptr[i] .. rl_ptr[i+1]), ascending, as their row R_g[rl_idx]) and at i itself.
+
+// sum += sum over the columns k of supernode g of l_(R_g[ri], k) (l_(R_g[rj], k) d_k), k ascending.
 template <typename T>
-__device__ __forceinline__ void entry(index_t p, index_t b, index_t B, const index_t* col_of,
-                                      const index_t* rowind, const index_t* colptr, const index_t* row_ptr,
-                                      const index_t* row_col, const index_t* row_pos, T* lx) {
+__device__ __forceinline__ T below_dot(index_t g, index_t ri, index_t rj, index_t b, index_t B, const index_t* sn_first,
+                                       const index_t* sn_size, const index_t* colptr, const index_t* base,
+                                       const T* lx, T sum) {
+    const index_t f = sn_first[g], e = f + sn_size[g];
+    for (index_t k = f; k < e; ++k) {
+        const index_t q = base[k];
+        sum += lx[(q + ri) * B + b] * (lx[(q + rj) * B + b] * lx[colptr[k] * B + b]);
+    }
+    return sum;
+}
+
+// Entry p = (i, j) of L (a column j of the level's supernodes, i >= j), matrix b: what the supernodes
+// below the level contribute,
+//     v_ij = c_ij - sum_k l_ik (l_jk d_k),   k over the columns where both rows i and j of L are
+// non-zero and k < first column of j's supernode: the columns of the supernodes that both rows lie
+// below (all descendants of j, on earlier levels, final), merged by supernode; the run's own columns
+// are ldlt_panel's. i == j gives the pivot's part.
+template <typename T>
+__device__ __forceinline__ void external(index_t p, index_t b, index_t B, const index_t* col_of,
+                                         const index_t* rowind, const index_t* colptr, const index_t* base,
+                                         const index_t* sn_first, const index_t* sn_size, const index_t* rl_ptr,
+                                         const index_t* rl_sn, const index_t* rl_idx, T* lx) {
     const index_t i = rowind[p], j = col_of[p];
-    index_t qj = row_ptr[j];
-    const index_t ej = row_ptr[j + 1];
+    index_t qj = rl_ptr[j];
+    const index_t ej = rl_ptr[j + 1];
     T sum = T(0);
     if (i == j) {
-        for (; qj < ej; ++qj) {
-            const T ljk = lx[row_pos[qj] * B + b];
-            sum += ljk * (ljk * lx[colptr[row_col[qj]] * B + b]);
-        }
+        for (; qj < ej; ++qj)
+            sum = below_dot<T>(rl_sn[qj], rl_idx[qj], rl_idx[qj], b, B, sn_first, sn_size, colptr, base, lx, sum);
     } else {
-        index_t qi = row_ptr[i];
-        const index_t ei = row_ptr[i + 1];
+        index_t qi = rl_ptr[i];
+        const index_t ei = rl_ptr[i + 1];
         while (qj < ej && qi < ei) {
-            const index_t ki = row_col[qi], kj = row_col[qj];
-            if (ki == kj) {
-                const T ljk = lx[row_pos[qj] * B + b];
-                sum += lx[row_pos[qi] * B + b] * (ljk * lx[colptr[kj] * B + b]);
+            const index_t gi = rl_sn[qi], gj = rl_sn[qj];
+            if (gi == gj) {
+                sum = below_dot<T>(gj, rl_idx[qi], rl_idx[qj], b, B, sn_first, sn_size, colptr, base, lx, sum);
                 ++qi;
                 ++qj;
-            } else if (ki < kj) {
+            } else if (gi < gj) {
                 ++qi;
             } else {
                 ++qj;
@@ -58,10 +75,10 @@ __device__ __forceinline__ void entry(index_t p, index_t b, index_t B, const ind
     lx[p * B + b] -= sum;
 }
 
-// Column j of the level, matrix b: static pivoting and the division. A pivot with |d| < tau[b] becomes
-// -tau[b] if d < 0, else +tau[b] (an exact 0 becomes +tau), and is flagged (flag (n, B), 1 byte each);
-// with perturb 0 or tau 0 nothing changes (a zero pivot then divides to Inf/NaN: info k > 0). NaN stays
-// NaN (|NaN| < tau is false). Then l_ij = v_ij / d for the entries below the diagonal.
+// Column j, matrix b: static pivoting and the division. A pivot with |d| < tau[b] becomes -tau[b] if
+// d < 0, else +tau[b] (an exact 0 becomes +tau), and is flagged (flag (n, B), 1 byte each); with
+// perturb 0 or tau 0 nothing changes (a zero pivot then divides to Inf/NaN: info k > 0). NaN stays NaN
+// (|NaN| < tau is false). Then l_ij = v_ij / d for the entries below the diagonal.
 template <typename T>
 __device__ __forceinline__ void pivot(index_t j, index_t b, index_t B, const index_t* colptr, const T* tau,
                                       int perturb, T* lx, unsigned char* flag) {
@@ -79,30 +96,85 @@ __device__ __forceinline__ void pivot(index_t j, index_t b, index_t B, const ind
     for (index_t p = p0 + 1; p < p1; ++p) lx[p * B + b] /= d;
 }
 
-// Forward substitution L y = c, row i of the level, matrix rows[t], right-hand side r:
-//     y_i -= sum_k l_ik y_k   over row i of L (k < i: descendants, earlier levels, final).
+// Supernode g, matrix b, after `external`: the dense LDL^T of its panel, column by column (left-looking):
+// column t's entries less sum_{u<t} l_qu (l_tu d_u) over the run's earlier columns, then pivot(f+t).
 template <typename T>
-__device__ __forceinline__ void forward(index_t i, index_t t, index_t r, index_t R, index_t K, index_t B,
-                                        const index_t* rows, const index_t* row_ptr, const index_t* row_col,
-                                        const index_t* row_pos, const T* lx, T* y) {
+__device__ __forceinline__ void panel(index_t g, index_t b, index_t B, const index_t* sn_first,
+                                      const index_t* sn_size, const index_t* colptr, const T* tau, int perturb,
+                                      T* lx, unsigned char* flag) {
+    const index_t f = sn_first[g], s = sn_size[g];
+    for (index_t t = 0; t < s; ++t) {
+        const index_t c = colptr[f + t], len = colptr[f + t + 1] - c;
+        for (index_t q = 0; t > 0 && q < len; ++q) {
+            T sum = T(0);
+            for (index_t u = 0; u < t; ++u) {
+                const index_t cu = colptr[f + u];          // column u: row t at cu + t - u, row t+q at + q
+                const T ltu = lx[(cu + t - u) * B + b];
+                sum += lx[(cu + t - u + q) * B + b] * (ltu * lx[cu * B + b]);
+            }
+            lx[(c + q) * B + b] -= sum;
+        }
+        pivot<T>(f + t, b, B, colptr, tau, perturb, lx, flag);
+    }
+}
+
+// Forward substitution L y = c, row i (a column of the level's supernodes), matrix rows[t], right-hand
+// side r: y_i -= sum_k l_ik y_k over the columns of the supernodes row i lies below (descendants,
+// earlier levels, final); the run's own columns are forward_panel's.
+template <typename T>
+__device__ __forceinline__ void forward_external(index_t i, index_t t, index_t r, index_t R, index_t K, index_t B,
+                                                 const index_t* rows, const index_t* base, const index_t* sn_first, const index_t* sn_size,
+                                                 const index_t* rl_ptr, const index_t* rl_sn,
+                                                 const index_t* rl_idx, const T* lx, T* y) {
     const index_t b = rows[t];
     T sum = T(0);
-    for (index_t q = row_ptr[i]; q < row_ptr[i + 1]; ++q)
-        sum += lx[row_pos[q] * B + b] * y[(row_col[q] * R + t) * K + r];
+    for (index_t q = rl_ptr[i]; q < rl_ptr[i + 1]; ++q) {
+        const index_t g = rl_sn[q], ri = rl_idx[q], f = sn_first[g], e = f + sn_size[g];
+        for (index_t k = f; k < e; ++k) sum += lx[(base[k] + ri) * B + b] * y[(k * R + t) * K + r];
+    }
     y[(i * R + t) * K + r] -= sum;
 }
 
-// Backward substitution L^T x = z, column j of the level (levels from the last), matrix rows[t]:
-//     x_j -= sum_i l_ij x_i   over column j of L below its diagonal (i > j: ancestors, already final).
+// Supernode g, matrix rows[t], right-hand side r, after forward_external: the run's rows in order,
+//     y_(f+v) -= sum_{u<v} l_(f+v, f+u) y_(f+u).
 template <typename T>
-__device__ __forceinline__ void backward(index_t j, index_t t, index_t r, index_t R, index_t K, index_t B,
-                                         const index_t* rows, const index_t* colptr, const index_t* rowind,
-                                         const T* lx, T* y) {
+__device__ __forceinline__ void forward_panel(index_t g, index_t t, index_t r, index_t R, index_t K, index_t B,
+                                              const index_t* rows, const index_t* sn_first, const index_t* sn_size,
+                                              const index_t* colptr, const T* lx, T* y) {
+    const index_t b = rows[t], f = sn_first[g], s = sn_size[g];
+    for (index_t v = 1; v < s; ++v) {
+        T sum = T(0);
+        for (index_t u = 0; u < v; ++u)
+            sum += lx[(colptr[f + u] + v - u) * B + b] * y[((f + u) * R + t) * K + r];
+        y[((f + v) * R + t) * K + r] -= sum;
+    }
+}
+
+// Backward substitution L^T x = z, column j of the level (levels from the last), matrix rows[t]:
+//     x_j -= sum_i l_ij x_i   over the rows R_g below j's run (ancestors, already final).
+template <typename T>
+__device__ __forceinline__ void backward_external(index_t j, index_t t, index_t r, index_t R, index_t K, index_t B,
+                                                  const index_t* rows, const index_t* colptr, const index_t* rowind,
+                                                  const index_t* base, const T* lx, T* y) {
     const index_t b = rows[t];
     T sum = T(0);
-    for (index_t p = colptr[j] + 1; p < colptr[j + 1]; ++p)
-        sum += lx[p * B + b] * y[(rowind[p] * R + t) * K + r];
+    for (index_t p = base[j]; p < colptr[j + 1]; ++p) sum += lx[p * B + b] * y[(rowind[p] * R + t) * K + r];
     y[(j * R + t) * K + r] -= sum;
+}
+
+// Supernode g, matrix rows[t], after backward_external: the run's columns from the last,
+//     x_(f+v) -= sum_{u>v} l_(f+u, f+v) x_(f+u).
+template <typename T>
+__device__ __forceinline__ void backward_panel(index_t g, index_t t, index_t r, index_t R, index_t K, index_t B,
+                                               const index_t* rows, const index_t* sn_first, const index_t* sn_size,
+                                               const index_t* colptr, const T* lx, T* y) {
+    const index_t b = rows[t], f = sn_first[g], s = sn_size[g];
+    for (index_t v = s - 2; v >= 0; --v) {
+        const index_t c = colptr[f + v];
+        T sum = T(0);
+        for (index_t u = v + 1; u < s; ++u) sum += lx[(c + u - v) * B + b] * y[((f + u) * R + t) * K + r];
+        y[((f + v) * R + t) * K + r] -= sum;
+    }
 }
 
 // Residual in float64, row i of A (original numbering), matrix rows[t], right-hand side r:

@@ -2,25 +2,28 @@
 ``kernels/cuda/ldlt.cu``.
 
 The seed paper's numeric phase, level by level over the elimination tree, with the whole batch in
-every launch; per level two launches:
+every launch; the levels are those of L's supernodes (:mod:`batchlu.kernels.sparse._gpu_maps`), so
+that a run of columns with one shared row structure is one node. Per level two launches:
 
-1. ``ldlt_entries``: thread (entry ``(i, j)`` of a column of the level, matrix) computes the
-   left-looking dot product ``v_ij = c_ij - sum_k l_ik (l_jk d_k)`` over the columns ``k`` shared by
-   rows ``i`` and ``j`` of L (all on earlier levels), ``i == j`` giving the pivot;
-2. ``ldlt_pivots``: thread (column, matrix) applies static pivoting and divides the column by its pivot.
+1. ``ldlt_external``: thread (entry ``(i, j)`` of a column of the level, matrix) subtracts what the
+   supernodes below contribute, the left-looking dot product ``sum_k l_ik (l_jk d_k)`` over the
+   columns of the supernodes that rows ``i`` and ``j`` both lie below (all on earlier levels), merged
+   supernode by supernode; ``i == j`` gives the pivot's part;
+2. ``ldlt_panel``: thread (supernode, matrix) factors the run's dense panel column by column: the
+   run's earlier columns' part of each entry, static pivoting, division by the pivot.
 
-Every thread writes only its own entry of its own matrix and reads only what earlier launches wrote:
-no atomics, no rounds, no scratch of the size of the work (the index arrays are those of
-:mod:`batchlu.kernels.sparse._gpu_maps`, the size of L and A), and each matrix's factors are bit for
-bit the same whatever the batch around it. The paper updates right-looking with atomic adds; the
-dot-product (left-looking) form gives the same factors with a deterministic order of summation and
-one writer per entry, which resume's bit-identical outputs need.
+Every thread writes only its own entries of its own matrix and reads only what earlier launches (or,
+in a panel, the same thread) wrote: no atomics, no rounds, no scratch of the size of the work (the
+index arrays are the size of L and A), and each matrix's factors are bit for bit the same whatever
+the batch around it. The paper updates right-looking with atomic adds; the dot-product (left-looking)
+form gives the same factors with a deterministic order of summation and one writer per entry, which
+resume's bit-identical outputs need.
 
-The solves walk the same levels (``ldlt_forward`` by rows, ``ldlt_backward`` by columns from the last
-level); refinement's residuals ``b - A x`` are float64 (``ldlt_residual``) against the original
-values, and ``||A||_inf`` comes from ``ldlt_row_sums``. Pivot rule, ``info`` codes, inertia and the
-refinement's stopping rules are the CPU's (:mod:`batchlu.kernels.sparse._factor`); the results stay
-on the device.
+The solves walk the same levels (``ldlt_forward_external`` then ``ldlt_forward_panel``, and from the
+last level ``ldlt_backward_external`` then ``ldlt_backward_panel``); refinement's residuals ``b - A x``
+are float64 (``ldlt_residual``) against the original values, and ``||A||_inf`` comes from
+``ldlt_row_sums``. Pivot rule, ``info`` codes, inertia and the refinement's stopping rules are the
+CPU's (:mod:`batchlu.kernels.sparse._factor`); the results stay on the device.
 
 :func:`factorize_with` is written over an array module ``xp`` and a ``launch(name, threads, args)``
 function: CuPy and :class:`CudaLaunch` on the GPU; the tests also run it with NumPy and the same
@@ -41,13 +44,14 @@ from . import _gpu_maps
 from ._factor import Refining, check_pivot_tol, check_values
 
 FAMILY = "ldlt"
-KERNELS = ("ldlt_entries", "ldlt_pivots", "ldlt_forward", "ldlt_backward", "ldlt_residual", "ldlt_row_sums")
+KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_forward_external", "ldlt_forward_panel", "ldlt_backward_external",
+           "ldlt_backward_panel", "ldlt_residual", "ldlt_row_sums")
 THREADS = 256
 SCALAR = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
 def name(kernel: str, dtype) -> str:
-    """The name expression of ``kernel`` for ``dtype``: ``blu::ldlt_entries<double>``."""
+    """The name expression of ``kernel`` for ``dtype``: ``blu::ldlt_panel<double>``."""
     return f"blu::{kernel}<{SCALAR[np.dtype(dtype)]}>"
 
 
@@ -79,7 +83,7 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
 
 
 # ------------------------------------------------------------------------------------- index arrays
-_PLAN_ARRAYS = ("colptr", "rowind", "level_cols", "value_src", "value_dst", "perm", "iperm")
+_PLAN_ARRAYS = ("colptr", "rowind", "value_src", "value_dst", "perm", "iperm")
 _ON_DEVICE: collections.OrderedDict = collections.OrderedDict()
 _CACHED = 4
 _LOCK = threading.Lock()
@@ -101,9 +105,7 @@ def device_arrays(plan, xp) -> dict:
             return found
     host = dict(_gpu_maps.for_plan(plan).arrays())
     host.update({k: np.ascontiguousarray(getattr(plan, k), np.int64) for k in _PLAN_ARRAYS})
-    made = {k: xp.asarray(v) for k, v in host.items()}
-    made["level_ptr"] = np.asarray(plan.level_ptr, np.int64)            # loop bounds: on the host
-    made["ent_ptr"] = np.asarray(host["ent_ptr"], np.int64)
+    made = {k: (v if k in _gpu_maps.HOST_ARRAYS else xp.asarray(v)) for k, v in host.items()}   # loop bounds: host
     if xp is not np:
         xp.cuda.get_current_stream().synchronize()
     with _LOCK:
@@ -141,18 +143,20 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     lx = xp.zeros((plan.nnz_l, count), dtype)
     lx[arrays["value_dst"]] = values[:, arrays["value_src"]].T
     flag = xp.zeros((n, count), np.uint8)
-    entries, pivots = name("ldlt_entries", dtype), name("ldlt_pivots", dtype)
-    ent_ptr, level_ptr = arrays["ent_ptr"], arrays["level_ptr"]
+    external, panel = name("ldlt_external", dtype), name("ldlt_panel", dtype)
+    ent_ptr, sn_ptr = arrays["ent_ptr"], arrays["sn_ptr"]
     b = np.int64(count)
-    for level in range(plan.nlevels):
+    for level in range(sn_ptr.size - 1):
         e0, e1 = int(ent_ptr[level]), int(ent_ptr[level + 1])
-        launch(entries, (e1 - e0) * count,
-               (arrays["ent"], np.int64(e0), np.int64(e1 - e0), b, arrays["col_of"], arrays["rowind"],
-                arrays["colptr"], arrays["row_ptr"], arrays["row_col"], arrays["row_pos"], lx))
-        c0, c1 = int(level_ptr[level]), int(level_ptr[level + 1])
-        launch(pivots, (c1 - c0) * count,
-               (arrays["level_cols"], np.int64(c0), np.int64(c1 - c0), b, arrays["colptr"], tau,
-                np.int32(bool(perturb)), lx, flag))
+        if level:                                   # leaves: no supernode below them
+            launch(external, (e1 - e0) * count,
+                   (arrays["ent"], np.int64(e0), np.int64(e1 - e0), b, arrays["col_of"], arrays["rowind"],
+                    arrays["colptr"], arrays["base"], arrays["sn_first"], arrays["sn_size"], arrays["rl_ptr"],
+                    arrays["rl_sn"], arrays["rl_idx"], lx))
+        s0, s1 = int(sn_ptr[level]), int(sn_ptr[level + 1])
+        launch(panel, (s1 - s0) * count,
+               (arrays["sn"], np.int64(s0), np.int64(s1 - s0), b, arrays["sn_first"], arrays["sn_size"],
+                arrays["colptr"], tau, np.int32(bool(perturb)), lx, flag))
     d = lx[arrays["colptr"][:-1]]                                   # (n, B): the pivots as used
     negative = (d < 0).sum(axis=0).astype(np.int64)
     zero = (d == 0).sum(axis=0).astype(np.int64)
@@ -237,21 +241,27 @@ class GpuFactor(Refining):
         if count == 0 or k == 0 or plan.n == 0:
             return xp.zeros(r.shape, dtype)
         y = xp.ascontiguousarray(r.transpose(1, 0, 2)[arrays["perm"]].astype(dtype, copy=False))   # (n, R, k)
-        level_ptr = arrays["level_ptr"]
         fixed = (np.int64(count), np.int64(k), np.int64(self.batch), rows)
-        forward, backward = name("ldlt_forward", dtype), name("ldlt_backward", dtype)
-        for level in range(plan.nlevels):
-            c0, c1 = int(level_ptr[level]), int(level_ptr[level + 1])
-            self._launch(forward, (c1 - c0) * count * k,
-                         (arrays["level_cols"], np.int64(c0), np.int64(c1 - c0), *fixed, arrays["row_ptr"],
-                          arrays["row_col"], arrays["row_pos"], self.lx, y))
+        columns, runs = (arrays["cols"], arrays["col_ptr"]), (arrays["sn"], arrays["sn_ptr"])
+        shape = (arrays["sn_first"], arrays["sn_size"])
+        below = (arrays["rl_ptr"], arrays["rl_sn"], arrays["rl_idx"])
+
+        def step(kernel, over, level, *args):           # one launch: the level's columns or runs x R x K
+            items, ptr = over
+            lo, hi = int(ptr[level]), int(ptr[level + 1])
+            self._launch(name(f"ldlt_{kernel}", dtype), (hi - lo) * count * k,
+                         (items, np.int64(lo), np.int64(hi - lo), *fixed, *args))
+
+        nlevels = arrays["sn_ptr"].size - 1
+        for level in range(nlevels):
+            if level:                                   # leaves: no supernode below them
+                step("forward_external", columns, level, arrays["base"], *shape, *below, self.lx, y)
+            step("forward_panel", runs, level, *shape, arrays["colptr"], self.lx, y)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             y /= self.lx[arrays["colptr"][:-1]][:, rows][:, :, None]
-        for level in range(plan.nlevels - 1, -1, -1):
-            c0, c1 = int(level_ptr[level]), int(level_ptr[level + 1])
-            self._launch(backward, (c1 - c0) * count * k,
-                         (arrays["level_cols"], np.int64(c0), np.int64(c1 - c0), *fixed, arrays["colptr"],
-                          arrays["rowind"], self.lx, y))
+        for level in range(nlevels - 1, -1, -1):
+            step("backward_external", columns, level, arrays["colptr"], arrays["rowind"], arrays["base"], self.lx, y)
+            step("backward_panel", runs, level, *shape, arrays["colptr"], self.lx, y)
         return xp.ascontiguousarray(y[arrays["iperm"]].transpose(1, 0, 2))
 
     def _residual(self, b, x, rows):

@@ -101,22 +101,51 @@ def _ratio(lower, d, c, a):
 
 # ---------------------------------------------------------------------------------------- the maps
 def test_maps_cover_l_and_a_exactly_once(problem):
-    """Every position of Lx is one level's entry exactly once; the row lists are L's strict lower
-    part by rows, columns ascending; the a_* lists rebuild A (both triangles) from a row of values."""
-    p, plan = problem
-    maps = _gpu_maps.build(plan)
-    assert np.array_equal(np.sort(maps.ent), np.arange(plan.nnz_l))
-    level = plan.level
-    for lv in range(plan.nlevels):
-        got = maps.ent[maps.ent_ptr[lv]:maps.ent_ptr[lv + 1]]
-        assert np.all(level[maps.col_of[got]] == lv)
+    """Every position of Lx is one level's entry exactly once; the supernodes are runs of columns with
+    one row structure below them, each on a level above its children's; the row lists by supernode
+    are L's strict lower part by rows, and ``base`` finds each of their rows in every column of the
+    run; the a_* lists rebuild A (both triangles) from a row of values."""
     import scipy.sparse as sp
 
-    pattern = sp.csc_array((np.arange(1, plan.nnz_l + 1), plan.rowind, plan.colptr), shape=(plan.n, plan.n))
+    p, plan = problem
+    maps = _gpu_maps.build(plan)
+    colptr, rowind = plan.colptr, plan.rowind
+    assert np.array_equal(np.sort(maps.ent), np.arange(plan.nnz_l))
+    assert np.array_equal(np.sort(maps.cols), np.arange(plan.n))
+    assert np.array_equal(np.sort(maps.sn), np.arange(maps.sn_first.size))
+    level_of = np.empty(maps.sn_first.size, np.int64)
+    run_of = np.empty(plan.n, np.int64)
+    below = {}
+    for lv in range(maps.nlevels):
+        runs = maps.sn[maps.sn_ptr[lv]:maps.sn_ptr[lv + 1]]
+        level_of[runs] = lv
+        cols = np.concatenate([np.arange(maps.sn_first[g], maps.sn_first[g] + maps.sn_size[g]) for g in runs])
+        assert np.array_equal(maps.cols[maps.col_ptr[lv]:maps.col_ptr[lv + 1]], cols)
+        ent = np.concatenate([np.arange(colptr[j], colptr[j + 1]) for j in cols])
+        assert np.array_equal(maps.ent[maps.ent_ptr[lv]:maps.ent_ptr[lv + 1]], ent)
+        for g in runs:
+            f, s = maps.sn_first[g], maps.sn_size[g]
+            run_of[f:f + s] = g
+            rows_below = rowind[colptr[f + s - 1] + 1:colptr[f + s]]
+            below[g] = rows_below
+            for t in range(s):
+                column = rowind[colptr[f + t]:colptr[f + t + 1]]
+                assert np.array_equal(column, np.concatenate([np.arange(f + t, f + s), rows_below]))
+                assert maps.base[f + t] == colptr[f + t] + s - t
+    for j in range(plan.n):                             # a parent's run is on a higher level, or the same run
+        parent = plan.parent[j]
+        assert parent < 0 or run_of[parent] == run_of[j] or level_of[run_of[parent]] > level_of[run_of[j]]
+    pattern = sp.csc_array((np.ones(plan.nnz_l), rowind, colptr), shape=(plan.n, plan.n))
     strict = sp.tril(pattern, -1).tocsr()
     strict.sort_indices()
-    assert np.array_equal(maps.row_ptr, strict.indptr) and np.array_equal(maps.row_col, strict.indices)
-    assert np.array_equal(maps.row_pos, strict.data - 1)
+    for i in range(plan.n):
+        runs = maps.rl_sn[maps.rl_ptr[i]:maps.rl_ptr[i + 1]]
+        assert np.all(np.diff(runs) > 0)
+        for g, r in zip(runs, maps.rl_idx[maps.rl_ptr[i]:maps.rl_ptr[i + 1]]):
+            assert below[g][r] == i
+        cols = np.concatenate([np.arange(maps.sn_first[g], maps.sn_first[g] + maps.sn_size[g]) for g in runs]
+                              + [np.arange(maps.sn_first[run_of[i]], i)])
+        assert np.array_equal(np.sort(cols), strict.indices[strict.indptr[i]:strict.indptr[i + 1]])
     values = p.values(0, 1, "float64", seed=1)[0]
     rows = np.repeat(np.arange(plan.n), np.diff(maps.a_ptr))
     rebuilt = np.zeros((plan.n, plan.n))
@@ -331,14 +360,17 @@ def test_empty_batch(device):
 
 # ------------------------------------------------------------------------------ host run of the text
 def test_one_launch_per_level_and_step_for_the_whole_batch(host_lib):
-    """The factorization launches two kernels per level (dot products, pivots) whatever the batch
-    size, plus one for the norms."""
+    """The factorization launches two kernels per supernodal level (what the supernodes below
+    contribute, the runs' panels; the leaves only the second) whatever the batch size, plus one for
+    the norms; supernodal levels are fewer than the column levels."""
     p = gen.make("saddle", size=200, seed=3)
     plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    levels = _gpu_maps.build(plan).nlevels
+    assert levels < plan.nlevels
     for count in (1, 6):
         launch = HostLaunch(host_lib)
         _gpu.factorize_with(plan, p.values(0, count), perturb=True, pivot_tol=None, xp=np, launch=launch)
-        assert launch.launches == 2 * plan.nlevels + 1
+        assert launch.launches == 2 * levels - 1 + 1
 
 
 @pytest.mark.parametrize("kind", ["fem-elasticity", "power-grid"])
@@ -414,9 +446,9 @@ def test_cuda_launch_compiles_the_dtype_family_and_covers_the_threads(monkeypatc
 
     monkeypatch.setattr(_runtime, "kernel", kernel)
     launch = _gpu.CudaLaunch()
-    launch(_gpu.name("ldlt_pivots", np.float32), 2 * _gpu.THREADS + 1, ("args",))
-    launch(_gpu.name("ldlt_entries", np.float64), 0, ("args",))
+    launch(_gpu.name("ldlt_panel", np.float32), 2 * _gpu.THREADS + 1, ("args",))
+    launch(_gpu.name("ldlt_external", np.float64), 0, ("args",))
     ((family, name, names, grid, block, args),) = calls
-    assert family == "ldlt" and name == "blu::ldlt_pivots<float>" and name in names
-    assert names == _gpu.names(np.float32) and all(n.endswith("<float>") for n in names) and len(names) == 6
+    assert family == "ldlt" and name == "blu::ldlt_panel<float>" and name in names
+    assert names == _gpu.names(np.float32) and all(n.endswith("<float>") for n in names) and len(names) == len(_gpu.KERNELS) == 8
     assert grid == (3,) and block == (_gpu.THREADS,) and args == ("args",)
