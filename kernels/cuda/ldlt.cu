@@ -9,8 +9,10 @@
 //
 //   ldlt_external          one level's entries (positions ent[first..first+count) of lx) x B: what the
 //                          supernodes below contribute (dot products)
-//   ldlt_panel             one level's supernodes sn[first..first+count) x B: each run's dense LDL^T,
-//                          static pivoting, division by the pivots
+//   ldlt_panel             one level's narrow supernodes x B: each run's dense LDL^T, static pivoting,
+//                          division by the pivots, a thread per run and matrix
+//   ldlt_panel_entries     wide runs, column t: each entry's part from the run's earlier columns
+//   ldlt_pivots            wide runs, column t: static pivoting, division by the pivot
 //   ldlt_forward_external  one level's columns x R matrices x K: L y = c, the supernodes below
 //   ldlt_forward_panel     one level's supernodes x R x K: L y = c within each run
 //   ldlt_backward_external one level's columns x R x K, levels from the last: L^T x = z, the rows below
@@ -47,6 +49,27 @@ __global__ void ldlt_panel(const long long* __restrict__ sn, long long first, lo
     if (id >= count * B) return;
     const long long g = id / B, b = id - g * B;
     ldlt::panel<T>(sn[first + g], b, B, sn_first, sn_size, colptr, tau, perturb, lx, flag);
+}
+
+template <typename T>
+__global__ void ldlt_panel_entries(const long long* __restrict__ ent, long long first, long long count, long long B,
+                                   const long long* __restrict__ col_of, const long long* __restrict__ sn_of,
+                                   const long long* __restrict__ sn_first, const long long* __restrict__ colptr,
+                                   T* lx) {
+    BLU_LDLT_ID;
+    if (id >= count * B) return;
+    const long long e = id / B, b = id - e * B;
+    ldlt::panel_entry<T>(ent[first + e], b, B, col_of, sn_of, sn_first, colptr, lx);
+}
+
+template <typename T>
+__global__ void ldlt_pivots(const long long* __restrict__ cols, long long first, long long count, long long B,
+                            const long long* __restrict__ colptr, const T* __restrict__ tau, int perturb, T* lx,
+                            unsigned char* __restrict__ flag) {
+    BLU_LDLT_ID;
+    if (id >= count * B) return;
+    const long long c = id / B, b = id - c * B;
+    ldlt::pivot<T>(cols[first + c], b, B, colptr, tau, perturb, lx, flag);
 }
 
 template <typename T>

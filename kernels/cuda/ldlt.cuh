@@ -96,8 +96,21 @@ __device__ __forceinline__ void pivot(index_t j, index_t b, index_t B, const ind
     for (index_t p = p0 + 1; p < p1; ++p) lx[p * B + b] /= d;
 }
 
+// The run's part of panel entry (q, t) of the supernode whose first column is f, matrix b: the left-looking
+// dot product over its earlier columns u < t, sum_u l_(t+q),u (l_t,u d_u), u ascending.
+template <typename T>
+__device__ __forceinline__ T run_dot(index_t f, index_t t, index_t q, index_t b, index_t B, const index_t* colptr,
+                                     const T* lx) {
+    T sum = T(0);
+    for (index_t u = 0; u < t; ++u) {
+        const index_t cu = colptr[f + u];              // column u: row t at cu + t - u, row t+q at + q
+        sum += lx[(cu + t - u + q) * B + b] * (lx[(cu + t - u) * B + b] * lx[cu * B + b]);
+    }
+    return sum;
+}
+
 // Supernode g, matrix b, after `external`: the dense LDL^T of its panel, column by column (left-looking):
-// column t's entries less sum_{u<t} l_qu (l_tu d_u) over the run's earlier columns, then pivot(f+t).
+// column t's entries less run_dot, then pivot(f+t). One thread does the whole run (narrow runs).
 template <typename T>
 __device__ __forceinline__ void panel(index_t g, index_t b, index_t B, const index_t* sn_first,
                                       const index_t* sn_size, const index_t* colptr, const T* tau, int perturb,
@@ -105,17 +118,18 @@ __device__ __forceinline__ void panel(index_t g, index_t b, index_t B, const ind
     const index_t f = sn_first[g], s = sn_size[g];
     for (index_t t = 0; t < s; ++t) {
         const index_t c = colptr[f + t], len = colptr[f + t + 1] - c;
-        for (index_t q = 0; t > 0 && q < len; ++q) {
-            T sum = T(0);
-            for (index_t u = 0; u < t; ++u) {
-                const index_t cu = colptr[f + u];          // column u: row t at cu + t - u, row t+q at + q
-                const T ltu = lx[(cu + t - u) * B + b];
-                sum += lx[(cu + t - u + q) * B + b] * (ltu * lx[cu * B + b]);
-            }
-            lx[(c + q) * B + b] -= sum;
-        }
+        for (index_t q = 0; t > 0 && q < len; ++q) lx[(c + q) * B + b] -= run_dot<T>(f, t, q, b, B, colptr, lx);
         pivot<T>(f + t, b, B, colptr, tau, perturb, lx, flag);
     }
+}
+
+// The same for one entry p of a wide run's column (a thread each; pivot(f+t) in the next launch).
+template <typename T>
+__device__ __forceinline__ void panel_entry(index_t p, index_t b, index_t B, const index_t* col_of,
+                                            const index_t* sn_of, const index_t* sn_first, const index_t* colptr,
+                                            T* lx) {
+    const index_t j = col_of[p], f = sn_first[sn_of[j]];
+    lx[p * B + b] -= run_dot<T>(f, j - f, p - colptr[j], b, B, colptr, lx);
 }
 
 // Forward substitution L y = c, row i (a column of the level's supernodes), matrix rows[t], right-hand

@@ -44,7 +44,7 @@ from . import _gpu_maps
 from ._factor import Refining, check_pivot_tol, check_values
 
 FAMILY = "ldlt"
-KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_forward_external", "ldlt_forward_panel", "ldlt_backward_external",
+KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_panel_entries", "ldlt_pivots", "ldlt_forward_external", "ldlt_forward_panel", "ldlt_backward_external",
            "ldlt_backward_panel", "ldlt_residual", "ldlt_row_sums")
 THREADS = 256
 SCALAR = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
@@ -144,19 +144,31 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     lx[arrays["value_dst"]] = values[:, arrays["value_src"]].T
     flag = xp.zeros((n, count), np.uint8)
     external, panel = name("ldlt_external", dtype), name("ldlt_panel", dtype)
-    ent_ptr, sn_ptr = arrays["ent_ptr"], arrays["sn_ptr"]
+    entries, pivots = name("ldlt_panel_entries", dtype), name("ldlt_pivots", dtype)
+    ent_ptr, narrow_ptr, step_ptr = arrays["ent_ptr"], arrays["narrow_ptr"], arrays["step_ptr"]
+    wide_ent_ptr, wide_col_ptr = arrays["wide_ent_ptr"], arrays["wide_col_ptr"]
     b = np.int64(count)
-    for level in range(sn_ptr.size - 1):
-        e0, e1 = int(ent_ptr[level]), int(ent_ptr[level + 1])
+    pivoting = (tau, np.int32(bool(perturb)), lx, flag)
+
+    def over(items, ptr, k):                            # (array, first, count) of range k of ptr
+        lo, hi = int(ptr[k]), int(ptr[k + 1])
+        return hi - lo, (items, np.int64(lo), np.int64(hi - lo), b)
+
+    for level in range(arrays["sn_ptr"].size - 1):
         if level:                                   # leaves: no supernode below them
-            launch(external, (e1 - e0) * count,
-                   (arrays["ent"], np.int64(e0), np.int64(e1 - e0), b, arrays["col_of"], arrays["rowind"],
-                    arrays["colptr"], arrays["base"], arrays["sn_first"], arrays["sn_size"], arrays["rl_ptr"],
-                    arrays["rl_sn"], arrays["rl_idx"], lx))
-        s0, s1 = int(sn_ptr[level]), int(sn_ptr[level + 1])
-        launch(panel, (s1 - s0) * count,
-               (arrays["sn"], np.int64(s0), np.int64(s1 - s0), b, arrays["sn_first"], arrays["sn_size"],
-                arrays["colptr"], tau, np.int32(bool(perturb)), lx, flag))
+            items, args = over(arrays["ent"], ent_ptr, level)
+            launch(external, items * count, (*args, arrays["col_of"], arrays["rowind"], arrays["colptr"],
+                                             arrays["base"], arrays["sn_first"], arrays["sn_size"],
+                                             arrays["rl_ptr"], arrays["rl_sn"], arrays["rl_idx"], lx))
+        items, args = over(arrays["narrow"], narrow_ptr, level)
+        launch(panel, items * count, (*args, arrays["sn_first"], arrays["sn_size"], arrays["colptr"], *pivoting))
+        for step in range(int(step_ptr[level]), int(step_ptr[level + 1])):
+            if step > int(step_ptr[level]):               # column 0 has no earlier column in its run
+                items, args = over(arrays["wide_ent"], wide_ent_ptr, step)
+                launch(entries, items * count, (*args, arrays["col_of"], arrays["sn_of"], arrays["sn_first"],
+                                                arrays["colptr"], lx))
+            items, args = over(arrays["wide_col"], wide_col_ptr, step)
+            launch(pivots, items * count, (*args, arrays["colptr"], *pivoting))
     d = lx[arrays["colptr"][:-1]]                                   # (n, B): the pivots as used
     negative = (d < 0).sum(axis=0).astype(np.int64)
     zero = (d == 0).sum(axis=0).astype(np.int64)

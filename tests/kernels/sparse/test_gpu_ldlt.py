@@ -110,6 +110,7 @@ def test_maps_cover_l_and_a_exactly_once(problem):
     p, plan = problem
     maps = _gpu_maps.build(plan)
     colptr, rowind = plan.colptr, plan.rowind
+    assert np.array_equal(maps.sn_of, np.repeat(np.arange(maps.sn_first.size), maps.sn_size))
     assert np.array_equal(np.sort(maps.ent), np.arange(plan.nnz_l))
     assert np.array_equal(np.sort(maps.cols), np.arange(plan.n))
     assert np.array_equal(np.sort(maps.sn), np.arange(maps.sn_first.size))
@@ -123,6 +124,16 @@ def test_maps_cover_l_and_a_exactly_once(problem):
         assert np.array_equal(maps.cols[maps.col_ptr[lv]:maps.col_ptr[lv + 1]], cols)
         ent = np.concatenate([np.arange(colptr[j], colptr[j + 1]) for j in cols])
         assert np.array_equal(maps.ent[maps.ent_ptr[lv]:maps.ent_ptr[lv + 1]], ent)
+        sizes = maps.sn_size[runs]
+        assert np.array_equal(maps.narrow[maps.narrow_ptr[lv]:maps.narrow_ptr[lv + 1]], runs[sizes < _gpu_maps.WIDE])
+        steps = range(maps.step_ptr[lv], maps.step_ptr[lv + 1])
+        assert len(steps) == max([0, *sizes[sizes >= _gpu_maps.WIDE]])
+        for t, k in enumerate(steps):                   # step t: column t of every wide run that has one
+            want = [maps.sn_first[g] + t for g in runs if maps.sn_size[g] >= _gpu_maps.WIDE and maps.sn_size[g] > t]
+            step_cols = maps.wide_col[maps.wide_col_ptr[k]:maps.wide_col_ptr[k + 1]]
+            assert np.array_equal(step_cols, want)
+            assert np.array_equal(maps.wide_ent[maps.wide_ent_ptr[k]:maps.wide_ent_ptr[k + 1]],
+                                  np.concatenate([np.arange(colptr[j], colptr[j + 1]) for j in step_cols]))
         for g in runs:
             f, s = maps.sn_first[g], maps.sn_size[g]
             run_of[f:f + s] = g
@@ -360,17 +371,45 @@ def test_empty_batch(device):
 
 # ------------------------------------------------------------------------------ host run of the text
 def test_one_launch_per_level_and_step_for_the_whole_batch(host_lib):
-    """The factorization launches two kernels per supernodal level (what the supernodes below
-    contribute, the runs' panels; the leaves only the second) whatever the batch size, plus one for
-    the norms; supernodal levels are fewer than the column levels."""
-    p = gen.make("saddle", size=200, seed=3)
+    """The factorization's launches do not grow with the batch: per supernodal level one for what
+    the supernodes below contribute (not on the leaves) and one for the narrow runs' panels, two
+    per column step of the wide runs (the first step only the pivots), plus one for the norms;
+    supernodal levels are fewer than the column levels."""
+    p = gen.make("fem-poisson", size=1000, seed=3)
     plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
-    levels = _gpu_maps.build(plan).nlevels
-    assert levels < plan.nlevels
+    maps = _gpu_maps.build(plan)
+    steps = np.diff(maps.step_ptr)
+    assert maps.nlevels < plan.nlevels and steps.sum() > 0
+    narrow = np.count_nonzero(np.diff(maps.narrow_ptr))
+    expected = (maps.nlevels - 1) + narrow + 2 * steps.sum() - np.count_nonzero(steps) + 1
     for count in (1, 6):
         launch = HostLaunch(host_lib)
         _gpu.factorize_with(plan, p.values(0, count), perturb=True, pivot_tol=None, xp=np, launch=launch)
-        assert launch.launches == 2 * levels - 1 + 1
+        assert launch.launches == expected
+
+
+@pytest.mark.parametrize("kind", ["fem-poisson", "fem-elasticity"])
+def test_wide_and_narrow_runs_give_the_same_bits(host_lib, monkeypatch, kind):
+    """A run factored a column at a time over all its rows (wide) gives the same factors, bit for
+    bit, as one thread per run and matrix (narrow): every run wide, the default split, none wide."""
+    p = gen.make(kind, size=1000, seed=2)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 3, seed=5), p.rhs(0, 3, seed=5)
+    assert _gpu_maps.build(plan).wide_col.size > 0              # the default split has wide runs here
+    results = []
+    for wide in (1, _gpu_maps.WIDE, 10**9):
+        monkeypatch.setattr(_gpu_maps, "WIDE", wide)
+        _gpu_maps.for_plan._cache.clear()
+        _gpu._ON_DEVICE.clear()
+        maps = _gpu_maps.for_plan(plan)
+        assert (maps.wide_col.size == plan.n) if wide == 1 else (maps.wide_col.size < plan.n)
+        factor = _host_device(host_lib).factorize(plan, values)
+        x, _ = factor.solve(b)
+        results.append((factor.lx.copy(), x))
+    _gpu_maps.for_plan._cache.clear()
+    _gpu._ON_DEVICE.clear()
+    for other in results[1:]:
+        assert np.array_equal(results[0][0], other[0]) and np.array_equal(results[0][1], other[1])
 
 
 @pytest.mark.parametrize("kind", ["fem-elasticity", "power-grid"])
@@ -450,5 +489,5 @@ def test_cuda_launch_compiles_the_dtype_family_and_covers_the_threads(monkeypatc
     launch(_gpu.name("ldlt_external", np.float64), 0, ("args",))
     ((family, name, names, grid, block, args),) = calls
     assert family == "ldlt" and name == "blu::ldlt_panel<float>" and name in names
-    assert names == _gpu.names(np.float32) and all(n.endswith("<float>") for n in names) and len(names) == len(_gpu.KERNELS) == 8
+    assert names == _gpu.names(np.float32) and all(n.endswith("<float>") for n in names) and len(names) == len(_gpu.KERNELS) == 10
     assert grid == (3,) and block == (_gpu.THREADS,) and args == ("args",)
