@@ -12,7 +12,7 @@
 //   ldlt_panel             one level's narrow supernodes x B: each run's dense LDL^T, static pivoting,
 //                          division by the pivots, a thread per run and matrix
 //   ldlt_panel_entries     wide runs, column t: each entry's part from the run's earlier columns
-//   ldlt_pivots            wide runs, column t: static pivoting, division by the pivot
+//   ldlt_pivots            wide runs, column t's entries: static pivoting, division by the pivot
 //   ldlt_forward_external  one level's columns x R matrices x K: L y = c, the supernodes below
 //   ldlt_forward_panel     one level's supernodes x R x K: L y = c within each run
 //   ldlt_backward_external one level's columns x R x K, levels from the last: L^T x = z, the rows below
@@ -29,47 +29,47 @@ namespace blu {
 template <typename T>
 __global__ void ldlt_external(const long long* __restrict__ ent, long long first, long long count, long long B,
                               const long long* __restrict__ col_of, const long long* __restrict__ rowind,
-                              const long long* __restrict__ colptr, const long long* __restrict__ base,
-                              const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
-                              const long long* __restrict__ rl_ptr, const long long* __restrict__ rl_sn,
-                              const long long* __restrict__ rl_idx, T* lx) {
+                              const long long* __restrict__ base, const long long* __restrict__ sn_first,
+                              const long long* __restrict__ sn_size, const long long* __restrict__ rl_ptr,
+                              const long long* __restrict__ rl_sn, const long long* __restrict__ rl_idx,
+                              const T* __restrict__ dd, T* lx) {
     BLU_LDLT_ID;
     if (id >= count * B) return;
     const long long e = id / B, b = id - e * B;
-    ldlt::external<T>(ent[first + e], b, B, col_of, rowind, colptr, base, sn_first, sn_size, rl_ptr, rl_sn, rl_idx,
-                      lx);
+    ldlt::external<T>(ent[first + e], b, B, col_of, rowind, base, sn_first, sn_size, rl_ptr, rl_sn, rl_idx, dd, lx);
 }
 
 template <typename T>
 __global__ void ldlt_panel(const long long* __restrict__ sn, long long first, long long count, long long B,
                            const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
                            const long long* __restrict__ colptr, const T* __restrict__ tau, int perturb, T* lx,
-                           unsigned char* __restrict__ flag) {
+                           T* __restrict__ dd, unsigned char* __restrict__ flag) {
     BLU_LDLT_ID;
     if (id >= count * B) return;
     const long long g = id / B, b = id - g * B;
-    ldlt::panel<T>(sn[first + g], b, B, sn_first, sn_size, colptr, tau, perturb, lx, flag);
+    ldlt::panel<T>(sn[first + g], b, B, sn_first, sn_size, colptr, tau, perturb, lx, dd, flag);
 }
 
 template <typename T>
 __global__ void ldlt_panel_entries(const long long* __restrict__ ent, long long first, long long count, long long B,
                                    const long long* __restrict__ col_of, const long long* __restrict__ sn_of,
                                    const long long* __restrict__ sn_first, const long long* __restrict__ colptr,
-                                   T* lx) {
+                                   const T* __restrict__ dd, T* lx) {
     BLU_LDLT_ID;
     if (id >= count * B) return;
     const long long e = id / B, b = id - e * B;
-    ldlt::panel_entry<T>(ent[first + e], b, B, col_of, sn_of, sn_first, colptr, lx);
+    ldlt::panel_entry<T>(ent[first + e], b, B, col_of, sn_of, sn_first, colptr, dd, lx);
 }
 
 template <typename T>
-__global__ void ldlt_pivots(const long long* __restrict__ cols, long long first, long long count, long long B,
-                            const long long* __restrict__ colptr, const T* __restrict__ tau, int perturb, T* lx,
+__global__ void ldlt_pivots(const long long* __restrict__ ent, long long first, long long count, long long B,
+                            const long long* __restrict__ col_of, const long long* __restrict__ colptr,
+                            const T* __restrict__ tau, int perturb, T* lx, T* __restrict__ dd,
                             unsigned char* __restrict__ flag) {
     BLU_LDLT_ID;
     if (id >= count * B) return;
-    const long long c = id / B, b = id - c * B;
-    ldlt::pivot<T>(cols[first + c], b, B, colptr, tau, perturb, lx, flag);
+    const long long e = id / B, b = id - e * B;
+    ldlt::pivot_entry<T>(ent[first + e], b, B, col_of, colptr, tau, perturb, lx, dd, flag);
 }
 
 template <typename T>

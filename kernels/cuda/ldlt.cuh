@@ -28,12 +28,11 @@ typedef long long index_t;
 // sum += sum over the columns k of supernode g of l_(R_g[ri], k) (l_(R_g[rj], k) d_k), k ascending.
 template <typename T>
 __device__ __forceinline__ T below_dot(index_t g, index_t ri, index_t rj, index_t b, index_t B, const index_t* sn_first,
-                                       const index_t* sn_size, const index_t* colptr, const index_t* base,
-                                       const T* lx, T sum) {
+                                       const index_t* sn_size, const index_t* base, const T* lx, const T* dd, T sum) {
     const index_t f = sn_first[g], e = f + sn_size[g];
     for (index_t k = f; k < e; ++k) {
         const index_t q = base[k];
-        sum += lx[(q + ri) * B + b] * (lx[(q + rj) * B + b] * lx[colptr[k] * B + b]);
+        sum += lx[(q + ri) * B + b] * (lx[(q + rj) * B + b] * dd[k * B + b]);
     }
     return sum;
 }
@@ -46,23 +45,23 @@ __device__ __forceinline__ T below_dot(index_t g, index_t ri, index_t rj, index_
 // are ldlt_panel's. i == j gives the pivot's part.
 template <typename T>
 __device__ __forceinline__ void external(index_t p, index_t b, index_t B, const index_t* col_of,
-                                         const index_t* rowind, const index_t* colptr, const index_t* base,
-                                         const index_t* sn_first, const index_t* sn_size, const index_t* rl_ptr,
-                                         const index_t* rl_sn, const index_t* rl_idx, T* lx) {
+                                         const index_t* rowind, const index_t* base, const index_t* sn_first,
+                                         const index_t* sn_size, const index_t* rl_ptr, const index_t* rl_sn,
+                                         const index_t* rl_idx, const T* dd, T* lx) {
     const index_t i = rowind[p], j = col_of[p];
     index_t qj = rl_ptr[j];
     const index_t ej = rl_ptr[j + 1];
     T sum = T(0);
     if (i == j) {
         for (; qj < ej; ++qj)
-            sum = below_dot<T>(rl_sn[qj], rl_idx[qj], rl_idx[qj], b, B, sn_first, sn_size, colptr, base, lx, sum);
+            sum = below_dot<T>(rl_sn[qj], rl_idx[qj], rl_idx[qj], b, B, sn_first, sn_size, base, lx, dd, sum);
     } else {
         index_t qi = rl_ptr[i];
         const index_t ei = rl_ptr[i + 1];
         while (qj < ej && qi < ei) {
             const index_t gi = rl_sn[qi], gj = rl_sn[qj];
             if (gi == gj) {
-                sum = below_dot<T>(gj, rl_idx[qi], rl_idx[qj], b, B, sn_first, sn_size, colptr, base, lx, sum);
+                sum = below_dot<T>(gj, rl_idx[qi], rl_idx[qj], b, B, sn_first, sn_size, base, lx, dd, sum);
                 ++qi;
                 ++qj;
             } else if (gi < gj) {
@@ -75,36 +74,60 @@ __device__ __forceinline__ void external(index_t p, index_t b, index_t B, const 
     lx[p * B + b] -= sum;
 }
 
-// Column j, matrix b: static pivoting and the division. A pivot with |d| < tau[b] becomes -tau[b] if
-// d < 0, else +tau[b] (an exact 0 becomes +tau), and is flagged (flag (n, B), 1 byte each); with
-// perturb 0 or tau 0 nothing changes (a zero pivot then divides to Inf/NaN: info k > 0). NaN stays NaN
-// (|NaN| < tau is false). Then l_ij = v_ij / d for the entries below the diagonal.
+// Static pivoting of the value v of a pivot, matrix b: |v| < tau[b] becomes -tau[b] if v < 0, else +tau[b]
+// (an exact 0 becomes +tau), and is flagged; with perturb 0 or tau 0 nothing changes (a zero pivot then
+// divides to Inf/NaN: info k > 0). NaN stays NaN (|NaN| < tau is false).
+template <typename T>
+__device__ __forceinline__ T pivot_rule(T v, T tau, int perturb, unsigned char* perturbed) {
+    const T magnitude = v < T(0) ? -v : v;
+    *perturbed = 0;
+    if (perturb && magnitude < tau) {
+        *perturbed = 1;
+        return v < T(0) ? -tau : tau;
+    }
+    return v;
+}
+
+// Column j, matrix b: its pivot d_j = pivot_rule(v_jj) into dd (n, B) and flag (n, B), then l_ij = v_ij / d_j
+// below the diagonal. lx's diagonal keeps v_jj until the factorization ends (the host then copies dd
+// there), so that the threads of ldlt_pivots, which each apply the rule to it, read what no thread writes.
 template <typename T>
 __device__ __forceinline__ void pivot(index_t j, index_t b, index_t B, const index_t* colptr, const T* tau,
-                                      int perturb, T* lx, unsigned char* flag) {
+                                      int perturb, T* lx, T* dd, unsigned char* flag) {
     const index_t p0 = colptr[j], p1 = colptr[j + 1];
-    T d = lx[p0 * B + b];
-    const T t = tau[b];
-    const T magnitude = d < T(0) ? -d : d;
-    unsigned char perturbed = 0;
-    if (perturb && magnitude < t) {
-        d = d < T(0) ? -t : t;
-        perturbed = 1;
-    }
-    lx[p0 * B + b] = d;
+    unsigned char perturbed;
+    const T d = pivot_rule<T>(lx[p0 * B + b], tau[b], perturb, &perturbed);
+    dd[j * B + b] = d;
     flag[j * B + b] = perturbed;
     for (index_t p = p0 + 1; p < p1; ++p) lx[p * B + b] /= d;
+}
+
+// The same for one entry p of a column (a thread each): the pivot's thread writes d_j and its flag, the
+// others their quotient.
+template <typename T>
+__device__ __forceinline__ void pivot_entry(index_t p, index_t b, index_t B, const index_t* col_of,
+                                            const index_t* colptr, const T* tau, int perturb, T* lx, T* dd,
+                                            unsigned char* flag) {
+    const index_t j = col_of[p], p0 = colptr[j];
+    unsigned char perturbed;
+    const T d = pivot_rule<T>(lx[p0 * B + b], tau[b], perturb, &perturbed);
+    if (p == p0) {
+        dd[j * B + b] = d;
+        flag[j * B + b] = perturbed;
+    } else {
+        lx[p * B + b] /= d;
+    }
 }
 
 // The run's part of panel entry (q, t) of the supernode whose first column is f, matrix b: the left-looking
 // dot product over its earlier columns u < t, sum_u l_(t+q),u (l_t,u d_u), u ascending.
 template <typename T>
 __device__ __forceinline__ T run_dot(index_t f, index_t t, index_t q, index_t b, index_t B, const index_t* colptr,
-                                     const T* lx) {
+                                     const T* lx, const T* dd) {
     T sum = T(0);
     for (index_t u = 0; u < t; ++u) {
         const index_t cu = colptr[f + u];              // column u: row t at cu + t - u, row t+q at + q
-        sum += lx[(cu + t - u + q) * B + b] * (lx[(cu + t - u) * B + b] * lx[cu * B + b]);
+        sum += lx[(cu + t - u + q) * B + b] * (lx[(cu + t - u) * B + b] * dd[(f + u) * B + b]);
     }
     return sum;
 }
@@ -114,12 +137,12 @@ __device__ __forceinline__ T run_dot(index_t f, index_t t, index_t q, index_t b,
 template <typename T>
 __device__ __forceinline__ void panel(index_t g, index_t b, index_t B, const index_t* sn_first,
                                       const index_t* sn_size, const index_t* colptr, const T* tau, int perturb,
-                                      T* lx, unsigned char* flag) {
+                                      T* lx, T* dd, unsigned char* flag) {
     const index_t f = sn_first[g], s = sn_size[g];
     for (index_t t = 0; t < s; ++t) {
         const index_t c = colptr[f + t], len = colptr[f + t + 1] - c;
-        for (index_t q = 0; t > 0 && q < len; ++q) lx[(c + q) * B + b] -= run_dot<T>(f, t, q, b, B, colptr, lx);
-        pivot<T>(f + t, b, B, colptr, tau, perturb, lx, flag);
+        for (index_t q = 0; t > 0 && q < len; ++q) lx[(c + q) * B + b] -= run_dot<T>(f, t, q, b, B, colptr, lx, dd);
+        pivot<T>(f + t, b, B, colptr, tau, perturb, lx, dd, flag);
     }
 }
 
@@ -127,9 +150,9 @@ __device__ __forceinline__ void panel(index_t g, index_t b, index_t B, const ind
 template <typename T>
 __device__ __forceinline__ void panel_entry(index_t p, index_t b, index_t B, const index_t* col_of,
                                             const index_t* sn_of, const index_t* sn_first, const index_t* colptr,
-                                            T* lx) {
+                                            const T* dd, T* lx) {
     const index_t j = col_of[p], f = sn_first[sn_of[j]];
-    lx[p * B + b] -= run_dot<T>(f, j - f, p - colptr[j], b, B, colptr, lx);
+    lx[p * B + b] -= run_dot<T>(f, j - f, p - colptr[j], b, B, colptr, lx, dd);
 }
 
 // Forward substitution L y = c, row i (a column of the level's supernodes), matrix rows[t], right-hand

@@ -145,10 +145,11 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     flag = xp.zeros((n, count), np.uint8)
     external, panel = name("ldlt_external", dtype), name("ldlt_panel", dtype)
     entries, pivots = name("ldlt_panel_entries", dtype), name("ldlt_pivots", dtype)
-    ent_ptr, narrow_ptr, step_ptr = arrays["ent_ptr"], arrays["narrow_ptr"], arrays["step_ptr"]
-    wide_ent_ptr, wide_col_ptr = arrays["wide_ent_ptr"], arrays["wide_col_ptr"]
+    ent_ptr, narrow_ptr, step_ptr, wide_ent_ptr = (arrays[k] for k in ("ent_ptr", "narrow_ptr", "step_ptr",
+                                                                       "wide_ent_ptr"))
     b = np.int64(count)
-    pivoting = (tau, np.int32(bool(perturb)), lx, flag)
+    dd = xp.empty((n, count), dtype)                # the pivots as used; lx's diagonal holds them at the end
+    pivoting = (tau, np.int32(bool(perturb)), lx, dd, flag)
 
     def over(items, ptr, k):                            # (array, first, count) of range k of ptr
         lo, hi = int(ptr[k]), int(ptr[k + 1])
@@ -157,18 +158,19 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     for level in range(arrays["sn_ptr"].size - 1):
         if level:                                   # leaves: no supernode below them
             items, args = over(arrays["ent"], ent_ptr, level)
-            launch(external, items * count, (*args, arrays["col_of"], arrays["rowind"], arrays["colptr"],
-                                             arrays["base"], arrays["sn_first"], arrays["sn_size"],
-                                             arrays["rl_ptr"], arrays["rl_sn"], arrays["rl_idx"], lx))
+            launch(external, items * count, (*args, arrays["col_of"], arrays["rowind"], arrays["base"],
+                                             arrays["sn_first"], arrays["sn_size"], arrays["rl_ptr"], arrays["rl_sn"],
+                                             arrays["rl_idx"], dd, lx))
         items, args = over(arrays["narrow"], narrow_ptr, level)
         launch(panel, items * count, (*args, arrays["sn_first"], arrays["sn_size"], arrays["colptr"], *pivoting))
         for step in range(int(step_ptr[level]), int(step_ptr[level + 1])):
             if step > int(step_ptr[level]):               # column 0 has no earlier column in its run
                 items, args = over(arrays["wide_ent"], wide_ent_ptr, step)
                 launch(entries, items * count, (*args, arrays["col_of"], arrays["sn_of"], arrays["sn_first"],
-                                                arrays["colptr"], lx))
-            items, args = over(arrays["wide_col"], wide_col_ptr, step)
-            launch(pivots, items * count, (*args, arrays["colptr"], *pivoting))
+                                                arrays["colptr"], dd, lx))
+            items, args = over(arrays["wide_ent"], wide_ent_ptr, step)
+            launch(pivots, items * count, (*args, arrays["col_of"], arrays["colptr"], *pivoting))
+    lx[arrays["colptr"][:-1]] = dd
     d = lx[arrays["colptr"][:-1]]                                   # (n, B): the pivots as used
     negative = (d < 0).sum(axis=0).astype(np.int64)
     zero = (d == 0).sum(axis=0).astype(np.int64)

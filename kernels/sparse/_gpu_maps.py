@@ -46,7 +46,7 @@ from ._supernodal import supernodes
 HOST_ARRAYS = ("sn_ptr", "col_ptr", "ent_ptr", "narrow_ptr", "step_ptr", "wide_col_ptr", "wide_ent_ptr")
 # a supernode of this many columns or more is factored a column at a time over all its rows (two
 # launches a column, shared by the level's wide runs), a narrower one by one thread per matrix
-WIDE = 16
+WIDE = 8
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
