@@ -63,15 +63,23 @@ def names(dtype) -> tuple[str, ...]:
 class CudaLaunch:
     """Launch a kernel of ``kernels/cuda/ldlt.cu`` on CuPy's current stream: a 1-D grid of
     :data:`THREADS`-thread blocks covering ``threads``. Compiled at first use (with the other
-    kernels of its dtype), cached per compute capability and in CuPy's disk cache."""
+    kernels of its dtype), cached per compute capability and in CuPy's disk cache. Each instance
+    keeps the functions it found, for the device current when it found them: a factorization (one
+    instance, one device, like its arrays) launches a few kernels thousands of times."""
+
+    def __init__(self):
+        self._found = {}
 
     def __call__(self, expression: str, threads: int, args: tuple) -> None:
         if threads <= 0:
             return
-        from batchlu.kernels._gpu._runtime import kernel
+        function = self._found.get(expression)
+        if function is None:
+            from batchlu.kernels._gpu._runtime import kernel
 
-        dtype = next(d for d, s in SCALAR.items() if expression.endswith(f"<{s}>"))
-        kernel(FAMILY, expression, names(dtype))((-(-threads // THREADS),), (THREADS,), args)
+            dtype = next(d for d, s in SCALAR.items() if expression.endswith(f"<{s}>"))
+            function = self._found[expression] = kernel(FAMILY, expression, names(dtype))
+        function((-(-threads // THREADS),), (THREADS,), args)
 
 
 def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = None):

@@ -475,12 +475,13 @@ def test_kernels_stay_inside_their_arrays(host_lib, tmp_path):
 def test_cuda_launch_compiles_the_dtype_family_and_covers_the_threads(monkeypatch):
     """CudaLaunch (without a GPU: the compiled kernel is a stand-in): the family's kernels of the
     launch's dtype compiled together, a 1-D grid of THREADS-thread blocks covering every thread,
-    nothing launched for no thread."""
+    nothing launched for no thread, each function looked up once per instance."""
     from batchlu.kernels._gpu import _runtime
 
-    calls = []
+    calls, lookups = [], []
 
     def kernel(family, name, names):
+        lookups.append(name)
         return lambda grid, block, args: calls.append((family, name, names, grid, block, args))
 
     monkeypatch.setattr(_runtime, "kernel", kernel)
@@ -489,5 +490,8 @@ def test_cuda_launch_compiles_the_dtype_family_and_covers_the_threads(monkeypatc
     launch(_gpu.name("ldlt_external", np.float64), 0, ("args",))
     ((family, name, names, grid, block, args),) = calls
     assert family == "ldlt" and name == "blu::ldlt_panel<float>" and name in names
-    assert names == _gpu.names(np.float32) and all(n.endswith("<float>") for n in names) and len(names) == len(_gpu.KERNELS) == 10
+    assert names == _gpu.names(np.float32) and all(n.endswith("<float>") for n in names)
+    assert len(names) == len(_gpu.KERNELS) == 10
     assert grid == (3,) and block == (_gpu.THREADS,) and args == ("args",)
+    launch(_gpu.name("ldlt_panel", np.float32), 1, ("again",))
+    assert lookups == ["blu::ldlt_panel<float>"] and calls[-1][3:] == ((1,), (_gpu.THREADS,), ("again",))
