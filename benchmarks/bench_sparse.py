@@ -4,6 +4,7 @@ generators' matrices (``batchlu.testing.sparse``).
     python benchmarks/bench_sparse.py [--kinds fem-poisson,saddle] [--sizes 1000,5000] [--batch 64]
                                       [--dtype float64] [--dim 2] [--impls batchlu,scipy-splu]
                                       [--ordering amd] [--refine 2] [--repeat 3] [--out results.json]
+    python benchmarks/bench_sparse.py --report results.json [--plot results.png]
 
 Implementations (``--impls``):
 
@@ -39,6 +40,12 @@ float64 from the same matrices; the records (one per point and implementation; t
 (batchlu's largest; the peers' configured steps), ``device``, ``date`` and ``check``, and for the
 CPU ones ``threads`` and ``cpu_seconds`` (this process's CPU time, worker processes not included:
 steadier than the wall time on a shared machine, meaningful with one thread only).
+
+``--report`` measures nothing: it reads such records and prints a Markdown table, one row per
+(kind, n, batch, dtype) point with the last record of each implementation there (newer records are
+appended), and the bar line (batchlu against cuDSS's uniform batch where both passed, batch >= 256); the
+table is also written next to ``--plot`` (or the records) as ``.md``. ``--plot`` draws ms per matrix
+against n, a panel per kind.
 """
 
 from __future__ import annotations
@@ -46,9 +53,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -464,6 +473,124 @@ def measure_one(impl: str, problem, values, b, args) -> dict:
     return record
 
 
+# ---------------------------------------------------------------------------------------- report
+BAR_BATCH = 256   # the bar's points: batch >= this; the plot's lines: this batch
+PEERS = ("cudss-uniform", "cudss", "dense-gpu")
+
+
+def latest(records: list[dict]) -> dict:
+    """``(kind, n, batch, dtype, impl)`` -> the last such record: newer records are appended."""
+    return {(r["kind"], r["n"], r["batch"], r["dtype"], r["impl"]): r for r in records}
+
+
+def _ok(record) -> bool:
+    return record is not None and record["check"] == "ok"
+
+
+def _short(record: dict) -> str:
+    """A check that did not pass, in a few words: ``failed (berr nan)``, ``skipped``, ``error (TypeError)``."""
+    word, _, why = record["check"].partition(": ")
+    if word == "failed" and record.get("max_backward_error") is not None:
+        return f"failed (berr {record['max_backward_error']:.2g})"
+    if word == "error":
+        return f"error ({why.partition(':')[0]})"
+    return word
+
+
+def _ms(record) -> str:
+    if record is None:
+        return "-"
+    return f"{record['per_matrix_ms']:.3f}" if _ok(record) else _short(record)
+
+
+def _berr(record) -> str:
+    return f"{record['max_backward_error']:.1e}" if _ok(record) else "-"
+
+
+def speed(last: dict, point: tuple) -> float | None:
+    """cuDSS uniform's time over batchlu-gpu's at ``point``, where both passed their checks."""
+    ours, peer = last.get((*point, "batchlu-gpu")), last.get((*point, "cudss-uniform"))
+    return peer["per_matrix_ms"] / ours["per_matrix_ms"] if _ok(ours) and _ok(peer) else None
+
+
+def report(records: list[dict]) -> str:
+    """The Markdown table of ``records``, one row per (kind, n, batch, dtype) point, and the bar line."""
+    last = latest(records)
+    kinds = list(dict.fromkeys(r["kind"] for r in records))
+    points = sorted({key[:4] for key in last}, key=lambda p: (kinds.index(p[0]), *p[1:]))
+    head = ("| kind | n | nnz (lower) | batch | dtype | batchlu-gpu ms/matrix (refinement steps) "
+            "| cuDSS uniform ms/matrix | batchlu / cuDSS speed | cuDSS DirectSolver | dense-gpu ms/matrix "
+            "| max backward error batchlu / cuDSS |")
+    lines = [head, "|---|---:|---:|---:|---|---:|---:|---:|---|---:|---|"]
+    for point in points:
+        kind, n, batch, dtype = point
+        ours = last.get((*point, "batchlu-gpu"))
+        uniform, solver, dense = (last.get((*point, impl)) for impl in PEERS)
+        nnz = next(r["nnz"] for r in (ours, uniform, solver, dense) if r is not None)
+        steps = f" ({ours['refine_steps']})" if _ok(ours) else ""
+        ratio = speed(last, point)
+        lines.append(f"| {kind} | {n:,} | {nnz:,} | {batch:,} | {dtype} | {_ms(ours)}{steps} | {_ms(uniform)} "
+                     f"| {'-' if ratio is None else f'{ratio:.2f}x'} | {_ms(solver)} | {_ms(dense)} "
+                     f"| {_berr(ours)} / {_berr(uniform)} |")
+    return "\n".join(lines) + "\n\n" + bar(last, points)
+
+
+def bar(last: dict, points: list[tuple]) -> str:
+    """The bar line: over the points with batch >= BAR_BATCH where batchlu-gpu and cuDSS's uniform
+    batch both passed, the geometric mean and the minimum of the speed; and cuDSS's failed checks."""
+    points = [p for p in points if p[2] >= BAR_BATCH]
+    speeds = {p: s for p in points if (s := speed(last, p)) is not None}
+    failed = {impl: sum(1 for p in points if (r := last.get((*p, impl))) and r["check"].startswith("failed"))
+              for impl in ("cudss-uniform", "cudss")}
+    head = f"Bar (batch >= {BAR_BATCH}, batchlu-gpu and cuDSS uniform both ok): "
+    tail = (f"cuDSS failed its check at {failed['cudss-uniform']} of {len(points)} points (uniform batch), "
+            f"{failed['cudss']} (DirectSolver).")
+    if not speeds:
+        return head + "no point. " + tail
+    geo = math.exp(sum(math.log(s) for s in speeds.values()) / len(speeds))
+    low = min(speeds, key=speeds.get)
+    return (head + f"batchlu / cuDSS speed geometric mean {geo:.2f}x over {len(speeds)} points; minimum "
+            f"{speeds[low]:.2f}x at {low[0]} n={low[1]} B={low[2]} {low[3]}. " + tail)
+
+
+def plot(records: list[dict], path) -> None:
+    """ms per matrix against n (log-log), a panel per kind: batchlu-gpu and cuDSS's uniform batch, lines
+    at batch BAR_BATCH, markers at other batches; points that did not pass are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in latest(records).values() if _ok(r) and r["impl"] in ("batchlu-gpu", "cudss-uniform")]
+    kinds = list(dict.fromkeys(r["kind"] for r in records))
+    dtypes = sorted({r["dtype"] for r in ok})
+    rows = -(-len(kinds) // 2)
+    fig, axes = plt.subplots(rows, 2, figsize=(9, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(kinds):]:
+        ax.axis("off")
+    for ax, kind in zip(axes.flat, kinds):
+        for color, impl in enumerate(("batchlu-gpu", "cudss-uniform")):
+            for style, dtype in zip(("-", "--", ":"), dtypes):
+                sub = sorted((r["batch"], r["n"], r["per_matrix_ms"]) for r in ok
+                             if (r["kind"], r["impl"], r["dtype"]) == (kind, impl, dtype))
+                name = impl if len(dtypes) == 1 else f"{impl} {dtype}"
+                line = [(n, ms) for b, n, ms in sub if b == BAR_BATCH]
+                if line:
+                    ax.plot(*zip(*line), style, marker="o", ms=3, color=f"C{color}", label=f"{name} B={BAR_BATCH}")
+                for marker, batch in zip("sv^D<>", sorted({b for b, _, _ in sub} - {BAR_BATCH})):
+                    pts = [(n, ms) for b, n, ms in sub if b == batch]
+                    ax.plot(*zip(*pts), marker, ls="", color=f"C{color}", label=f"{name} B={batch}")
+        ax.set(xscale="log", yscale="log", title=kind, xlabel="n", ylabel="ms per matrix")
+        ax.grid(alpha=0.3, which="both")
+        if ax.has_data():
+            ax.legend(fontsize=7)
+    devices = sorted({r["device"] for r in ok if r.get("device")})
+    fig.suptitle(f"sparse factorize + solve, {', '.join(devices)}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kinds", default="fem-poisson,fem-elasticity,saddle,power-grid")
@@ -483,7 +610,21 @@ def main(argv=None) -> None:
                     help="cuDSS modes tried per point, the fastest that passes is recorded: lower (SPD or "
                          "SYMMETRIC, lower triangle) and full (GENERAL, both triangles)")
     ap.add_argument("--out", default=None, help="write the records as JSON here")
+    ap.add_argument("--report", default=None, metavar="JSON",
+                    help="measure nothing: print these records' table (also written next to --plot, or "
+                         "to JSON, as .md)")
+    ap.add_argument("--plot", default=None, metavar="PNG", help="with --report: ms per matrix against n, here")
     args = ap.parse_args(argv)
+    if args.plot and not args.report:
+        ap.error("Expected --report with --plot. Got --plot alone instead.")
+    if args.report:
+        records = json.loads(Path(args.report).read_text())
+        text = report(records)
+        print(text)
+        Path(args.plot or args.report).with_suffix(".md").write_text(text + "\n")
+        if args.plot:
+            plot(records, args.plot)
+        return
     impls = args.impls.split(",")
     unknown = [i for i in impls if i not in IMPLS]
     if unknown:
