@@ -503,7 +503,7 @@ def _ms(record) -> str:
     return f"{record['per_matrix_ms']:.3f}" if _ok(record) else _short(record)
 
 
-def _berr(record) -> str:
+def _berr_cell(record) -> str:
     return f"{record['max_backward_error']:.1e}" if _ok(record) else "-"
 
 
@@ -531,7 +531,7 @@ def report(records: list[dict]) -> str:
         ratio = speed(last, point)
         lines.append(f"| {kind} | {n:,} | {nnz:,} | {batch:,} | {dtype} | {_ms(ours)}{steps} | {_ms(uniform)} "
                      f"| {'-' if ratio is None else f'{ratio:.2f}x'} | {_ms(solver)} | {_ms(dense)} "
-                     f"| {_berr(ours)} / {_berr(uniform)} |")
+                     f"| {_berr_cell(ours)} / {_berr_cell(uniform)} |")
     return "\n".join(lines) + "\n\n" + bar(last, points)
 
 
