@@ -13,10 +13,12 @@
 //                          division by the pivots, a thread per run and matrix
 //   ldlt_panel_entries     wide runs, column t: each entry's part from the run's earlier columns
 //   ldlt_pivots            wide runs, column t's entries: static pivoting, division by the pivot
-//   ldlt_forward_external  one level's columns x R matrices x K: L y = c, the supernodes below
-//   ldlt_forward_panel     one level's supernodes x R x K: L y = c within each run
-//   ldlt_backward_external one level's columns x R x K, levels from the last: L^T x = z, the rows below
-//   ldlt_backward_panel    one level's supernodes x R x K: L^T x = z within each run
+//   ldlt_forward_external  one level's wide runs' columns x R matrices x K: L y = c, the supernodes below
+//   ldlt_forward_panel     one level's wide runs x R x K: L y = c within each run
+//   ldlt_backward_external one level's wide runs' columns x R x K, levels from the last: L^T x = z, the
+//                          rows below
+//   ldlt_backward_panel    one level's wide runs x R x K: L^T x = z within each run
+//   ldlt_forward_runs, ldlt_backward_runs: both steps for the level's narrow runs, a thread per run
 //   ldlt_residual          n rows x R x K: b - A x in float64
 //   ldlt_row_sums          n rows x B: sum_j |a_ij| in float64 (for ||A||_inf)
 
@@ -117,6 +119,32 @@ __global__ void ldlt_backward_panel(const long long* __restrict__ sn, long long 
     if (id >= count * R * K) return;
     const long long g = id / (R * K), rest = id - g * (R * K), t = rest / K, r = rest - t * K;
     ldlt::backward_panel<T>(sn[first + g], t, r, R, K, B, rows, sn_first, sn_size, colptr, lx, y);
+}
+
+template <typename T>
+__global__ void ldlt_forward_runs(const long long* __restrict__ sn, long long first, long long count, long long R,
+                                  long long K, long long B, const long long* __restrict__ rows,
+                                  const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
+                                  const long long* __restrict__ colptr, const long long* __restrict__ base,
+                                  const long long* __restrict__ rl_ptr, const long long* __restrict__ rl_sn,
+                                  const long long* __restrict__ rl_idx, const T* __restrict__ lx, T* y) {
+    BLU_LDLT_ID;
+    if (id >= count * R * K) return;
+    const long long g = id / (R * K), rest = id - g * (R * K), t = rest / K, r = rest - t * K;
+    ldlt::forward_runs<T>(sn[first + g], t, r, R, K, B, rows, sn_first, sn_size, colptr, base, rl_ptr, rl_sn, rl_idx,
+                          lx, y);
+}
+
+template <typename T>
+__global__ void ldlt_backward_runs(const long long* __restrict__ sn, long long first, long long count, long long R,
+                                   long long K, long long B, const long long* __restrict__ rows,
+                                   const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
+                                   const long long* __restrict__ colptr, const long long* __restrict__ rowind,
+                                   const long long* __restrict__ base, const T* __restrict__ lx, T* y) {
+    BLU_LDLT_ID;
+    if (id >= count * R * K) return;
+    const long long g = id / (R * K), rest = id - g * (R * K), t = rest / K, r = rest - t * K;
+    ldlt::backward_runs<T>(sn[first + g], t, r, R, K, B, rows, sn_first, sn_size, colptr, rowind, base, lx, y);
 }
 
 template <typename T>

@@ -159,58 +159,112 @@ __device__ __forceinline__ void panel_entry(index_t p, index_t b, index_t B, con
 // side r: y_i -= sum_k l_ik y_k over the columns of the supernodes row i lies below (descendants,
 // earlier levels, final); the run's own columns are forward_panel's.
 template <typename T>
-__device__ __forceinline__ void forward_external(index_t i, index_t t, index_t r, index_t R, index_t K, index_t B,
-                                                 const index_t* rows, const index_t* base, const index_t* sn_first, const index_t* sn_size,
-                                                 const index_t* rl_ptr, const index_t* rl_sn,
-                                                 const index_t* rl_idx, const T* lx, T* y) {
-    const index_t b = rows[t];
+__device__ __forceinline__ T forward_below(index_t i, index_t t, index_t r, index_t R, index_t K, index_t B, index_t b,
+                                           const index_t* base, const index_t* sn_first, const index_t* sn_size,
+                                           const index_t* rl_ptr, const index_t* rl_sn, const index_t* rl_idx,
+                                           const T* lx, const T* y) {
     T sum = T(0);
     for (index_t q = rl_ptr[i]; q < rl_ptr[i + 1]; ++q) {
         const index_t g = rl_sn[q], ri = rl_idx[q], f = sn_first[g], e = f + sn_size[g];
         for (index_t k = f; k < e; ++k) sum += lx[(base[k] + ri) * B + b] * y[(k * R + t) * K + r];
     }
-    y[(i * R + t) * K + r] -= sum;
+    return sum;
+}
+
+template <typename T>
+__device__ __forceinline__ void forward_external(index_t i, index_t t, index_t r, index_t R, index_t K, index_t B,
+                                                 const index_t* rows, const index_t* base, const index_t* sn_first,
+                                                 const index_t* sn_size, const index_t* rl_ptr, const index_t* rl_sn,
+                                                 const index_t* rl_idx, const T* lx, T* y) {
+    y[(i * R + t) * K + r] -= forward_below<T>(i, t, r, R, K, B, rows[t], base, sn_first, sn_size, rl_ptr, rl_sn,
+                                               rl_idx, lx, y);
 }
 
 // Supernode g, matrix rows[t], right-hand side r, after forward_external: the run's rows in order,
 //     y_(f+v) -= sum_{u<v} l_(f+v, f+u) y_(f+u).
 template <typename T>
+__device__ __forceinline__ T forward_run(index_t f, index_t v, index_t t, index_t r, index_t R, index_t K, index_t B,
+                                         index_t b, const index_t* colptr, const T* lx, const T* y) {
+    T sum = T(0);
+    for (index_t u = 0; u < v; ++u) sum += lx[(colptr[f + u] + v - u) * B + b] * y[((f + u) * R + t) * K + r];
+    return sum;
+}
+
+template <typename T>
 __device__ __forceinline__ void forward_panel(index_t g, index_t t, index_t r, index_t R, index_t K, index_t B,
                                               const index_t* rows, const index_t* sn_first, const index_t* sn_size,
                                               const index_t* colptr, const T* lx, T* y) {
     const index_t b = rows[t], f = sn_first[g], s = sn_size[g];
-    for (index_t v = 1; v < s; ++v) {
-        T sum = T(0);
-        for (index_t u = 0; u < v; ++u)
-            sum += lx[(colptr[f + u] + v - u) * B + b] * y[((f + u) * R + t) * K + r];
-        y[((f + v) * R + t) * K + r] -= sum;
+    for (index_t v = 1; v < s; ++v) y[((f + v) * R + t) * K + r] -= forward_run<T>(f, v, t, r, R, K, B, b, colptr, lx, y);
+}
+
+// Both for a narrow run, row by row (one thread for the run, matrix rows[t], right-hand side r): each row
+// less the supernodes below, then less the run's earlier rows (the same operations, in the same order,
+// as forward_external then forward_panel).
+template <typename T>
+__device__ __forceinline__ void forward_runs(index_t g, index_t t, index_t r, index_t R, index_t K, index_t B,
+                                             const index_t* rows, const index_t* sn_first, const index_t* sn_size,
+                                             const index_t* colptr, const index_t* base, const index_t* rl_ptr,
+                                             const index_t* rl_sn, const index_t* rl_idx, const T* lx, T* y) {
+    const index_t b = rows[t], f = sn_first[g], s = sn_size[g];
+    for (index_t v = 0; v < s; ++v) {
+        T* yi = y + ((f + v) * R + t) * K + r;
+        *yi -= forward_below<T>(f + v, t, r, R, K, B, b, base, sn_first, sn_size, rl_ptr, rl_sn, rl_idx, lx, y);
+        if (v) *yi -= forward_run<T>(f, v, t, r, R, K, B, b, colptr, lx, y);
     }
 }
 
 // Backward substitution L^T x = z, column j of the level (levels from the last), matrix rows[t]:
 //     x_j -= sum_i l_ij x_i   over the rows R_g below j's run (ancestors, already final).
 template <typename T>
+__device__ __forceinline__ T backward_below(index_t j, index_t t, index_t r, index_t R, index_t K, index_t B, index_t b,
+                                            const index_t* colptr, const index_t* rowind, const index_t* base,
+                                            const T* lx, const T* y) {
+    T sum = T(0);
+    for (index_t p = base[j]; p < colptr[j + 1]; ++p) sum += lx[p * B + b] * y[(rowind[p] * R + t) * K + r];
+    return sum;
+}
+
+template <typename T>
 __device__ __forceinline__ void backward_external(index_t j, index_t t, index_t r, index_t R, index_t K, index_t B,
                                                   const index_t* rows, const index_t* colptr, const index_t* rowind,
                                                   const index_t* base, const T* lx, T* y) {
-    const index_t b = rows[t];
-    T sum = T(0);
-    for (index_t p = base[j]; p < colptr[j + 1]; ++p) sum += lx[p * B + b] * y[(rowind[p] * R + t) * K + r];
-    y[(j * R + t) * K + r] -= sum;
+    y[(j * R + t) * K + r] -= backward_below<T>(j, t, r, R, K, B, rows[t], colptr, rowind, base, lx, y);
 }
 
 // Supernode g, matrix rows[t], after backward_external: the run's columns from the last,
 //     x_(f+v) -= sum_{u>v} l_(f+u, f+v) x_(f+u).
 template <typename T>
+__device__ __forceinline__ T backward_run(index_t f, index_t s, index_t v, index_t t, index_t r, index_t R, index_t K,
+                                          index_t B, index_t b, const index_t* colptr, const T* lx, const T* y) {
+    const index_t c = colptr[f + v];
+    T sum = T(0);
+    for (index_t u = v + 1; u < s; ++u) sum += lx[(c + u - v) * B + b] * y[((f + u) * R + t) * K + r];
+    return sum;
+}
+
+template <typename T>
 __device__ __forceinline__ void backward_panel(index_t g, index_t t, index_t r, index_t R, index_t K, index_t B,
                                                const index_t* rows, const index_t* sn_first, const index_t* sn_size,
                                                const index_t* colptr, const T* lx, T* y) {
     const index_t b = rows[t], f = sn_first[g], s = sn_size[g];
-    for (index_t v = s - 2; v >= 0; --v) {
-        const index_t c = colptr[f + v];
-        T sum = T(0);
-        for (index_t u = v + 1; u < s; ++u) sum += lx[(c + u - v) * B + b] * y[((f + u) * R + t) * K + r];
-        y[((f + v) * R + t) * K + r] -= sum;
+    for (index_t v = s - 2; v >= 0; --v)
+        y[((f + v) * R + t) * K + r] -= backward_run<T>(f, s, v, t, r, R, K, B, b, colptr, lx, y);
+}
+
+// Both for a narrow run, column by column from the last (one thread for the run, matrix rows[t]): each
+// x_j less the rows below the run, then less the run's later rows (as backward_external then
+// backward_panel).
+template <typename T>
+__device__ __forceinline__ void backward_runs(index_t g, index_t t, index_t r, index_t R, index_t K, index_t B,
+                                              const index_t* rows, const index_t* sn_first, const index_t* sn_size,
+                                              const index_t* colptr, const index_t* rowind, const index_t* base,
+                                              const T* lx, T* y) {
+    const index_t b = rows[t], f = sn_first[g], s = sn_size[g];
+    for (index_t v = s - 1; v >= 0; --v) {
+        T* xj = y + ((f + v) * R + t) * K + r;
+        *xj -= backward_below<T>(f + v, t, r, R, K, B, b, colptr, rowind, base, lx, y);
+        if (v < s - 1) *xj -= backward_run<T>(f, s, v, t, r, R, K, B, b, colptr, lx, y);
     }
 }
 

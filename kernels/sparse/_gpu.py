@@ -19,8 +19,10 @@ the batch around it. The paper updates right-looking with atomic adds; the dot-p
 form gives the same factors with a deterministic order of summation and one writer per entry, which
 resume's bit-identical outputs need.
 
-The solves walk the same levels (``ldlt_forward_external`` then ``ldlt_forward_panel``, and from the
-last level ``ldlt_backward_external`` then ``ldlt_backward_panel``); refinement's residuals ``b - A x``
+The solves walk the same levels, forward and then from the last level backward: a narrow run's
+rows in one thread per run and right-hand side (``ldlt_forward_runs``, ``ldlt_backward_runs``), a
+wide run's in two launches (what lies below or above the run, a thread per column:
+``ldlt_*_external``; then within the run: ``ldlt_*_panel``); refinement's residuals ``b - A x``
 are float64 (``ldlt_residual``) against the original values, and ``||A||_inf`` comes from
 ``ldlt_row_sums``. Pivot rule, ``info`` codes, inertia and the refinement's stopping rules are the
 CPU's (:mod:`batchlu.kernels.sparse._factor`); the results stay on the device.
@@ -45,7 +47,7 @@ from ._factor import Refining, check_pivot_tol, check_values
 
 FAMILY = "ldlt"
 KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_panel_entries", "ldlt_pivots", "ldlt_forward_external", "ldlt_forward_panel", "ldlt_backward_external",
-           "ldlt_backward_panel", "ldlt_residual", "ldlt_row_sums")
+           "ldlt_backward_panel", "ldlt_forward_runs", "ldlt_backward_runs", "ldlt_residual", "ldlt_row_sums")
 THREADS = 256
 SCALAR = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
@@ -153,8 +155,8 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     flag = xp.zeros((n, count), np.uint8)
     external, panel = name("ldlt_external", dtype), name("ldlt_panel", dtype)
     entries, pivots = name("ldlt_panel_entries", dtype), name("ldlt_pivots", dtype)
-    ent_ptr, narrow_ptr, step_ptr, wide_ent_ptr = (arrays[k] for k in ("ent_ptr", "narrow_ptr", "step_ptr",
-                                                                       "wide_ent_ptr"))
+    ent_ptr, narrow_ptr, step_ptr, step_ent_ptr = (arrays[k] for k in ("ent_ptr", "narrow_ptr", "step_ptr",
+                                                                       "step_ent_ptr"))
     b = np.int64(count)
     dd = xp.empty((n, count), dtype)                # the pivots as used; lx's diagonal holds them at the end
     pivoting = (tau, np.int32(bool(perturb)), lx, dd, flag)
@@ -173,10 +175,10 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
         launch(panel, items * count, (*args, arrays["sn_first"], arrays["sn_size"], arrays["colptr"], *pivoting))
         for step in range(int(step_ptr[level]), int(step_ptr[level + 1])):
             if step > int(step_ptr[level]):               # column 0 has no earlier column in its run
-                items, args = over(arrays["wide_ent"], wide_ent_ptr, step)
+                items, args = over(arrays["step_ent"], step_ent_ptr, step)
                 launch(entries, items * count, (*args, arrays["col_of"], arrays["sn_of"], arrays["sn_first"],
                                                 arrays["colptr"], dd, lx))
-            items, args = over(arrays["wide_ent"], wide_ent_ptr, step)
+            items, args = over(arrays["step_ent"], step_ent_ptr, step)
             launch(pivots, items * count, (*args, arrays["col_of"], arrays["colptr"], *pivoting))
     lx[arrays["colptr"][:-1]] = dd
     d = lx[arrays["colptr"][:-1]]                                   # (n, B): the pivots as used
@@ -264,11 +266,13 @@ class GpuFactor(Refining):
             return xp.zeros(r.shape, dtype)
         y = xp.ascontiguousarray(r.transpose(1, 0, 2)[arrays["perm"]].astype(dtype, copy=False))   # (n, R, k)
         fixed = (np.int64(count), np.int64(k), np.int64(self.batch), rows)
-        columns, runs = (arrays["cols"], arrays["col_ptr"]), (arrays["sn"], arrays["sn_ptr"])
+        narrow, wide = (arrays["narrow"], arrays["narrow_ptr"]), (arrays["wide"], arrays["wide_ptr"])
+        columns = (arrays["wide_cols"], arrays["wide_cols_ptr"])
         shape = (arrays["sn_first"], arrays["sn_size"])
         below = (arrays["rl_ptr"], arrays["rl_sn"], arrays["rl_idx"])
+        up = (arrays["colptr"], arrays["rowind"], arrays["base"])
 
-        def step(kernel, over, level, *args):           # one launch: the level's columns or runs x R x K
+        def step(kernel, over, level, *args):           # one launch: the level's runs or columns x R x K
             items, ptr = over
             lo, hi = int(ptr[level]), int(ptr[level + 1])
             self._launch(name(f"ldlt_{kernel}", dtype), (hi - lo) * count * k,
@@ -276,14 +280,16 @@ class GpuFactor(Refining):
 
         nlevels = arrays["sn_ptr"].size - 1
         for level in range(nlevels):
+            step("forward_runs", narrow, level, *shape, arrays["colptr"], arrays["base"], *below, self.lx, y)
             if level:                                   # leaves: no supernode below them
                 step("forward_external", columns, level, arrays["base"], *shape, *below, self.lx, y)
-            step("forward_panel", runs, level, *shape, arrays["colptr"], self.lx, y)
+            step("forward_panel", wide, level, *shape, arrays["colptr"], self.lx, y)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             y /= self.lx[arrays["colptr"][:-1]][:, rows][:, :, None]
         for level in range(nlevels - 1, -1, -1):
-            step("backward_external", columns, level, arrays["colptr"], arrays["rowind"], arrays["base"], self.lx, y)
-            step("backward_panel", runs, level, *shape, arrays["colptr"], self.lx, y)
+            step("backward_runs", narrow, level, *shape, *up, self.lx, y)
+            step("backward_external", columns, level, *up, self.lx, y)
+            step("backward_panel", wide, level, *shape, arrays["colptr"], self.lx, y)
         return xp.ascontiguousarray(y[arrays["iperm"]].transpose(1, 0, 2))
 
     def _residual(self, b, x, rows):

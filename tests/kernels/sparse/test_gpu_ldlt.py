@@ -112,7 +112,6 @@ def test_maps_cover_l_and_a_exactly_once(problem):
     colptr, rowind = plan.colptr, plan.rowind
     assert np.array_equal(maps.sn_of, np.repeat(np.arange(maps.sn_first.size), maps.sn_size))
     assert np.array_equal(np.sort(maps.ent), np.arange(plan.nnz_l))
-    assert np.array_equal(np.sort(maps.cols), np.arange(plan.n))
     assert np.array_equal(np.sort(maps.sn), np.arange(maps.sn_first.size))
     level_of = np.empty(maps.sn_first.size, np.int64)
     run_of = np.empty(plan.n, np.int64)
@@ -121,7 +120,11 @@ def test_maps_cover_l_and_a_exactly_once(problem):
         runs = maps.sn[maps.sn_ptr[lv]:maps.sn_ptr[lv + 1]]
         level_of[runs] = lv
         cols = np.concatenate([np.arange(maps.sn_first[g], maps.sn_first[g] + maps.sn_size[g]) for g in runs])
-        assert np.array_equal(maps.cols[maps.col_ptr[lv]:maps.col_ptr[lv + 1]], cols)
+        wide = runs[maps.sn_size[runs] >= _gpu_maps.WIDE]
+        assert np.array_equal(maps.wide[maps.wide_ptr[lv]:maps.wide_ptr[lv + 1]], wide)
+        assert np.array_equal(maps.wide_cols[maps.wide_cols_ptr[lv]:maps.wide_cols_ptr[lv + 1]],
+                              np.concatenate([np.arange(maps.sn_first[g], maps.sn_first[g] + maps.sn_size[g])
+                                              for g in wide] + [np.zeros(0, np.int64)]))
         ent = np.concatenate([np.arange(colptr[j], colptr[j + 1]) for j in cols])
         assert np.array_equal(maps.ent[maps.ent_ptr[lv]:maps.ent_ptr[lv + 1]], ent)
         sizes = maps.sn_size[runs]
@@ -130,9 +133,9 @@ def test_maps_cover_l_and_a_exactly_once(problem):
         assert len(steps) == max([0, *sizes[sizes >= _gpu_maps.WIDE]])
         for t, k in enumerate(steps):                   # step t: column t of every wide run that has one
             want = [maps.sn_first[g] + t for g in runs if maps.sn_size[g] >= _gpu_maps.WIDE and maps.sn_size[g] > t]
-            step_cols = maps.wide_col[maps.wide_col_ptr[k]:maps.wide_col_ptr[k + 1]]
+            step_cols = maps.step_col[maps.step_col_ptr[k]:maps.step_col_ptr[k + 1]]
             assert np.array_equal(step_cols, want)
-            assert np.array_equal(maps.wide_ent[maps.wide_ent_ptr[k]:maps.wide_ent_ptr[k + 1]],
+            assert np.array_equal(maps.step_ent[maps.step_ent_ptr[k]:maps.step_ent_ptr[k + 1]],
                                   np.concatenate([np.arange(colptr[j], colptr[j + 1]) for j in step_cols]))
         for g in runs:
             f, s = maps.sn_first[g], maps.sn_size[g]
@@ -395,14 +398,14 @@ def test_wide_and_narrow_runs_give_the_same_bits(host_lib, monkeypatch, kind):
     p = gen.make(kind, size=1000, seed=2)
     plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
     values, b = p.values(0, 3, seed=5), p.rhs(0, 3, seed=5)
-    assert _gpu_maps.build(plan).wide_col.size > 0              # the default split has wide runs here
+    assert _gpu_maps.build(plan).step_col.size > 0              # the default split has wide runs here
     results = []
     for wide in (1, _gpu_maps.WIDE, 10**9):
         monkeypatch.setattr(_gpu_maps, "WIDE", wide)
         _gpu_maps.for_plan._cache.clear()
         _gpu._ON_DEVICE.clear()
         maps = _gpu_maps.for_plan(plan)
-        assert (maps.wide_col.size == plan.n) if wide == 1 else (maps.wide_col.size < plan.n)
+        assert (maps.step_col.size == plan.n) if wide == 1 else (maps.step_col.size < plan.n)
         factor = _host_device(host_lib).factorize(plan, values)
         x, _ = factor.solve(b)
         results.append((factor.lx.copy(), x))
@@ -491,7 +494,7 @@ def test_cuda_launch_compiles_the_dtype_family_and_covers_the_threads(monkeypatc
     ((family, name, names, grid, block, args),) = calls
     assert family == "ldlt" and name == "blu::ldlt_panel<float>" and name in names
     assert names == _gpu.names(np.float32) and all(n.endswith("<float>") for n in names)
-    assert len(names) == len(_gpu.KERNELS) == 10
+    assert len(names) == len(_gpu.KERNELS) == 12
     assert grid == (3,) and block == (_gpu.THREADS,) and args == ("args",)
     launch(_gpu.name("ldlt_panel", np.float32), 1, ("again",))
     assert lookups == ["blu::ldlt_panel<float>"] and calls[-1][3:] == ((1,), (_gpu.THREADS,), ("again",))
