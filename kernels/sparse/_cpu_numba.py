@@ -24,14 +24,18 @@ rows below) stays on the lanes (:func:`_factor_one`):
    back into ``Lx``;
 2. the update of the ancestors ``L_R D L_R^T``: per row ``b`` of ``R`` the products
    ``l_{R_b t} d_t`` once, then for every row ``a >= b`` of ``R`` the dot product over the ``s``
-   columns, subtracted from the entry ``(R_a, R_b)`` of column ``R_b``, found by walking that
-   column's rows (``R[b:]`` is a subset of them: the elimination tree's property).
+   columns, subtracted from the entry ``(R_a, R_b)`` of column ``R_b``.
 
 A wide one goes through BLAS (SciPy's ``cython_blas``; :func:`_supernode_blas`): each lane's panel
 copied column-major and factored by column blocks with ``?gemm`` and ``?trsm``
 (:func:`_panel_blas`), then ``L_R D L_R^T`` by ``?gemm`` in column blocks, each block subtracted for
-all lanes at once (one walk of the target columns). The BLAS results are per matrix too (one
-OpenBLAS thread per calling thread), so the batch-independence above holds on both paths.
+all lanes at once. The BLAS results are per matrix too (one OpenBLAS thread per calling thread), so
+the batch-independence above holds on both paths.
+
+Both paths find the entries ``(R_a, R_b)`` of their update in a list made once per plan
+(:func:`schedule`: :func:`_update_positions`, by walking the target columns' rows, of which
+``R[b:]`` is a subset: the elimination tree's property), so the factorization itself has no
+searches and no data-dependent branches in its scatter.
 
 The solves run column by column (forward by columns, backward by dot products), a block's
 right-hand sides gathered and permuted into ``(n, k, LANES)`` on the way in.
@@ -43,10 +47,13 @@ Blocks are independent: :func:`factor_blocks` and :func:`solve_blocks` work on t
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from numba import njit
 
 from . import _lanes as lanes
+from ._cache import PerPlan
 from ._lanes import LANES
 
 L = LANES
@@ -76,8 +83,8 @@ def _pivot(dj, tau, perturb, counts, ln, n, column):
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, rt, d, blocks, gemm, trsm, ints,
-                chars, cdt, pbuf, ybuf, ubuf, dl):
+def _factor_one(colptr, sn_first, sn_size, upd_pos, upd_off, x, tau, perturb, counts, wb, rt, d, blocks,
+                gemm, trsm, ints, chars, cdt, pbuf, ybuf, ubuf, dl):
     n = colptr.size - 1
     for J in range(sn_first.size):
         f = sn_first[J]
@@ -86,8 +93,8 @@ def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, 
         m = colptr[last + 1] - colptr[last] - 1
         total = s + m
         if s >= blocks[2] or (s >= blocks[3] and m >= blocks[4]):   # a wide supernode: through BLAS
-            _supernode_blas(colptr, rowind, f, s, m, x, tau, perturb, counts, blocks, gemm, trsm, ints, chars, cdt,
-                            pbuf, ybuf, ubuf, dl)
+            _supernode_blas(colptr, f, s, m, upd_pos, upd_off[J], x, tau, perturb, counts, blocks, gemm, trsm, ints,
+                            chars, cdt, pbuf, ybuf, ubuf, dl)
             continue
         ms = rt.shape[1]                               # rt[r, t] is at (r ms + t) L
         for t in range(s):                             # the panel, row-major: rt[r, t] = C[f + r, f + t]
@@ -108,17 +115,13 @@ def _factor_one(colptr, rowind, sn_first, sn_size, x, tau, perturb, counts, wb, 
             lanes.copy(x, (o + t) * L, d, t * L)
             for r in range(t + 1, total):
                 lanes.copy(x, (o + r) * L, rt, (r * ms + t) * L)
-        r0 = colptr[last] + 1                          # R = rowind[r0:r0 + m], rows s .. s + m - 1 of rt
+        k = upd_off[J]                                 # R's rows are s .. s + m - 1 of rt
         for b in range(m):                             # the ancestors: C[R, R_b] -= L_R D L_R_b^T
-            c = rowind[r0 + b]
             for t in range(s):
                 lanes.mul(wb, t * L, rt, ((s + b) * ms + t) * L, d, t * L)
-            q = colptr[c]
-            for a in range(b, m):                      # the entry (R_a, R_b) in column R_b
-                row = rowind[r0 + a]
-                while rowind[q] != row:
-                    q += 1
-                lanes.sub_dot(x, q * L, rt, (s + a) * ms * L, L, wb, 0, L, s)
+            for a in range(b, m):                      # the entry (R_a, R_b), at upd_pos[k]
+                lanes.sub_dot(x, upd_pos[k] * L, rt, (s + a) * ms * L, L, wb, 0, L, s)
+                k += 1
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -172,12 +175,13 @@ def _panel_blas(p, total, s, f, n, ln, tau, perturb, counts, nb, gemm, trsm, int
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _supernode_blas(colptr, rowind, f, s, m, x, tau, perturb, counts, blocks, gemm, trsm, ints, chars, cdt, pbuf,
-                    ybuf, ubuf, d):
+def _supernode_blas(colptr, f, s, m, upd_pos, k, x, tau, perturb, counts, blocks, gemm, trsm, ints, chars, cdt,
+                    pbuf, ybuf, ubuf, d):
     """Supernode ``f .. f+s-1`` (``m`` rows below it) through BLAS, each lane on its own: the panels
     copied column-major into ``pbuf[ln]`` and factored (:func:`_panel_blas`, column blocks of
     ``blocks[0]``), written back, then ``L_R D L_R^T`` by ``?gemm`` in column blocks of ``blocks[1]``
-    into ``ubuf[ln]``, each block subtracted from the ancestors' entries (found once for all lanes)."""
+    into ``ubuf[ln]``, each block subtracted from the ancestors' entries (``upd_pos[k:]``, in the
+    order ``b``, then ``a >= b``) for all lanes at once."""
     n = colptr.size - 1
     total = s + m
     ld = total
@@ -203,8 +207,7 @@ def _supernode_blas(colptr, rowind, f, s, m, x, tau, perturb, counts, blocks, ge
     trans_n, trans_t = chars[0:1], chars[1:2]
     ld_i = ints[4:5]
     ld_i[0] = ld
-    r0 = colptr[f + s - 1] + 1                         # R = rowind[r0:r0 + m], rows s .. of the panel
-    for b0 in range(0, m, blocks[1]):                  # columns b0 .. b1-1 of L_R D L_R^T, rows b0 ..
+    for b0 in range(0, m, blocks[1]):                  # R's rows are s .. s + m - 1 of the panel                  # columns b0 .. b1-1 of L_R D L_R^T, rows b0 ..
         b1 = min(b0 + blocks[1], m)
         w = b1 - b0
         lu = m - b0
@@ -218,23 +221,22 @@ def _supernode_blas(colptr, rowind, f, s, m, x, tau, perturb, counts, blocks, ge
             gemm(trans_n.ctypes, trans_t.ctypes, mi.ctypes, ni.ctypes, ki.ctypes, one.ctypes, p[s + b0:].ctypes,
                  ld_i.ctypes, ybuf.ctypes, l2.ctypes, zero.ctypes, ubuf[ln].ctypes, mi.ctypes)
         for b in range(b0, b1):                        # subtracted from the entries (R_a, R_b), a >= b
-            q = colptr[rowind[r0 + b]]
             base = (b - b0) * lu - b0
             for a in range(b, m):
-                row = rowind[r0 + a]
-                while rowind[q] != row:
-                    q += 1
+                q = upd_pos[k]
+                k += 1
                 for ln in range(LANES):
                     x[q, ln] -= ubuf[ln, base + a]
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, values, tau, perturb, blocks, gemm,
-                  trsm, lx, counts, lo, hi):
+def factor_blocks(colptr, sn_first, sn_size, upd_pos, upd_off, value_src, value_dst, values, tau, perturb, blocks,
+                  gemm, trsm, lx, counts, lo, hi):
     """Factor the blocks ``lo .. hi - 1``: block ``k`` holds the matrices ``k LANES ..`` of
     ``values`` (B, nnz) (the last block's missing lanes repeat its last matrix) and writes
     ``lx[k]`` (nnz(L), LANES; zero on entry) and ``counts[k]`` (4, LANES): first zero pivot's column (n if none),
-    perturbed, negative and zero pivots. Supernodes of at least ``blocks[2]`` columns go through
+    perturbed, negative and zero pivots. The supernodes and the positions of their updates are the
+    plan's :class:`Schedule`. Supernodes of at least ``blocks[2]`` columns go through
     ``gemm`` and ``trsm`` (``?gemm``, ``?trsm`` of ``lx``'s dtype; :func:`_supernode_blas`, column
     blocks ``blocks[0]`` in the panel, ``blocks[1]`` in the update)."""
     count = values.shape[0]
@@ -272,8 +274,8 @@ def factor_blocks(colptr, rowind, sn_first, sn_size, value_src, value_dst, value
         c[:] = 0
         for ln in range(LANES):
             c[0, ln] = n
-        _factor_one(colptr, rowind, sn_first, sn_size, x, lane_tau, perturb, c, wb, rt, dd, blocks, gemm, trsm,
-                    ints, chars, cdt, pbuf, ybuf, ubuf, dl)
+        _factor_one(colptr, sn_first, sn_size, upd_pos, upd_off, x, lane_tau, perturb, c, wb, rt, dd, blocks, gemm,
+                    trsm, ints, chars, cdt, pbuf, ybuf, ubuf, dl)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -482,12 +484,51 @@ def berr(r: np.ndarray, x: np.ndarray, b: np.ndarray, anorm: np.ndarray) -> np.n
     return out
 
 
-def supernodes(plan) -> tuple[np.ndarray, np.ndarray]:
-    """The fundamental supernodes' first columns and sizes (int64)."""
+@njit(nogil=True, cache=True)
+def _update_positions(colptr, rowind, sn_first, sn_size, pos):
+    """Fill ``pos`` with the positions in ``Lx`` of every supernode's update ``L_R D L_R^T``, one
+    supernode after the other, each by columns ``b`` of ``R`` and rows ``a >= b``: the entry
+    ``(R_a, R_b)`` of column ``R_b``, found by walking that column's rows (``R[b:]`` is a subset of
+    them, in order)."""
+    k = 0
+    for J in range(sn_first.size):
+        last = sn_first[J] + sn_size[J] - 1
+        r0, r1 = colptr[last] + 1, colptr[last + 1]
+        for i in range(r0, r1):
+            q = colptr[rowind[i]]
+            for j in range(i, r1):
+                while rowind[q] != rowind[j]:
+                    q += 1
+                pos[k] = q
+                k += 1
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Schedule:
+    """The compiled engine's view of a plan: the fundamental supernodes (first column, size) and
+    where each one's update lands in ``Lx`` (``upd_pos[upd_off[J]:upd_off[J + 1]]`` for supernode
+    ``J``; int32 while ``Lx``'s positions fit)."""
+
+    first: np.ndarray
+    size: np.ndarray
+    upd_pos: np.ndarray
+    upd_off: np.ndarray
+
+
+def _schedule(plan) -> Schedule:
     from ._supernodal import supernodes as fundamental
 
-    starts, sizes = fundamental(plan.parent, plan.colptr)
-    return starts.astype(np.int64), sizes.astype(np.int64)
+    first, size = (a.astype(np.int64) for a in fundamental(plan.parent, plan.colptr))
+    colptr = np.asarray(plan.colptr, np.int64)
+    m = colptr[first + size] - colptr[first + size - 1] - 1
+    off = np.zeros(first.size + 1, np.int64)
+    np.cumsum(m * (m + 1) // 2, out=off[1:])
+    pos = np.empty(int(off[-1]), np.int32 if plan.nnz_l < 2**31 else np.int64)
+    _update_positions(plan.colptr, plan.rowind, first, size, pos)
+    return Schedule(first, size, pos, off)
+
+
+schedule = PerPlan(_schedule)   # the plan's `Schedule`, built once per plan digest
 
 
 def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
@@ -497,14 +538,14 @@ def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
 
     count = values.shape[0]
     blocks = -(-count // LANES)
-    first, size = supernodes(plan)
+    sched = schedule(plan)
     lx = np.zeros((blocks, plan.nnz_l, LANES), values.dtype)   # zero pages from the system: no pass of ours
     counts = np.empty((blocks, 4, LANES), np.int64)
     if blocks:
         from batchlu.kernels import _cpu_numba as dense
 
         _cpu_threads.run_parts(dense._one_blas_thread(factor_blocks), _parts(plan, blocks), blocks, plan.colptr,
-                               plan.rowind, first, size, plan.value_src, plan.value_dst,
+                               sched.first, sched.size, sched.upd_pos, sched.upd_off, plan.value_src, plan.value_dst,
                                values if values.flags.f_contiguous else np.ascontiguousarray(values),
                                np.ascontiguousarray(tau, values.dtype), bool(perturb),
                                np.array([PANEL_BLOCK, UPDATE_BLOCK, BLAS_MIN, BLAS_MIN_TALL, BLAS_TALL], np.int64),
