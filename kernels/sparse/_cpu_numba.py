@@ -207,7 +207,7 @@ def _supernode_blas(colptr, f, s, m, upd_pos, k, x, tau, perturb, counts, blocks
     trans_n, trans_t = chars[0:1], chars[1:2]
     ld_i = ints[4:5]
     ld_i[0] = ld
-    for b0 in range(0, m, blocks[1]):                  # R's rows are s .. s + m - 1 of the panel                  # columns b0 .. b1-1 of L_R D L_R^T, rows b0 ..
+    for b0 in range(0, m, blocks[1]):                  # columns b0 .. b1-1 of L_R D L_R^T, rows b0 ..
         b1 = min(b0 + blocks[1], m)
         w = b1 - b0
         lu = m - b0
