@@ -508,9 +508,12 @@ def _berr_cell(record) -> str:
 
 
 def best_cudss(last: dict, point: tuple) -> dict | None:
-    """cuDSS's best mode at ``point``: the faster of its uniform batch and DirectSolver that passed."""
-    passed = [r for impl in ("cudss-uniform", "cudss") if _ok(r := last.get((*point, impl)))]
-    return min(passed, key=lambda r: r["per_matrix_ms"], default=None)
+    """cuDSS's best mode at ``point``: the faster of its uniform batch and DirectSolver that passed;
+    None unless both were measured there (a mode left out may have been the faster)."""
+    tried = [last.get((*point, impl)) for impl in ("cudss-uniform", "cudss")]
+    if None in tried:
+        return None
+    return min((r for r in tried if _ok(r)), key=lambda r: r["per_matrix_ms"], default=None)
 
 
 def speed(last: dict, point: tuple) -> float | None:
@@ -549,7 +552,7 @@ def bar(last: dict, points: list[tuple]) -> str:
     speeds = {p: s for p in points if (s := speed(last, p)) is not None}
     failed = {impl: sum(1 for p in points if (r := last.get((*p, impl))) and r["check"].startswith("failed"))
               for impl in ("cudss-uniform", "cudss")}
-    head = f"Bar (batch >= {BAR_BATCH}, batchlu-gpu and a cuDSS mode ok; cuDSS's faster mode): "
+    head = f"Bar (batch >= {BAR_BATCH}, both cuDSS modes measured, batchlu-gpu and one of them ok): "
     tail = (f"cuDSS failed its check at {failed['cudss-uniform']} of {len(points)} points (uniform batch), "
             f"{failed['cudss']} (DirectSolver).")
     if not speeds:
@@ -651,6 +654,9 @@ def main(argv=None) -> None:
                 for impl in impls:
                     record = measure(impl, problem, values, b, args)
                     records.append(record)
+                    if args.out:   # written as it goes: a long sweep keeps what it measured
+                        with open(args.out, "w") as f:
+                            json.dump(records, f, indent=1)
                     head = f"{impl:>13} {kind:>15} n={problem.n:>6} B={batch:>5} {args.dtype}:"
                     if record["seconds"] is None:
                         print(f"{head} {record['check']}", flush=True)
@@ -660,9 +666,6 @@ def main(argv=None) -> None:
                           + (f", refine {record['refine_steps']}" if "refine_steps" in record else "")
                           + (f", analyze {record['analyze_seconds']:.2f} s" if "analyze_seconds" in record else ""),
                           flush=True)
-                    if args.out:   # written as it goes: a long sweep keeps what it measured
-                        with open(args.out, "w") as f:
-                            json.dump(records, f, indent=1)
 
 
 if __name__ == "__main__":
