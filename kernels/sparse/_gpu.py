@@ -3,17 +3,21 @@
 
 The seed paper's numeric phase, level by level over the elimination tree, with the whole batch in
 every launch; the levels are those of L's supernodes (:mod:`batchlu.kernels.sparse._gpu_maps`), so
-that a run of columns with one shared row structure is one node. Per level two launches:
+that a run of columns with one shared row structure is one node. Per level:
 
 1. ``ldlt_external``: thread (entry ``(i, j)`` of a column of the level, matrix) subtracts what the
    supernodes below contribute, the left-looking dot product ``sum_k l_ik (l_jk d_k)`` over the
    columns of the supernodes that rows ``i`` and ``j`` both lie below (all on earlier levels), merged
-   supernode by supernode; ``i == j`` gives the pivot's part;
-2. ``ldlt_panel``: thread (supernode, matrix) factors the run's dense panel column by column: the
-   run's earlier columns' part of each entry, static pivoting, division by the pivot.
+   supernode by supernode; ``i == j`` gives the pivot's part (not on the leaves: nothing lies below);
+2. the runs' dense panels, column by column: the run's earlier columns' part of each entry, static
+   pivoting, division by the pivot. A narrow run (fewer than ``_gpu_maps.WIDE`` columns) in one
+   thread per run and matrix (``ldlt_panel``); the wide runs a column index at a time, a thread per
+   entry and matrix (``ldlt_panel_entries``, then ``ldlt_pivots``), two launches per column index
+   shared by the level's wide runs. The pivots as used stay in ``dd`` (n, B) until the end, when they
+   replace L's diagonal (which holds the unperturbed values until then).
 
 Every thread writes only its own entries of its own matrix and reads only what earlier launches (or,
-in a panel, the same thread) wrote: no atomics, no rounds, no scratch of the size of the work (the
+in a narrow panel, the same thread) wrote: no atomics, no rounds, no scratch of the size of the work (the
 index arrays are the size of L and A), and each matrix's factors are bit for bit the same whatever
 the batch around it. The paper updates right-looking with atomic adds; the dot-product (left-looking)
 form gives the same factors with a deterministic order of summation and one writer per entry, which
