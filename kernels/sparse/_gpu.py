@@ -39,7 +39,9 @@ CUDA text compiled for the host (``tests/kernels/sparse/_cuda_on_host.py``).
 from __future__ import annotations
 
 import collections
+import os
 import threading
+from typing import ClassVar
 
 import numpy as np
 
@@ -53,6 +55,7 @@ FAMILY = "ldlt"
 KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_panel_entries", "ldlt_pivots", "ldlt_forward_external", "ldlt_forward_panel", "ldlt_backward_external",
            "ldlt_backward_panel", "ldlt_forward_runs", "ldlt_backward_runs", "ldlt_residual", "ldlt_row_sums")
 THREADS = 256
+GRAPH_BYTES = 1 << 30      # a Workspace (and its graphs) only for a batch whose buffers fit this
 SCALAR = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
@@ -76,16 +79,52 @@ class CudaLaunch:
     def __init__(self):
         self._found = {}
 
-    def __call__(self, expression: str, threads: int, args: tuple) -> None:
-        if threads <= 0:
-            return
+    def _function(self, expression: str):
         function = self._found.get(expression)
         if function is None:
             from batchlu.kernels._gpu._runtime import kernel
 
             dtype = next(d for d, s in SCALAR.items() if expression.endswith(f"<{s}>"))
             function = self._found[expression] = kernel(FAMILY, expression, names(dtype))
-        function((-(-threads // THREADS),), (THREADS,), args)
+        return function
+
+    def __call__(self, expression: str, threads: int, args: tuple) -> None:
+        if threads <= 0:
+            return
+        self._function(expression)((-(-threads // THREADS),), (THREADS,), args)
+
+    def record(self, body, dtype):
+        """The launches of ``body(self)`` captured into a CUDA graph, not run (every kernel of
+        ``dtype`` is loaded first: nothing but launches happens during the capture). Returns a
+        function that runs the graph on the current stream."""
+        import cupy
+
+        for kernel in KERNELS:
+            self._function(name(kernel, dtype))
+        stream = cupy.cuda.Stream(non_blocking=True)     # the legacy null stream cannot capture
+        with stream:
+            stream.begin_capture()
+            try:
+                body(self)
+            finally:
+                graph = stream.end_capture()
+        return lambda: graph.launch(cupy.cuda.get_current_stream())
+
+
+def record(launch, body, dtype):
+    """``body(launch)``'s launches, recorded to be run again and again on the same buffers: a CUDA
+    graph where ``launch`` can capture one (:meth:`CudaLaunch.record`), otherwise the list of calls
+    (the host tests' launcher). Returns the function that runs them."""
+    if hasattr(launch, "record"):
+        return launch.record(body, dtype)
+    calls = []
+    body(lambda *call: calls.append(call))
+
+    def run():
+        for call in calls:
+            launch(*call)
+
+    return run
 
 
 def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = None):
@@ -93,7 +132,14 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
     :class:`GpuFactor` (see :meth:`batchlu.kernels.sparse.Plan.factorize`)."""
     import cupy
 
-    return factorize_with(plan, values, perturb=perturb, pivot_tol=pivot_tol, xp=cupy, launch=CudaLaunch())
+    return factorize_with(plan, values, perturb=perturb, pivot_tol=pivot_tol, xp=cupy, launch=CudaLaunch(),
+                          recorded=graphs_wanted())
+
+
+def graphs_wanted() -> bool:
+    """Whether the GPU records its launches as CUDA graphs (:class:`Workspace`): yes, unless the
+    environment's ``BATCHLU_SPARSE_GRAPHS`` is ``0``."""
+    return os.environ.get("BATCHLU_SPARSE_GRAPHS", "1").strip() != "0"
 
 
 # ------------------------------------------------------------------------------------- index arrays
@@ -105,6 +151,10 @@ _LOCK = threading.Lock()
 
 def _where(xp):
     return "host" if xp is np else int(xp.cuda.runtime.getDevice())
+
+
+def _stream(xp):
+    return "host" if xp is np else int(xp.cuda.get_current_stream().ptr)
 
 
 def device_arrays(plan, xp) -> dict:
@@ -141,10 +191,11 @@ def inf_norms(plan, values, xp, launch, arrays) -> object:
     return sums.max(axis=1)
 
 
-def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, launch):
+def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, launch, recorded: bool = False):
     """The factorization over the array module ``xp`` with the kernels run by ``launch`` (see the
     module docstring); the checks, pivot rule and codes of the CPU's
-    :func:`batchlu.kernels.sparse._factor.factorize`."""
+    :func:`batchlu.kernels.sparse._factor.factorize`. ``recorded``: run the level loop and the
+    solves as recordings over a :class:`Workspace` (where one fits), the same launches."""
     values, single = check_values(plan, values, xp)
     values = xp.ascontiguousarray(values)
     dtype = values.dtype
@@ -153,44 +204,21 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     count, n = values.shape[0], plan.n
     finite = xp.isfinite(values).all(axis=1)
     anorm = inf_norms(plan, values, xp, launch, arrays)
-    tau = xp.ascontiguousarray((float(pivot_tol) * xp.nan_to_num(anorm, nan=0.0, posinf=0.0)).astype(dtype))
-    lx = xp.zeros((plan.nnz_l, count), dtype)
-    lx[arrays["value_dst"]] = values[:, arrays["value_src"]].T
-    flag = xp.zeros((n, count), np.uint8)
-    external, panel = name("ldlt_external", dtype), name("ldlt_panel", dtype)
-    entries, pivots = name("ldlt_panel_entries", dtype), name("ldlt_pivots", dtype)
-    ent_ptr, narrow_ptr, step_ptr, step_ent_ptr = (arrays[k] for k in ("ent_ptr", "narrow_ptr", "step_ptr",
-                                                                       "step_ent_ptr"))
-    b = np.int64(count)
-    dd = xp.empty((n, count), dtype)                # the pivots as used; lx's diagonal holds them at the end
-    pivoting = (tau, np.int32(bool(perturb)), lx, dd, flag)
-
-    def over(items, ptr, k):                            # (array, first, count) of range k of ptr
-        lo, hi = int(ptr[k]), int(ptr[k + 1])
-        return hi - lo, (items, np.int64(lo), np.int64(hi - lo), b)
-
-    for level in range(arrays["sn_ptr"].size - 1):
-        if level:                                   # leaves: no supernode below them
-            items, args = over(arrays["ent"], ent_ptr, level)
-            launch(external, items * count, (*args, arrays["col_of"], arrays["rowind"], arrays["base"],
-                                             arrays["sn_first"], arrays["sn_size"], arrays["rl_ptr"], arrays["rl_sn"],
-                                             arrays["rl_idx"], dd, lx))
-        items, args = over(arrays["narrow"], narrow_ptr, level)
-        launch(panel, items * count, (*args, arrays["sn_first"], arrays["sn_size"], arrays["colptr"], *pivoting))
-        for step in range(int(step_ptr[level]), int(step_ptr[level + 1])):
-            if step > int(step_ptr[level]):               # column 0 has no earlier column in its run
-                items, args = over(arrays["step_ent"], step_ent_ptr, step)
-                launch(entries, items * count, (*args, arrays["col_of"], arrays["sn_of"], arrays["sn_first"],
-                                                arrays["colptr"], dd, lx))
-            items, args = over(arrays["step_ent"], step_ent_ptr, step)
-            launch(pivots, items * count, (*args, arrays["col_of"], arrays["colptr"], *pivoting))
-    lx[arrays["colptr"][:-1]] = dd
-    d = lx[arrays["colptr"][:-1]]                                   # (n, B): the pivots as used
-    negative = (d < 0).sum(axis=0).astype(np.int64)
-    zero = (d == 0).sum(axis=0).astype(np.int64)
+    tau = (float(pivot_tol) * xp.nan_to_num(anorm, nan=0.0, posinf=0.0)).astype(dtype)
+    space = Workspace.get(plan, arrays, dtype, count, xp) if recorded and count and n else None
+    if space is None:
+        lx, dd, flag = xp.empty((plan.nnz_l, count), dtype), xp.empty((n, count), dtype), xp.empty((n, count), np.uint8)
+        _initial(arrays, values, tau, lx, flag)
+        _factor_levels(arrays, count, dtype, (tau, np.int32(bool(perturb)), lx, dd, flag), launch)
+        lx[arrays["colptr"][:-1]] = dd
+    else:
+        with space.lock:
+            lx, dd, flag, token = space.factorize(values, tau, perturb, launch)
+    negative = (dd < 0).sum(axis=0).astype(np.int64)                # dd (n, B): the pivots as used
+    zero = (dd == 0).sum(axis=0).astype(np.int64)
     perturbed = flag.sum(axis=0, dtype=np.int64)
     if n and count:
-        is_zero = d == 0
+        is_zero = dd == 0
         first_zero = xp.where(is_zero.any(axis=0), is_zero.argmax(axis=0), n).astype(np.int64)
     else:
         first_zero = xp.full(count, n, np.int64)
@@ -200,7 +228,178 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     inertia[~finite] = -1
     perturbed[~finite] = -1
     return GpuFactor(plan, values, lx, arrays, info, perturbed.astype(np.int32), inertia, anorm,
-                     float(pivot_tol), bool(perturb), single, xp, launch)
+                     float(pivot_tol), bool(perturb), single, xp, launch, None if space is None else (space, token))
+
+
+def _initial(arrays, values, tau, lx, flag) -> None:
+    """The level loop's inputs, in place: A's entries scattered into L's pattern (zeros elsewhere),
+    no pivot perturbed."""
+    lx.fill(0)
+    lx[arrays["value_dst"]] = values[:, arrays["value_src"]].T
+    flag.fill(0)
+
+
+def _over(items, ptr, k, count):
+    """``(threads, (items, first, length, count))`` for range ``k`` of ``ptr`` over ``count`` matrices."""
+    lo, hi = int(ptr[k]), int(ptr[k + 1])
+    return (hi - lo) * count, (items, np.int64(lo), np.int64(hi - lo), np.int64(count))
+
+
+def _factor_levels(arrays, count, dtype, pivoting, launch) -> None:
+    """The factorization's launches, level by level (module docstring): launches only, no
+    allocation and no synchronisation, so that they can be recorded. ``pivoting`` is ``(tau,
+    perturb, lx, dd, flag)``."""
+    lx, dd = pivoting[2], pivoting[3]
+    external, panel = name("ldlt_external", dtype), name("ldlt_panel", dtype)
+    entries, pivots = name("ldlt_panel_entries", dtype), name("ldlt_pivots", dtype)
+    ent_ptr, narrow_ptr, step_ptr, step_ent_ptr = (arrays[k] for k in ("ent_ptr", "narrow_ptr", "step_ptr",
+                                                                       "step_ent_ptr"))
+    below = (arrays["col_of"], arrays["rowind"], arrays["base"], arrays["sn_first"], arrays["sn_size"],
+             arrays["rl_ptr"], arrays["rl_sn"], arrays["rl_idx"], dd, lx)
+    for level in range(arrays["sn_ptr"].size - 1):
+        if level:                                   # leaves: no supernode below them
+            threads, args = _over(arrays["ent"], ent_ptr, level, count)
+            launch(external, threads, (*args, *below))
+        threads, args = _over(arrays["narrow"], narrow_ptr, level, count)
+        launch(panel, threads, (*args, arrays["sn_first"], arrays["sn_size"], arrays["colptr"], *pivoting))
+        first = int(step_ptr[level])
+        for step in range(first, int(step_ptr[level + 1])):
+            threads, args = _over(arrays["step_ent"], step_ent_ptr, step, count)
+            if step > first:                          # column 0 has no earlier column in its run
+                launch(entries, threads, (*args, arrays["col_of"], arrays["sn_of"], arrays["sn_first"],
+                                          arrays["colptr"], dd, lx))
+            launch(pivots, threads, (*args, arrays["col_of"], arrays["colptr"], *pivoting))
+
+
+def _solve_levels(arrays, dtype, launch, lx, y, rows, count, k, batch, backward: bool) -> None:
+    """A solve's launches over the levels, forward (``L``) or backward (``L^T``), for ``y`` (n,
+    count, k) in place, whose matrices are ``rows`` of ``lx``'s ``batch``: launches only, as
+    :func:`_factor_levels`."""
+    fixed = (np.int64(count), np.int64(k), np.int64(batch), rows)
+    narrow, wide = (arrays["narrow"], arrays["narrow_ptr"]), (arrays["wide"], arrays["wide_ptr"])
+    columns = (arrays["wide_cols"], arrays["wide_cols_ptr"])
+    shape = (arrays["sn_first"], arrays["sn_size"])
+    below = (arrays["rl_ptr"], arrays["rl_sn"], arrays["rl_idx"])
+    up = (arrays["colptr"], arrays["rowind"], arrays["base"])
+    way = "backward" if backward else "forward"
+    runs, external, panel = (name(f"ldlt_{way}_{part}", dtype) for part in ("runs", "external", "panel"))
+
+    def step(kernel, over, level, *args):           # one launch: the level's runs or columns x R x K
+        items, ptr = over
+        lo, hi = int(ptr[level]), int(ptr[level + 1])
+        launch(kernel, (hi - lo) * count * k, (items, np.int64(lo), np.int64(hi - lo), *fixed, *args))
+
+    nlevels = arrays["sn_ptr"].size - 1
+    if not backward:
+        for level in range(nlevels):
+            step(runs, narrow, level, *shape, arrays["colptr"], arrays["base"], *below, lx, y)
+            if level:                                   # leaves: no supernode below them
+                step(external, columns, level, arrays["base"], *shape, *below, lx, y)
+            step(panel, wide, level, *shape, arrays["colptr"], lx, y)
+    else:
+        for level in range(nlevels - 1, -1, -1):
+            step(runs, narrow, level, *shape, *up, lx, y)
+            step(external, columns, level, *up, lx, y)
+            step(panel, wide, level, *shape, arrays["colptr"], lx, y)
+
+
+class Workspace:
+    """The fixed buffers of one (plan, device, stream, dtype, batch size) and the launches recorded
+    over them: on the GPU, CUDA graphs, so that a factorization or a solve costs one launch from
+    the host instead of one per level and step (hundreds at n = 1,000).
+
+    The factorization's graph (one per ``perturb``) reads ``values``' scatter and ``tau`` from here
+    and writes ``lx``, ``dd`` and ``flag`` here; the factor gets a copy of ``lx``, and this
+    workspace remembers whose factors its ``lx`` holds (:attr:`owner`). A solve's two graphs (per
+    number of right-hand sides) read ``lx`` and update ``y`` (n, batch, k) in place, for the whole
+    batch; a factor whose factors are not the ones here copies its own in first. The same kernels,
+    arguments and order as without graphs, so the same bits. Made when a batch's buffers fit
+    :data:`GRAPH_BYTES`; the last :data:`_KEEP` are kept (their memory stays allocated)."""
+
+    _made: ClassVar[collections.OrderedDict] = collections.OrderedDict()
+    _KEEP: ClassVar[int] = 2
+
+    def __init__(self, plan, arrays, dtype, count, xp):
+        n = plan.n
+        self.arrays = arrays            # the graphs read them: kept alive with them
+        self.dtype, self.count, self.xp = dtype, count, xp
+        self.lx = xp.zeros((plan.nnz_l, count), dtype)
+        self.dd = xp.zeros((n, count), dtype)
+        self.flag = xp.zeros((n, count), np.uint8)
+        self.tau = xp.zeros(count, dtype)
+        self.rows = xp.arange(count, dtype=np.int64)
+        self.stream = _stream(xp)
+        self.owner = None               # the token of the factor whose factors lx holds
+        self.lock = threading.Lock()
+        self._factorizations = {}       # perturb: run
+        self._solves = {}               # k: (y, forward run, backward run)
+
+    @staticmethod
+    def nbytes(plan, dtype, count, k: int = 0) -> int:
+        """The buffers' bytes, with a solve's for ``k`` right-hand sides."""
+        item = np.dtype(dtype).itemsize
+        return count * (plan.nnz_l * item + plan.n * (item * (1 + k) + 1) + item + 8)
+
+    @classmethod
+    def get(cls, plan, arrays, dtype, count, xp):
+        """The workspace of this plan, device, stream, dtype and batch size (made on first use), or
+        None where its buffers would pass :data:`GRAPH_BYTES`."""
+        if cls.nbytes(plan, dtype, count) > GRAPH_BYTES:
+            return None
+        key = (plan.digest, _where(xp), _stream(xp), np.dtype(dtype).str, count)
+        with _LOCK:
+            found = cls._made.get(key)
+            if found is not None:
+                cls._made.move_to_end(key)
+                return found
+        made = cls(plan, arrays, dtype, count, xp)
+        with _LOCK:
+            made = cls._made.setdefault(key, made)
+            while len(cls._made) > cls._KEEP:
+                cls._made.popitem(last=False)
+            return made
+
+    def factorize(self, values, tau, perturb, launch):
+        """``(lx, dd, flag, token)`` of ``values`` (count, nnz): copies for the factor, and the token
+        that names its factors here (the caller holds :attr:`lock`)."""
+        perturb = bool(perturb)
+        self.tau[...] = tau
+        _initial(self.arrays, values, self.tau, self.lx, self.flag)
+        run = self._factorizations.get(perturb)
+        if run is None:
+            pivoting = (self.tau, np.int32(perturb), self.lx, self.dd, self.flag)
+            run = self._factorizations[perturb] = record(
+                launch, lambda go: _factor_levels(self.arrays, self.count, self.dtype, pivoting, go), self.dtype)
+        run()
+        self.lx[self.arrays["colptr"][:-1]] = self.dd
+        self.owner = object()
+        return self.lx.copy(), self.dd.copy(), self.flag.copy(), self.owner
+
+    def solve(self, lx, token, y, launch):
+        """``L D L^T``'s solution for ``y`` (n, count, k, in the factor's dtype, permuted) and every
+        matrix of the factor ``lx`` named ``token`` (its factors copied in first if they are not the
+        ones here; the caller holds :attr:`lock`)."""
+        k = y.shape[2]
+        if self.owner is not token:
+            self.lx[...] = lx
+            self.dd[...] = lx[self.arrays["colptr"][:-1]]
+            self.owner = token
+        found = self._solves.get(k)
+        if found is None:
+            if len(self._solves) >= 2:
+                self._solves.clear()
+            buffer = self.xp.zeros(y.shape, self.dtype)
+            ways = [record(launch, lambda go, back=back: _solve_levels(
+                self.arrays, self.dtype, go, self.lx, buffer, self.rows, self.count, k, self.count, back),
+                self.dtype) for back in (False, True)]
+            found = self._solves[k] = (buffer, *ways)
+        buffer, forward, backward = found
+        buffer[...] = y
+        forward()
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            buffer /= self.dd[:, :, None]
+        backward()
+        return buffer.copy()
 
 
 class GpuFactor(Refining):
@@ -211,7 +410,7 @@ class GpuFactor(Refining):
     backend = "gpu"
 
     def __init__(self, plan, values, lx, arrays, info, perturbed, inertia, anorm, pivot_tol, perturb, single,
-                 xp, launch):
+                 xp, launch, space=None):
         self.plan = plan
         self.dtype = values.dtype
         self.values = values             # kept for the residuals of iterative refinement
@@ -226,6 +425,7 @@ class GpuFactor(Refining):
         self.single = single
         self.xp = xp
         self._launch = launch
+        self._space = space              # (Workspace, token) whose recorded solves this factor uses, or None
         self.refine_steps = None         # per matrix, of the last solve
         self.last_backward_error = None  # per matrix, of the last solve
 
@@ -269,33 +469,25 @@ class GpuFactor(Refining):
         if count == 0 or k == 0 or plan.n == 0:
             return xp.zeros(r.shape, dtype)
         y = xp.ascontiguousarray(r.transpose(1, 0, 2)[arrays["perm"]].astype(dtype, copy=False))   # (n, R, k)
-        fixed = (np.int64(count), np.int64(k), np.int64(self.batch), rows)
-        narrow, wide = (arrays["narrow"], arrays["narrow_ptr"]), (arrays["wide"], arrays["wide_ptr"])
-        columns = (arrays["wide_cols"], arrays["wide_cols_ptr"])
-        shape = (arrays["sn_first"], arrays["sn_size"])
-        below = (arrays["rl_ptr"], arrays["rl_sn"], arrays["rl_idx"])
-        up = (arrays["colptr"], arrays["rowind"], arrays["base"])
-
-        def step(kernel, over, level, *args):           # one launch: the level's runs or columns x R x K
-            items, ptr = over
-            lo, hi = int(ptr[level]), int(ptr[level + 1])
-            self._launch(name(f"ldlt_{kernel}", dtype), (hi - lo) * count * k,
-                         (items, np.int64(lo), np.int64(hi - lo), *fixed, *args))
-
-        nlevels = arrays["sn_ptr"].size - 1
-        for level in range(nlevels):
-            step("forward_runs", narrow, level, *shape, arrays["colptr"], arrays["base"], *below, self.lx, y)
-            if level:                                   # leaves: no supernode below them
-                step("forward_external", columns, level, arrays["base"], *shape, *below, self.lx, y)
-            step("forward_panel", wide, level, *shape, arrays["colptr"], self.lx, y)
+        _solve_levels(arrays, dtype, self._launch, self.lx, y, rows, count, k, self.batch, backward=False)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             y /= self.lx[arrays["colptr"][:-1]][:, rows][:, :, None]
-        for level in range(nlevels - 1, -1, -1):
-            step("backward_runs", narrow, level, *shape, *up, self.lx, y)
-            step("backward_external", columns, level, *up, self.lx, y)
-            step("backward_panel", wide, level, *shape, arrays["colptr"], self.lx, y)
+        _solve_levels(arrays, dtype, self._launch, self.lx, y, rows, count, k, self.batch, backward=True)
         return xp.ascontiguousarray(y[arrays["iperm"]].transpose(1, 0, 2))
 
+    def _solve_all(self, r):
+        """:meth:`_solve` for every matrix, ``r`` (B, n, k): through the workspace's recorded solves
+        where it has them, None otherwise."""
+        if self._space is None or r.shape[2] == 0:
+            return None
+        space, token = self._space
+        if space.stream != _stream(self.xp) or space.nbytes(self.plan, self.dtype, self.batch, r.shape[2]) > GRAPH_BYTES:
+            return None                     # another stream than the factorization's, or too large
+        arrays = self._arrays
+        y = r.transpose(1, 0, 2)[arrays["perm"]].astype(self.dtype, copy=False)
+        with space.lock:
+            y = space.solve(self.lx, token, y, self._launch)
+        return self.xp.ascontiguousarray(y[arrays["iperm"]].transpose(1, 0, 2))
     def _residual(self, b, x, rows):
         """``b - A x`` in float64 for the matrices ``rows``; ``b`` and ``x`` (len(rows), n, k) are
         theirs, in the same order."""
@@ -324,9 +516,14 @@ class GpuFactor(Refining):
         return self._out(self._berr(self._residual(b64, x3, rows), x3, b64, rows))
 
     def _first(self, b):
-        return self._solve(b, self.xp.arange(self.batch, dtype=np.int64))
+        x = self._solve_all(b)
+        return x if x is not None else self._solve(b, self.xp.arange(self.batch, dtype=np.int64))
 
     def _correction(self, r, rows):
+        if 2 * rows.size > self.batch:      # more than half the batch: the recorded solve of all of it
+            x = self._solve_all(r)
+            if x is not None:
+                return x[rows]
         return self._solve(r[rows], rows)
 
     # solve: Refining.solve, the rules and results of batchlu.kernels.sparse.Factor.solve, on the device

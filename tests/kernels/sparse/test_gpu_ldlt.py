@@ -36,18 +36,20 @@ def host_lib(tmp_path_factory):
     return build(tmp_path_factory.mktemp("ldlt-host"))
 
 
-def _host_device(lib, order=0):
+def _host_device(lib, order=0, recorded=False):
     def factorize(plan, values, perturb=True, pivot_tol=None):
         return _gpu.factorize_with(plan, values, perturb=perturb, pivot_tol=pivot_tol, xp=np,
-                                   launch=HostLaunch(lib, order))
+                                   launch=HostLaunch(lib, order), recorded=recorded)
 
-    return Device("host", np, factorize, np.asarray)
+    return Device("host-recorded" if recorded else "host", np, factorize, np.asarray)
 
 
-@pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.fixture(params=["host", "host-recorded", pytest.param("gpu", marks=pytest.mark.gpu)])
 def device(request):
-    if request.param == "host":
-        return _host_device(request.getfixturevalue("host_lib"))
+    """The GPU (CUDA graphs, as ``plan.factorize`` runs by default), or the host's run of the same
+    text: launch by launch, or recorded over a workspace and replayed (the graphs' path)."""
+    if request.param.startswith("host"):
+        return _host_device(request.getfixturevalue("host_lib"), recorded=request.param == "host-recorded")
     import cupy
 
     def factorize(plan, values, **kw):
@@ -498,3 +500,74 @@ def test_cuda_launch_compiles_the_dtype_family_and_covers_the_threads(monkeypatc
     assert grid == (3,) and block == (_gpu.THREADS,) and args == ("args",)
     launch(_gpu.name("ldlt_panel", np.float32), 1, ("again",))
     assert lookups == ["blu::ldlt_panel<float>"] and calls[-1][3:] == ((1,), (_gpu.THREADS,), ("again",))
+
+
+# ---------------------------------------------------------------- recorded launches (CUDA graphs)
+def _results(factor, b, refine=2):
+    x, info = factor.solve(b, refine=refine)
+    return factor.lx.copy(), x, info, factor.last_backward_error.copy(), factor.refine_steps.copy()
+
+
+@pytest.mark.parametrize("kind", ["fem-elasticity", "saddle", "power-grid"])
+def test_recorded_launches_give_the_same_bits(host_lib, monkeypatch, kind):
+    """The recorded path (a workspace's buffers, launches recorded once and replayed: CUDA graphs on
+    the GPU) gives the factors, solutions, codes, backward errors and step counts of the launch-by-
+    launch path, bit for bit: two factorizations on one workspace, the first one's solve after the
+    second (its factors copied back in), two right-hand-side counts, a matrix with a NaN, and each
+    recording made once."""
+    p = gen.make(kind, size=300, seed=7)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    v1, v2 = p.values(0, 5, seed=1), p.values(5, 10, seed=2)
+    v2[3, 1] = np.nan
+    b1, b3 = p.rhs(0, 5, seed=3), p.rhs(0, 5, 3, seed=4)
+    records = []
+    real = _gpu.record
+    monkeypatch.setattr(_gpu, "record", lambda launch, body, dtype: records.append(dtype) or real(launch, body, dtype))
+    eager, recorded = _host_device(host_lib), _host_device(host_lib, recorded=True)
+    want = [_results(eager.factorize(plan, v), b) for v in (v1, v2) for b in (b1, b3)]
+    assert records == []
+    _gpu.Workspace._made.clear()
+    f1, f2 = recorded.factorize(plan, v1), recorded.factorize(plan, v2)
+    assert f1._space[0] is f2._space[0] and f1._space[1] is not f2._space[1]
+    got = [_results(f2, b1), _results(f1, b1), _results(f1, b3), _results(f2, b3)]
+    for w, g in zip([want[2], want[0], want[1], want[3]], got):
+        for a, c in zip(w, g):
+            assert a.dtype == c.dtype and np.array_equal(a, c, equal_nan=True)
+    assert len(records) == 1 + 2 + 2       # the factorization once; forward and backward per k
+    assert got[0][2][3] == INFO_NONFINITE_INPUT
+
+
+def test_recorded_path_falls_back_past_its_memory_bound(host_lib, monkeypatch):
+    """A batch whose workspace would pass GRAPH_BYTES runs launch by launch, with the same results."""
+    p = gen.make("fem-poisson", size=200, seed=2)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 3, seed=1), p.rhs(0, 3, seed=1)
+    want = _results(_host_device(host_lib).factorize(plan, values), b)
+    monkeypatch.setattr(_gpu, "GRAPH_BYTES", _gpu.Workspace.nbytes(plan, np.float64, 3) - 1)
+    _gpu.Workspace._made.clear()
+    factor = _host_device(host_lib, recorded=True).factorize(plan, values)
+    assert factor._space is None and not _gpu.Workspace._made
+    for a, c in zip(want, _results(factor, b)):
+        assert np.array_equal(a, c, equal_nan=True)
+
+
+@pytest.mark.gpu
+def test_cuda_graphs_give_the_launch_by_launch_bits(monkeypatch):
+    """On the GPU: plan.factorize with CUDA graphs (the default) and without
+    (BATCHLU_SPARSE_GRAPHS=0) give the same bits; a second factorization and solve replays them."""
+    import cupy
+
+    p = gen.make("fem-elasticity", size=2000, seed=3)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = cupy.asarray(p.values(0, 16, seed=5)), cupy.asarray(p.rhs(0, 16, 2, seed=5))
+    runs = {}
+    for graphs in ("0", "1"):
+        monkeypatch.setenv("BATCHLU_SPARSE_GRAPHS", graphs)
+        factor = plan.factorize(values)
+        assert (factor._space is not None) == (graphs == "1")
+        runs[graphs] = [cupy.asnumpy(a) for a in _results(factor, b)]
+        again = plan.factorize(values[::-1].copy())
+        assert all(np.array_equal(a, c[::-1] if a.ndim and a.shape[0] == 16 else c, equal_nan=True)
+                   for a, c in zip(runs[graphs][1:], [cupy.asnumpy(x) for x in _results(again, b[::-1].copy())][1:]))
+    for a, c in zip(runs["0"], runs["1"]):
+        assert np.array_equal(a, c, equal_nan=True)
