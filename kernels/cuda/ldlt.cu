@@ -21,6 +21,13 @@
 //   ldlt_forward_runs, ldlt_backward_runs: both steps for the level's narrow runs, a thread per run
 //   ldlt_residual          n rows x R x K: b - A x in float64
 //   ldlt_row_sums          n rows x B: sum_j |a_ij| in float64 (for ||A||_inf)
+//
+// The same work in one launch, for problems too small to fill the GPU a level at a time:
+//   ldlt_factor_blocks     block k takes matrices [kM, kM + M) through every level and step, its threads
+//                          over (item, matrix) with the matrix fastest, a barrier where the kernels above
+//                          end a launch: the same per-thread functions in the same order, so the same bits
+//   ldlt_solve_blocks      block k takes rows[kM .. kM + M) x K through the forward levels, the division
+//                          by the pivots and the backward levels
 
 #include "ldlt.cuh"
 
@@ -168,6 +175,113 @@ __global__ void ldlt_row_sums(long long n, long long B, long long nnz, const lon
     if (id >= n * B) return;
     const long long b = id / n, i = id - b * n;   // out (B, n), i fastest
     ldlt::row_sum<T>(i, b, n, nnz, a_ptr, a_src, values, out);
+}
+
+// Each (item, matrix) pair of a block's phase: items [0, count) x the block's `here` matrices from `b0`,
+// the matrix fastest, strided over the block's threads.
+template <typename F>
+__device__ __forceinline__ void blocks_each(long long count, long long b0, long long here, F f) {
+    for (long long w = threadIdx.x; w < count * here; w += blockDim.x) {
+        const long long e = w / here;
+        f(e, b0 + (w - e * here));
+    }
+}
+
+template <typename T>
+__global__ void ldlt_factor_blocks(long long nlevels, long long M, long long B, const long long* __restrict__ ent_ptr,
+                                   const long long* __restrict__ ent, const long long* __restrict__ narrow_ptr,
+                                   const long long* __restrict__ narrow, const long long* __restrict__ step_ptr,
+                                   const long long* __restrict__ step_ent_ptr, const long long* __restrict__ step_ent,
+                                   const long long* __restrict__ col_of, const long long* __restrict__ rowind,
+                                   const long long* __restrict__ base, const long long* __restrict__ sn_first,
+                                   const long long* __restrict__ sn_size, const long long* __restrict__ sn_of,
+                                   const long long* __restrict__ rl_ptr, const long long* __restrict__ rl_sn,
+                                   const long long* __restrict__ rl_idx, const long long* __restrict__ colptr,
+                                   const T* __restrict__ tau, int perturb, T* lx, T* dd, unsigned char* flag) {
+    const long long b0 = (long long)blockIdx.x * M;
+    if (b0 >= B) return;
+    const long long here = B - b0 < M ? B - b0 : M;
+    for (long long level = 0; level < nlevels; ++level) {
+        if (level) {                                  // leaves: no supernode below them
+            const long long lo = ent_ptr[level];
+            blocks_each(ent_ptr[level + 1] - lo, b0, here, [&](long long e, long long b) {
+                ldlt::external<T>(ent[lo + e], b, B, col_of, rowind, base, sn_first, sn_size, rl_ptr, rl_sn, rl_idx,
+                                  dd, lx);
+            });
+            __syncthreads();
+        }
+        const long long lo = narrow_ptr[level];
+        blocks_each(narrow_ptr[level + 1] - lo, b0, here, [&](long long g, long long b) {
+            ldlt::panel<T>(narrow[lo + g], b, B, sn_first, sn_size, colptr, tau, perturb, lx, dd, flag);
+        });
+        __syncthreads();
+        for (long long step = step_ptr[level]; step < step_ptr[level + 1]; ++step) {
+            const long long first = step_ent_ptr[step], count = step_ent_ptr[step + 1] - first;
+            if (step > step_ptr[level]) {             // column 0 has no earlier column in its run
+                blocks_each(count, b0, here, [&](long long e, long long b) {
+                    ldlt::panel_entry<T>(step_ent[first + e], b, B, col_of, sn_of, sn_first, colptr, dd, lx);
+                });
+                __syncthreads();
+            }
+            blocks_each(count, b0, here, [&](long long e, long long b) {
+                ldlt::pivot_entry<T>(step_ent[first + e], b, B, col_of, colptr, tau, perturb, lx, dd, flag);
+            });
+            __syncthreads();
+        }
+    }
+}
+
+template <typename T>
+__global__ void ldlt_solve_blocks(long long nlevels, long long M, long long n, long long R, long long K, long long B,
+                                  const long long* __restrict__ rows, const long long* __restrict__ narrow_ptr,
+                                  const long long* __restrict__ narrow, const long long* __restrict__ wide_ptr,
+                                  const long long* __restrict__ wide, const long long* __restrict__ wide_cols_ptr,
+                                  const long long* __restrict__ wide_cols, const long long* __restrict__ sn_first,
+                                  const long long* __restrict__ sn_size, const long long* __restrict__ colptr,
+                                  const long long* __restrict__ rowind, const long long* __restrict__ base,
+                                  const long long* __restrict__ rl_ptr, const long long* __restrict__ rl_sn,
+                                  const long long* __restrict__ rl_idx, const T* __restrict__ lx, T* y) {
+    // the block's (matrix, right-hand side) pairs: rows[t0 ..) x K, counted as the factorization's matrices
+    const long long t0 = (long long)blockIdx.x * M;
+    if (t0 >= R) return;
+    const long long here = (R - t0 < M ? R - t0 : M) * K, p0 = t0 * K;
+    auto each = [&](const long long* ptr, const long long* items, long long level, auto f) {
+        const long long lo = ptr[level];
+        blocks_each(ptr[level + 1] - lo, p0, here, [&](long long e, long long p) {
+            const long long t = p / K;
+            f(items[lo + e], t, p - t * K);
+        });
+        __syncthreads();
+    };
+    for (long long level = 0; level < nlevels; ++level) {
+        each(narrow_ptr, narrow, level, [&](long long g, long long t, long long r) {
+            ldlt::forward_runs<T>(g, t, r, R, K, B, rows, sn_first, sn_size, colptr, base, rl_ptr, rl_sn, rl_idx, lx, y);
+        });
+        if (level)                                    // leaves: no supernode below them
+            each(wide_cols_ptr, wide_cols, level, [&](long long i, long long t, long long r) {
+                ldlt::forward_external<T>(i, t, r, R, K, B, rows, base, sn_first, sn_size, rl_ptr, rl_sn, rl_idx, lx,
+                                          y);
+            });
+        each(wide_ptr, wide, level, [&](long long g, long long t, long long r) {
+            ldlt::forward_panel<T>(g, t, r, R, K, B, rows, sn_first, sn_size, colptr, lx, y);
+        });
+    }
+    blocks_each(n, p0, here, [&](long long i, long long p) {
+        const long long t = p / K;
+        y[i * R * K + p] /= lx[colptr[i] * B + rows[t]];
+    });
+    __syncthreads();
+    for (long long level = nlevels - 1; level >= 0; --level) {
+        each(narrow_ptr, narrow, level, [&](long long g, long long t, long long r) {
+            ldlt::backward_runs<T>(g, t, r, R, K, B, rows, sn_first, sn_size, colptr, rowind, base, lx, y);
+        });
+        each(wide_cols_ptr, wide_cols, level, [&](long long j, long long t, long long r) {
+            ldlt::backward_external<T>(j, t, r, R, K, B, rows, colptr, rowind, base, lx, y);
+        });
+        each(wide_ptr, wide, level, [&](long long g, long long t, long long r) {
+            ldlt::backward_panel<T>(g, t, r, R, K, B, rows, sn_first, sn_size, colptr, lx, y);
+        });
+    }
 }
 
 #undef BLU_LDLT_ID

@@ -53,7 +53,8 @@ from ._factor import Refining, check_pivot_tol, check_values
 
 FAMILY = "ldlt"
 KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_panel_entries", "ldlt_pivots", "ldlt_forward_external", "ldlt_forward_panel", "ldlt_backward_external",
-           "ldlt_backward_panel", "ldlt_forward_runs", "ldlt_backward_runs", "ldlt_residual", "ldlt_row_sums")
+           "ldlt_backward_panel", "ldlt_forward_runs", "ldlt_backward_runs", "ldlt_residual", "ldlt_row_sums",
+           "ldlt_factor_blocks", "ldlt_solve_blocks")
 THREADS = 256
 GRAPH_BYTES = 1 << 30      # a Workspace (and its graphs) only for a batch whose buffers fit this
 SCALAR = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
@@ -93,6 +94,11 @@ class CudaLaunch:
             return
         self._function(expression)((-(-threads // THREADS),), (THREADS,), args)
 
+    def blocks(self, expression: str, grid: int, block: int, args: tuple) -> None:
+        """A kernel whose blocks synchronise (``ldlt_*_blocks``): ``grid`` blocks of ``block`` threads."""
+        if grid > 0:
+            self._function(expression)((grid,), (block,), args)
+
     def record(self, body, dtype):
         """The launches of ``body(self)`` captured into a CUDA graph, not run (every kernel of
         ``dtype`` is loaded first: nothing but launches happens during the capture). Returns a
@@ -118,11 +124,20 @@ def record(launch, body, dtype):
     if hasattr(launch, "record"):
         return launch.record(body, dtype)
     calls = []
-    body(lambda *call: calls.append(call))
+
+    class Recorder:
+        def __call__(self, *call):
+            calls.append((launch, call))
+
+        if hasattr(launch, "blocks"):
+            def blocks(self, *call):
+                calls.append((launch.blocks, call))
+
+    body(Recorder())
 
     def run():
-        for call in calls:
-            launch(*call)
+        for function, call in calls:
+            function(*call)
 
     return run
 
@@ -170,6 +185,7 @@ def device_arrays(plan, xp) -> dict:
     host = dict(_gpu_maps.for_plan(plan).arrays())
     host.update({k: np.ascontiguousarray(getattr(plan, k), np.int64) for k in _PLAN_ARRAYS})
     made = {k: (v if k in _gpu_maps.HOST_ARRAYS else xp.asarray(v)) for k, v in host.items()}   # loop bounds: host
+    made.update({f"{k}_dev": xp.asarray(host[k]) for k in _gpu_maps.HOST_ARRAYS})             # ... and the blocks'
     if xp is not np:
         xp.cuda.get_current_stream().synchronize()
     with _LOCK:
@@ -209,7 +225,7 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     if space is None:
         lx, dd, flag = xp.empty((plan.nnz_l, count), dtype), xp.empty((n, count), dtype), xp.empty((n, count), np.uint8)
         _initial(arrays, values, tau, lx, flag)
-        _factor_levels(arrays, count, dtype, (tau, np.int32(bool(perturb)), lx, dd, flag), launch)
+        _factor(arrays, count, dtype, (tau, np.int32(bool(perturb)), lx, dd, flag), launch)
         lx[arrays["colptr"][:-1]] = dd
     else:
         with space.lock:
@@ -243,6 +259,43 @@ def _over(items, ptr, k, count):
     """``(threads, (items, first, length, count))`` for range ``k`` of ``ptr`` over ``count`` matrices."""
     lo, hi = int(ptr[k]), int(ptr[k + 1])
     return (hi - lo) * count, (items, np.int64(lo), np.int64(hi - lo), np.int64(count))
+
+
+def blocks_of(count: int):
+    """``(M, threads)`` where the factorization and solves run in one launch each
+    (``ldlt_*_blocks``: ``M`` matrices a block of ``threads``), None for a launch per level and step.
+    Set by ``BATCHLU_SPARSE_BLOCKS`` (``M,threads`` or ``0``)."""
+    chosen = os.environ.get("BATCHLU_SPARSE_BLOCKS", "0").strip()
+    if chosen == "0":
+        return None
+    m, threads = (int(v) for v in chosen.split(","))
+    return m, threads
+
+
+def _factor(arrays, count, dtype, pivoting, launch) -> None:
+    """The factorization's launches: one (``ldlt_factor_blocks``) or a few per level
+    (:func:`_factor_levels`)."""
+    chosen = blocks_of(count) if hasattr(launch, "blocks") else None
+    if chosen is None:
+        return _factor_levels(arrays, count, dtype, pivoting, launch)
+    m, threads = chosen
+    a = arrays
+    launch.blocks(name("ldlt_factor_blocks", dtype), -(-count // m), threads,
+                  (np.int64(a["sn_ptr"].size - 1), np.int64(m), np.int64(count), a["ent_ptr_dev"], a["ent"],
+                   a["narrow_ptr_dev"], a["narrow"], a["step_ptr_dev"], a["step_ent_ptr_dev"], a["step_ent"],
+                   a["col_of"], a["rowind"], a["base"], a["sn_first"], a["sn_size"], a["sn_of"], a["rl_ptr"], a["rl_sn"],
+                   a["rl_idx"], a["colptr"], *pivoting))
+
+
+def _solve_blocks(arrays, dtype, launch, lx, y, rows, count, k, batch, chosen) -> None:
+    """A whole solve (forward, division by the pivots, backward) in one launch, ``y`` in place."""
+    m, threads = chosen
+    a = arrays
+    launch.blocks(name("ldlt_solve_blocks", dtype), -(-count // m), threads,
+                  (np.int64(a["sn_ptr"].size - 1), np.int64(m), np.int64(y.shape[0]), np.int64(count), np.int64(k),
+                   np.int64(batch), rows, a["narrow_ptr_dev"], a["narrow"], a["wide_ptr_dev"], a["wide"],
+                   a["wide_cols_ptr_dev"], a["wide_cols"], a["sn_first"], a["sn_size"], a["colptr"], a["rowind"],
+                   a["base"], a["rl_ptr"], a["rl_sn"], a["rl_idx"], lx, y))
 
 
 def _factor_levels(arrays, count, dtype, pivoting, launch) -> None:
@@ -369,7 +422,7 @@ class Workspace:
         if run is None:
             pivoting = (self.tau, np.int32(perturb), self.lx, self.dd, self.flag)
             run = self._factorizations[perturb] = record(
-                launch, lambda go: _factor_levels(self.arrays, self.count, self.dtype, pivoting, go), self.dtype)
+                launch, lambda go: _factor(self.arrays, self.count, self.dtype, pivoting, go), self.dtype)
         run()
         self.lx[self.arrays["colptr"][:-1]] = self.dd
         self.owner = object()
@@ -389,16 +442,23 @@ class Workspace:
             if len(self._solves) >= 2:
                 self._solves.clear()
             buffer = self.xp.zeros(y.shape, self.dtype)
-            ways = [record(launch, lambda go, back=back: _solve_levels(
-                self.arrays, self.dtype, go, self.lx, buffer, self.rows, self.count, k, self.count, back),
-                self.dtype) for back in (False, True)]
+            chosen = blocks_of(self.count) if hasattr(launch, "blocks") else None
+            if chosen is not None:
+                whole = record(launch, lambda go: _solve_blocks(self.arrays, self.dtype, go, self.lx, buffer, self.rows,
+                                                                self.count, k, self.count, chosen), self.dtype)
+                ways = [whole, None]
+            else:
+                ways = [record(launch, lambda go, back=back: _solve_levels(
+                    self.arrays, self.dtype, go, self.lx, buffer, self.rows, self.count, k, self.count, back),
+                    self.dtype) for back in (False, True)]
             found = self._solves[k] = (buffer, *ways)
         buffer, forward, backward = found
         buffer[...] = y
         forward()
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            buffer /= self.dd[:, :, None]
-        backward()
+        if backward is not None:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                buffer /= self.dd[:, :, None]
+            backward()
         return buffer.copy()
 
 
@@ -469,6 +529,10 @@ class GpuFactor(Refining):
         if count == 0 or k == 0 or plan.n == 0:
             return xp.zeros(r.shape, dtype)
         y = xp.ascontiguousarray(r.transpose(1, 0, 2)[arrays["perm"]].astype(dtype, copy=False))   # (n, R, k)
+        chosen = blocks_of(count) if hasattr(self._launch, "blocks") else None
+        if chosen is not None:
+            _solve_blocks(arrays, dtype, self._launch, self.lx, y, rows, count, k, self.batch, chosen)
+            return xp.ascontiguousarray(y[arrays["iperm"]].transpose(1, 0, 2))
         _solve_levels(arrays, dtype, self._launch, self.lx, y, rows, count, k, self.batch, backward=False)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             y /= self.lx[arrays["colptr"][:-1]][:, rows][:, :, None]

@@ -35,6 +35,7 @@ static blu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __syncthreads() ((void)0)
 
 #include "ldlt.cu"
 
@@ -121,8 +122,17 @@ class HostLaunch:
         self.lib, self.order, self.launches = lib, order, 0
 
     def __call__(self, expression: str, threads: int, args: tuple) -> None:
-        if threads <= 0:
-            return
+        if threads > 0:
+            self._run(expression, -(-threads // _gpu.THREADS), _gpu.THREADS, args)
+
+    def blocks(self, expression: str, grid: int, block: int, args: tuple) -> None:
+        """A kernel whose blocks synchronise (``ldlt_*_blocks``): ``grid`` blocks of one thread each,
+        which runs every phase of its block in order, so that the barriers hold (``block``, the GPU's
+        block size, is not used here)."""
+        if grid > 0:
+            self._run(expression, grid, 1, args)
+
+    def _run(self, expression: str, grid: int, block: int, args: tuple) -> None:
         kinds, held = [], []
         for i, arg in enumerate(args):
             if isinstance(arg, np.ndarray):
@@ -138,8 +148,7 @@ class HostLaunch:
                 raise AssertionError(f"{expression}: argument {i} is a {type(arg).__name__}; pass NumPy "
                                      f"scalars of the kernel's parameter type")
         params = (ctypes.c_void_p * len(held))(*[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in held])
-        grid = -(-threads // _gpu.THREADS)
-        rc = self.lib.blu_launch(expression.encode(), grid, _gpu.THREADS, self.order, len(held),
+        rc = self.lib.blu_launch(expression.encode(), grid, block, self.order, len(held),
                                  "".join(kinds).encode(), params)
         if rc == -2:
             raise AssertionError(f"{expression}: no such kernel in ldlt.cu")
