@@ -384,8 +384,8 @@ class Workspace:
         self.stream = _stream(xp)
         self.owner = None               # the token of the factor whose factors lx holds
         self.lock = threading.Lock()
-        self._factorizations = {}       # perturb: run
-        self._solves = {}               # k: (y, forward run, backward run)
+        self._factorizations = {}       # (perturb, blocks): run
+        self._solves = {}               # (k, blocks): (y, forward run, backward run or None)
 
     @staticmethod
     def nbytes(plan, dtype, count, k: int = 0) -> int:
@@ -418,10 +418,11 @@ class Workspace:
         perturb = bool(perturb)
         self.tau[...] = tau
         _initial(self.arrays, values, self.tau, self.lx, self.flag)
-        run = self._factorizations.get(perturb)
+        key = (perturb, blocks_of(self.count) if hasattr(launch, "blocks") else None)
+        run = self._factorizations.get(key)
         if run is None:
             pivoting = (self.tau, np.int32(perturb), self.lx, self.dd, self.flag)
-            run = self._factorizations[perturb] = record(
+            run = self._factorizations[key] = record(
                 launch, lambda go: _factor(self.arrays, self.count, self.dtype, pivoting, go), self.dtype)
         run()
         self.lx[self.arrays["colptr"][:-1]] = self.dd
@@ -433,16 +434,16 @@ class Workspace:
         matrix of the factor ``lx`` named ``token`` (its factors copied in first if they are not the
         ones here; the caller holds :attr:`lock`)."""
         k = y.shape[2]
+        chosen = blocks_of(self.count) if hasattr(launch, "blocks") else None
         if self.owner is not token:
             self.lx[...] = lx
             self.dd[...] = lx[self.arrays["colptr"][:-1]]
             self.owner = token
-        found = self._solves.get(k)
+        found = self._solves.get((k, chosen))
         if found is None:
             if len(self._solves) >= 2:
                 self._solves.clear()
             buffer = self.xp.zeros(y.shape, self.dtype)
-            chosen = blocks_of(self.count) if hasattr(launch, "blocks") else None
             if chosen is not None:
                 whole = record(launch, lambda go: _solve_blocks(self.arrays, self.dtype, go, self.lx, buffer, self.rows,
                                                                 self.count, k, self.count, chosen), self.dtype)
@@ -451,7 +452,7 @@ class Workspace:
                 ways = [record(launch, lambda go, back=back: _solve_levels(
                     self.arrays, self.dtype, go, self.lx, buffer, self.rows, self.count, k, self.count, back),
                     self.dtype) for back in (False, True)]
-            found = self._solves[k] = (buffer, *ways)
+            found = self._solves[k, chosen] = (buffer, *ways)
         buffer, forward, backward = found
         buffer[...] = y
         forward()
