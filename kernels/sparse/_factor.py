@@ -135,6 +135,10 @@ class Refining:
     """
 
     xp = np
+    # refine every matrix of the batch in each step and choose the results per matrix (no gather of
+    # the active ones, no synchronisation but one a step): the device's way; the host refines the
+    # active matrices only
+    whole_batch = False
 
     def _out(self, x):
         return x[0] if self.single else x
@@ -167,6 +171,31 @@ class Refining:
             be = xp.where(xp.isfinite(rn) & xp.isfinite(den), be, np.nan)
         return be.max(axis=1) if be.shape[1] else xp.zeros(len(rows))
 
+    def _refine_whole_batch(self, b3, info, steps, refine, eps):
+        """:meth:`solve`'s first solution and refinement steps with every matrix computed in each
+        step (``steps`` counted in place): the rules and bits of the active-matrices form, as each
+        matrix's solve, residual and backward error do not depend on the others."""
+        xp = self.xp
+        rows = xp.arange(self.batch, dtype=np.int64)
+        b64 = b3.astype(np.float64)
+        x = self._first(b3)
+        live = info == INFO_OK
+        r = self._residual(b64, x, rows)
+        berr = xp.where(live, self._berr(r, x, b64, rows), np.nan)
+        for _ in range(refine):
+            active = live & ~(berr <= eps)
+            if not bool(active.any()):
+                break
+            x_try = x + self._correction(r, rows)
+            r_try = self._residual(b64, x_try, rows)
+            new = self._berr(r_try, x_try, b64, rows)
+            live = active & ~(new >= berr)      # NaN before, or lower now
+            x = xp.where(live[:, None, None], x_try, x)
+            r = xp.where(live[:, None, None], r_try, r)
+            berr = xp.where(live, new, berr)
+            steps += active
+        return x, berr
+
     def solve(self, b, refine: int = 2, tol: float | None = None):
         """Solve ``A x = b`` per matrix, then up to ``refine`` steps of iterative refinement.
 
@@ -187,12 +216,14 @@ class Refining:
         count, n = self.batch, self.plan.n
         eps = float(np.finfo(self.dtype).eps)
         tol = max(n, 1) * eps if tol is None else float(tol)
-        info = self.info.copy()
-        info[(info == INFO_OK) & ~xp.isfinite(b3).all(axis=(1, 2))] = INFO_NONFINITE_INPUT
+        info = xp.where((self.info == INFO_OK) & ~xp.isfinite(b3).all(axis=(1, 2)), INFO_NONFINITE_INPUT,
+                        self.info).astype(np.int32)
         steps = xp.zeros(count, np.int32)
         if n == 0 or b3.shape[2] == 0 or count == 0:
             x = xp.zeros(b3.shape, self.dtype)
             berr = xp.zeros(count)
+        elif self.whole_batch:
+            x, berr = self._refine_whole_batch(b3, info, steps, refine, eps)
         else:
             b64 = b3.astype(np.float64)
             x = self._first(b3)
@@ -216,12 +247,13 @@ class Refining:
                 berr[keep] = new[better]
                 steps[active] += 1
                 rows = keep
+        if n and b3.shape[2] and count:
             finite_x = xp.isfinite(x).all(axis=(1, 2))
-            info[(info == INFO_OK) & ~finite_x] = INFO_NONFINITE_RESULT
-            info[(info == INFO_OK) & ~(berr <= tol)] = INFO_REFINEMENT
+            info = xp.where((info == INFO_OK) & ~finite_x, INFO_NONFINITE_RESULT, info).astype(np.int32)
+            info = xp.where((info == INFO_OK) & ~(berr <= tol), INFO_REFINEMENT, info).astype(np.int32)
             bad = (info == INFO_NONFINITE_INPUT) | (info > 0)
-            x[bad] = np.nan
-            berr[bad] = np.nan
+            x = xp.where(bad[:, None, None], np.nan, x).astype(x.dtype, copy=False)
+            berr = xp.where(bad, np.nan, berr)
         self.refine_steps = self._out(steps)
         self.last_backward_error = self._out(berr)
         x = x[:, :, 0] if vector else x

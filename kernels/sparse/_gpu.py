@@ -469,6 +469,7 @@ class GpuFactor(Refining):
     device arrays in and out. ``lx`` (nnz(L), B) holds L and D batch-minor."""
 
     backend = "gpu"
+    whole_batch = True
 
     def __init__(self, plan, values, lx, arrays, info, perturbed, inertia, anorm, pivot_tol, perturb, single,
                  xp, launch, space=None):

@@ -619,3 +619,26 @@ def test_one_launch_blocks_on_the_gpu_give_the_levels_bits(monkeypatch, kind):
     for other in runs[1:]:
         for a, c in zip(runs[0], other):
             assert np.array_equal(a, c, equal_nan=True)
+
+
+@pytest.mark.parametrize("kind", ["saddle", "power-grid"])
+def test_whole_batch_refinement_keeps_the_active_rows_rules(host_lib, monkeypatch, kind):
+    """Refinement over the whole batch (the device's way: every matrix each step, results chosen per
+    matrix) gives the solutions, codes, backward errors and step counts of refining only the active
+    matrices, bit for bit, in a batch mixing a non-finite matrix, a non-finite right-hand side,
+    matrices that converge at once and ones that need steps."""
+    p = gen.make(kind, size=300, seed=9)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values, b = p.values(0, 6, seed=4), p.rhs(0, 6, 2, seed=4)
+    values[1, 2] = np.nan
+    b[4, 0, 1] = np.inf
+    b[2] = 0.0                                          # converges before any step
+    results = []
+    for whole in (False, True):
+        monkeypatch.setattr(_gpu.GpuFactor, "whole_batch", whole)
+        factor = _host_device(host_lib).factorize(plan, values)
+        results.append(_results(factor, b, refine=3)[1:])
+    steps = results[0][3]
+    assert steps[2] == 0 and steps.max() >= 1 and results[0][1][1] == results[0][1][4] == INFO_NONFINITE_INPUT
+    for a, c in zip(*results):
+        assert a.dtype == c.dtype and np.array_equal(a, c, equal_nan=True)
