@@ -90,7 +90,7 @@ __device__ __forceinline__ T pivot_rule(T v, T tau, int perturb, unsigned char* 
 
 // Column j, matrix b: its pivot d_j = pivot_rule(v_jj) into dd (n, B) and flag (n, B), then l_ij = v_ij / d_j
 // below the diagonal. lx's diagonal keeps v_jj until the factorization ends (the host then copies dd
-// there), so that the threads of ldlt_pivots, which each apply the rule to it, read what no thread writes.
+// there), so that the threads of ldlt_wide_panels, which each apply the rule to it, read what no thread writes.
 template <typename T>
 __device__ __forceinline__ void pivot(index_t j, index_t b, index_t B, const index_t* colptr, const T* tau,
                                       int perturb, T* lx, T* dd, unsigned char* flag) {
@@ -157,7 +157,7 @@ __device__ __forceinline__ void panel_entry(index_t p, index_t b, index_t B, con
 
 // Forward substitution L y = c, row i (a column of the level's supernodes), matrix rows[t], right-hand
 // side r: y_i -= sum_k l_ik y_k over the columns of the supernodes row i lies below (descendants,
-// earlier levels, final); the run's own columns are forward_panel's.
+// earlier levels, final); the run's own columns are ldlt_forward_wide's.
 template <typename T>
 __device__ __forceinline__ T forward_below(index_t i, index_t t, index_t r, index_t R, index_t K, index_t B, index_t b,
                                            const index_t* base, const index_t* sn_first, const index_t* sn_size,
@@ -190,17 +190,9 @@ __device__ __forceinline__ T forward_run(index_t f, index_t v, index_t t, index_
     return sum;
 }
 
-template <typename T>
-__device__ __forceinline__ void forward_panel(index_t g, index_t t, index_t r, index_t R, index_t K, index_t B,
-                                              const index_t* rows, const index_t* sn_first, const index_t* sn_size,
-                                              const index_t* colptr, const T* lx, T* y) {
-    const index_t b = rows[t], f = sn_first[g], s = sn_size[g];
-    for (index_t v = 1; v < s; ++v) y[((f + v) * R + t) * K + r] -= forward_run<T>(f, v, t, r, R, K, B, b, colptr, lx, y);
-}
-
 // Both for a narrow run, row by row (one thread for the run, matrix rows[t], right-hand side r): each row
 // less the supernodes below, then less the run's earlier rows (the same operations, in the same order,
-// as forward_external then forward_panel).
+// as forward_external then ldlt_forward_wide).
 template <typename T>
 __device__ __forceinline__ void forward_runs(index_t g, index_t t, index_t r, index_t R, index_t K, index_t B,
                                              const index_t* rows, const index_t* sn_first, const index_t* sn_size,
@@ -233,28 +225,19 @@ __device__ __forceinline__ void backward_external(index_t j, index_t t, index_t 
 }
 
 // Supernode g, matrix rows[t], after backward_external: the run's columns from the last,
-//     x_(f+v) -= sum_{u>v} l_(f+u, f+v) x_(f+u).
+//     x_(f+v) -= sum_{u>v} l_(f+u, f+v) x_(f+u),   u descending (the order in which the x_(f+u) become final).
 template <typename T>
 __device__ __forceinline__ T backward_run(index_t f, index_t s, index_t v, index_t t, index_t r, index_t R, index_t K,
                                           index_t B, index_t b, const index_t* colptr, const T* lx, const T* y) {
     const index_t c = colptr[f + v];
     T sum = T(0);
-    for (index_t u = v + 1; u < s; ++u) sum += lx[(c + u - v) * B + b] * y[((f + u) * R + t) * K + r];
+    for (index_t u = s - 1; u > v; --u) sum += lx[(c + u - v) * B + b] * y[((f + u) * R + t) * K + r];
     return sum;
-}
-
-template <typename T>
-__device__ __forceinline__ void backward_panel(index_t g, index_t t, index_t r, index_t R, index_t K, index_t B,
-                                               const index_t* rows, const index_t* sn_first, const index_t* sn_size,
-                                               const index_t* colptr, const T* lx, T* y) {
-    const index_t b = rows[t], f = sn_first[g], s = sn_size[g];
-    for (index_t v = s - 2; v >= 0; --v)
-        y[((f + v) * R + t) * K + r] -= backward_run<T>(f, s, v, t, r, R, K, B, b, colptr, lx, y);
 }
 
 // Both for a narrow run, column by column from the last (one thread for the run, matrix rows[t]): each
 // x_j less the rows below the run, then less the run's later rows (as backward_external then
-// backward_panel).
+// ldlt_backward_wide).
 template <typename T>
 __device__ __forceinline__ void backward_runs(index_t g, index_t t, index_t r, index_t R, index_t K, index_t B,
                                               const index_t* rows, const index_t* sn_first, const index_t* sn_size,

@@ -52,10 +52,11 @@ from . import _gpu_maps
 from ._factor import Refining, check_pivot_tol, check_values
 
 FAMILY = "ldlt"
-KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_panel_entries", "ldlt_pivots", "ldlt_forward_external", "ldlt_forward_panel", "ldlt_backward_external",
-           "ldlt_backward_panel", "ldlt_forward_runs", "ldlt_backward_runs", "ldlt_residual", "ldlt_row_sums",
-           "ldlt_factor_blocks", "ldlt_solve_blocks")
+KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_wide_panels", "ldlt_forward_external", "ldlt_forward_wide",
+           "ldlt_backward_external", "ldlt_backward_wide", "ldlt_forward_runs", "ldlt_backward_runs", "ldlt_residual",
+           "ldlt_row_sums")
 THREADS = 256
+WIDE_MATRICES, WIDE_THREADS = 4, 256     # a wide run's block: this many matrices, this many threads
 GRAPH_BYTES = 1 << 30      # a Workspace (and its graphs) only for a batch whose buffers fit this
 SCALAR = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
@@ -185,7 +186,6 @@ def device_arrays(plan, xp) -> dict:
     host = dict(_gpu_maps.for_plan(plan).arrays())
     host.update({k: np.ascontiguousarray(getattr(plan, k), np.int64) for k in _PLAN_ARRAYS})
     made = {k: (v if k in _gpu_maps.HOST_ARRAYS else xp.asarray(v)) for k, v in host.items()}   # loop bounds: host
-    made.update({f"{k}_dev": xp.asarray(host[k]) for k in _gpu_maps.HOST_ARRAYS})             # ... and the blocks'
     if xp is not np:
         xp.cuda.get_current_stream().synchronize()
     with _LOCK:
@@ -225,7 +225,7 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     if space is None:
         lx, dd, flag = xp.empty((plan.nnz_l, count), dtype), xp.empty((n, count), dtype), xp.empty((n, count), np.uint8)
         _initial(arrays, values, tau, lx, flag)
-        _factor(arrays, count, dtype, (tau, np.int32(bool(perturb)), lx, dd, flag), launch)
+        _factor_levels(arrays, count, dtype, (tau, np.int32(bool(perturb)), lx, dd, flag), launch)
         lx[arrays["colptr"][:-1]] = dd
     else:
         with space.lock:
@@ -261,86 +261,53 @@ def _over(items, ptr, k, count):
     return (hi - lo) * count, (items, np.int64(lo), np.int64(hi - lo), np.int64(count))
 
 
-def blocks_of(count: int):
-    """``(M, threads)`` where the factorization and solves run in one launch each
-    (``ldlt_*_blocks``: ``M`` matrices a block of ``threads``), None for a launch per level and step.
-    Set by ``BATCHLU_SPARSE_BLOCKS`` (``M,threads`` or ``0``)."""
-    chosen = os.environ.get("BATCHLU_SPARSE_BLOCKS", "0").strip()
-    if chosen == "0":
-        return None
-    m, threads = (int(v) for v in chosen.split(","))
-    return m, threads
-
-
-def _factor(arrays, count, dtype, pivoting, launch) -> None:
-    """The factorization's launches: one (``ldlt_factor_blocks``) or a few per level
-    (:func:`_factor_levels`)."""
-    chosen = blocks_of(count) if hasattr(launch, "blocks") else None
-    if chosen is None:
-        return _factor_levels(arrays, count, dtype, pivoting, launch)
-    m, threads = chosen
-    a = arrays
-    launch.blocks(name("ldlt_factor_blocks", dtype), -(-count // m), threads,
-                  (np.int64(a["sn_ptr"].size - 1), np.int64(m), np.int64(count), a["ent_ptr_dev"], a["ent"],
-                   a["narrow_ptr_dev"], a["narrow"], a["step_ptr_dev"], a["step_ent_ptr_dev"], a["step_ent"],
-                   a["col_of"], a["rowind"], a["base"], a["sn_first"], a["sn_size"], a["sn_of"], a["rl_ptr"], a["rl_sn"],
-                   a["rl_idx"], a["colptr"], *pivoting))
-
-
-def _solve_blocks(arrays, dtype, launch, lx, y, rows, count, k, batch, chosen) -> None:
-    """A whole solve (forward, division by the pivots, backward) in one launch, ``y`` in place."""
-    m, threads = chosen
-    a = arrays
-    launch.blocks(name("ldlt_solve_blocks", dtype), -(-count // m), threads,
-                  (np.int64(a["sn_ptr"].size - 1), np.int64(m), np.int64(y.shape[0]), np.int64(count), np.int64(k),
-                   np.int64(batch), rows, a["narrow_ptr_dev"], a["narrow"], a["wide_ptr_dev"], a["wide"],
-                   a["wide_cols_ptr_dev"], a["wide_cols"], a["sn_first"], a["sn_size"], a["colptr"], a["rowind"],
-                   a["base"], a["rl_ptr"], a["rl_sn"], a["rl_idx"], lx, y))
-
-
 def _factor_levels(arrays, count, dtype, pivoting, launch) -> None:
     """The factorization's launches, level by level (module docstring): launches only, no
     allocation and no synchronisation, so that they can be recorded. ``pivoting`` is ``(tau,
     perturb, lx, dd, flag)``."""
     lx, dd = pivoting[2], pivoting[3]
-    external, panel = name("ldlt_external", dtype), name("ldlt_panel", dtype)
-    entries, pivots = name("ldlt_panel_entries", dtype), name("ldlt_pivots", dtype)
-    ent_ptr, narrow_ptr, step_ptr, step_ent_ptr = (arrays[k] for k in ("ent_ptr", "narrow_ptr", "step_ptr",
-                                                                       "step_ent_ptr"))
+    external, panel, wide = (name(f"ldlt_{k}", dtype) for k in ("external", "panel", "wide_panels"))
+    ent_ptr, narrow_ptr, wide_ptr = arrays["ent_ptr"], arrays["narrow_ptr"], arrays["wide_ptr"]
     below = (arrays["col_of"], arrays["rowind"], arrays["base"], arrays["sn_first"], arrays["sn_size"],
              arrays["rl_ptr"], arrays["rl_sn"], arrays["rl_idx"], dd, lx)
+    groups = -(-count // WIDE_MATRICES)
     for level in range(arrays["sn_ptr"].size - 1):
         if level:                                   # leaves: no supernode below them
             threads, args = _over(arrays["ent"], ent_ptr, level, count)
             launch(external, threads, (*args, *below))
         threads, args = _over(arrays["narrow"], narrow_ptr, level, count)
         launch(panel, threads, (*args, arrays["sn_first"], arrays["sn_size"], arrays["colptr"], *pivoting))
-        first = int(step_ptr[level])
-        for step in range(first, int(step_ptr[level + 1])):
-            threads, args = _over(arrays["step_ent"], step_ent_ptr, step, count)
-            if step > first:                          # column 0 has no earlier column in its run
-                launch(entries, threads, (*args, arrays["col_of"], arrays["sn_of"], arrays["sn_first"],
-                                          arrays["colptr"], dd, lx))
-            launch(pivots, threads, (*args, arrays["col_of"], arrays["colptr"], *pivoting))
+        lo, hi = int(wide_ptr[level]), int(wide_ptr[level + 1])
+        if hi > lo:
+            launch.blocks(wide, (hi - lo) * groups, WIDE_THREADS,
+                          (arrays["wide"], np.int64(lo), np.int64(WIDE_MATRICES), np.int64(count), arrays["sn_first"],
+                           arrays["sn_size"], arrays["col_of"], arrays["sn_of"], arrays["colptr"], *pivoting))
 
 
-def _solve_levels(arrays, dtype, launch, lx, y, rows, count, k, batch, backward: bool) -> None:
+def _solve_levels(arrays, dtype, launch, lx, y, acc, rows, count, k, batch, backward: bool) -> None:
     """A solve's launches over the levels, forward (``L``) or backward (``L^T``), for ``y`` (n,
-    count, k) in place, whose matrices are ``rows`` of ``lx``'s ``batch``: launches only, as
-    :func:`_factor_levels`."""
+    count, k) in place, whose matrices are ``rows`` of ``lx``'s ``batch``; ``acc`` (y's shape) holds
+    the wide runs' sums: launches only, as :func:`_factor_levels`."""
     fixed = (np.int64(count), np.int64(k), np.int64(batch), rows)
-    narrow, wide = (arrays["narrow"], arrays["narrow_ptr"]), (arrays["wide"], arrays["wide_ptr"])
-    columns = (arrays["wide_cols"], arrays["wide_cols_ptr"])
+    narrow, columns = (arrays["narrow"], arrays["narrow_ptr"]), (arrays["wide_cols"], arrays["wide_cols_ptr"])
     shape = (arrays["sn_first"], arrays["sn_size"])
     below = (arrays["rl_ptr"], arrays["rl_sn"], arrays["rl_idx"])
     up = (arrays["colptr"], arrays["rowind"], arrays["base"])
     way = "backward" if backward else "forward"
-    runs, external, panel = (name(f"ldlt_{way}_{part}", dtype) for part in ("runs", "external", "panel"))
+    runs, external, wide = (name(f"ldlt_{way}_{part}", dtype) for part in ("runs", "external", "wide"))
+    groups = -(-count // WIDE_MATRICES)
 
     def step(kernel, over, level, *args):           # one launch: the level's runs or columns x R x K
         items, ptr = over
         lo, hi = int(ptr[level]), int(ptr[level + 1])
         launch(kernel, (hi - lo) * count * k, (items, np.int64(lo), np.int64(hi - lo), *fixed, *args))
+
+    def panels(level):                              # the level's wide runs, a block per run and group
+        lo, hi = int(arrays["wide_ptr"][level]), int(arrays["wide_ptr"][level + 1])
+        if hi > lo:
+            launch.blocks(wide, (hi - lo) * groups, WIDE_THREADS,
+                          (arrays["wide"], np.int64(lo), np.int64(WIDE_MATRICES), np.int64(count), np.int64(k),
+                           np.int64(batch), rows, *shape, arrays["colptr"], lx, y, acc))
 
     nlevels = arrays["sn_ptr"].size - 1
     if not backward:
@@ -348,12 +315,12 @@ def _solve_levels(arrays, dtype, launch, lx, y, rows, count, k, batch, backward:
             step(runs, narrow, level, *shape, arrays["colptr"], arrays["base"], *below, lx, y)
             if level:                                   # leaves: no supernode below them
                 step(external, columns, level, arrays["base"], *shape, *below, lx, y)
-            step(panel, wide, level, *shape, arrays["colptr"], lx, y)
+            panels(level)
     else:
         for level in range(nlevels - 1, -1, -1):
             step(runs, narrow, level, *shape, *up, lx, y)
             step(external, columns, level, *up, lx, y)
-            step(panel, wide, level, *shape, arrays["colptr"], lx, y)
+            panels(level)
 
 
 class Workspace:
@@ -384,14 +351,14 @@ class Workspace:
         self.stream = _stream(xp)
         self.owner = None               # the token of the factor whose factors lx holds
         self.lock = threading.Lock()
-        self._factorizations = {}       # (perturb, blocks): run
-        self._solves = {}               # (k, blocks): (y, forward run, backward run or None)
+        self._factorizations = {}       # perturb: run
+        self._solves = {}               # k: (y, forward run, backward run)
 
     @staticmethod
     def nbytes(plan, dtype, count, k: int = 0) -> int:
         """The buffers' bytes, with a solve's for ``k`` right-hand sides."""
         item = np.dtype(dtype).itemsize
-        return count * (plan.nnz_l * item + plan.n * (item * (1 + k) + 1) + item + 8)
+        return count * (plan.nnz_l * item + plan.n * (item * (1 + 2 * k) + 1) + item + 8)
 
     @classmethod
     def get(cls, plan, arrays, dtype, count, xp):
@@ -418,12 +385,11 @@ class Workspace:
         perturb = bool(perturb)
         self.tau[...] = tau
         _initial(self.arrays, values, self.tau, self.lx, self.flag)
-        key = (perturb, blocks_of(self.count) if hasattr(launch, "blocks") else None)
-        run = self._factorizations.get(key)
+        run = self._factorizations.get(perturb)
         if run is None:
             pivoting = (self.tau, np.int32(perturb), self.lx, self.dd, self.flag)
-            run = self._factorizations[key] = record(
-                launch, lambda go: _factor(self.arrays, self.count, self.dtype, pivoting, go), self.dtype)
+            run = self._factorizations[perturb] = record(
+                launch, lambda go: _factor_levels(self.arrays, self.count, self.dtype, pivoting, go), self.dtype)
         run()
         self.lx[self.arrays["colptr"][:-1]] = self.dd
         self.owner = object()
@@ -434,32 +400,25 @@ class Workspace:
         matrix of the factor ``lx`` named ``token`` (its factors copied in first if they are not the
         ones here; the caller holds :attr:`lock`)."""
         k = y.shape[2]
-        chosen = blocks_of(self.count) if hasattr(launch, "blocks") else None
         if self.owner is not token:
             self.lx[...] = lx
             self.dd[...] = lx[self.arrays["colptr"][:-1]]
             self.owner = token
-        found = self._solves.get((k, chosen))
+        found = self._solves.get(k)
         if found is None:
             if len(self._solves) >= 2:
                 self._solves.clear()
-            buffer = self.xp.zeros(y.shape, self.dtype)
-            if chosen is not None:
-                whole = record(launch, lambda go: _solve_blocks(self.arrays, self.dtype, go, self.lx, buffer, self.rows,
-                                                                self.count, k, self.count, chosen), self.dtype)
-                ways = [whole, None]
-            else:
-                ways = [record(launch, lambda go, back=back: _solve_levels(
-                    self.arrays, self.dtype, go, self.lx, buffer, self.rows, self.count, k, self.count, back),
-                    self.dtype) for back in (False, True)]
-            found = self._solves[k, chosen] = (buffer, *ways)
+            buffer, acc = self.xp.zeros(y.shape, self.dtype), self.xp.zeros(y.shape, self.dtype)
+            ways = [record(launch, lambda go, back=back: _solve_levels(
+                self.arrays, self.dtype, go, self.lx, buffer, acc, self.rows, self.count, k, self.count, back),
+                self.dtype) for back in (False, True)]
+            found = self._solves[k] = (buffer, *ways)
         buffer, forward, backward = found
         buffer[...] = y
         forward()
-        if backward is not None:
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                buffer /= self.dd[:, :, None]
-            backward()
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            buffer /= self.dd[:, :, None]
+        backward()
         return buffer.copy()
 
 
@@ -531,14 +490,11 @@ class GpuFactor(Refining):
         if count == 0 or k == 0 or plan.n == 0:
             return xp.zeros(r.shape, dtype)
         y = xp.ascontiguousarray(r.transpose(1, 0, 2)[arrays["perm"]].astype(dtype, copy=False))   # (n, R, k)
-        chosen = blocks_of(count) if hasattr(self._launch, "blocks") else None
-        if chosen is not None:
-            _solve_blocks(arrays, dtype, self._launch, self.lx, y, rows, count, k, self.batch, chosen)
-            return xp.ascontiguousarray(y[arrays["iperm"]].transpose(1, 0, 2))
-        _solve_levels(arrays, dtype, self._launch, self.lx, y, rows, count, k, self.batch, backward=False)
+        acc = xp.empty_like(y)
+        _solve_levels(arrays, dtype, self._launch, self.lx, y, acc, rows, count, k, self.batch, backward=False)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             y /= self.lx[arrays["colptr"][:-1]][:, rows][:, :, None]
-        _solve_levels(arrays, dtype, self._launch, self.lx, y, rows, count, k, self.batch, backward=True)
+        _solve_levels(arrays, dtype, self._launch, self.lx, y, acc, rows, count, k, self.batch, backward=True)
         return xp.ascontiguousarray(y[arrays["iperm"]].transpose(1, 0, 2))
 
     def _solve_all(self, r):
