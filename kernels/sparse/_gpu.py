@@ -103,19 +103,37 @@ class CudaLaunch:
     def record(self, body, dtype):
         """The launches of ``body(self)`` captured into a CUDA graph, not run (every kernel of
         ``dtype`` is loaded first: nothing but launches happens during the capture). Returns a
-        function that runs the graph on the current stream."""
+        function that runs the graph on the current stream; it holds every argument of the
+        captured launches, so that no array the graph reads or writes is freed before it."""
         import cupy
 
         for kernel in KERNELS:
             self._function(name(kernel, dtype))
+        held = []
+        parent = self
+
+        class Capture:
+            def __call__(self, expression, threads, args):
+                held.append(args)
+                parent(expression, threads, args)
+
+            def blocks(self, expression, grid, block, args):
+                held.append(args)
+                parent.blocks(expression, grid, block, args)
+
         stream = cupy.cuda.Stream(non_blocking=True)     # the legacy null stream cannot capture
         with stream:
             stream.begin_capture()
             try:
-                body(self)
+                body(Capture())
             finally:
                 graph = stream.end_capture()
-        return lambda: graph.launch(cupy.cuda.get_current_stream())
+
+        def run():
+            graph.launch(cupy.cuda.get_current_stream())
+            return held
+
+        return run
 
 
 def record(launch, body, dtype):
@@ -412,7 +430,7 @@ class Workspace:
             ways = [record(launch, lambda go, back=back: _solve_levels(
                 self.arrays, self.dtype, go, self.lx, buffer, acc, self.rows, self.count, k, self.count, back),
                 self.dtype) for back in (False, True)]
-            found = self._solves[k] = (buffer, *ways)
+            found = self._solves[k] = (buffer, *ways)     # the runs hold acc (and every argument)
         buffer, forward, backward = found
         buffer[...] = y
         forward()
