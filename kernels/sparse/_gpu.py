@@ -11,10 +11,10 @@ that a run of columns with one shared row structure is one node. Per level:
    supernode by supernode; ``i == j`` gives the pivot's part (not on the leaves: nothing lies below);
 2. the runs' dense panels, column by column: the run's earlier columns' part of each entry, static
    pivoting, division by the pivot. A narrow run (fewer than ``_gpu_maps.WIDE`` columns) in one
-   thread per run and matrix (``ldlt_panel``); the wide runs a column index at a time, a thread per
-   entry and matrix (``ldlt_panel_entries``, then ``ldlt_pivots``), two launches per column index
-   shared by the level's wide runs. The pivots as used stay in ``dd`` (n, B) until the end, when they
-   replace L's diagonal (which holds the unperturbed values until then).
+   thread per run and matrix (``ldlt_panel``); a wide run in one block per run and group of
+   :data:`WIDE_MATRICES` matrices (``ldlt_wide_panels``): a thread per entry and matrix, a barrier
+   between the columns. The pivots as used stay in ``dd`` (n, B) until the end, when they replace L's
+   diagonal (which holds the unperturbed values until then).
 
 Every thread writes only its own entries of its own matrix and reads only what earlier launches (or,
 in a narrow panel, the same thread) wrote: no atomics, no rounds, no scratch of the size of the work (the
@@ -26,10 +26,19 @@ resume's bit-identical outputs need.
 The solves walk the same levels, forward and then from the last level backward: a narrow run's
 rows in one thread per run and right-hand side (``ldlt_forward_runs``, ``ldlt_backward_runs``), a
 wide run's in two launches (what lies below or above the run, a thread per column:
-``ldlt_*_external``; then within the run: ``ldlt_*_panel``); refinement's residuals ``b - A x``
-are float64 (``ldlt_residual``) against the original values, and ``||A||_inf`` comes from
-``ldlt_row_sums``. Pivot rule, ``info`` codes, inertia and the refinement's stopping rules are the
-CPU's (:mod:`batchlu.kernels.sparse._factor`); the results stay on the device.
+``ldlt_*_external``; then within the run, a block per run and group of matrices, each row's sum in
+its own thread in the narrow runs' order: ``ldlt_*_wide``); refinement's residuals ``b - A x`` are
+float64 (``ldlt_residual``) against the original values, and ``||A||_inf`` comes from
+``ldlt_row_sums``. Refinement computes every matrix in each step and keeps each one's result by its
+rules (:meth:`Refining._refine_whole_batch`: one synchronisation a step). Pivot rule, ``info``
+codes, inertia and the refinement's stopping rules are the CPU's
+(:mod:`batchlu.kernels.sparse._factor`); the results stay on the device.
+
+A level's launches are few but the levels many (29-87 at n = 1,000-20,000), so each (plan, device,
+stream, dtype, batch size) gets a :class:`Workspace`: fixed buffers over which the factorization's
+launches and each solve's are captured once as CUDA graphs and replayed (one launch from the host
+instead of hundreds). ``BATCHLU_SPARSE_GRAPHS=0`` turns them off; a batch whose buffers would pass
+:data:`GRAPH_BYTES` runs launch by launch. Both give the same bits.
 
 :func:`factorize_with` is written over an array module ``xp`` and a ``launch(name, threads, args)``
 function: CuPy and :class:`CudaLaunch` on the GPU; the tests also run it with NumPy and the same

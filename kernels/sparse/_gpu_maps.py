@@ -17,12 +17,9 @@ Their size is that of L and A (int64), whatever the batch.
   supernode of each column;
 * ``narrow``, ``narrow_ptr``: level ``l``'s supernodes of fewer than :data:`WIDE` columns, each
   factored and solved by one thread per matrix (``ldlt_panel``, ``ldlt_forward_runs``,
-  ``ldlt_backward_runs``); ``wide``, ``wide_ptr`` the others, and ``wide_cols``, ``wide_cols_ptr``
-  their columns (a thread each in the solves' ``*_external`` kernels);
-* the wide supernodes' columns, one *step* per column index ``t`` of a level (``ldlt_panel_entries``
-  then ``ldlt_pivots``, over every wide run of the level that has a column ``t``): level ``l`` has the
-  steps ``step_ptr[l]:step_ptr[l+1]``; step ``k``'s columns are ``step_col[step_col_ptr[k]:...[k+1]]``
-  and their positions in ``Lx`` ``step_ent[step_ent_ptr[k]:step_ent_ptr[k+1]]``;
+  ``ldlt_backward_runs``); ``wide``, ``wide_ptr`` the others (a block per run and group of matrices:
+  ``ldlt_wide_panels``, ``ldlt_forward_wide``, ``ldlt_backward_wide``), and ``wide_cols``,
+  ``wide_cols_ptr`` their columns (a thread each in the solves' ``*_external`` kernels);
 * ``ent``, ``ent_ptr``: level ``l``'s positions in ``Lx`` (its columns' entries, diagonals
   included) ``ent[ent_ptr[l]:ent_ptr[l+1]]``;
 * ``base`` (n,): for column ``k`` (column ``t`` of supernode ``g``), the position in ``Lx`` of the
@@ -44,10 +41,9 @@ from ._cache import PerPlan
 from ._supernodal import supernodes
 
 # loop bounds the host reads; every other array is copied to the device
-HOST_ARRAYS = ("sn_ptr", "ent_ptr", "narrow_ptr", "wide_ptr", "wide_cols_ptr", "step_ptr", "step_col_ptr",
-               "step_ent_ptr")
-# a supernode of this many columns or more is factored a column at a time over all its rows (two
-# launches a column, shared by the level's wide runs), a narrower one by one thread per matrix
+HOST_ARRAYS = ("sn_ptr", "ent_ptr", "narrow_ptr", "wide_ptr", "wide_cols_ptr")
+# a supernode of this many columns or more is factored a column at a time over all its rows (a block
+# per run and group of matrices, a barrier between columns), a narrower one by one thread per matrix
 WIDE = 8
 
 
@@ -67,11 +63,6 @@ class GpuMaps:
     wide_ptr: np.ndarray
     wide_cols: np.ndarray
     wide_cols_ptr: np.ndarray
-    step_ptr: np.ndarray
-    step_col: np.ndarray
-    step_col_ptr: np.ndarray
-    step_ent: np.ndarray
-    step_ent_ptr: np.ndarray
     ent: np.ndarray
     ent_ptr: np.ndarray
     base: np.ndarray
@@ -122,19 +113,6 @@ def build(plan) -> GpuMaps:
     sn_of = np.repeat(np.arange(first.size, dtype=np.int64), size)
     narrow = sn[size[sn] < WIDE]
     narrow_ptr = np.searchsorted(level[narrow], bounds).astype(np.int64)
-    # wide runs' columns ordered by (level, column index t in the run, run): a step per (level, t)
-    wide_ids = np.flatnonzero(size >= WIDE)
-    w_col = _ranges(first[wide_ids], size[wide_ids])
-    w_t = w_col - np.repeat(first[wide_ids], size[wide_ids])
-    w_level = np.repeat(level[wide_ids], size[wide_ids])
-    order = np.lexsort((w_col, w_t, w_level))
-    w_col, w_t, w_level = w_col[order], w_t[order], w_level[order]
-    new = np.flatnonzero(np.concatenate(([True], (w_t[1:] != w_t[:-1]) | (w_level[1:] != w_level[:-1])))
-                         if w_col.size else np.zeros(0, bool))
-    step_col_ptr = np.append(new, w_col.size).astype(np.int64)
-    step_ptr = np.searchsorted(w_level[new], bounds).astype(np.int64)
-    step_ent = _ranges(colptr[w_col], lengths[w_col])
-    step_ent_ptr = np.concatenate(([0], np.cumsum(lengths[w_col])))[step_col_ptr].astype(np.int64)
     wide = sn[size[sn] >= WIDE]
     wide_ptr = np.searchsorted(level[wide], bounds).astype(np.int64)
     wide_cols = _ranges(first[wide], size[wide])
@@ -164,8 +142,7 @@ def build(plan) -> GpuMaps:
     as64 = lambda x: np.ascontiguousarray(x, np.int64)  # noqa: E731
     return GpuMaps(col_of=as64(col_of), sn_first=as64(first), sn_size=as64(size), sn=as64(sn),
                    sn_ptr=as64(sn_ptr), sn_of=sn_of, narrow=as64(narrow), narrow_ptr=narrow_ptr,
-                   step_ptr=step_ptr, step_col=as64(w_col), step_col_ptr=step_col_ptr, step_ent=as64(step_ent),
-                   step_ent_ptr=step_ent_ptr, wide=as64(wide), wide_ptr=wide_ptr, wide_cols=as64(wide_cols),
+                   wide=as64(wide), wide_ptr=wide_ptr, wide_cols=as64(wide_cols),
                    wide_cols_ptr=wide_cols_ptr, ent=as64(ent),
                    ent_ptr=as64(ent_ptr), base=as64(base), rl_ptr=as64(rl_ptr), rl_sn=as64(owner[order]),
                    rl_idx=as64(idx[order]), a_ptr=as64(a_ptr), a_col=as64(a_cols[a_order]),

@@ -131,14 +131,6 @@ def test_maps_cover_l_and_a_exactly_once(problem):
         assert np.array_equal(maps.ent[maps.ent_ptr[lv]:maps.ent_ptr[lv + 1]], ent)
         sizes = maps.sn_size[runs]
         assert np.array_equal(maps.narrow[maps.narrow_ptr[lv]:maps.narrow_ptr[lv + 1]], runs[sizes < _gpu_maps.WIDE])
-        steps = range(maps.step_ptr[lv], maps.step_ptr[lv + 1])
-        assert len(steps) == max([0, *sizes[sizes >= _gpu_maps.WIDE]])
-        for t, k in enumerate(steps):                   # step t: column t of every wide run that has one
-            want = [maps.sn_first[g] + t for g in runs if maps.sn_size[g] >= _gpu_maps.WIDE and maps.sn_size[g] > t]
-            step_cols = maps.step_col[maps.step_col_ptr[k]:maps.step_col_ptr[k + 1]]
-            assert np.array_equal(step_cols, want)
-            assert np.array_equal(maps.step_ent[maps.step_ent_ptr[k]:maps.step_ent_ptr[k + 1]],
-                                  np.concatenate([np.arange(colptr[j], colptr[j + 1]) for j in step_cols]))
         for g in runs:
             f, s = maps.sn_first[g], maps.sn_size[g]
             run_of[f:f + s] = g
@@ -400,14 +392,14 @@ def test_wide_and_narrow_runs_give_the_same_bits(host_lib, monkeypatch, kind):
     p = gen.make(kind, size=1000, seed=2)
     plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
     values, b = p.values(0, 3, seed=5), p.rhs(0, 3, seed=5)
-    assert _gpu_maps.build(plan).step_col.size > 0              # the default split has wide runs here
+    assert _gpu_maps.build(plan).wide.size > 0                  # the default split has wide runs here
     results = []
     for wide in (1, _gpu_maps.WIDE, 10**9):
         monkeypatch.setattr(_gpu_maps, "WIDE", wide)
         _gpu_maps.for_plan._cache.clear()
         _gpu._ON_DEVICE.clear()
         maps = _gpu_maps.for_plan(plan)
-        assert (maps.step_col.size == plan.n) if wide == 1 else (maps.step_col.size < plan.n)
+        assert (maps.wide_cols.size == plan.n) if wide == 1 else (maps.wide_cols.size < plan.n)
         factor = _host_device(host_lib).factorize(plan, values)
         x, _ = factor.solve(b)
         results.append((factor.lx.copy(), x))
