@@ -24,6 +24,7 @@
 //   ldlt_forward_runs, ldlt_backward_runs: both steps for the level's narrow runs, a thread per run
 //   ldlt_residual          n rows x R x K: b - A x in float64
 //   ldlt_row_sums          n rows x B: sum_j |a_ij| in float64 (for ||A||_inf)
+//   ldlt_backward_error    R x K: each solution's normwise backward error (refinement's test)
 
 #include "ldlt.cuh"
 
@@ -127,6 +128,16 @@ __global__ void ldlt_row_sums(long long n, long long B, long long nnz, const lon
     if (id >= n * B) return;
     const long long b = id / n, i = id - b * n;   // out (B, n), i fastest
     ldlt::row_sum<T>(i, b, n, nnz, a_ptr, a_src, values, out);
+}
+
+template <typename T>
+__global__ void ldlt_backward_error(long long n, long long R, long long K, const double* __restrict__ res,
+                                    const T* __restrict__ x, const double* __restrict__ rhs,
+                                    const double* __restrict__ anorm, double* __restrict__ out) {
+    BLU_LDLT_ID;
+    if (id >= R * K) return;
+    const long long t = id / K, r = id - t * K;
+    ldlt::backward_error<T>(t, r, n, K, res, x, rhs, anorm, out);
 }
 
 // The kernels whose blocks synchronise (ldlt_*wide*): each (item, matrix) pair of a block's phase: items [0, count) x the block's `here` matrices from `b0`,

@@ -63,7 +63,7 @@ from ._factor import Refining, check_pivot_tol, check_values
 FAMILY = "ldlt"
 KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_wide_panels", "ldlt_forward_external", "ldlt_forward_wide",
            "ldlt_backward_external", "ldlt_backward_wide", "ldlt_forward_runs", "ldlt_backward_runs", "ldlt_residual",
-           "ldlt_row_sums")
+           "ldlt_row_sums", "ldlt_backward_error")
 THREADS = 256
 WIDE_MATRICES, WIDE_THREADS = 4, 256     # a wide run's block: this many matrices, this many threads
 GRAPH_BYTES = 1 << 30      # a Workspace (and its graphs) only for a batch whose buffers fit this
@@ -549,6 +549,22 @@ class GpuFactor(Refining):
                       a["a_src"], self.values, xp.ascontiguousarray(x, dtype=np.float64),
                       xp.ascontiguousarray(b, dtype=np.float64), out))
         return out
+
+    def _berr(self, r, x, b, rows):
+        """:meth:`Refining._berr` in one launch (``ldlt_backward_error``), then the largest over each
+        matrix's right-hand sides."""
+        xp = self.xp
+        count, n, k = r.shape
+        if count == 0 or k == 0:
+            return xp.zeros(count)
+        if n == 0 or x.dtype != self.dtype:        # a caller's x in another dtype: as it is, in float64
+            return super()._berr(r, x, b, rows)
+        out = xp.empty((count, k), np.float64)
+        self._launch(name("ldlt_backward_error", self.dtype), count * k,
+                     (np.int64(n), np.int64(count), np.int64(k), xp.ascontiguousarray(r, dtype=np.float64),
+                      xp.ascontiguousarray(x), xp.ascontiguousarray(b, dtype=np.float64),
+                      xp.ascontiguousarray(self.anorm[rows], dtype=np.float64), out))
+        return out.max(axis=1)
 
     def backward_error(self, b, x):
         """(B,) float64: ``||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf)`` per matrix (the

@@ -488,7 +488,7 @@ def test_cuda_launch_compiles_the_dtype_family_and_covers_the_threads(monkeypatc
     ((family, name, names, grid, block, args),) = calls
     assert family == "ldlt" and name == "blu::ldlt_panel<float>" and name in names
     assert names == _gpu.names(np.float32) and all(n.endswith("<float>") for n in names)
-    assert len(names) == len(_gpu.KERNELS) == 11
+    assert len(names) == len(_gpu.KERNELS) == 12
     assert grid == (3,) and block == (_gpu.THREADS,) and args == ("args",)
     launch(_gpu.name("ldlt_panel", np.float32), 1, ("again",))
     assert lookups == ["blu::ldlt_panel<float>"] and calls[-1][3:] == ((1,), (_gpu.THREADS,), ("again",))
@@ -632,3 +632,51 @@ def test_whole_batch_refinement_keeps_the_active_rows_rules(host_lib, monkeypatc
     assert steps[2] == 0 and steps.max() >= 1 and results[0][1][1] == results[0][1][4] == INFO_NONFINITE_INPUT
     for a, c in zip(*results):
         assert a.dtype == c.dtype and np.array_equal(a, c, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_backward_error_kernel_matches_the_reference(host_lib, dtype):
+    """ldlt_backward_error gives Refining._berr's values bit for bit: random residuals, solutions and
+    right-hand sides with NaN, inf, a zero denominator with and without a residual, and non-finite
+    norms of A among them."""
+    from batchlu.kernels.sparse._factor import Refining
+
+    p = gen.make("saddle", size=60, seed=1)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    factor = _host_device(host_lib).factorize(plan, p.values(0, 8, dtype=np.dtype(dtype).name, seed=2))
+    rng = np.random.default_rng(5)
+    shape = (8, p.n, 3)
+    r = rng.standard_normal(shape) * 10.0 ** rng.integers(-18, 2, shape)
+    x = (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)).astype(dtype)
+    b = rng.standard_normal(shape)
+    r[1, 4, 0], x[2, 7, 1], b[3, 0, 2] = np.nan, np.inf, -np.inf
+    r[4], x[4], b[4] = 0.0, 0.0, 0.0                      # 0 / 0: backward error 0
+    x[5], b[5] = 0.0, 0.0                                 # a residual over a zero denominator: inf
+    factor.anorm = factor.anorm.copy()
+    factor.anorm[6] = np.nan
+    rows = np.arange(8, dtype=np.int64)
+    got = factor._berr(r, x, b, rows)
+    want = Refining._berr(factor, r, x, b, rows)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.isnan(got[[1, 2, 3, 6]]).all() and got[4] == 0 and got[5] == np.inf and np.isfinite(got[[0, 7]]).all()
+
+
+@pytest.mark.gpu
+def test_backward_error_kernel_on_the_gpu_matches_cupy():
+    """On the GPU, ldlt_backward_error (its product not fused into the sum) gives the CuPy
+    operations' values bit for bit."""
+    import cupy
+
+    from batchlu.kernels.sparse._factor import Refining
+
+    p = gen.make("fem-poisson", size=500, seed=1)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    factor = plan.factorize(cupy.asarray(p.values(0, 16, seed=2)))
+    rng = np.random.default_rng(6)
+    shape = (16, p.n, 2)
+    r, x, b = (cupy.asarray(rng.standard_normal(shape) * 10.0 ** rng.integers(-18, 2, shape)) for _ in range(3))
+    r[1, 3, 0] = cupy.nan
+    rows = cupy.arange(16, dtype=np.int64)
+    got, want = factor._berr(r, x, b, rows), Refining._berr(factor, r, x, b, rows)
+    assert np.array_equal(cupy.asnumpy(got), cupy.asnumpy(want), equal_nan=True)
+    assert bool(cupy.isnan(got[1])) and bool(cupy.isfinite(got[2:]).all())
