@@ -24,7 +24,7 @@
 //   ldlt_forward_runs, ldlt_backward_runs: both steps for the level's narrow runs, a thread per run
 //   ldlt_residual          n rows x R x K: b - A x in float64
 //   ldlt_row_sums          n rows x B: sum_j |a_ij| in float64 (for ||A||_inf)
-//   ldlt_backward_error    R x K: each solution's normwise backward error (refinement's test)
+//   ldlt_backward_error    R x K blocks: each solution's normwise backward error (refinement's test)
 
 #include "ldlt.cuh"
 
@@ -130,16 +130,6 @@ __global__ void ldlt_row_sums(long long n, long long B, long long nnz, const lon
     ldlt::row_sum<T>(i, b, n, nnz, a_ptr, a_src, values, out);
 }
 
-template <typename T>
-__global__ void ldlt_backward_error(long long n, long long R, long long K, const double* __restrict__ res,
-                                    const T* __restrict__ x, const double* __restrict__ rhs,
-                                    const double* __restrict__ anorm, double* __restrict__ out) {
-    BLU_LDLT_ID;
-    if (id >= R * K) return;
-    const long long t = id / K, r = id - t * K;
-    ldlt::backward_error<T>(t, r, n, K, res, x, rhs, anorm, out);
-}
-
 // The kernels whose blocks synchronise (ldlt_*wide*): each (item, matrix) pair of a block's phase: items [0, count) x the block's `here` matrices from `b0`,
 // the matrix fastest, strided over the block's threads.
 template <typename F>
@@ -217,6 +207,44 @@ __global__ void ldlt_backward_wide(const long long* __restrict__ sn, long long f
         });
         __syncthreads();
     }
+}
+
+// Refinement's test: block (t, r) of R x K reduces its solution's three norms over the n rows (threads
+// strided over the rows, then a tree in shared memory: a power-of-two block), and thread 0 writes the
+// backward error. res, rhs (R, n, K) float64, x (R, n, K), anorm (R,), out (R, K).
+template <typename T>
+__global__ void ldlt_backward_error(long long n, long long K, const double* __restrict__ res, const T* __restrict__ x,
+                                    const double* __restrict__ rhs, const double* __restrict__ anorm,
+                                    double* __restrict__ out) {
+    __shared__ double norms[3][256];
+    __shared__ int finite[256];
+    const long long id = blockIdx.x, t = id / K, r = id - t * K;
+    double rn = 0.0, xn = 0.0, bn = 0.0;
+    int ok = 1;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+        const long long q = (t * n + i) * K + r;
+        const double a = res[q] < 0.0 ? -res[q] : res[q], c = rhs[q] < 0.0 ? -rhs[q] : rhs[q];
+        const double v = (double)x[q] < 0.0 ? -(double)x[q] : (double)x[q];
+        ok = ok && a - a == 0.0 && v - v == 0.0 && c - c == 0.0;
+        rn = a > rn ? a : rn;
+        xn = v > xn ? v : xn;
+        bn = c > bn ? c : bn;
+    }
+    const unsigned int me = threadIdx.x;
+    norms[0][me] = rn;
+    norms[1][me] = xn;
+    norms[2][me] = bn;
+    finite[me] = ok;
+    __syncthreads();
+    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (me < half) {
+            for (int k = 0; k < 3; ++k)
+                norms[k][me] = norms[k][me + half] > norms[k][me] ? norms[k][me + half] : norms[k][me];
+            finite[me] = finite[me] && finite[me + half];
+        }
+        __syncthreads();
+    }
+    if (me == 0) out[id] = ldlt::backward_error(norms[0][0], norms[1][0], norms[2][0], finite[0] != 0, anorm[t]);
 }
 
 #undef BLU_LDLT_ID

@@ -279,35 +279,19 @@ __device__ __forceinline__ void row_sum(index_t i, index_t b, index_t n, index_t
     out[b * n + i] = sum;
 }
 
-// The normwise backward error of matrix t's solution for right-hand side r, in float64:
-//     ||res||_inf / (||A||_inf ||x||_inf + ||b||_inf),   res, x, b: (R, n, K), anorm (R,): that matrix's ||A||_inf;
-// +inf for a residual over a zero denominator, 0 for none; NaN when any of them is not finite (as
-// Refining._berr). The denominator is rounded after the product, as NumPy's, not fused.
-template <typename T>
-__device__ __forceinline__ void backward_error(index_t t, index_t r, index_t n, index_t K, const double* res,
-                                               const T* x, const double* rhs, const double* anorm, double* out) {
-    double rn = 0.0, xn = 0.0, bn = 0.0;
-    bool finite = true;
-    for (index_t i = 0; i < n; ++i) {
-        const index_t q = (t * n + i) * K + r;
-        const double a = res[q] < 0.0 ? -res[q] : res[q];
-        const double v = (double)x[q] < 0.0 ? -(double)x[q] : (double)x[q];
-        const double c = rhs[q] < 0.0 ? -rhs[q] : rhs[q];
-        finite = finite && a - a == 0.0 && v - v == 0.0 && c - c == 0.0;
-        rn = a > rn ? a : rn;
-        xn = v > xn ? v : xn;
-        bn = c > bn ? c : bn;
-    }
+// The normwise backward error of one solution from its norms, in float64:
+//     rn / (anorm xn + bn),   rn = ||res||_inf, xn = ||x||_inf, bn = ||b||_inf, anorm = ||A||_inf;
+// +inf for a residual over a zero denominator, 0 for none; NaN when any entry or norm is not finite
+// (`finite` false; as Refining._berr). The denominator is rounded after the product, as NumPy's, not fused.
+__device__ __forceinline__ double backward_error(double rn, double xn, double bn, bool finite, double anorm) {
 #ifdef __CUDA_ARCH__
-    const double den = __dadd_rn(__dmul_rn(anorm[t], xn), bn);
+    const double den = __dadd_rn(__dmul_rn(anorm, xn), bn);
 #else
-    const double den = anorm[t] * xn + bn;
+    const double den = anorm * xn + bn;
 #endif
-    double be;
-    if (!finite || !(den - den == 0.0)) be = 0.0 / 0.0;
-    else if (den > 0.0) be = rn / den;
-    else be = rn > 0.0 ? 1.0 / 0.0 : 0.0;
-    out[t * K + r] = be;
+    if (!finite || !(den - den == 0.0)) return 0.0 / 0.0;
+    if (den > 0.0) return rn / den;
+    return rn > 0.0 ? 1.0 / 0.0 : 0.0;
 }
 
 }  // namespace ldlt

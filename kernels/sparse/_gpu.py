@@ -66,6 +66,7 @@ KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_wide_panels", "ldlt_forward_exte
            "ldlt_row_sums", "ldlt_backward_error")
 THREADS = 256
 WIDE_MATRICES, WIDE_THREADS = 4, 256     # a wide run's block: this many matrices, this many threads
+BERR_THREADS = 256                       # a backward error's block (a power of two, at most 256)
 GRAPH_BYTES = 1 << 30      # a Workspace (and its graphs) only for a batch whose buffers fit this
 SCALAR = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
@@ -551,8 +552,8 @@ class GpuFactor(Refining):
         return out
 
     def _berr(self, r, x, b, rows):
-        """:meth:`Refining._berr` in one launch (``ldlt_backward_error``), then the largest over each
-        matrix's right-hand sides."""
+        """:meth:`Refining._berr` in one launch (``ldlt_backward_error``, a block per solution), then
+        the largest over each matrix's right-hand sides."""
         xp = self.xp
         count, n, k = r.shape
         if count == 0 or k == 0:
@@ -560,10 +561,10 @@ class GpuFactor(Refining):
         if n == 0 or x.dtype != self.dtype:        # a caller's x in another dtype: as it is, in float64
             return super()._berr(r, x, b, rows)
         out = xp.empty((count, k), np.float64)
-        self._launch(name("ldlt_backward_error", self.dtype), count * k,
-                     (np.int64(n), np.int64(count), np.int64(k), xp.ascontiguousarray(r, dtype=np.float64),
-                      xp.ascontiguousarray(x), xp.ascontiguousarray(b, dtype=np.float64),
-                      xp.ascontiguousarray(self.anorm[rows], dtype=np.float64), out))
+        self._launch.blocks(name("ldlt_backward_error", self.dtype), count * k, BERR_THREADS,
+                            (np.int64(n), np.int64(k), xp.ascontiguousarray(r, dtype=np.float64),
+                             xp.ascontiguousarray(x), xp.ascontiguousarray(b, dtype=np.float64),
+                             xp.ascontiguousarray(self.anorm[rows], dtype=np.float64), out))
         return out.max(axis=1)
 
     def backward_error(self, b, x):

@@ -36,6 +36,7 @@ static blu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __device__
 #define __forceinline__ inline
 #define __syncthreads() ((void)0)
+#define __shared__ static
 
 #include "ldlt.cu"
 
