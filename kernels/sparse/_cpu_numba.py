@@ -35,7 +35,12 @@ the batch-independence above holds on both paths.
 Both paths find the entries ``(R_a, R_b)`` of their update in a list made once per plan
 (:func:`schedule`: :func:`_update_positions`, by walking the target columns' rows, of which
 ``R[b:]`` is a subset: the elimination tree's property), so the factorization itself has no
-searches and no data-dependent branches in its scatter.
+searches and no data-dependent branches in its scatter. The targets lie anywhere in a block's
+factors (tens of MB), one cache line each, so each scatter asks for the line :data:`AHEAD` entries on
+(:func:`._lanes.prefetch`, a hint with no effect on any value).
+
+The factors ``lx`` come from :class:`_Spare`: the memory of an earlier call's factors once nothing
+refers to them, else new; :func:`factor_blocks` zeroes each block before its values go in.
 
 The solves run column by column (forward by columns, backward by dot products), a block's
 right-hand sides gathered and permuted into ``(n, k, LANES)`` on the way in.
