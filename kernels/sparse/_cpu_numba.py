@@ -35,7 +35,12 @@ the batch-independence above holds on both paths.
 Both paths find the entries ``(R_a, R_b)`` of their update in a list made once per plan
 (:func:`schedule`: :func:`_update_positions`, by walking the target columns' rows, of which
 ``R[b:]`` is a subset: the elimination tree's property), so the factorization itself has no
-searches and no data-dependent branches in its scatter.
+searches and no data-dependent branches in its scatter. The targets lie anywhere in a block's
+factors (tens of MB), one cache line each, so each scatter asks for the line :data:`AHEAD` entries on
+(:func:`._lanes.prefetch`, a hint with no effect on any value).
+
+The factors ``lx`` come from :class:`_Spare`: the memory of an earlier call's factors once nothing
+refers to them, else new; :func:`factor_blocks` zeroes each block before its values go in.
 
 The solves run column by column (forward by columns, backward by dot products), a block's
 right-hand sides gathered and permuted into ``(n, k, LANES)`` on the way in.
@@ -48,6 +53,8 @@ Blocks are independent: :func:`factor_blocks` and :func:`solve_blocks` work on t
 from __future__ import annotations
 
 import dataclasses
+import sys
+import threading
 
 import numpy as np
 from numba import njit
@@ -62,6 +69,7 @@ BLAS_MIN_TALL = 16   # and those of at least this many with BLAS_TALL rows or mo
 BLAS_TALL = 128
 PANEL_BLOCK = 32     # the BLAS path's column block in the panel
 UPDATE_BLOCK = 64    # and in the update L_R D L_R^T
+AHEAD = 64           # update entries ahead whose cache lines the scatters ask for
 
 
 @njit(nogil=True, cache=True, error_model="numpy", inline="always")
@@ -116,10 +124,12 @@ def _factor_one(colptr, sn_first, sn_size, upd_pos, upd_off, x, tau, perturb, co
             for r in range(t + 1, total):
                 lanes.copy(x, (o + r) * L, rt, (r * ms + t) * L)
         k = upd_off[J]                                 # R's rows are s .. s + m - 1 of rt
+        kend = upd_off[J + 1] - 1
         for b in range(m):                             # the ancestors: C[R, R_b] -= L_R D L_R_b^T
             for t in range(s):
                 lanes.mul(wb, t * L, rt, ((s + b) * ms + t) * L, d, t * L)
             for a in range(b, m):                      # the entry (R_a, R_b), at upd_pos[k]
+                lanes.prefetch(x, upd_pos[min(k + AHEAD, kend)] * L)
                 lanes.sub_dot(x, upd_pos[k] * L, rt, (s + a) * ms * L, L, wb, 0, L, s)
                 k += 1
 
@@ -207,6 +217,7 @@ def _supernode_blas(colptr, f, s, m, upd_pos, k, x, tau, perturb, counts, blocks
     trans_n, trans_t = chars[0:1], chars[1:2]
     ld_i = ints[4:5]
     ld_i[0] = ld
+    kend = k + m * (m + 1) // 2 - 1
     for b0 in range(0, m, blocks[1]):                  # columns b0 .. b1-1 of L_R D L_R^T, rows b0 ..
         b1 = min(b0 + blocks[1], m)
         w = b1 - b0
@@ -223,6 +234,7 @@ def _supernode_blas(colptr, f, s, m, upd_pos, k, x, tau, perturb, counts, blocks
         for b in range(b0, b1):                        # subtracted from the entries (R_a, R_b), a >= b
             base = (b - b0) * lu - b0
             for a in range(b, m):
+                lanes.prefetch(x, upd_pos[min(k + AHEAD, kend)] * L)
                 q = upd_pos[k]
                 k += 1
                 for ln in range(LANES):
@@ -264,6 +276,7 @@ def factor_blocks(colptr, sn_first, sn_size, upd_pos, upd_off, value_src, value_
     lane = np.empty(LANES, np.int64)
     for k in range(lo, hi):
         x = lx[k]
+        x.reshape(-1)[:] = 0                           # the fill's entries start at 0 (memory may be reused)
         for ln in range(LANES):
             lane[ln] = min(k * LANES + ln, count - 1)
             lane_tau[ln] = tau[lane[ln]]
@@ -531,6 +544,41 @@ def _schedule(plan) -> Schedule:
 schedule = PerPlan(_schedule)   # the plan's `Schedule`, built once per plan digest
 
 
+class _Spare:
+    """The factors' memory of earlier :func:`factorize` calls, handed out again once nothing else
+    refers to it (the last :attr:`keep` arrays made, in use or not). Fresh memory from the system
+    costs page faults, the kernel's zeroing of every page, and on a virtual machine sometimes much
+    more (the host hands the pages back slowly: 2-7x the time of writing them); memory already
+    mapped costs one pass of ours (:func:`factor_blocks` zeroes each block before its values)."""
+
+    def __init__(self, keep: int = 1):
+        self.keep = keep
+        self._arrays: list = []
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple, dtype) -> np.ndarray:
+        """An array ``shape`` of ``dtype``, contents undefined: a kept one nothing else refers to,
+        else a new one (kept, the oldest dropped beyond :attr:`keep`)."""
+        dtype = np.dtype(dtype)
+        with self._lock:
+            for i in range(len(self._arrays)):
+                # free: referred to by the list and getrefcount's argument only (a view refers to
+                # its base, so a Factor or a view of one in use keeps it taken)
+                if sys.getrefcount(self._arrays[i]) == 2 and self._arrays[i].shape == shape \
+                        and self._arrays[i].dtype == dtype:
+                    found = self._arrays.pop(i)
+                    self._arrays.append(found)
+                    return found
+            made = np.empty(shape, dtype)
+            if self.keep:
+                self._arrays.append(made)
+                del self._arrays[:-self.keep]
+            return made
+
+
+_SPARE = _Spare()
+
+
 def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
     """The factors of ``values`` (B, nnz): ``lx`` (ceil(B / LANES), nnz(L), LANES) and per matrix
     ``(first_zero, perturbed, negative, zero)`` (see :func:`batchlu.kernels.sparse._cpu.factorize_block`)."""
@@ -539,7 +587,7 @@ def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
     count = values.shape[0]
     blocks = -(-count // LANES)
     sched = schedule(plan)
-    lx = np.zeros((blocks, plan.nnz_l, LANES), values.dtype)   # zero pages from the system: no pass of ours
+    lx = _SPARE.take((blocks, plan.nnz_l, LANES), values.dtype)   # zeroed block by block in factor_blocks
     counts = np.empty((blocks, 4, LANES), np.int64)
     if blocks:
         from batchlu.kernels import _cpu_numba as dense

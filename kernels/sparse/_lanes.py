@@ -130,3 +130,20 @@ def sub_mul_rows(typingctx, out, oo, x, p0, p1, rows, y, k, kk):
         _store(builder, builder.load(acc), po)
         return context.get_dummy_value()
     return types.void(out, oo, x, p0, p1, rows, y, k, kk), codegen
+
+
+@intrinsic
+def prefetch(typingctx, a, ia):
+    """A hint that ``a[ia:ia+L]`` will soon be read and written (LLVM's ``prefetch``, for writing,
+    into all cache levels); no effect on any value. The offset may lie outside ``a``: a prefetch
+    never faults."""
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        offset = context.cast(builder, args[1], sig.args[1], types.intp)
+        ptr = builder.bitcast(builder.gep(data, [offset]), ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [ptr, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(a, ia), codegen

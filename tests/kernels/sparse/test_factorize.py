@@ -213,3 +213,33 @@ def test_empty_batch():
     factor = plan.factorize(np.zeros((0, p.nnz)))
     x, info = factor.solve(np.zeros((0, p.n)))
     assert x.shape == (0, p.n) and info.shape == (0,) and factor.inertia().shape == (0, 3)
+
+
+def test_factor_memory_reused_once_free(engine):
+    """The compiled engine hands a factorization's memory to a later one only once nothing refers
+    to it, and a reused buffer (full of another batch's factors) gives the same bits as fresh memory."""
+    if not engine.startswith("compiled"):
+        pytest.skip("the compiled engine's memory")
+    p = gen.make("fem-elasticity", size=300, dim=3, seed=6)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+    v1, v2, b = p.values(0, 9, seed=7), p.values(9, 18, seed=8), p.rhs(0, 9, None, seed=7)
+    first = plan.factorize(v1)
+    x1, _ = first.solve(b)
+    second = plan.factorize(v2)             # while `first` lives: other memory
+    assert not np.shares_memory(first._lanes, second._lanes)
+    again, _ = first.solve(b)
+    assert np.array_equal(again, x1)
+    x2, _ = second.solve(b)
+    view = second._lanes[0]                 # a view keeps the memory taken
+    del first, second
+    third = plan.factorize(v1)
+    assert not np.shares_memory(third._lanes, view)
+    x3, _ = third.solve(b)
+    assert np.array_equal(x3, x1)
+    third = plan.factorize(v2)              # third's memory is the one kept: taken while it lives
+    address = third._lanes.__array_interface__["data"][0]
+    del third, view
+    fourth = plan.factorize(v1)             # the kept memory, full of v2's factors
+    assert fourth._lanes.__array_interface__["data"][0] == address
+    x4, _ = fourth.solve(b)
+    assert np.array_equal(x4, x1)
