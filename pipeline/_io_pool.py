@@ -254,8 +254,10 @@ class _Child:
             self.pending[rid] = future
             try:
                 self.requests.send((rid,) + message)
-            except BaseException:
+            except BaseException as exc:
                 self.pending.pop(rid, None)
+                if isinstance(exc, OSError):    # a broken pipe: the process is gone, even if the
+                    self.alive = False          # receiver has not read its end yet; replace it
                 raise
 
     def close(self) -> None:

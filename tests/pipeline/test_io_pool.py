@@ -131,6 +131,31 @@ def test_a_killed_io_process_fails_its_requests_and_is_replaced(tmp_path):
     assert all(c.process.poll() is not None for c in io._children)
 
 
+def test_a_broken_pipe_retires_its_process_before_its_receiver_notices(tmp_path, monkeypatch):
+    """A request whose send fails (a broken pipe: the process died, but its receiver thread has not
+    read the end of its replies yet) fails with IOProcessError and retires that process at once, so
+    that the request sent again goes to a new one (the data path sends a failed request once more)."""
+    a = generate("random", 16, "float64", seed=29, start=0, stop=8)
+    _store(tmp_path / "a.zarr", a, chunk=8)
+    io = _io_pool.IOPool(1, 1)
+    try:
+        child = io._children[0]
+        victim = child.process.pid
+
+        def broken(message):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        monkeypatch.setattr(child.requests, "send", broken)
+        out = _shared((8, 16, 16), "float64", np.nan)
+        with pytest.raises(_io_pool.IOProcessError, match=f"I/O process {victim}"):
+            io.read(str(tmp_path / "a.zarr"), "", 0, 8, out).result(timeout=60)
+        assert child.process.poll() is None and not child.alive   # still running, already retired
+        io.read(str(tmp_path / "a.zarr"), "", 0, 8, out).result(timeout=60)
+        assert io.restarts == 1 and io.pids[0] != victim and out.tobytes() == a.tobytes()
+    finally:
+        io.close()
+
+
 def test_data_path_resends_the_requests_of_a_killed_io_process(tmp_path):
     import threading
 
