@@ -106,7 +106,8 @@ class CudaLaunch:
         self._function(expression)((-(-threads // THREADS),), (THREADS,), args)
 
     def blocks(self, expression: str, grid: int, block: int, args: tuple) -> None:
-        """A kernel whose blocks synchronise (``ldlt_*_blocks``): ``grid`` blocks of ``block`` threads."""
+        """A kernel whose blocks synchronise (``ldlt_wide_panels``, ``ldlt_*_wide``, ``ldlt_backward_error``):
+        ``grid`` blocks of ``block`` threads."""
         if grid > 0:
             self._function(expression)((grid,), (block,), args)
 

@@ -127,9 +127,9 @@ class HostLaunch:
             self._run(expression, -(-threads // _gpu.THREADS), _gpu.THREADS, args)
 
     def blocks(self, expression: str, grid: int, block: int, args: tuple) -> None:
-        """A kernel whose blocks synchronise (``ldlt_*_blocks``): ``grid`` blocks of one thread each,
-        which runs every phase of its block in order, so that the barriers hold (``block``, the GPU's
-        block size, is not used here)."""
+        """A kernel whose blocks synchronise (``ldlt_wide_panels``, ``ldlt_*_wide``,
+        ``ldlt_backward_error``): ``grid`` blocks of one thread each, which runs every phase of its
+        block in order, so that the barriers hold (``block``, the GPU's block size, is not used here)."""
         if grid > 0:
             self._run(expression, grid, 1, args)
 
