@@ -189,7 +189,7 @@ def cupy_inv(dtype, n, batch) -> Case:
 # ---- solve (16 right-hand sides) ------------------------------------------------------------------
 
 def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
-    """Our dispatch (or a fixed ``path``: "rows", "rows-RRxTJ" (gesv_rows on a fixed tile shape),
+    """Our dispatch (or a fixed ``path``: "rows", "rows-RRxTJ[xSTEP]" (gesv_rows on a fixed tile shape, n padded to STEP),
     "getrs")."""
     import cupy
 

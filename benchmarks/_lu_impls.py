@@ -178,7 +178,8 @@ FLOPS = {"lu": getrf_flops}
 def variant(op: str, name: str):
     """Factories for names outside IMPLS: ``ours:small-8``, ``ours:blocked-16``,
     ``ours:blocked_smem-8`` (a fixed plan) and ``ours:rows-RRxTJ`` (the register-resident kernel with
-    RR rows per thread and TJ threads per row, its tile sized for each n by ``tuning.rows_plan``)."""
+    RR rows per thread and TJ threads per row, its tile sized for each n by ``tuning.rows_plan``;
+    ``rows-RRxTJxSTEP`` pads n to STEP, a suffix ``mM`` compiles it for M blocks per SM)."""
     if op != "lu" or not name.startswith("ours:"):
         return None
     kind, tile = name[5:].split("-")
@@ -187,7 +188,8 @@ def variant(op: str, name: str):
         from batchlu.kernels import tuning
 
         if kind == "rows":
-            rr, tj = (int(x) for x in tile.split("x"))
-            return ours(dtype, n, batch, tuning.rows_plan(n, rr, tj))
+            shape, _, minb = tile.partition("m")
+            return ours(dtype, n, batch, tuning.rows_plan(n, *(int(x) for x in shape.split("x")),
+                                                          minb=int(minb or 0)))
         return ours(dtype, n, batch, tuning.Plan(kind, int(tile)))
     return factory

@@ -61,6 +61,7 @@ from ._gpu._getrf import (
     fitting_plan,
     getrf_plan,
     launch_getrf,
+    rows_min_blocks,
     rows_plan,
 )
 from ._gpu._getrf import kernel_name as getrf_kernel_name
@@ -181,6 +182,7 @@ __all__ = [
     "launch_inv_gje",
     "launch_slogdet",
     "path",
+    "rows_min_blocks",
     "rows_plan",
     "smem_optin",
     "smem_per_sm",

@@ -17,25 +17,25 @@ from ._runtime import check, kernel, template
 
 
 FAMILY = "gesv"
-# Per dtype, (largest n, RR, TJ) rows, first match wins; see docs/design.md#gesv-dispatch. The tile is
-# getrf_rows' (rows_plan) plus ceil(k / TJ) right-hand-side columns per thread; above the last n:
-# getrf + getrs.
+# Per dtype, (largest n, RR, TJ[, step]) rows, first match wins; see docs/design.md#gesv-dispatch. The
+# tile is getrf_rows' (rows_plan; step: its padding of n) plus ceil(k / TJ) right-hand-side columns per
+# thread; above the last n: getrf + getrs.
 GESV_ROWS = {
-    np.dtype(np.float32): ((16, 2, 4), (33, 5, 4), (48, 3, 4), (64, 8, 8), (96, 6, 8), (128, 8, 8)),
+    np.dtype(np.float32): ((16, 2, 4), (33, 5, 4, 4), (48, 3, 4), (64, 8, 8), (96, 6, 8), (128, 8, 8)),
     np.dtype(np.float64): ((16, 2, 4), (33, 5, 8), (48, 6, 8), (96, 4, 8)),
     np.dtype(np.complex64): ((16, 2, 4), (33, 5, 8), (48, 3, 4)),
-    np.dtype(np.complex128): ((16, 2, 4), (33, 5, 8), (48, 3, 8), (64, 4, 8)),
+    np.dtype(np.complex128): ((16, 2, 4), (33, 3, 8, 4), (48, 3, 8), (64, 4, 8)),
 }
 GESV_ROWS_MAX_RHS = 16
 
 
 def gesv_rows_tile(dtype, n: int, k: int, rr_tj=None):
-    """The gesv_rows tile (TI, TJ, RR, CC, CB) for order n and k right-hand sides: (RR, TJ) from
+    """The gesv_rows tile (TI, TJ, RR, CC, CB) for order n and k right-hand sides: (RR, TJ[, step]) from
     ``rr_tj`` or GESV_ROWS; None where neither applies (n beyond the table, k > GESV_ROWS_MAX_RHS)."""
     if rr_tj is None:
         if k > GESV_ROWS_MAX_RHS:
             return None
-        rr_tj = next(((rr, tj) for nmax, rr, tj in GESV_ROWS[np.dtype(dtype)] if n <= nmax), None)
+        rr_tj = next((tuple(shape) for nmax, *shape in GESV_ROWS[np.dtype(dtype)] if n <= nmax), None)
         if rr_tj is None:
             return None
     ti, tj, rr, cc = rows_plan(max(n, 1), *rr_tj).tile

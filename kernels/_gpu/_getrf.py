@@ -33,26 +33,26 @@ _SMALL_THREADS = 128
 _MAX_THREADS = 512
 _MAX_GRID = 1 << 20
 # Per dtype, (largest n, kind, tile) rows, first match wins; see docs/design.md#getrf-dispatch.
-# "small": tile unused (NP = n rounded up to a power of two); "rows": (RR, TJ), see rows_plan; "blocked"
+# "small": tile unused (NP = n rounded up to a power of two); "rows": (RR, TJ[, step, minb]), see rows_plan; "blocked"
 # (panel rows in registers) and "blocked_smem" (panel in shared memory): NB, (NB, minb) or (NB, minb,
 # kb), minb blocks per SM in __launch_bounds__ (0: no bound), kb columns per block of L (default NB).
 GETRF_DISPATCH = {
     np.dtype(np.float32): ((8, "small", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
-                           (33, "rows", (5, 4)), (48, "rows", (6, 4)), (64, "rows", (4, 4)),
+                           (33, "rows", (5, 4, 4)), (48, "rows", (6, 4)), (64, "rows", (4, 4)),
                            (96, "blocked_smem", (16, 6, 8)), (128, "blocked_smem", (16, 8)),
                            (160, "blocked_smem", (16, 6)),
                            (190, "blocked_smem", (32, 3, 8)), (256, "blocked_smem", (16, 4)),
                            (1 << 30, "blocked_smem", 16)),
-    np.dtype(np.float64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
+    np.dtype(np.float64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4, 4)),
                            (48, "rows", (6, 4)), (64, "rows", (2, 4)), (96, "blocked_smem", (16, 7, 8)),
                            (128, "blocked_smem", (16, 6, 8)), (160, "blocked_smem", (16, 5, 8)),
                            (190, "blocked_smem", (32, 3, 8)), (256, "blocked", 16), (1 << 30, "blocked_smem", 8)),
-    np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4)),
+    np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4, 4)),
                              (48, "rows", (3, 4)), (64, "rows", (4, 8)), (96, "blocked_smem", (16, 7, 8)),
                              (128, "blocked_smem", (16, 6, 8)), (160, "blocked_smem", (16, 5, 8)),
                              (190, "blocked_smem", (16, 4, 8)), (256, "blocked_smem", (16, 3, 8)),
                              (1 << 30, "blocked_smem", 8)),
-    np.dtype(np.complex128): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (3, 4)),
+    np.dtype(np.complex128): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (9, 8, 4)),
                               (48, "rows", (4, 8)), (64, "blocked_smem", 8), (96, "blocked", (8, 2)),
                               (160, "blocked", 8), (190, "blocked_smem", (16, 2, 4)), (1 << 30, "blocked", 8)),
 }
@@ -66,21 +66,21 @@ class Plan:
 
     kind: str
     tile: int | tuple[int, int, int, int]
-    minb: int = 0  # blocked kinds: blocks per SM in __launch_bounds__ (0: the compiler's default)
+    minb: int = 0  # blocks per SM in __launch_bounds__ (0: blocked kinds the compiler's, rows rows_min_blocks)
     kb: int = 0  # blocked kinds: columns per block of L in the left-looking steps (0: NB)
 
     def describe(self) -> str:
         if self.kind == "rows":
-            return "rows-" + "x".join(map(str, self.tile))
+            return "rows-" + "x".join(map(str, self.tile)) + (f"-m{self.minb}" if self.minb else "")
         minb = f"-m{self.minb}" if self.minb else ""
         kb = f"-K{self.kb}" if self.kb and self.kb != self.tile else ""
         return f"{self.kind}-{'NP' if self.kind == 'small' else 'NB'}{self.tile}{minb}{kb}"
 
 
-def _rows_np(n: int) -> int:
-    """Padded order of the register tile: n rounded up to 8 (16 above 64, 32 above 128), so that
-    nearby n share one compiled kernel while the padding stays small."""
-    step = 8 if n <= 64 else 16 if n <= 128 else 64
+def _rows_np(n: int, step: int = 0) -> int:
+    """Padded order of the register tile: n rounded up to ``step``, by default 8 (16 above 64, 64 above
+    128), so that nearby n share one compiled kernel while the padding stays small."""
+    step = step or (8 if n <= 64 else 16 if n <= 128 else 64)
     return -(-n // step) * step
 
 
@@ -101,15 +101,18 @@ def rows_min_blocks(dtype, tile) -> int:
     return 1
 
 
-def rows_plan(n: int, rr: int, tj: int) -> Plan:
+def rows_plan(n: int, rr: int, tj: int, step: int = 0, minb: int = 0) -> Plan:
     """The ``getrf_rows`` tile for order n with RR rows per thread and TJ threads per row (TJ divides 16):
-    TI threads down (TI * TJ whole warps), CC = padded n / TJ (rounded up) elements of a row per thread."""
-    if tj not in (1, 2, 4, 8, 16) or rr < 1:
-        raise InputError(f"Expected TJ in (1, 2, 4, 8, 16) and RR >= 1. Got TJ = {tj}, RR = {rr} instead.")
-    npad = _rows_np(n)
+    TI threads down (TI * TJ whole warps), CC = padded n / TJ (rounded up) elements of a row per thread;
+    n padded to ``step`` (default: :func:`_rows_np`'s), compiled for ``minb`` blocks per SM (default:
+    :func:`rows_min_blocks`)."""
+    if tj not in (1, 2, 4, 8, 16) or rr < 1 or step < 0 or minb < 0:
+        raise InputError(f"Expected TJ in (1, 2, 4, 8, 16), RR >= 1, step >= 0 and minb >= 0. Got TJ = {tj}, "
+                         f"RR = {rr}, step = {step}, minb = {minb} instead.")
+    npad = _rows_np(n, step)
     ti = -(-npad // rr)
     ti = -(-ti // (32 // tj)) * (32 // tj)
-    return Plan("rows", (ti, tj, rr, -(-npad // tj)))
+    return Plan("rows", (ti, tj, rr, -(-npad // tj)), minb)
 
 
 def _ldp(n: int) -> int:
@@ -187,7 +190,7 @@ def kernel_name(p: Plan, dtype, n: int) -> str:
     ``getrf_blocked`` keeps its defaults (at most 512 threads, no blocks-per-SM bound, blocks of L NB
     wide) unless ``minb`` (then __launch_bounds__(threads, minb)) or ``kb`` is given."""
     if p.kind == "rows":
-        return template("getrf_rows", dtype, *p.tile, rows_min_blocks(dtype, p.tile))
+        return template("getrf_rows", dtype, *p.tile, p.minb or rows_min_blocks(dtype, p.tile))
     if p.kind == "small":
         return template("getrf_small", dtype, p.tile)
     nb, reg, threads = p.tile, p.kind == "blocked", _threads(p, n)

@@ -28,15 +28,16 @@ FAMILY = "getri"
 # Fused tiles per dtype, (largest n, TI, TJ, RR, CC, MINB) rows, first match wins: TI x TJ threads,
 # each holding RR x CC elements in registers; MINB blocks per SM asked of the compiler.
 _GJE_SMALL = ((8, 4, 8, 2, 1, 1), (16, 4, 8, 4, 2, 1), (32, 8, 8, 4, 4, 1))
-_GJE_33 = ((36, 12, 8, 3, 5, 1), (40, 8, 8, 5, 5, 1))
+_GJE_33 = ((36, 8, 4, 5, 9, 1), (40, 8, 8, 5, 5, 1))
 GJE_TILES = {
-    np.dtype(np.float32): _GJE_SMALL + ((40, 8, 8, 5, 5, 1), (64, 16, 8, 4, 8, 2), (96, 16, 16, 6, 6, 1),
-                                        (128, 16, 16, 8, 8, 1), (192, 32, 16, 6, 12, 1)),
+    np.dtype(np.float32): _GJE_SMALL + _GJE_33 + ((64, 16, 8, 4, 8, 2), (96, 16, 16, 6, 6, 1),
+                                                  (128, 16, 16, 8, 8, 1), (192, 32, 16, 6, 12, 1)),
     np.dtype(np.float64): _GJE_SMALL + _GJE_33 + ((64, 16, 8, 4, 8, 1), (96, 16, 16, 6, 6, 1),
                                                   (128, 32, 16, 4, 8, 1)),
     np.dtype(np.complex64): _GJE_SMALL + _GJE_33 + ((64, 16, 8, 4, 8, 1), (96, 16, 16, 6, 6, 1),
                                                     (128, 32, 16, 4, 8, 1)),
-    np.dtype(np.complex128): _GJE_SMALL + _GJE_33 + ((64, 32, 8, 2, 8, 2), (96, 16, 16, 6, 6, 1)),
+    np.dtype(np.complex128): _GJE_SMALL + ((36, 12, 8, 3, 5, 1), (40, 8, 8, 5, 5, 1), (64, 32, 8, 2, 8, 2),
+                                           (96, 16, 16, 6, 6, 1)),
 }
 # Largest n sent to the fused kernel, per dtype (at most the largest tile above); beyond it getrf + getri.
 FUSED_MAX_N = {np.dtype(np.float32): 64, np.dtype(np.float64): 64,

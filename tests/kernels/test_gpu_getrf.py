@@ -210,15 +210,21 @@ ROWS_CASES = [
     (np.complex64, 33, 5, 4), (np.complex64, 48, 3, 4), (np.complex128, 24, 1, 2),
     (np.complex128, 33, 3, 4), (np.complex128, 41, 3, 4),
 ]
+# n padded to 4 rather than 8 (the dispatch at n = 25-33), at the top of that range and below it
+STEP_CASES = [
+    (np.float32, 33, 5, 4, 4), (np.float32, 29, 5, 4, 4), (np.float64, 33, 5, 4, 4),
+    (np.complex64, 33, 5, 4, 4), (np.complex64, 26, 5, 4, 4), (np.complex128, 33, 9, 8, 4),
+    (np.complex128, 25, 9, 8, 4), (np.complex128, 33, 5, 8, 1),
+]
 
 
-@pytest.mark.parametrize("dtype, n, rr, tj", ROWS_CASES)
-def test_rows_tiles(dtype, n, rr, tj):
+@pytest.mark.parametrize("dtype, n, rr, tj, step", [case + (0,) for case in ROWS_CASES] + STEP_CASES)
+def test_rows_tiles(dtype, n, rr, tj, step):
     """getrf_rows with each tile: LAPACK accuracy and pivots on random and ill-conditioned input, a
     zero column (info, no swap there, the factorization completed) and one NaN (info = -1)."""
     from batchlu.kernels import tuning
 
-    plan = tuning.rows_plan(n, rr, tj)
+    plan = tuning.rows_plan(n, rr, tj, step)
     a = matrices.generate("random", n, dtype, seed=n + rr, start=0, stop=64)
     a[32:48] = matrices.generate("illcond", n, dtype, seed=n, start=0, stop=16)
     a[48:56, :, n // 3] = 0

@@ -181,7 +181,7 @@ def test_solve(dtype, n):
 # gesv_rows on tiles outside its dispatch table too: (RR, TJ) shapes of every kind (one-warp and
 # multi-warp blocks, TJ = 2 .. 16), padded n and k (n = 1, 5 share one compiled tile), and k beyond
 # the table's 16.
-@pytest.mark.parametrize("rr_tj", [(1, 2), (2, 4), (5, 4), (4, 8), (2, 16)])
+@pytest.mark.parametrize("rr_tj", [(1, 2), (2, 4), (5, 4), (4, 8), (2, 16), (5, 4, 4), (3, 8, 4)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gesv_rows_tiles(dtype, rr_tj):
     from batchlu.kernels import tuning

@@ -104,6 +104,29 @@ def test_small_n_keep_their_fused_kernels():
         assert _paths.path("solve", dtype, 16, 17, _paths.SMEM_H100) == "getrs"  # k > GESV_ROWS_MAX_RHS
 
 
+def test_rows_tiles_pad_n_to_their_step_and_take_a_blocks_bound():
+    """rows_plan pads n to 8 by default and to ``step`` when given (n = 33: 40 or 36 columns); a
+    ``minb`` replaces rows_min_blocks' bound in the kernel's name; the dispatch at n = 33 pads to 4;
+    a negative step is refused."""
+    from batchlu.errors import InputError
+
+    assert _getrf.rows_plan(33, 5, 4).tile == (8, 4, 5, 10)
+    assert _getrf.rows_plan(33, 5, 4, 4).tile == (8, 4, 5, 9)
+    assert _getrf.rows_plan(33, 9, 8, 4).tile == (4, 8, 9, 5)
+    plan = _getrf.rows_plan(33, 5, 4, 4, minb=13)
+    assert _getrf.kernel_name(plan, np.float64, 33).endswith("5, 9, 13>")
+    default = _getrf.rows_min_blocks(np.float64, plan.tile)
+    assert default != 13
+    assert _getrf.kernel_name(_getrf.rows_plan(33, 5, 4, 4), np.float64, 33).endswith(f"5, 9, {default}>")
+    for dtype in DTYPES:
+        tile = _getrf.fitting_plan(dtype, 33, _paths.SMEM_H100).tile
+        rows, cols = tile[0] * tile[2], tile[1] * tile[3]
+        assert rows >= 33 and cols >= 33 and rows * cols == 40 * 36  # 40 x 40 before
+    assert _getrs.gesv_rows_tile(np.complex128, 33, 16) == (12, 8, 3, 5, 2)
+    with pytest.raises(InputError, match="step >= 0"):
+        _getrf.rows_plan(33, 5, 4, -1)
+
+
 def test_unknown_op_is_refused():
     with pytest.raises(ValueError, match="Expected op among"):
         _paths.path("det", np.float64, 10, smem=_paths.SMEM_H100)

@@ -1,0 +1,177 @@
+"""Tile sweep of the register-resident kernels at small n (GPU machine, repo root):
+
+    python3 benchmarks/bench_rows_sweep.py --ops lu,solve,inv --sizes 33 --reps 7
+
+For each op, dtype and n, every candidate tile: ``getrf_rows`` (lu) and ``gesv_rows`` (solve, 16
+right-hand sides; and getrf + getrs) on (RR, TJ) shapes with n padded to 8 (the default) or to 4, and for lu also compiled
+for one block per SM more than ``rows_min_blocks`` gives; ``inv_gje`` (inv) on (TI, TJ, RR,
+CC, MINB) tiles. A candidate must be whole warps (at most 256 threads), its padded tile at most 1.5 n^2
+elements, its data at most 200 registers a thread. All are compiled first in parallel (16 processes,
+CuPy's disk cache); each is then run once on poisoned outputs and checked by LAPACK's test ratio
+(``_harness.check_case``: a wrong one is reported, never timed), then timed by ``_harness.time_case``
+(median of ``--reps``, batch ``--batch``) on the same fresh random batches. Prints every time, then a
+table of the dispatched tile against the fastest (the source of ``GETRF_DISPATCH``, ``GESV_ROWS`` and
+``GJE_TILES``: docs/design.md).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from _harness import WrongResult, check_case, precompile, time_case
+
+MAX_THREADS = 256
+MAX_DATA_REGS = 200
+MAX_AREA = 1.5
+
+
+def _words(dtype) -> int:
+    return np.dtype(dtype).itemsize // 4
+
+
+def rows_shapes(op: str, dtype, n: int) -> list[str]:
+    """Candidate path names of getrf_rows (``rows-RRxTJ[xSTEP][mM]``) or gesv_rows (``rows-RRxTJ[xSTEP]``)."""
+    from batchlu.kernels import tuning
+
+    out = []
+    for tj in (2, 4, 8, 16):
+        for rr in range(1, 18):
+            for step in (0, 4):
+                plan = tuning.rows_plan(n, rr, tj, step)
+                ti, _, _, cc = plan.tile
+                cb = -(-16 // tj) if op == "solve" else 0
+                if (ti * tj > MAX_THREADS or ti * rr * tj * cc > MAX_AREA * n * n
+                        or rr * (cc + cb) * _words(dtype) > MAX_DATA_REGS):
+                    continue
+                name = f"rows-{rr}x{tj}" + (f"x{step}" if step else "")
+                if step and plan.tile == tuning.rows_plan(n, rr, tj).tile:
+                    continue  # the same tile as the default padding
+                out.append(name)
+                if op == "lu":
+                    base = tuning.rows_min_blocks(dtype, plan.tile)
+                    out += [f"{name}m{base + 1}"] if (base + 1) * ti * tj <= 2048 else []
+    return out
+
+
+def gje_tiles(dtype, n: int) -> list[str]:
+    """Candidate path names ``fused-TIxTJxRRxCCxMINB`` of inv_gje."""
+    out = []
+    for ti in (4, 8, 12, 16, 32):
+        for tj in (4, 8, 16):
+            nt, rr, cc = ti * tj, -(-n // ti), -(-n // tj)
+            if (nt % 32 or nt > MAX_THREADS or ti * rr * tj * cc > MAX_AREA * n * n
+                    or rr * cc * _words(dtype) > MAX_DATA_REGS):
+                continue
+            most = 65536 // (nt * min(255, rr * cc * _words(dtype) + 48))
+            out += [f"fused-{ti}x{tj}x{rr}x{cc}x{m}" for m in sorted({1, max(1, min(most, 2048 // nt))})]
+    return out
+
+
+def candidates(op: str, dtype, n: int) -> list[str]:
+    """Every candidate path of (op, dtype, n); for solve also getrf + getrs (``getrs``)."""
+    return gje_tiles(dtype, n) if op == "inv" else rows_shapes(op, dtype, n) + (["getrs"] if op == "solve" else [])
+
+
+def dispatched(op: str, dtype, n: int) -> str:
+    """The path name of the tile the dispatch tables give (op, dtype, n)."""
+    from batchlu.kernels import tuning
+
+    if op == "inv":
+        return "fused-" + "x".join(map(str, tuning.gje_tile(dtype, n)))
+    if op == "solve":
+        tile = tuning.gesv_rows_tile(dtype, n, 16)
+        return next((p for p in rows_shapes(op, dtype, n) if _solve_tile(dtype, n, p) == tile), "getrs")
+    return "plan:" + tuning.getrf_plan(dtype, n, smem=232448).describe()
+
+
+def _solve_tile(dtype, n: int, path: str):
+    from batchlu.kernels import tuning
+
+    return tuning.gesv_rows_tile(dtype, n, 16, tuple(int(x) for x in path.split("-")[1].split("x")))
+
+
+def _lu_plan(dtype, n: int, path: str):
+    from batchlu.kernels import tuning
+
+    shape, _, minb = path.split("-")[1].partition("m")
+    return tuning.rows_plan(n, *(int(x) for x in shape.split("x")), minb=int(minb or 0))
+
+
+def _case(op: str, dtype, n: int, batch: int, path: str):
+    if op == "lu":
+        from _lu_impls import ours
+
+        return ours(dtype, n, batch, None if path.startswith("plan:") else _lu_plan(dtype, n, path))
+    from _inv_impls import ours_inv, ours_solve
+
+    return (ours_inv if op == "inv" else ours_solve)(dtype, n, batch, path)
+
+
+def compile_one(job):
+    op, dtype, n, path = job
+    from batchlu.kernels import tuning
+
+    if path == "getrs":
+        return f"{op} {dtype} {n} getrs: compiled when first run"
+    t0 = time.time()
+    try:
+        if op == "lu":
+            p = _lu_plan(dtype, n, path)
+            tuning.compile_kernels("getrf", [tuning.getrf_kernel_name(p, dtype, n)])
+        elif op == "solve":
+            tuning.compile_kernels("gesv", [tuning.gesv_rows_name(dtype, _solve_tile(dtype, n, path))])
+        else:
+            tile = tuple(int(x) for x in path.split("-")[1].split("x"))
+            tuning.compile_kernels("getri", [tuning.gje_name(dtype, tile)])
+    except Exception as e:  # reported, the sweep goes on without it
+        return f"{job}: {type(e).__name__} {str(e)[-300:]}"
+    return f"{op} {dtype} {n} {path} {time.time() - t0:.1f}s"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ops", default="lu,solve,inv")
+    ap.add_argument("--dtypes", default="float32,float64,complex64,complex128")
+    ap.add_argument("--sizes", default="33")
+    ap.add_argument("--batch", type=int, default=10000)
+    ap.add_argument("--reps", type=int, default=7)
+    args = ap.parse_args(argv)
+    ops = [o for o in args.ops.split(",") if o]
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+
+    import cupy
+
+    jobs = [(op, d, n, p) for op in ops for d in dtypes for n in sizes for p in candidates(op, d, n)]
+    precompile(compile_one, jobs)
+    rows = []
+    for op in ops:
+        for d in dtypes:
+            for n in sizes:
+                ref = dispatched(op, d, n)
+                res = {}
+                for path in [ref] + [p for p in candidates(op, d, n) if p != ref]:
+                    try:
+                        case = _case(op, d, n, args.batch, path)
+                        check_case(case)
+                        res[path] = time_case(case, args.reps)
+                    except WrongResult as e:
+                        print(op, d, n, path, "WRONG", e, flush=True)
+                    except Exception as e:
+                        print(op, d, n, path, "FAILED", type(e).__name__, str(e)[:200], flush=True)
+                    cupy.get_default_memory_pool().free_all_blocks()
+                if not res:
+                    continue
+                best = min(res, key=res.get)
+                print(f"{op} {d:10s} n={n:3d} " + " ".join(f"{k}={v:.3f}" for k, v in sorted(res.items(), key=lambda kv: kv[1])),
+                      flush=True)
+                rows.append((op, d, n, ref, res.get(ref, float("nan")), best, res[best]))
+    print("\n| op | dtype | n | dispatched | ms | fastest | ms | gain |\n|---|---|---|---|---|---|---|---|")
+    for op, d, n, ref, rms, b, bms in rows:
+        print(f"| {op} | {d} | {n} | {ref} | {rms:.3f} | {b} | {bms:.3f} | {rms / bms:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
