@@ -140,15 +140,26 @@ __device__ __forceinline__ void blocks_each(long long count, long long b0, long 
     }
 }
 
+// A wide-run kernel's block: the run g (sn[first + block / groups]) and its share of `count` items
+// (matrices, or rows of the solve) in groups of M: items [start, start + here).
+struct WideShare {
+    long long g, start, here;
+};
+
+__device__ __forceinline__ WideShare wide_share(const long long* __restrict__ sn, long long first, long long M,
+                                                long long count) {
+    const long long groups = (count + M - 1) / M, start = (blockIdx.x % groups) * M;
+    return {sn[first + blockIdx.x / groups], start, count - start < M ? count - start : M};
+}
+
 template <typename T>
 __global__ void ldlt_wide_panels(const long long* __restrict__ sn, long long first, long long M, long long B,
                                  const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
                                  const long long* __restrict__ col_of, const long long* __restrict__ sn_of,
                                  const long long* __restrict__ colptr, const T* __restrict__ tau, int perturb, T* lx,
                                  T* dd, unsigned char* flag) {
-    const long long groups = (B + M - 1) / M, g = sn[first + blockIdx.x / groups];
-    const long long b0 = (blockIdx.x % groups) * M, here = B - b0 < M ? B - b0 : M;
-    const long long f = sn_first[g], s = sn_size[g];
+    const WideShare w = wide_share(sn, first, M, B);
+    const long long b0 = w.start, here = w.here, f = sn_first[w.g], s = sn_size[w.g];
     for (long long t = 0; t < s; ++t) {
         const long long p0 = colptr[f + t], count = colptr[f + t + 1] - p0;
         if (t) {                                      // column 0 has no earlier column in its run
@@ -164,7 +175,7 @@ __global__ void ldlt_wide_panels(const long long* __restrict__ sn, long long fir
     }
 }
 
-// A wide run's rows in a solve, the block's (matrix, right-hand side) pairs p = t K + r of rows[t0 ..): row
+// A wide run's rows in a solve, the block's (matrix, right-hand side) pairs p = t K + r of rows[w.start ..): row
 // u final, every later (forward) or earlier (backward) row v of the run adds its term to its own sum in
 // acc (y's shape), in forward_run's / backward_run's order, and row v takes its sum once the last term is in.
 template <typename T>
@@ -172,9 +183,8 @@ __global__ void ldlt_forward_wide(const long long* __restrict__ sn, long long fi
                                   long long K, long long B, const long long* __restrict__ rows,
                                   const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
                                   const long long* __restrict__ colptr, const T* __restrict__ lx, T* y, T* acc) {
-    const long long groups = (R + M - 1) / M, g = sn[first + blockIdx.x / groups];
-    const long long t0 = (blockIdx.x % groups) * M, here = (R - t0 < M ? R - t0 : M) * K, p0 = t0 * K;
-    const long long f = sn_first[g], s = sn_size[g], RK = R * K;
+    const WideShare w = wide_share(sn, first, M, R);
+    const long long p0 = w.start * K, here = w.here * K, f = sn_first[w.g], s = sn_size[w.g], RK = R * K;
     blocks_each(s - 1, p0, here, [&](long long e, long long p) { acc[(f + 1 + e) * RK + p] = T(0); });
     __syncthreads();
     for (long long u = 0; u + 1 < s; ++u) {
@@ -194,9 +204,8 @@ __global__ void ldlt_backward_wide(const long long* __restrict__ sn, long long f
                                    long long K, long long B, const long long* __restrict__ rows,
                                    const long long* __restrict__ sn_first, const long long* __restrict__ sn_size,
                                    const long long* __restrict__ colptr, const T* __restrict__ lx, T* y, T* acc) {
-    const long long groups = (R + M - 1) / M, g = sn[first + blockIdx.x / groups];
-    const long long t0 = (blockIdx.x % groups) * M, here = (R - t0 < M ? R - t0 : M) * K, p0 = t0 * K;
-    const long long f = sn_first[g], s = sn_size[g], RK = R * K;
+    const WideShare w = wide_share(sn, first, M, R);
+    const long long p0 = w.start * K, here = w.here * K, f = sn_first[w.g], s = sn_size[w.g], RK = R * K;
     blocks_each(s - 1, p0, here, [&](long long v, long long p) { acc[(f + v) * RK + p] = T(0); });
     __syncthreads();
     for (long long u = s - 1; u >= 1; --u) {
