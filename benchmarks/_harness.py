@@ -1,6 +1,6 @@
 """What the kernel benchmarks share: checking a case's output (LAPACK test ratios) and timing it,
-compiling ahead in parallel, random input, bitwise comparison, and the source of a kernel family at a
-git revision (for A/B runs).
+compiling ahead in parallel, random input, tile names, bitwise comparison, and the source of a kernel
+family at a git revision (for A/B runs).
 
 A sibling module of the ``bench_*.py`` scripts: running ``python benchmarks/bench_x.py`` puts this
 folder first on ``sys.path``. CuPy is imported inside the functions, so the scripts' ``--help`` works
@@ -135,6 +135,24 @@ def precompile(compile_fn, jobs, processes: int = 16) -> None:
         for r in ex.map(compile_fn, jobs):
             print("compiled", r, flush=True)
     print(f"compile {len(jobs)} in {time.time() - t0:.0f}s", flush=True)
+
+
+def compile_report(label: str, family: str, name: str) -> str:
+    """Compile (or load) kernel ``name`` of ``family``: a report line with ``label`` and the seconds it
+    took, or the error (a sweep goes on without that candidate)."""
+    from batchlu.kernels import tuning
+
+    t0 = time.time()
+    try:
+        tuning.compile_kernels(family, [name])
+    except Exception as e:
+        return f"{label}: {type(e).__name__} {str(e)[-300:]}"
+    return f"{label} {time.time() - t0:.1f}s"
+
+
+def tile_of(path: str) -> tuple[int, ...]:
+    """The integers of a path name's tile: ``fused-12x8x3x5x1`` -> (12, 8, 3, 5, 1)."""
+    return tuple(int(x) for x in path.split("-")[1].split("x"))
 
 
 def random_batch(shape, dtype, seed: int):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from _harness import inv_ratio, solve_ratio
+from _harness import inv_ratio, solve_ratio, tile_of
 from _lu_impls import Case, _sources, _torch, getrf_flops
 
 SOLVE_RHS = 16
@@ -78,7 +78,7 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
         a[...] = src[k % len(src)]
 
     if path.startswith("fused"):
-        tile = tuple(int(t) for t in path.split("-")[1].split("x")) if "-" in path else None
+        tile = tile_of(path) if "-" in path else None
         if tile and (tile[0] * tile[2] < n or tile[1] * tile[3] < n
                      or tile[2] * tile[3] * np.dtype(dtype).itemsize // 4 > 160):
             raise ValueError(f"Expected a tile that holds n = {n} in registers. Got {tile} instead.")
@@ -189,8 +189,8 @@ def cupy_inv(dtype, n, batch) -> Case:
 # ---- solve (16 right-hand sides) ------------------------------------------------------------------
 
 def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
-    """Our dispatch (or a fixed ``path``: "rows", "rows-RRxTJ[xSTEP]" (gesv_rows on a fixed tile shape, n padded to STEP),
-    "getrs")."""
+    """Our dispatch (or a fixed ``path``: "rows", "rows-RRxTJ[xSTEP]" (gesv_rows on a fixed tile shape,
+    n padded to STEP), "getrs")."""
     import cupy
 
     from batchlu.kernels import tuning
@@ -208,7 +208,7 @@ def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
         a[...] = src[k % len(src)]
 
     if path.startswith("rows"):
-        rr_tj = tuple(int(t) for t in path.split("-")[1].split("x")) if "-" in path else None
+        rr_tj = tile_of(path) if "-" in path else None
         tile = tuning.gesv_rows_tile(dtype, n, SOLVE_RHS, rr_tj)
         if tile is None or tile[2] * (tile[3] + tile[4]) * np.dtype(dtype).itemsize // 4 > 192:
             raise ValueError(f"Expected a gesv_rows tile that holds n = {n} in registers. Got {tile}.")

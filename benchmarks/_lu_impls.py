@@ -175,6 +175,14 @@ IMPLS = {"lu": {"ours": ours, "cublas": cublas, "torch-magma": torch_magma,
 FLOPS = {"lu": getrf_flops}
 
 
+def rows_plan_of(tile: str, n: int):
+    """The getrf_rows plan of a name's tile ``RRxTJ[xSTEP][mM]`` for order n (``tuning.rows_plan``)."""
+    from batchlu.kernels import tuning
+
+    shape, _, minb = tile.partition("m")
+    return tuning.rows_plan(n, *(int(x) for x in shape.split("x")), minb=int(minb or 0))
+
+
 def variant(op: str, name: str):
     """Factories for names outside IMPLS: ``ours:small-8``, ``ours:blocked-16``,
     ``ours:blocked_smem-8`` (a fixed plan) and ``ours:rows-RRxTJ`` (the register-resident kernel with
@@ -188,8 +196,6 @@ def variant(op: str, name: str):
         from batchlu.kernels import tuning
 
         if kind == "rows":
-            shape, _, minb = tile.partition("m")
-            return ours(dtype, n, batch, tuning.rows_plan(n, *(int(x) for x in shape.split("x")),
-                                                          minb=int(minb or 0)))
+            return ours(dtype, n, batch, rows_plan_of(tile, n))
         return ours(dtype, n, batch, tuning.Plan(kind, int(tile)))
     return factory

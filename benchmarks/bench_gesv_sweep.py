@@ -8,11 +8,10 @@ sides) against getrf + getrs; prints the best tile per point (the source of ``GE
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-from _harness import precompile, time_case
+from _harness import compile_report, precompile, time_case
 
 CANDS = {
     16: [(1, 2), (2, 4)],
@@ -38,12 +37,7 @@ def compile_one(job):
     from batchlu.kernels import tuning
 
     t = fits(dtype, n, rr_tj)
-    t0 = time.time()
-    try:
-        tuning.compile_kernels("gesv", [tuning.gesv_rows_name(dtype, t)])
-    except Exception as e:
-        return f"{job}: {type(e).__name__} {str(e)[-300:]}"
-    return f"{job} {t} {time.time() - t0:.1f}s"
+    return compile_report(f"{job} {t}", "gesv", tuning.gesv_rows_name(dtype, t))
 
 
 def main(argv=None) -> None:

@@ -12,11 +12,10 @@ point against the dispatched one (``tuning.gje_tile``, the source of ``GJE_TILES
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-from _harness import precompile, random_batch, time_case
+from _harness import compile_report, precompile, random_batch, time_case
 
 
 def tiles(dtype, n: int) -> list[tuple[int, int, int, int, int]]:
@@ -38,12 +37,7 @@ def compile_one(job):
     dtype, tile = job
     from batchlu.kernels import tuning
 
-    t0 = time.time()
-    try:
-        tuning.compile_kernels("getri", [tuning.gje_name(dtype, tile)])
-    except Exception as e:  # reported, the sweep goes on without it
-        return f"{dtype} {tile}: {type(e).__name__} {str(e)[-300:]}"
-    return f"{dtype} {tile} {time.time() - t0:.1f}s"
+    return compile_report(f"{dtype} {tile}", "getri", tuning.gje_name(dtype, tile))
 
 
 def main(argv=None) -> None:

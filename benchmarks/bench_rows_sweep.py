@@ -3,10 +3,10 @@
     python3 benchmarks/bench_rows_sweep.py --ops lu,solve,inv --sizes 33 --reps 7
 
 For each op, dtype and n, every candidate tile: ``getrf_rows`` (lu) and ``gesv_rows`` (solve, 16
-right-hand sides; and getrf + getrs) on (RR, TJ) shapes with n padded to 8 (the default) or to 4, and for lu also compiled
-for one block per SM more than ``rows_min_blocks`` gives; ``inv_gje`` (inv) on (TI, TJ, RR,
-CC, MINB) tiles. A candidate must be whole warps (at most 256 threads), its padded tile at most 1.5 n^2
-elements, its data at most 200 registers a thread. All are compiled first in parallel (16 processes,
+right-hand sides; and getrf + getrs) on (RR, TJ) shapes with n padded to 8 (the default) or to 4,
+and for lu also compiled for one block per SM more than ``rows_min_blocks`` gives; ``inv_gje`` (inv)
+on (TI, TJ, RR, CC, MINB) tiles. A candidate must be whole warps (at most 256 threads), its padded
+tile at most 1.5 n^2 elements, its data at most 200 registers a thread. All are compiled first in parallel (16 processes,
 CuPy's disk cache); each is then run once on poisoned outputs and checked by LAPACK's test ratio
 (``_harness.check_case``: a wrong one is reported, never timed), then timed by ``_harness.time_case``
 (median of ``--reps``, batch ``--batch``) on the same fresh random batches. Prints every time, then a
@@ -16,11 +16,10 @@ table of the dispatched tile against the fastest (the source of ``GETRF_DISPATCH
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-from _harness import WrongResult, check_case, precompile, time_case
+from _harness import WrongResult, check_case, compile_report, precompile, tile_of, time_case
 
 MAX_THREADS = 256
 MAX_DATA_REGS = 200
@@ -71,7 +70,9 @@ def gje_tiles(dtype, n: int) -> list[str]:
 
 def candidates(op: str, dtype, n: int) -> list[str]:
     """Every candidate path of (op, dtype, n); for solve also getrf + getrs (``getrs``)."""
-    return gje_tiles(dtype, n) if op == "inv" else rows_shapes(op, dtype, n) + (["getrs"] if op == "solve" else [])
+    if op == "inv":
+        return gje_tiles(dtype, n)
+    return rows_shapes(op, dtype, n) + (["getrs"] if op == "solve" else [])
 
 
 def dispatched(op: str, dtype, n: int) -> str:
@@ -89,21 +90,20 @@ def dispatched(op: str, dtype, n: int) -> str:
 def _solve_tile(dtype, n: int, path: str):
     from batchlu.kernels import tuning
 
-    return tuning.gesv_rows_tile(dtype, n, 16, tuple(int(x) for x in path.split("-")[1].split("x")))
+    return tuning.gesv_rows_tile(dtype, n, 16, tile_of(path))
 
 
-def _lu_plan(dtype, n: int, path: str):
-    from batchlu.kernels import tuning
+def _lu_plan(n: int, path: str):
+    from _lu_impls import rows_plan_of
 
-    shape, _, minb = path.split("-")[1].partition("m")
-    return tuning.rows_plan(n, *(int(x) for x in shape.split("x")), minb=int(minb or 0))
+    return rows_plan_of(path.split("-")[1], n)
 
 
 def _case(op: str, dtype, n: int, batch: int, path: str):
     if op == "lu":
         from _lu_impls import ours
 
-        return ours(dtype, n, batch, None if path.startswith("plan:") else _lu_plan(dtype, n, path))
+        return ours(dtype, n, batch, None if path.startswith("plan:") else _lu_plan(n, path))
     from _inv_impls import ours_inv, ours_solve
 
     return (ours_inv if op == "inv" else ours_solve)(dtype, n, batch, path)
@@ -113,21 +113,14 @@ def compile_one(job):
     op, dtype, n, path = job
     from batchlu.kernels import tuning
 
+    label = f"{op} {dtype} {n} {path}"
     if path == "getrs":
-        return f"{op} {dtype} {n} getrs: compiled when first run"
-    t0 = time.time()
-    try:
-        if op == "lu":
-            p = _lu_plan(dtype, n, path)
-            tuning.compile_kernels("getrf", [tuning.getrf_kernel_name(p, dtype, n)])
-        elif op == "solve":
-            tuning.compile_kernels("gesv", [tuning.gesv_rows_name(dtype, _solve_tile(dtype, n, path))])
-        else:
-            tile = tuple(int(x) for x in path.split("-")[1].split("x"))
-            tuning.compile_kernels("getri", [tuning.gje_name(dtype, tile)])
-    except Exception as e:  # reported, the sweep goes on without it
-        return f"{job}: {type(e).__name__} {str(e)[-300:]}"
-    return f"{op} {dtype} {n} {path} {time.time() - t0:.1f}s"
+        return f"{label}: compiled when first run"
+    if op == "lu":
+        return compile_report(label, "getrf", tuning.getrf_kernel_name(_lu_plan(n, path), dtype, n))
+    if op == "solve":
+        return compile_report(label, "gesv", tuning.gesv_rows_name(dtype, _solve_tile(dtype, n, path)))
+    return compile_report(label, "getri", tuning.gje_name(dtype, tile_of(path)))
 
 
 def main(argv=None) -> None:
@@ -165,8 +158,8 @@ def main(argv=None) -> None:
                 if not res:
                     continue
                 best = min(res, key=res.get)
-                print(f"{op} {d:10s} n={n:3d} " + " ".join(f"{k}={v:.3f}" for k, v in sorted(res.items(), key=lambda kv: kv[1])),
-                      flush=True)
+                ranked = sorted(res.items(), key=lambda kv: kv[1])
+                print(f"{op} {d:10s} n={n:3d} " + " ".join(f"{k}={v:.3f}" for k, v in ranked), flush=True)
                 rows.append((op, d, n, ref, res.get(ref, float("nan")), best, res[best]))
     print("\n| op | dtype | n | dispatched | ms | fastest | ms | gain |\n|---|---|---|---|---|---|---|---|")
     for op, d, n, ref, rms, b, bms in rows:
