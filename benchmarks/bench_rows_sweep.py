@@ -3,15 +3,15 @@
     python3 benchmarks/bench_rows_sweep.py --ops lu,solve,inv --sizes 33 --reps 7
 
 For each op, dtype and n, every candidate tile: ``getrf_rows`` (lu) and ``gesv_rows`` (solve, 16
-right-hand sides; and getrf + getrs) on (RR, TJ) shapes with n padded to 8 (the default) or to 4,
-and for lu also compiled for one block per SM more than ``rows_min_blocks`` gives; ``inv_gje`` (inv)
-on (TI, TJ, RR, CC, MINB) tiles. A candidate must be whole warps (at most 256 threads), its padded
-tile at most 1.5 n^2 elements, its data at most 200 registers a thread. All are compiled first in parallel (16 processes,
-CuPy's disk cache); each is then run once on poisoned outputs and checked by LAPACK's test ratio
-(``_harness.check_case``: a wrong one is reported, never timed), then timed by ``_harness.time_case``
-(median of ``--reps``, batch ``--batch``) on the same fresh random batches. Prints every time, then a
-table of the dispatched tile against the fastest (the source of ``GETRF_DISPATCH``, ``GESV_ROWS`` and
-``GJE_TILES``: docs/design.md).
+right-hand sides; and getrf + getrs) on (RR, TJ) shapes with n padded to 8 (the default) or to 4, and
+for lu also compiled for one block per SM more than ``rows_min_blocks`` gives; ``inv_gje`` (inv) on (TI,
+TJ, RR, CC, MINB) tiles. A candidate must be whole warps (at most 256 threads), its padded tile at most
+1.5 n^2 elements, its data at most 200 registers a thread. All are compiled first in parallel (16
+processes, CuPy's disk cache); each is then run once on poisoned outputs and checked by LAPACK's test
+ratio (``_harness.check_case``: a wrong one is reported, never timed), then timed by
+``_harness.time_case`` (median of ``--reps``, batch ``--batch``) on the same fresh random batches.
+Prints every time, then a table of the dispatched tile against the fastest (the source of
+``GETRF_DISPATCH``, ``GESV_ROWS`` and ``GJE_TILES``: docs/design.md).
 """
 from __future__ import annotations
 
