@@ -31,7 +31,8 @@ def _words(dtype) -> int:
 
 
 def rows_shapes(op: str, dtype, n: int) -> list[str]:
-    """Candidate path names of getrf_rows (``rows-RRxTJ[xSTEP][mM]``) or gesv_rows (``rows-RRxTJ[xSTEP]``)."""
+    """Candidate path names of getrf_rows (``rows-RRxTJ[xSTEP][mM]``) or gesv_rows
+    (``rows-RRxTJ[xSTEPxLANES]``: LANES at least per right-hand side, 16 right-hand sides)."""
     from batchlu.kernels import tuning
 
     out = []
@@ -40,14 +41,20 @@ def rows_shapes(op: str, dtype, n: int) -> list[str]:
             for step in (0, 4):
                 plan = tuning.rows_plan(n, rr, tj, step)
                 ti, _, _, cc = plan.tile
-                cb = -(-16 // tj) if op == "solve" else 0
                 if (ti * tj > MAX_THREADS or ti * rr * tj * cc > MAX_AREA * n * n
-                        or rr * (cc + cb) * _words(dtype) > MAX_DATA_REGS):
+                        or rr * cc * _words(dtype) > MAX_DATA_REGS):
                     continue
-                name = f"rows-{rr}x{tj}" + (f"x{step}" if step else "")
                 if step and plan.tile == tuning.rows_plan(n, rr, tj).tile:
                     continue  # the same tile as the default padding
+                name = f"rows-{rr}x{tj}" + (f"x{step}" if step else "")
                 out.append(name)
+                if op == "solve":  # fewer right-hand sides a pass: 2 and 4 times the lanes each
+                    kr = {tuning.gesv_rows_tile(dtype, n, 16, (rr, tj, step, 1))[4]}
+                    for lanes in (2, 4, 8, 16, 32):
+                        tile = tuning.gesv_rows_tile(dtype, n, 16, (rr, tj, step, lanes))
+                        if tile[4] not in kr and len(kr) < 3:
+                            kr.add(tile[4])
+                            out.append(f"rows-{rr}x{tj}x{step}x{lanes}")
                 if op == "lu":
                     base = tuning.rows_min_blocks(dtype, plan.tile)
                     out += [f"{name}m{base + 1}"] if (base + 1) * ti * tj <= 2048 else []
@@ -130,6 +137,8 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", default="33")
     ap.add_argument("--batch", type=int, default=10000)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--kinds", default="", help="only candidates whose name starts with one of these "
+                    "(comma-separated, e.g. trsm,getrs); the dispatched one is always timed")
     args = ap.parse_args(argv)
     ops = [o for o in args.ops.split(",") if o]
     dtypes = [d for d in args.dtypes.split(",") if d]
@@ -137,7 +146,14 @@ def main(argv=None) -> None:
 
     import cupy
 
-    jobs = [(op, d, n, p) for op in ops for d in dtypes for n in sizes for p in candidates(op, d, n)]
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+
+    def chosen(op, d, n):
+        ref = dispatched(op, d, n)
+        return [ref] + [p for p in candidates(op, d, n) if p != ref and (not kinds or p.startswith(kinds))]
+
+    jobs = [(op, d, n, p) for op in ops for d in dtypes for n in sizes for p in chosen(op, d, n)
+            if not p.startswith("plan:")]
     precompile(compile_one, jobs)
     rows = []
     for op in ops:
@@ -145,7 +161,7 @@ def main(argv=None) -> None:
             for n in sizes:
                 ref = dispatched(op, d, n)
                 res = {}
-                for path in [ref] + [p for p in candidates(op, d, n) if p != ref]:
+                for path in chosen(op, d, n):
                     try:
                         case = _case(op, d, n, args.batch, path)
                         check_case(case)

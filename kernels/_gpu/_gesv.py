@@ -1,9 +1,9 @@
 """GPU gesv: the fused solve ``gesv_rows``, the family of ``kernels/cuda/gesv.cu``.
 
-``gesv_rows`` is getrf_rows' register LU (``rows.cuh``) with the right-hand sides as more register
-columns, then a backward substitution sweep, one block per matrix. :data:`GESV_ROWS` gives its tile
-per (dtype, n); ``_getrs.solve`` sends larger n, or more than :data:`GESV_ROWS_MAX_RHS` right-hand
-sides, to getrf + getrs.
+``gesv_rows`` factors each matrix in one block's registers as ``getrf_rows`` does (``rows.cuh``), puts
+the factors in shared memory and solves L y = P^T b and U x = y from there, KR right-hand sides a pass.
+:data:`GESV_ROWS` gives its tile per (dtype, n); ``_getrs.solve`` sends larger n, or more than
+:data:`GESV_ROWS_MAX_RHS` right-hand sides, to getrf + getrs.
 """
 
 from __future__ import annotations
@@ -13,47 +13,69 @@ import numpy as np
 from batchlu.errors import InputError
 
 from ._getrf import rows_min_blocks, rows_plan
-from ._runtime import check, kernel, template
+from ._runtime import check, kernel, smem_optin, template
 
 
 FAMILY = "gesv"
-# Per dtype, (largest n, RR, TJ[, step]) rows, first match wins; see docs/design.md#gesv-dispatch. The
-# tile is getrf_rows' (rows_plan; step: its padding of n) plus ceil(k / TJ) right-hand-side columns per
-# thread; above the last n: getrf + getrs.
+# Per dtype, (largest n, RR, TJ[, step[, lanes]]) rows, first match wins; see docs/design.md#gesv-dispatch.
+# (RR, TJ, step): getrf_rows' register tile (rows_plan; step: its padding of n, 0 the default); lanes:
+# at least that many lanes per right-hand side in the triangular solves (default 1: 16 right-hand
+# sides a pass). Above the last n: getrf + getrs.
 GESV_ROWS = {
-    np.dtype(np.float32): ((16, 2, 4), (33, 5, 4, 4), (48, 3, 4), (64, 8, 8), (96, 6, 8), (128, 8, 8)),
-    np.dtype(np.float64): ((16, 2, 4), (33, 5, 8), (48, 6, 8), (96, 4, 8)),
-    np.dtype(np.complex64): ((16, 2, 4), (33, 5, 8), (48, 3, 4)),
-    np.dtype(np.complex128): ((16, 2, 4), (33, 3, 8, 4), (48, 3, 8), (64, 4, 8)),
+    np.dtype(np.float32): ((16, 1, 2), (33, 5, 4, 4, 4), (48, 3, 2, 0, 4), (64, 2, 4), (96, 4, 4, 0, 8),
+                           (128, 4, 8)),
+    np.dtype(np.float64): ((16, 1, 2), (33, 5, 4, 4), (48, 3, 4), (64, 2, 4), (96, 4, 8)),
+    np.dtype(np.complex64): ((16, 1, 2), (33, 9, 8, 4, 4), (48, 6, 8), (64, 2, 4)),
+    np.dtype(np.complex128): ((16, 2, 4), (33, 9, 8, 4, 4), (48, 6, 8), (64, 8, 16)),
 }
+# The right-hand sides the dispatch sends to gesv_rows (measured at 16); launch_gesv_rows takes any k.
 GESV_ROWS_MAX_RHS = 16
 
 
-def gesv_rows_tile(dtype, n: int, k: int, rr_tj=None):
-    """The gesv_rows tile (TI, TJ, RR, CC, CB) for order n and k right-hand sides: (RR, TJ[, step]) from
-    ``rr_tj`` or GESV_ROWS; None where neither applies (n beyond the table, k > GESV_ROWS_MAX_RHS)."""
-    if rr_tj is None:
+def gesv_rows_kr(threads: int, k: int, lanes: int = 1) -> int:
+    """Right-hand sides per pass of ``gesv_rows`` with ``threads`` threads for k of them: the block's
+    warps times the power of two that first reaches min(k, 16), so that each right-hand side has a
+    power of two of lanes within one warp, and at most threads / ``lanes`` of them (more go in further
+    passes)."""
+    kr = threads // 32
+    while kr < min(k, 16) and threads // (2 * kr) >= lanes:
+        kr *= 2
+    return kr
+
+
+def gesv_rows_tile(dtype, n: int, k: int, shape=None):
+    """The gesv_rows tile (TI, TJ, RR, CC, KR) for order n and k right-hand sides: (RR, TJ[, step[,
+    lanes]]) from ``shape`` or GESV_ROWS; None where neither applies (n beyond the table, k >
+    GESV_ROWS_MAX_RHS)."""
+    if shape is None:
         if k > GESV_ROWS_MAX_RHS:
             return None
-        rr_tj = next((tuple(shape) for nmax, *shape in GESV_ROWS[np.dtype(dtype)] if n <= nmax), None)
-        if rr_tj is None:
+        shape = next((tuple(s) for nmax, *s in GESV_ROWS[np.dtype(dtype)] if n <= nmax), None)
+        if shape is None:
             return None
-    ti, tj, rr, cc = rows_plan(max(n, 1), *rr_tj).tile
-    return (ti, tj, rr, cc, max(1, -(-k // tj)))
+    rr, tj, step, lanes = (tuple(shape) + (0, 1))[:4]
+    ti, tj, rr, cc = rows_plan(max(n, 1), rr, tj, step).tile
+    return (ti, tj, rr, cc, gesv_rows_kr(ti * tj, k, lanes))
 
 
 def gesv_rows_name(dtype, tile) -> str:
-    """The name expression of ``gesv_rows`` on ``tile`` (TI, TJ, RR, CC, CB)."""
-    ti, tj, rr, cc, cb = tile
-    # registers as getrf_rows' tile with the CB right-hand-side columns on top (ptxas -v on the swept
-    # tiles: at most a few words spilled on three of them)
-    minb = rows_min_blocks(dtype, (ti, tj, rr, cc + cb))
-    return template("gesv_rows", dtype, ti, tj, rr, cc, cb, minb)
+    """The name expression of ``gesv_rows`` on ``tile`` (TI, TJ, RR, CC, KR): registers as getrf_rows'
+    tile (the triangular solves need fewer)."""
+    return template("gesv_rows", dtype, *tile, rows_min_blocks(dtype, tile[:4]))
+
+
+def gesv_rows_smem(dtype, tile) -> int:
+    """Dynamic shared memory of ``gesv_rows`` on ``tile``: the factors, TI RR rows of TJ CC elements
+    padded to an odd number of 16-byte words (rows_stride in rows.cuh)."""
+    ti, tj, rr, cc = tile[:4]
+    item = np.dtype(dtype).itemsize
+    per = max(1, 16 // item)
+    return ti * rr * (-(-tj * cc // per) | 1) * per * item
 
 
 def launch_gesv_rows(a, b, x, info, tile=None) -> None:
     """Fused solve of ``a`` (B, n, n) against ``b`` (B, n, k) into ``x`` (B, n, k) and ``info`` (B,)
-    int32 by ``gesv_rows``; ``tile`` (TI, TJ, RR, CC, CB) defaults to :func:`gesv_rows_tile`'s."""
+    int32 by ``gesv_rows``; ``tile`` (TI, TJ, RR, CC, KR) defaults to :func:`gesv_rows_tile`'s."""
     batch, n = a.shape[0], a.shape[-1]
     k = b.shape[-1]
     check("a", a, (batch, n, n), a.dtype)
@@ -61,11 +83,19 @@ def launch_gesv_rows(a, b, x, info, tile=None) -> None:
     check("x", x, (batch, n, k), a.dtype)
     check("info", info, (batch,), np.int32)
     tile = tuple(tile) if tile is not None else gesv_rows_tile(a.dtype, n, k)
-    if (tile is None or len(tile) != 5 or tile[0] * tile[2] < n or tile[1] * tile[3] < n
-            or tile[1] * tile[4] < k or (tile[0] * tile[1]) % 32 or tile[0] * tile[1] > 1024):
-        raise InputError(f"Expected a gesv_rows tile (TI, TJ, RR, CC, CB) of whole warps holding n = {n} "
-                         f"and k = {k} right-hand sides. Got {tile} instead.")
+    threads = tile[0] * tile[1] if tile is not None and len(tile) == 5 else 0
+    if (not threads or tile[0] * tile[2] < n or tile[1] * tile[3] < n or threads % 32 or threads > 1024
+            or tile[4] < 1 or threads % tile[4] or 32 % (threads // tile[4])):
+        raise InputError(f"Expected a gesv_rows tile (TI, TJ, RR, CC, KR) of whole warps holding n = {n}, "
+                         f"KR giving each right-hand side a power of two of lanes within one warp. Got "
+                         f"{tile} instead.")
     if batch == 0 or n == 0 or k == 0:
         return
-    func = kernel(FAMILY, gesv_rows_name(a.dtype, tile))
-    func((batch,), (tile[0] * tile[1],), (a, b, x, info, np.int32(n), np.int32(k)))
+    name = gesv_rows_name(a.dtype, tile)
+    smem = gesv_rows_smem(a.dtype, tile)
+    need = smem + kernel(FAMILY, name).shared_size_bytes
+    if need > smem_optin():
+        raise InputError(f"Expected gesv_rows' block to fit in shared memory: tile {tile} needs {need} "
+                         f"bytes, this device allows {smem_optin()}.")
+    func = kernel(FAMILY, name, smem=smem)
+    func((batch,), (threads,), (a, b, x, info, np.int32(n), np.int32(k)), shared_mem=smem)

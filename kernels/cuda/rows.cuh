@@ -3,8 +3,8 @@
 // Batched LU with partial pivoting, the whole matrix in registers: right-looking, unblocked, one
 // barrier per column. Any n whose tile fits one block's registers works (up to ~190 in float32);
 // kernels/_gpu/_getrf.py dispatches it where it measured fastest on the H100 (n <= 64).
-// gesv_rows is the same elimination with the right-hand sides B riding along in more register
-// columns, followed by a backward substitution sweep (kernels/_gpu/_gesv.py: the fused solve).
+// gesv_rows is the same elimination followed by the triangular solves from shared memory (rows_trsm;
+// kernels/_gpu/_gesv.py: the fused solve).
 //
 // One thread block per matrix. Thread (ti, tj) of a TI x TJ block (tid = ti * TJ + tj) owns the
 // RR x CC elements (ti + TI r, tj + TJ c) of the (padded) matrix in a statically indexed register
@@ -53,11 +53,118 @@ template <typename T, int CC> __host__ __device__ constexpr int rows_stride() {
     return (words % 2 ? words : words + 1) * v;
 }
 
-// The kernel body. CB = 0: LU of A into L (original rows at their final positions), piv, info.
-// CB > 0 (gesv_rows): B (n x nrhs, nrhs <= TJ * CB) rides along as CB more register columns per
-// thread (column tj + TJ cb of B in slot CC + cb), so the elimination applies L^-1 P to it; then a
-// backward sweep, one barrier per column, substitutes with U; X goes to its final rows; L, piv unused.
-template <typename T, int TI, int TJ, int RR, int CC, int CB>
+// The solve of gesv_rows (KR > 0 in rows_run): the factors, still in registers with lazy swaps, go to
+// shared memory in LAPACK's row order (row fpos[ci] of `lus`; orig[q] = the row of A and B at position
+// q), then L y = P^T B and U x = y are solved from there, KR right-hand sides at a time (the rest in
+// further passes). Right-hand side j of a pass belongs to the H = NT / KR consecutive lanes j H .. j H
+// + H - 1 (H divides 32: they share a warp), lane h of them holding rows h, h + H, ... in registers (y[s] is
+// row h + H s). Step k: y_k comes from its lane by one shuffle, and each lane updates its rows below
+// (forward) or above (backward) k with L or U's column k from shared memory, two to H distinct rows a
+// warp instruction (the row stride is an odd number of 16-byte words: distinct banks). k is unrolled,
+// so every register index and which slots lie past k are compile-time; only the slot holding row k
+// itself is predicated. No barrier after the factors are stored: the lanes of a right-hand side share
+// a warp. x_k = y_k * (1 / u_kk) where |u_kk| >= sfmin (reciprocals formed once, one per thread),
+// else y_k / u_kk.
+template <typename T, int TI, int TJ, int RR, int CC, int KR>
+__device__ __forceinline__ void rows_trsm(const T (&x)[RR][CC], const int* fpos, const T* Bm, int n,
+                                          int nrhs, T* X) {
+    constexpr int NT = TI * TJ;
+    constexpr int H = NT / KR;           // lanes per right-hand side
+    constexpr int NI = TI * RR;          // rows of the tile (>= n)
+    constexpr int S = (NI + H - 1) / H;  // rows per lane
+    constexpr int LD = rows_stride<T, TJ * CC>();
+    static_assert(NT % KR == 0 && 32 % H == 0, "a right-hand side's lanes must share a warp");
+    extern __shared__ __align__(16) unsigned char rows_dynamic[];  // NI x LD: gesv_rows_smem (_gesv.py)
+    T* lus = reinterpret_cast<T*>(rows_dynamic);
+    __shared__ __align__(16) T dinv[NI];         // 1 / u_qq; 0 where |u_qq| < sfmin (divide)
+    __shared__ int orig[NI];
+
+    const int tid = threadIdx.x;
+    const int tj = tid % TJ, ti = tid / TJ;
+#pragma unroll
+    for (int r = 0; r < RR; ++r) {
+        const int i = ti + TI * r;
+        if (i < n) {
+            const int f = fpos[ti * RR + r];
+            if (tj == 0) orig[f] = i;
+#pragma unroll
+            for (int c = 0; c < CC; ++c) {
+                const int j = tj + TJ * c;
+                if (j < n) lus[f * LD + j] = x[r][c];
+            }
+        }
+    }
+    __syncthreads();
+    for (int q = tid; q < n; q += NT) {
+        const T u = lus[q * LD + q];
+        dinv[q] = abs_(u) >= traits<T>::sfmin() ? div_(one<T>(), u) : zero<T>();
+    }
+    __syncthreads();
+
+    const int lane = tid & 31, h = tid % H, jr = tid / H;
+    const int src = lane - h;  // lane 0 of this right-hand side's H
+    // row h + H s of the factors, for slot s: the last slot's row is clamped into the tile (its lanes
+    // past NI - 1 hold no row, and their updates are predicated off)
+    const T* first = lus + h * LD;
+    const T* last = lus + min(h + H * (S - 1), NI - 1) * LD;
+    auto at = [&](int s, int k) -> T { return s == S - 1 ? last[k] : first[H * s * LD + k]; };
+    for (int j0 = 0; j0 < nrhs; j0 += KR) {
+        const int j = j0 + jr;
+        const bool mine = j < nrhs;
+        T y[S];
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            const int q = h + H * s;
+            y[s] = (mine && q < n) ? Bm[(long long)orig[q] * nrhs + j] : zero<T>();
+        }
+        // L y = P^T b: rows below k (unit diagonal). The rows past n - 1 take updates from whatever
+        // lies past the factors in `lus`; they are never read back or stored.
+#pragma unroll
+        for (int kb = 0; kb < S; ++kb) {
+            if (kb * H >= n) break;
+#pragma unroll 1
+            for (int kh = 0; kh < H; ++kh) {
+                const int k = kb * H + kh;
+                if (k >= n) break;
+                const T yk = shfl(y[kb], src + kh);
+                if (h > kh) y[kb] = fms(y[kb], at(kb, k), yk);
+#pragma unroll
+                for (int s = kb + 1; s < S; ++s) y[s] = fms(y[s], at(s, k), yk);
+            }
+        }
+        // U x = y: rows above k
+#pragma unroll
+        for (int kb = S - 1; kb >= 0; --kb) {
+            if (kb * H >= n) continue;
+#pragma unroll 1
+            for (int kh = H - 1; kh >= 0; --kh) {
+                const int k = kb * H + kh;
+                if (k >= n) continue;
+                const T d = dinv[k];
+                T xk = shfl(y[kb], src + kh);
+                if (is_zero(d)) {
+                    xk = div_(xk, lus[k * LD + k]);
+                } else {
+                    xk = xk * d;
+                }
+                if (h == kh) y[kb] = xk;
+                if (h < kh) y[kb] = fms(y[kb], at(kb, k), xk);
+#pragma unroll
+                for (int s = 0; s < kb; ++s) y[s] = fms(y[s], at(s, k), xk);
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            const int q = h + H * s;
+            if (mine && q < n) X[(long long)q * nrhs + j] = y[s];
+        }
+    }
+}
+
+// The kernel body. KR = 0 (getrf_rows): LU of A into L (original rows at their final positions), piv,
+// info. KR > 0 (gesv_rows): the same LU, then X = A^-1 B by rows_trsm (B and X n x nrhs, KR right-hand
+// sides a pass); L and piv unused.
+template <typename T, int TI, int TJ, int RR, int CC, int KR>
 __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrhs, T* L, int* piv,
                                          T* X, int* info_out) {
     using R = real_t<T>;
@@ -68,8 +175,7 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
     constexpr int WR = G * RR;          // rows per warp
     constexpr int SR = (WR + 31) / 32;  // row slots per search lane
     constexpr int NI = TI * RR;
-    constexpr int CX = CC + CB;         // register columns per thread: A's, then B's
-    constexpr int RS = rows_stride<T, CX>();
+    constexpr int RS = rows_stride<T, CC>();
     static_assert(NT % 32 == 0 && NT <= 1024, "the block must be whole warps");
     static_assert(TJ <= 32 && 32 % TJ == 0, "TJ must divide 32");
     static_assert(RR <= 32, "the pivoted-row mask is one 32-bit word");
@@ -79,18 +185,13 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
     __shared__ __align__(16) int4 cand[2][W];      // (key.hi, key.lo, position, colv index)
     __shared__ int pivs[NI];
     __shared__ int fpos[NI];
-    // solve only (CB > 0): u_kk and 1 / u_kk (0 where the reciprocal is unsafe: divide) by position,
-    // and the colv index of the row at each position.
-    constexpr int NS = CB > 0 ? NI : 1;
-    __shared__ T diag[NS], dinv[NS];
-    __shared__ int rowat[NS];
 
     const int tid = threadIdx.x;
     const int tj = tid % TJ, ti = tid / TJ;
     const int lane = tid & 31, warp = tid >> 5;
     const int tl = lane / TJ;  // ti within the warp
 
-    T x[RR][CX];
+    T x[RR][CC];
     unsigned act = 0;  // bit r: row ti + TI r is a real row not pivoted yet
     bool bad = false;
 #pragma unroll
@@ -102,11 +203,6 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
             const int j = tj + TJ * c;
             x[r][c] = (i < n && j < n) ? A[(long long)i * n + j] : zero<T>();
             bad |= !is_finite(x[r][c]);
-        }
-#pragma unroll
-        for (int c = 0; c < CB; ++c) {
-            const int j = tj + TJ * c;
-            x[r][CC + c] = (i < n && j < nrhs) ? Bm[(long long)i * nrhs + j] : zero<T>();
         }
     }
     int spos[SR];  // current position of this search lane's row slots; -1: padding or none
@@ -160,7 +256,7 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
                 for (int r = 0; r < RR; ++r) {
                     if (tl == wti && r == wr) {
 #pragma unroll
-                        for (int c = kc; c < CX; ++c) rowv[buf][warp][tj * RS + c] = x[r][c];
+                        for (int c = kc; c < CC; ++c) rowv[buf][warp][tj * RS + c] = x[r][c];
                     }
                 }
                 int p, ci;  // the pivot's position and colv index
@@ -180,13 +276,7 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
                 }
                 const T pv = colv[buf][ci];
                 const int pti = ci / RR, pr = ci - pti * RR, wb = pti / G;
-                if (tid == 0) {
-                    pivs[k] = p;
-                    if (CB > 0) {
-                        diag[k] = pv;
-                        dinv[k] = zero<T>();  // replaced below where the reciprocal is safe
-                    }
-                }
+                if (tid == 0) pivs[k] = p;
                 if (ti == pti) act &= ~(1u << pr);
 #pragma unroll
                 for (int q = 0; q < SR; ++q) spos[q] = spos[q] == p ? k : (spos[q] == k ? p : spos[q]);
@@ -199,14 +289,12 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
                 // complex: cabs1 >= 2 sfmin implies |p| >= sfmin; below that the modulus decides
                 if (traits<T>::is_complex ? cabs1(pv) >= R(2) * sfmin : abs_(pv) >= sfmin) {
                     const T rp = div_(one<T>(), pv);
-                    if (CB > 0 && tid == 0) dinv[k] = rp;
 #pragma unroll
                     for (int r = 0; r < RR; ++r) l[r] = l[r] * rp;
                 } else if (is_zero(pv)) {
                     if (info == 0) info = k + 1;
                 } else if (abs_(pv) >= sfmin) {
                     const T rp = div_(one<T>(), pv);
-                    if (CB > 0 && tid == 0) dinv[k] = rp;
 #pragma unroll
                     for (int r = 0; r < RR; ++r) l[r] = l[r] * rp;
                 } else {
@@ -216,7 +304,7 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
 
                 // rank-1 update of the unpivoted rows, columns > k; the owners store l in column k.
 #pragma unroll
-                for (int c = kc; c < CX; ++c) {
+                for (int c = kc; c < CC; ++c) {
                     const T pc = rowv[buf][wb][tj * RS + c];
 #pragma unroll
                     for (int r = 0; r < RR; ++r) {
@@ -238,10 +326,16 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
     for (int q = 0; q < SR; ++q) {
         const int s = lane + 32 * q;
         if (s < WR) fpos[warp * WR + s] = spos[q];
-        if (CB > 0 && s < WR && spos[q] >= 0) rowat[spos[q]] = warp * WR + s;
     }
     __syncthreads();
-    if constexpr (CB == 0) {
+    if constexpr (KR > 0) {
+        if (nonfinite || info != 0) {  // as xGESV: no solution; NaN over this matrix's X
+            for (long long idx = tid; idx < (long long)n * nrhs; idx += NT) X[idx] = nan_value<T>();
+        } else {
+            rows_trsm<T, TI, TJ, RR, CC, KR>(x, fpos, Bm, n, nrhs, X);
+        }
+        if (tid == 0) *info_out = nonfinite ? -1 : info;
+    } else {
 #pragma unroll
         for (int r = 0; r < RR; ++r) {
             const int i = ti + TI * r;
@@ -256,80 +350,6 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
         }
         for (int i = tid; i < n; i += NT) piv[i] = nonfinite ? i : pivs[i];
         if (tid == 0) *info_out = nonfinite ? -1 : info;
-    } else {
-        if (nonfinite || info != 0) {  // as xGESV: no solution; NaN over this matrix's X
-            for (long long idx = tid; idx < (long long)n * nrhs; idx += NT) X[idx] = nan_value<T>();
-            if (tid == 0) *info_out = nonfinite ? -1 : info;
-            return;
-        }
-        int mypos[RR];  // final position of each of this thread's rows; kNoPos for padding
-#pragma unroll
-        for (int r = 0; r < RR; ++r) {
-            const int f = fpos[ti * RR + r];
-            mypos[r] = f < 0 ? kNoPos : f;
-        }
-        // Backward, one barrier per column: the threads of the row at position k form x_k = y_k / u_kk
-        // (times the reciprocal kept by the forward sweep where that is safe) and put it in rowv, the
-        // owners of column k put u_ik in colv; then y_i -= u_ik x_k for the rows at positions i < k.
-        // (A variant with one barrier per TJ columns, each thread solving the TJ x TJ diagonal block
-        // for its columns, measured 1.0-1.5x slower on the H100: docs/design.md.)
-#pragma unroll
-        for (int kc = CC - 1; kc >= 0; --kc) {
-#pragma unroll 1
-            for (int kt = TJ - 1; kt >= 0; --kt) {
-                const int k = kc * TJ + kt;
-                if (k >= n) continue;
-                const int buf = k & 1;
-                const int ci = rowat[k];
-                const int pti = ci / RR, pr = ci - pti * RR;
-                if (tj == kt) {
-#pragma unroll
-                    for (int r = 0; r < RR; ++r) colv[buf][ti * RR + r] = x[r][kc];
-                }
-                if (ti == pti) {
-                    const T d = dinv[k];
-                    const bool recip = !is_zero(d);
-#pragma unroll
-                    for (int r = 0; r < RR; ++r) {
-                        if (r == pr) {
-#pragma unroll
-                            for (int c = 0; c < CB; ++c) {
-                                x[r][CC + c] = recip ? x[r][CC + c] * d : div_(x[r][CC + c], diag[k]);
-                                rowv[buf][0][tj * RS + c] = x[r][CC + c];
-                            }
-                        }
-                    }
-                }
-                if (W == 1) {
-                    __syncwarp();
-                } else {
-                    __syncthreads();
-                }
-                T xk[CB];
-#pragma unroll
-                for (int c = 0; c < CB; ++c) xk[c] = rowv[buf][0][tj * RS + c];
-#pragma unroll
-                for (int r = 0; r < RR; ++r) {
-                    if (mypos[r] < k) {
-                        const T cv = colv[buf][ti * RR + r];
-#pragma unroll
-                        for (int c = 0; c < CB; ++c) x[r][CC + c] = fms(x[r][CC + c], cv, xk[c]);
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < RR; ++r) {
-            if (mypos[r] != kNoPos) {
-                T* row = X + (long long)mypos[r] * nrhs;
-#pragma unroll
-                for (int c = 0; c < CB; ++c) {
-                    const int j = tj + TJ * c;
-                    if (j < nrhs) row[j] = x[r][CC + c];
-                }
-            }
-        }
-        if (tid == 0) *info_out = 0;
     }
 }
 

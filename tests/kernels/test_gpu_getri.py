@@ -178,20 +178,25 @@ def test_solve(dtype, n):
     _assert_ratios(get02(a, x.get(), b), f"lu_solve vector n={n}")
 
 
-# gesv_rows on tiles outside its dispatch table too: (RR, TJ) shapes of every kind (one-warp and
-# multi-warp blocks, TJ = 2 .. 16), padded n and k (n = 1, 5 share one compiled tile), and k beyond
-# the table's 16.
-@pytest.mark.parametrize("rr_tj", [(1, 2), (2, 4), (5, 4), (4, 8), (2, 16), (5, 4, 4), (3, 8, 4)])
+# gesv_rows on tiles outside its dispatch table too, each compiled for n = 33 and run from n = 1 to its
+# edge: one-warp and multi-warp blocks (3 warps: 24 lanes a right-hand side would span warps, so
+# 6 of them a pass), TJ = 2 .. 16, n padded to 4, at least 4 lanes a right-hand side (two passes of 8),
+# k = 1 (32 lanes on it), 3, 16 and 40 (three passes).
+@pytest.mark.parametrize("shape", [(1, 2), (2, 4), (5, 4), (4, 8), (2, 16), (5, 4, 4), (9, 8, 4),
+                                   (9, 8, 4, 4)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_gesv_rows_tiles(dtype, rr_tj):
+def test_gesv_rows_tiles(dtype, shape):
     from batchlu.kernels import tuning
 
-    for n in (1, 5, 40):
+    ti, tj, rr, cc, _ = tuning.gesv_rows_tile(dtype, 33, 1, shape)
+    if rr * cc * np.dtype(dtype).itemsize // 4 > 200:
+        return  # the data would not fit the registers
+    if shape == (2, 16) and dtype == np.complex128:
+        return  # ten warps' pivot rows and the factors: 49 KB, above the 48 KB of static shared memory
+    for n in (1, 5, 33, min(ti * rr, tj * cc)):
         a = matrices.generate("random", n, dtype, seed=n + 3, start=0, stop=40)
-        for k in (3, 40):
-            tile = tuning.gesv_rows_tile(dtype, n, k, rr_tj)
-            if tile[2] * (tile[3] + tile[4]) * np.dtype(dtype).itemsize // 4 > 160:
-                continue  # the data would not fit the registers
+        for k in (1, 3, 16, 40):
+            tile = tuning.gesv_rows_tile(dtype, 33, k, shape)
             b = matrices.rhs(n, k, dtype, seed=k, start=0, stop=40)
             first, info = _solve_launch(a, b, 0, "rows", tile)
             second, _ = _solve_launch(a, b, 1, "rows", tile)

@@ -122,9 +122,28 @@ def test_rows_tiles_pad_n_to_their_step_and_take_a_blocks_bound():
         tile = _getrf.fitting_plan(dtype, 33, _paths.SMEM_H100).tile
         rows, cols = tile[0] * tile[2], tile[1] * tile[3]
         assert rows >= 33 and cols >= 33 and rows * cols == 40 * 36  # 40 x 40 before
-    assert _getrs.gesv_rows_tile(np.complex128, 33, 16) == (12, 8, 3, 5, 2)
     with pytest.raises(InputError, match="step >= 0"):
         _getrf.rows_plan(33, 5, 4, -1)
+
+
+def test_gesv_rows_passes_give_each_right_hand_side_lanes_of_one_warp():
+    """gesv_rows_tile: getrf_rows' tile plus KR, the right-hand sides a pass: up to 16 (k rounded up to
+    a power of two times the warps), fewer where the table asks for more lanes each; three warps take
+    multiples of 3 (24 lanes a right-hand side would span warps); none past the table or above 16
+    right-hand sides. The factors' shared memory rows are odd numbers of 16-byte words."""
+    from batchlu.kernels._gpu import _gesv
+
+    assert _gesv.gesv_rows_tile(np.float64, 33, 16) == (8, 4, 5, 9, 16)
+    assert [_gesv.gesv_rows_tile(np.float64, 33, k)[4] for k in (1, 2, 3, 9)] == [1, 2, 4, 16]
+    assert _gesv.gesv_rows_tile(np.complex128, 33, 16) == (4, 8, 9, 5, 8)  # at least 4 lanes each
+    assert _gesv.gesv_rows_tile(np.float32, 96, 16) == (24, 4, 4, 24, 12)  # 3 warps, 8 lanes each
+    assert _gesv.gesv_rows_tile(np.float32, 96, 2, (4, 4)) == (24, 4, 4, 24, 3)
+    assert _gesv.gesv_rows_tile(np.float64, 97, 16) is None
+    assert _gesv.gesv_rows_tile(np.float64, 33, 17) is None
+    assert _gesv.gesv_rows_tile(np.float64, 33, 40, (5, 4, 4))[4] == 16
+    assert _gesv.gesv_rows_smem(np.complex64, (8, 4, 5, 9)) == 40 * 38 * 8  # 36 columns -> 19 words
+    assert _gesv.gesv_rows_smem(np.complex128, (4, 8, 9, 5)) == 36 * 41 * 16
+    assert _gesv.gesv_rows_smem(np.float32, (8, 4, 5, 9)) == 40 * 36 * 4  # 9 words
 
 
 def test_unknown_op_is_refused():
