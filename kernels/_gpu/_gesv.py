@@ -64,12 +64,13 @@ def gesv_rows_name(dtype, tile) -> str:
     return template("gesv_rows", dtype, *tile, rows_min_blocks(dtype, tile[:4]))
 
 
-def gesv_rows_smem(dtype, tile, n: int) -> int:
-    """Dynamic shared memory of ``gesv_rows`` on ``tile`` for order n: the factors, TI RR rows of n
-    elements rounded up to an odd number of 16-byte words (the row stride in rows_trsm, rows.cuh)."""
+def gesv_rows_smem(dtype, tile) -> int:
+    """Dynamic shared memory of ``gesv_rows`` on ``tile``: the factors, TI RR rows of TJ CC elements
+    padded to an odd number of 16-byte words (rows_stride in rows.cuh)."""
+    ti, tj, rr, cc = tile[:4]
     item = np.dtype(dtype).itemsize
     per = max(1, 16 // item)
-    return tile[0] * tile[2] * (-(-n // per) | 1) * per * item
+    return ti * rr * (-(-tj * cc // per) | 1) * per * item
 
 
 def launch_gesv_rows(a, b, x, info, tile=None) -> None:
@@ -91,7 +92,7 @@ def launch_gesv_rows(a, b, x, info, tile=None) -> None:
     if batch == 0 or n == 0 or k == 0:
         return
     name = gesv_rows_name(a.dtype, tile)
-    smem = gesv_rows_smem(a.dtype, tile, n)
+    smem = gesv_rows_smem(a.dtype, tile)
     need = smem + kernel(FAMILY, name).shared_size_bytes
     if need > smem_optin():
         raise InputError(f"Expected gesv_rows' block to fit in shared memory: tile {tile} needs {need} "

@@ -130,7 +130,7 @@ def test_gesv_rows_passes_give_each_right_hand_side_lanes_of_one_warp():
     """gesv_rows_tile: getrf_rows' tile plus KR, the right-hand sides a pass: up to 16 (k rounded up to
     a power of two times the warps), fewer where the table asks for more lanes each; three warps take
     multiples of 3 (24 lanes a right-hand side would span warps); none past the table or above 16
-    right-hand sides. The factors' shared-memory rows hold n in an odd number of 16-byte words."""
+    right-hand sides. The factors' shared memory rows are odd numbers of 16-byte words."""
     from batchlu.kernels._gpu import _gesv
 
     assert _gesv.gesv_rows_tile(np.float64, 33, 16) == (8, 4, 5, 9, 16)
@@ -141,10 +141,9 @@ def test_gesv_rows_passes_give_each_right_hand_side_lanes_of_one_warp():
     assert _gesv.gesv_rows_tile(np.float64, 97, 16) is None
     assert _gesv.gesv_rows_tile(np.float64, 33, 17) is None
     assert _gesv.gesv_rows_tile(np.float64, 33, 40, (5, 4, 4))[4] == 16
-    assert _gesv.gesv_rows_smem(np.complex64, (8, 4, 5, 9), 33) == 40 * 34 * 8  # 17 words
-    assert _gesv.gesv_rows_smem(np.complex64, (8, 4, 5, 9), 36) == 40 * 38 * 8  # 18 -> 19 words
-    assert _gesv.gesv_rows_smem(np.complex128, (4, 8, 9, 5), 33) == 36 * 33 * 16
-    assert _gesv.gesv_rows_smem(np.float32, (8, 4, 5, 9), 33) == 40 * 36 * 4  # 9 words
+    assert _gesv.gesv_rows_smem(np.complex64, (8, 4, 5, 9)) == 40 * 38 * 8  # 36 columns -> 19 words
+    assert _gesv.gesv_rows_smem(np.complex128, (4, 8, 9, 5)) == 36 * 41 * 16
+    assert _gesv.gesv_rows_smem(np.float32, (8, 4, 5, 9)) == 40 * 36 * 4  # 9 words
 
 
 def test_unknown_op_is_refused():
