@@ -253,7 +253,7 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     space = Workspace.get(plan, arrays, dtype, count, xp) if recorded and count and n else None
     if space is None:
         lx, dd, flag = xp.empty((plan.nnz_l, count), dtype), xp.empty((n, count), dtype), xp.empty((n, count), np.uint8)
-        _initial(arrays, values, tau, lx, flag)
+        _initial(arrays, values, lx, flag)
         _factor_levels(arrays, count, dtype, (tau, np.int32(bool(perturb)), lx, dd, flag), launch)
         lx[arrays["colptr"][:-1]] = dd
     else:
@@ -276,7 +276,7 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
                      float(pivot_tol), bool(perturb), single, xp, launch, None if space is None else (space, token))
 
 
-def _initial(arrays, values, tau, lx, flag) -> None:
+def _initial(arrays, values, lx, flag) -> None:
     """The level loop's inputs, in place: A's entries scattered into L's pattern (zeros elsewhere),
     no pivot perturbed."""
     lx.fill(0)
@@ -413,7 +413,7 @@ class Workspace:
         that names its factors here (the caller holds :attr:`lock`)."""
         perturb = bool(perturb)
         self.tau[...] = tau
-        _initial(self.arrays, values, self.tau, self.lx, self.flag)
+        _initial(self.arrays, values, self.lx, self.flag)
         run = self._factorizations.get(perturb)
         if run is None:
             pivoting = (self.tau, np.int32(perturb), self.lx, self.dd, self.flag)
@@ -539,6 +539,7 @@ class GpuFactor(Refining):
         with space.lock:
             y = space.solve(self.lx, token, y, self._launch)
         return self.xp.ascontiguousarray(y[arrays["iperm"]].transpose(1, 0, 2))
+
     def _residual(self, b, x, rows):
         """``b - A x`` in float64 for the matrices ``rows``; ``b`` and ``x`` (len(rows), n, k) are
         theirs, in the same order."""
