@@ -188,7 +188,7 @@ def cupy_inv(dtype, n, batch) -> Case:
 
 # ---- solve (16 right-hand sides) ------------------------------------------------------------------
 
-def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
+def ours_solve(dtype, n, batch, path: str | None = None, rhs: int = SOLVE_RHS) -> Case:
     """Our dispatch (or a fixed ``path``: "rows", "rows-RRxTJ[xSTEP[xLANES]]" (gesv_rows on a fixed tile
     shape, n padded to STEP, at least LANES lanes per right-hand side), "getrs")."""
     import cupy
@@ -196,19 +196,19 @@ def ours_solve(dtype, n, batch, path: str | None = None) -> Case:
     from batchlu.kernels import tuning
 
     src = _sources(dtype, n, batch)
-    b = _rhs(dtype, n, batch, (n, SOLVE_RHS))
+    b = _rhs(dtype, n, batch, (n, rhs))
     a = cupy.empty_like(src[0])
     lu = cupy.empty_like(a)
     x = cupy.empty_like(b)
     piv = cupy.empty((batch, n), np.int32)
     info = cupy.empty((batch,), np.int32)
-    path = path or tuning.solve_plan(dtype, n, SOLVE_RHS)
+    path = path or tuning.solve_plan(dtype, n, rhs)
 
     def prepare(k):
         a[...] = src[k % len(src)]
 
     if path.startswith("rows"):
-        tile = tuning.gesv_rows_tile(dtype, n, SOLVE_RHS, tile_of(path) if "-" in path else None)
+        tile = tuning.gesv_rows_tile(dtype, n, rhs, tile_of(path) if "-" in path else None)
         if tile is None:
             raise ValueError(f"Expected a gesv_rows tile for n = {n}. Got none for {path}.")
 

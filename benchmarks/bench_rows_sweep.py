@@ -2,10 +2,12 @@
 
     python3 benchmarks/bench_rows_sweep.py --ops lu,solve,inv --sizes 33 --reps 7
 
-For each op, dtype and n, every candidate tile: ``getrf_rows`` (lu) and ``gesv_rows`` (solve, 16
-right-hand sides; and getrf + getrs) on (RR, TJ) shapes with n padded to 8 (the default) or to 4, and
-for lu also compiled for one block per SM more than ``rows_min_blocks`` gives; ``inv_gje`` (inv) on (TI,
-TJ, RR, CC, MINB) tiles. A candidate must be whole warps (at most 256 threads), its padded tile at most
+For each op, dtype and n, every candidate tile: ``getrf_rows`` (lu) and ``gesv_rows`` (solve, ``--rhs``
+right-hand sides, 16 by default; and getrf + getrs) on (RR, TJ) shapes with n padded to 8 (the
+default) or to 4, for lu also compiled for one block per SM more than ``rows_min_blocks`` gives, for
+solve also with fewer right-hand sides a pass (more lanes each); ``inv_gje`` (inv) on (TI, TJ, RR, CC,
+MINB) tiles. ``--kinds`` keeps the candidates whose names start so (the dispatched one is always
+timed): ``--ops solve --rhs 64 --kinds getrs`` times the dispatched solve against getrf + getrs. A candidate must be whole warps (at most 256 threads), its padded tile at most
 1.5 n^2 elements, its data at most 200 registers a thread. All are compiled first in parallel (16
 processes, CuPy's disk cache); each is then run once on poisoned outputs and checked by LAPACK's test
 ratio (``_harness.check_case``: a wrong one is reported, never timed), then timed by
@@ -82,22 +84,23 @@ def candidates(op: str, dtype, n: int) -> list[str]:
     return rows_shapes(op, dtype, n) + (["getrs"] if op == "solve" else [])
 
 
-def dispatched(op: str, dtype, n: int) -> str:
-    """The path name of the tile the dispatch tables give (op, dtype, n)."""
+def dispatched(op: str, dtype, n: int, rhs: int = 16) -> str:
+    """The path name of the tile the dispatch tables give (op, dtype, n; solve: ``rhs`` right-hand
+    sides)."""
     from batchlu.kernels import tuning
 
     if op == "inv":
         return "fused-" + "x".join(map(str, tuning.gje_tile(dtype, n)))
     if op == "solve":
-        tile = tuning.gesv_rows_tile(dtype, n, 16)
-        return next((p for p in rows_shapes(op, dtype, n) if _solve_tile(dtype, n, p) == tile), "getrs")
+        tile = tuning.gesv_rows_tile(dtype, n, rhs)
+        return next((p for p in rows_shapes(op, dtype, n) if _solve_tile(dtype, n, p, rhs) == tile), "getrs")
     return "plan:" + tuning.getrf_plan(dtype, n, smem=232448).describe()
 
 
-def _solve_tile(dtype, n: int, path: str):
+def _solve_tile(dtype, n: int, path: str, rhs: int = 16):
     from batchlu.kernels import tuning
 
-    return tuning.gesv_rows_tile(dtype, n, 16, tile_of(path))
+    return tuning.gesv_rows_tile(dtype, n, rhs, tile_of(path))
 
 
 def _lu_plan(n: int, path: str):
@@ -106,18 +109,18 @@ def _lu_plan(n: int, path: str):
     return rows_plan_of(path.split("-")[1], n)
 
 
-def _case(op: str, dtype, n: int, batch: int, path: str):
+def _case(op: str, dtype, n: int, batch: int, path: str, rhs: int = 16):
     if op == "lu":
         from _lu_impls import ours
 
         return ours(dtype, n, batch, None if path.startswith("plan:") else _lu_plan(n, path))
     from _inv_impls import ours_inv, ours_solve
 
-    return (ours_inv if op == "inv" else ours_solve)(dtype, n, batch, path)
+    return ours_inv(dtype, n, batch, path) if op == "inv" else ours_solve(dtype, n, batch, path, rhs)
 
 
 def compile_one(job):
-    op, dtype, n, path = job
+    op, dtype, n, path, rhs = job
     from batchlu.kernels import tuning
 
     label = f"{op} {dtype} {n} {path}"
@@ -126,7 +129,7 @@ def compile_one(job):
     if op == "lu":
         return compile_report(label, "getrf", tuning.getrf_kernel_name(_lu_plan(n, path), dtype, n))
     if op == "solve":
-        return compile_report(label, "gesv", tuning.gesv_rows_name(dtype, _solve_tile(dtype, n, path)))
+        return compile_report(label, "gesv", tuning.gesv_rows_name(dtype, _solve_tile(dtype, n, path, rhs)))
     return compile_report(label, "getri", tuning.gje_name(dtype, tile_of(path)))
 
 
@@ -138,7 +141,8 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=10000)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--kinds", default="", help="only candidates whose name starts with one of these "
-                    "(comma-separated, e.g. trsm,getrs); the dispatched one is always timed")
+                    "(comma-separated, e.g. rows-5x4,getrs); the dispatched one is always timed")
+    ap.add_argument("--rhs", type=int, default=16, help="right-hand sides of solve")
     args = ap.parse_args(argv)
     ops = [o for o in args.ops.split(",") if o]
     dtypes = [d for d in args.dtypes.split(",") if d]
@@ -149,21 +153,21 @@ def main(argv=None) -> None:
     kinds = tuple(k for k in args.kinds.split(",") if k)
 
     def chosen(op, d, n):
-        ref = dispatched(op, d, n)
+        ref = dispatched(op, d, n, args.rhs)
         return [ref] + [p for p in candidates(op, d, n) if p != ref and (not kinds or p.startswith(kinds))]
 
-    jobs = [(op, d, n, p) for op in ops for d in dtypes for n in sizes for p in chosen(op, d, n)
+    jobs = [(op, d, n, p, args.rhs) for op in ops for d in dtypes for n in sizes for p in chosen(op, d, n)
             if not p.startswith("plan:")]
     precompile(compile_one, jobs)
     rows = []
     for op in ops:
         for d in dtypes:
             for n in sizes:
-                ref = dispatched(op, d, n)
+                ref = dispatched(op, d, n, args.rhs)
                 res = {}
                 for path in chosen(op, d, n):
                     try:
-                        case = _case(op, d, n, args.batch, path)
+                        case = _case(op, d, n, args.batch, path, args.rhs)
                         check_case(case)
                         res[path] = time_case(case, args.reps)
                     except WrongResult as e:

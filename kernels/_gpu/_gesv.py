@@ -2,8 +2,8 @@
 
 ``gesv_rows`` factors each matrix in one block's registers as ``getrf_rows`` does (``rows.cuh``), puts
 the factors in shared memory and solves L y = P^T b and U x = y from there, KR right-hand sides a pass.
-:data:`GESV_ROWS` gives its tile per (dtype, n); ``_getrs.solve`` sends larger n, or more than
-:data:`GESV_ROWS_MAX_RHS` right-hand sides, to getrf + getrs.
+:data:`GESV_ROWS` gives its tile per (dtype, n); ``_getrs.solve`` sends larger n, or more right-hand
+sides than :data:`GESV_ROWS_MAX_RHS` gives, to getrf + getrs.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ GESV_ROWS = {
     np.dtype(np.complex64): ((16, 1, 2), (33, 9, 8, 4, 4), (48, 6, 8), (64, 2, 4)),
     np.dtype(np.complex128): ((16, 2, 4), (33, 9, 8, 4, 4), (48, 6, 8), (64, 8, 16)),
 }
-# The right-hand sides the dispatch sends to gesv_rows (measured at 16); launch_gesv_rows takes any k.
-GESV_ROWS_MAX_RHS = 16
+# (largest n, most right-hand sides) rows, first match wins: how many right-hand sides the dispatch sends
+# to gesv_rows (launch_gesv_rows takes any k). Against getrf + getrs on the H100, k = 17-64: fused
+# 0.13-0.91x the time at n <= 96, a tie at float32 n = 128 (0.97-1.07x); see docs/design.md#gesv-dispatch.
+GESV_ROWS_MAX_RHS = ((96, 64), (1 << 30, 16))
 
 
 def gesv_rows_kr(threads: int, k: int, lanes: int = 1) -> int:
@@ -45,10 +47,10 @@ def gesv_rows_kr(threads: int, k: int, lanes: int = 1) -> int:
 
 def gesv_rows_tile(dtype, n: int, k: int, shape=None):
     """The gesv_rows tile (TI, TJ, RR, CC, KR) for order n and k right-hand sides: (RR, TJ[, step[,
-    lanes]]) from ``shape`` or GESV_ROWS; None where neither applies (n beyond the table, k >
-    GESV_ROWS_MAX_RHS)."""
+    lanes]]) from ``shape`` or GESV_ROWS; None where neither applies (n beyond the table, k above
+    GESV_ROWS_MAX_RHS' row for n)."""
     if shape is None:
-        if k > GESV_ROWS_MAX_RHS:
+        if k > next(most for nmax, most in GESV_ROWS_MAX_RHS if n <= nmax):
             return None
         shape = next((tuple(s) for nmax, *s in GESV_ROWS[np.dtype(dtype)] if n <= nmax), None)
         if shape is None:

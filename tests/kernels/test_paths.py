@@ -101,7 +101,11 @@ def test_small_n_keep_their_fused_kernels():
         assert _paths.path("inv", dtype, 64, smem=_paths.SMEM_H100) == "fused"
         assert _paths.path("inv", dtype, 65, smem=_paths.SMEM_H100) == "getri"
         assert _paths.path("solve", dtype, 16, 1, _paths.SMEM_H100) == "rows"
-        assert _paths.path("solve", dtype, 16, 17, _paths.SMEM_H100) == "getrs"  # k > GESV_ROWS_MAX_RHS
+        assert _paths.path("solve", dtype, 16, 64, _paths.SMEM_H100) == "rows"
+        assert _paths.path("solve", dtype, 16, 65, _paths.SMEM_H100) == "getrs"  # k > GESV_ROWS_MAX_RHS
+    assert _paths.path("solve", np.float32, 96, 64, _paths.SMEM_H100) == "rows"
+    assert _paths.path("solve", np.float32, 128, 16, _paths.SMEM_H100) == "rows"
+    assert _paths.path("solve", np.float32, 128, 17, _paths.SMEM_H100) == "getrs"
 
 
 def test_rows_tiles_pad_n_to_their_step_and_take_a_blocks_bound():
@@ -129,7 +133,7 @@ def test_rows_tiles_pad_n_to_their_step_and_take_a_blocks_bound():
 def test_gesv_rows_passes_give_each_right_hand_side_lanes_of_one_warp():
     """gesv_rows_tile: getrf_rows' tile plus KR, the right-hand sides a pass: up to 16 (k rounded up to
     a power of two times the warps), fewer where the table asks for more lanes each; three warps take
-    multiples of 3 (24 lanes a right-hand side would span warps); none past the table or above 16
+    multiples of 3 (24 lanes a right-hand side would span warps); none past the table or above 64
     right-hand sides. The factors' shared memory rows are odd numbers of 16-byte words."""
     from batchlu.kernels._gpu import _gesv
 
@@ -139,8 +143,8 @@ def test_gesv_rows_passes_give_each_right_hand_side_lanes_of_one_warp():
     assert _gesv.gesv_rows_tile(np.float32, 96, 16) == (24, 4, 4, 24, 12)  # 3 warps, 8 lanes each
     assert _gesv.gesv_rows_tile(np.float32, 96, 2, (4, 4)) == (24, 4, 4, 24, 3)
     assert _gesv.gesv_rows_tile(np.float64, 97, 16) is None
-    assert _gesv.gesv_rows_tile(np.float64, 33, 17) is None
-    assert _gesv.gesv_rows_tile(np.float64, 33, 40, (5, 4, 4))[4] == 16
+    assert _gesv.gesv_rows_tile(np.float64, 33, 40) == (8, 4, 5, 9, 16)  # three passes
+    assert _gesv.gesv_rows_tile(np.float64, 33, 65) is None
     assert _gesv.gesv_rows_smem(np.complex64, (8, 4, 5, 9)) == 40 * 38 * 8  # 36 columns -> 19 words
     assert _gesv.gesv_rows_smem(np.complex128, (4, 8, 9, 5)) == 36 * 41 * 16
     assert _gesv.gesv_rows_smem(np.float32, (8, 4, 5, 9)) == 40 * 36 * 4  # 9 words
