@@ -186,7 +186,7 @@ def cupy_inv(dtype, n, batch) -> Case:
     return Case(prepare, run, check=lambda k: inv_ratio(src[k % len(src)], state["out"]))
 
 
-# ---- solve (16 right-hand sides) ------------------------------------------------------------------
+# ---- solve (16 right-hand sides unless told) -------------------------------------------------------
 
 def ours_solve(dtype, n, batch, path: str | None = None, rhs: int = SOLVE_RHS) -> Case:
     """Our dispatch (or a fixed ``path``: "rows", "rows-RRxTJ[xSTEP[xLANES]]" (gesv_rows on a fixed tile

@@ -19,8 +19,9 @@ from ._runtime import check, kernel, smem_optin, template
 FAMILY = "gesv"
 # Per dtype, (largest n, RR, TJ[, step[, lanes]]) rows, first match wins; see docs/design.md#gesv-dispatch.
 # (RR, TJ, step): getrf_rows' register tile (rows_plan; step: its padding of n, 0 the default); lanes:
-# at least that many lanes per right-hand side in the triangular solves (default 1: 16 right-hand
-# sides a pass). Above the last n: getrf + getrs.
+# at least that many lanes per right-hand side in the triangular solves (default 1: as many right-hand
+# sides a pass as gesv_rows_kr gives, 16 on tiles of 1, 2, 4 or 8 warps). Above the last n: getrf +
+# getrs.
 GESV_ROWS = {
     np.dtype(np.float32): ((16, 1, 2), (33, 5, 4, 4, 4), (48, 3, 2, 0, 4), (64, 2, 4), (96, 4, 4, 0, 8),
                            (128, 4, 8)),
@@ -75,6 +76,17 @@ def gesv_rows_smem(dtype, tile) -> int:
     return ti * rr * (-(-tj * cc // per) | 1) * per * item
 
 
+def _valid_tile(tile, n: int) -> bool:
+    """``tile`` is one gesv_rows compiles and launches for order n (rows.cuh's static_asserts included)."""
+    if tile is None or len(tile) != 5 or not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in tile):
+        return False
+    ti, tj, rr, cc, kr = (int(v) for v in tile)
+    threads = ti * tj
+    return (ti * rr >= n and tj * cc >= n and 32 % tj == 0 and rr <= 32 and threads % 32 == 0
+            and threads <= 1024 and threads % kr == 0 and 32 % (threads // kr) == 0)
+
+
 def launch_gesv_rows(a, b, x, info, tile=None) -> None:
     """Fused solve of ``a`` (B, n, n) against ``b`` (B, n, k) into ``x`` (B, n, k) and ``info`` (B,)
     int32 by ``gesv_rows``; ``tile`` (TI, TJ, RR, CC, KR) defaults to :func:`gesv_rows_tile`'s."""
@@ -85,12 +97,11 @@ def launch_gesv_rows(a, b, x, info, tile=None) -> None:
     check("x", x, (batch, n, k), a.dtype)
     check("info", info, (batch,), np.int32)
     tile = tuple(tile) if tile is not None else gesv_rows_tile(a.dtype, n, k)
-    threads = tile[0] * tile[1] if tile is not None and len(tile) == 5 else 0
-    if (not threads or tile[0] * tile[2] < n or tile[1] * tile[3] < n or threads % 32 or threads > 1024
-            or tile[4] < 1 or threads % tile[4] or 32 % (threads // tile[4])):
-        raise InputError(f"Expected a gesv_rows tile (TI, TJ, RR, CC, KR) of whole warps holding n = {n}, "
-                         f"KR giving each right-hand side a power of two of lanes within one warp. Got "
-                         f"{tile} instead.")
+    if not _valid_tile(tile, n):
+        raise InputError(f"Expected a gesv_rows tile (TI, TJ, RR, CC, KR) of positive integers: whole warps "
+                         f"holding n = {n}, TJ dividing 32, RR <= 32, KR giving each right-hand side a power "
+                         f"of two of lanes within one warp. Got {tile} instead.")
+    threads = tile[0] * tile[1]
     if batch == 0 or n == 0 or k == 0:
         return
     name = gesv_rows_name(a.dtype, tile)

@@ -56,15 +56,16 @@ template <typename T, int CC> __host__ __device__ constexpr int rows_stride() {
 // The solve of gesv_rows (KR > 0 in rows_run): the factors, still in registers with lazy swaps, go to
 // shared memory in LAPACK's row order (row fpos[ci] of `lus`; orig[q] = the row of A and B at position
 // q), then L y = P^T B and U x = y are solved from there, KR right-hand sides at a time (the rest in
-// further passes). Right-hand side j of a pass belongs to the H = NT / KR consecutive lanes j H .. j H
-// + H - 1 (H divides 32: they share a warp), lane h of them holding rows h, h + H, ... in registers (y[s] is
-// row h + H s). Step k: y_k comes from its lane by one shuffle, and each lane updates its rows below
-// (forward) or above (backward) k with L or U's column k from shared memory, two to H distinct rows a
-// warp instruction (the row stride is an odd number of 16-byte words: distinct banks). k is unrolled,
-// so every register index and which slots lie past k are compile-time; only the slot holding row k
-// itself is predicated. No barrier after the factors are stored: the lanes of a right-hand side share
-// a warp. x_k = y_k * (1 / u_kk) where |u_kk| >= sfmin (reciprocals formed once, one per thread),
-// else y_k / u_kk.
+// further passes). Right-hand side j of a pass belongs to the H = NT / KR consecutive lanes j H ..
+// j H + H - 1 (H divides 32: they share a warp), lane h of them holding rows h, h + H, ... in registers
+// (y[s] is row h + H s). Step k: y_k comes from its lane by one shuffle, and each lane updates its rows
+// below (forward) or above (backward) k with L or U's column k from shared memory, up to H distinct
+// rows a warp instruction (the row stride, an odd number of 16-byte words, puts up to 8 of them in
+// distinct banks). The slot of k (k / H) is unrolled and k % H runs, so every register index and
+// which slots lie past k are compile-time; only the slot holding row k itself is predicated. After the
+// two barriers that publish the factors and the reciprocals, none: the lanes of a right-hand side
+// share a warp. x_k = y_k * (1 / u_kk) where |u_kk| >= sfmin (reciprocals formed once, one per
+// thread), else y_k / u_kk.
 template <typename T, int TI, int TJ, int RR, int CC, int KR>
 __device__ __forceinline__ void rows_trsm(const T (&x)[RR][CC], const int* fpos, const T* Bm, int n,
                                           int nrhs, T* X) {

@@ -179,9 +179,9 @@ def test_solve(dtype, n):
 
 
 # gesv_rows on tiles outside its dispatch table too, each compiled for n = 33 and run from n = 1 to its
-# edge: one-warp and multi-warp blocks (3 warps: 24 lanes a right-hand side would span warps, so
-# 6 of them a pass), TJ = 2 .. 16, n padded to 4, at least 4 lanes a right-hand side (two passes of 8),
-# k = 1 (32 lanes on it), 3, 16 and 40 (three passes).
+# edge: one-warp and multi-warp blocks (3 warps: 3 or 24 right-hand sides a pass, 32 or 4 lanes each),
+# TJ = 2 .. 16, n padded to 4, at least 4 lanes a right-hand side (two passes of 8), k = 1 (32 lanes on
+# it on one warp), 3, 16 and 40 (three passes).
 @pytest.mark.parametrize("shape", [(1, 2), (2, 4), (5, 4), (4, 8), (2, 16), (5, 4, 4), (9, 8, 4),
                                    (9, 8, 4, 4)])
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -190,9 +190,11 @@ def test_gesv_rows_tiles(dtype, shape):
 
     ti, tj, rr, cc, _ = tuning.gesv_rows_tile(dtype, 33, 1, shape)
     if rr * cc * np.dtype(dtype).itemsize // 4 > 200:
-        return  # the data would not fit the registers
+        pytest.skip("the data would not fit the registers")
     if shape == (2, 16) and dtype == np.complex128:
-        return  # ten warps' pivot rows and the factors: 49 KB, above the 48 KB of static shared memory
+        # static 18.9 KB + the factors 31.4 KB: above 48 KB, where _runtime.kernel raises the dynamic
+        # limit only when the dynamic part alone passes 48 KB (no dispatched tile is so)
+        pytest.skip("static + dynamic shared memory above 48 KB with under 48 KB dynamic")
     for n in (1, 5, 33, min(ti * rr, tj * cc)):
         a = matrices.generate("random", n, dtype, seed=n + 3, start=0, stop=40)
         for k in (1, 3, 16, 40):

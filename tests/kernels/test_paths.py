@@ -131,10 +131,11 @@ def test_rows_tiles_pad_n_to_their_step_and_take_a_blocks_bound():
 
 
 def test_gesv_rows_passes_give_each_right_hand_side_lanes_of_one_warp():
-    """gesv_rows_tile: getrf_rows' tile plus KR, the right-hand sides a pass: up to 16 (k rounded up to
-    a power of two times the warps), fewer where the table asks for more lanes each; three warps take
-    multiples of 3 (24 lanes a right-hand side would span warps); none past the table or above 64
-    right-hand sides. The factors' shared memory rows are odd numbers of 16-byte words."""
+    """gesv_rows_tile: getrf_rows' tile plus KR, the right-hand sides a pass: the warps times the power
+    of two that first reaches min(k, 16) (16 on one warp), fewer where the table asks for more lanes
+    each; three warps take multiples of 3 (a right-hand side's lanes must not span warps); none past
+    the table or above 64 right-hand sides (16 above n = 96); every dispatched tile is one the launcher
+    takes. The factors' shared memory rows are odd numbers of 16-byte words."""
     from batchlu.kernels._gpu import _gesv
 
     assert _gesv.gesv_rows_tile(np.float64, 33, 16) == (8, 4, 5, 9, 16)
@@ -145,9 +146,29 @@ def test_gesv_rows_passes_give_each_right_hand_side_lanes_of_one_warp():
     assert _gesv.gesv_rows_tile(np.float64, 97, 16) is None
     assert _gesv.gesv_rows_tile(np.float64, 33, 40) == (8, 4, 5, 9, 16)  # three passes
     assert _gesv.gesv_rows_tile(np.float64, 33, 65) is None
+    for dtype, rows in _gesv.GESV_ROWS.items():  # every dispatched tile is one the launcher takes
+        for n in range(1, rows[-1][0] + 1):
+            for k in (1, 3, 16, 40, 64):
+                tile = _gesv.gesv_rows_tile(dtype, n, k)
+                assert tile is None or _gesv._valid_tile(tile, n), (dtype, n, k, tile)
     assert _gesv.gesv_rows_smem(np.complex64, (8, 4, 5, 9)) == 40 * 38 * 8  # 36 columns -> 19 words
     assert _gesv.gesv_rows_smem(np.complex128, (4, 8, 9, 5)) == 36 * 41 * 16
     assert _gesv.gesv_rows_smem(np.float32, (8, 4, 5, 9)) == 40 * 36 * 4  # 9 words
+
+
+@pytest.mark.parametrize("tile", [(8, 4, 5, 9), (32, 3, 1, 12, 3), (1, 64, 5, 1, 2), (1, 32, 33, 2, 1),
+                                  (-32, -1, -1, -64, 1), (8.0, 4, 5, 9, 16), (8, 4, 5, 9, 0),
+                                  (8, 4, 5, 9, 3), (24, 4, 4, 24, 16), (8, 4, 4, 9, 16), (True, 32, 33, 2, 1)])
+def test_gesv_rows_refuses_a_tile_it_cannot_launch(tile):
+    """A tile that would not compile or not hold the matrix (TJ not dividing 32, RR above the 32-bit
+    row mask, not whole warps, a right-hand side's lanes across warps, too few rows) is a one-line
+    InputError before any GPU work (NumPy arrays: no CuPy is needed to get there)."""
+    from batchlu.errors import InputError
+    from batchlu.kernels._gpu import _gesv
+
+    a, b = np.ones((2, 33, 33)), np.ones((2, 33, 4))
+    with pytest.raises(InputError, match="Expected a gesv_rows tile"):
+        _gesv.launch_gesv_rows(a, b, np.empty_like(b), np.empty(2, np.int32), tile)
 
 
 def test_unknown_op_is_refused():
