@@ -76,6 +76,29 @@ def gesv_rows_smem(dtype, tile) -> int:
     return ti * rr * (-(-tj * cc // per) | 1) * per * item
 
 
+def gesv_rows_static_smem(dtype, tile) -> int:
+    """An upper bound of ``gesv_rows``' static shared memory on ``tile`` (TI, TJ, RR, CC, KR): rows.cuh's
+    arrays (the column and pivot-row buffers, the warps' candidates, the row bookkeeping, the
+    reciprocals and row order of the solves). ptxas -v gives 96-512 bytes less on the dispatched
+    tiles (it drops what the solve does not read)."""
+    ti, tj, rr, cc = tile[:4]
+    item = np.dtype(dtype).itemsize
+    warps, rows = ti * tj // 32, ti * rr
+    per = max(1, 16 // item)
+    words = -(-cc // per)
+    stride = (words if words % 2 else words + 1) * per  # rows_stride<T, CC>
+    return (2 * (rows + 32) * item + 2 * warps * tj * stride * item + 2 * warps * 16 + 2 * rows * 4
+            + rows * item + rows * 4)
+
+
+def gesv_rows_fits(dtype, n: int, k: int, smem: int) -> bool:
+    """Whether the dispatch's ``gesv_rows`` tile for (dtype, n, k) exists and its shared memory (the
+    factors and :func:`gesv_rows_static_smem`) fits a block that may opt in to ``smem`` bytes. Needs
+    no GPU."""
+    tile = gesv_rows_tile(dtype, n, k)
+    return tile is not None and gesv_rows_smem(dtype, tile) + gesv_rows_static_smem(dtype, tile) <= smem
+
+
 def _valid_tile(tile, n: int) -> bool:
     """``tile`` is one gesv_rows compiles and launches for order n (rows.cuh's static_asserts included)."""
     if tile is None or len(tile) != 5 or not all(

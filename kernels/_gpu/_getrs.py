@@ -17,7 +17,7 @@ import numpy as np
 
 from batchlu.errors import InputError
 
-from ._gesv import gesv_rows_tile, launch_gesv_rows
+from ._gesv import gesv_rows_fits, gesv_rows_tile, launch_gesv_rows
 from ._getrf import getrf
 from ._runtime import MAX_N, check, check_n, kernel, smem_optin, template
 
@@ -111,8 +111,11 @@ def launch_getrs(lu, piv, b, x, info=None) -> None:
 
 # ---- backend entry points ---------------------------------------------------------------------
 
-def solve_plan(dtype, n: int, k: int) -> str:
-    """"rows" (gesv_rows) or "getrs" (getrf + getrs) for this dtype, n and k right-hand sides."""
+def solve_plan(dtype, n: int, k: int, smem: int | None = None) -> str:
+    """"rows" (gesv_rows) or "getrs" (getrf + getrs) for this dtype, n and k right-hand sides; with
+    ``smem`` (bytes a block may opt in to), "rows" only where its block fits that."""
+    if smem is not None:
+        return "rows" if gesv_rows_fits(dtype, n, k, smem) else "getrs"
     return "rows" if gesv_rows_tile(dtype, n, k) is not None else "getrs"
 
 
@@ -130,7 +133,7 @@ def solve(a, b):
     batch, n, k = a.shape[0], a.shape[-1], b.shape[-1]
     b = b.astype(a.dtype, copy=False)
     x = cupy.empty(b.shape, a.dtype)
-    if solve_plan(a.dtype, n, k) == "rows":
+    if solve_plan(a.dtype, n, k, smem_optin()) == "rows":
         info = cupy.empty((batch,), np.int32)
         launch_gesv_rows(a, b, x, info)
         return x, info

@@ -56,7 +56,7 @@ def path(op: str, dtype, n: int, k: int = 1, smem: int | None = None) -> str:
         return "getrs" if getrs_fits(dtype, n, k, smem) else CUSOLVER
     if op == "inv" and inv_plan(dtype, n) == "fused":
         return "fused"
-    if op == "solve" and solve_plan(dtype, n, k) == "rows":
+    if op == "solve" and solve_plan(dtype, n, k, smem) == "rows":
         return "rows"
     if fitting_plan(dtype, n, smem) is None:
         return CUSOLVER

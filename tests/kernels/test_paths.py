@@ -156,6 +156,30 @@ def test_gesv_rows_passes_give_each_right_hand_side_lanes_of_one_warp():
     assert _gesv.gesv_rows_smem(np.float32, (8, 4, 5, 9)) == 40 * 36 * 4  # 9 words
 
 
+def test_solve_takes_gesv_rows_only_where_its_block_fits():
+    """The fused solve where its table has a tile and the block's shared memory (the factors and the
+    static arrays' bound) fits the device: on the H100 and A100 limits everywhere the table says; on
+    a 64 KB device float64 n = 96 (75 KB of factors) and the others too large go to getrf + getrs."""
+    from batchlu.kernels._gpu import _gesv
+
+    for smem in (_paths.SMEM_H100, _paths.SMEM_A100, 65536, 49152):
+        for dtype in DTYPES:
+            for n in range(1, 129):
+                for k in (1, 16, 64):
+                    tile = _gesv.gesv_rows_tile(dtype, n, k)
+                    got = _paths.path("solve", dtype, n, k, smem)
+                    if tile is None:
+                        assert got != "rows"
+                        continue
+                    need = _gesv.gesv_rows_smem(dtype, tile) + _gesv.gesv_rows_static_smem(dtype, tile)
+                    assert got == ("rows" if need <= smem else "getrs"), (smem, dtype, n, k, got)
+                    if smem >= _paths.SMEM_A100:
+                        assert got == "rows"
+    assert _paths.path("solve", np.float64, 96, 16, 65536) == "getrs"
+    assert _paths.path("solve", np.float64, 64, 16, 65536) == "rows"
+    assert _gesv.gesv_rows_static_smem(np.complex128, (4, 8, 9, 5, 8)) == 4496  # ptxas -v: 4320
+
+
 @pytest.mark.parametrize("tile", [(8, 4, 5, 9), (32, 3, 1, 12, 3), (1, 64, 5, 1, 2), (1, 32, 33, 2, 1),
                                   (-32, -1, -1, -64, 1), (8.0, 4, 5, 9, 16), (8, 4, 5, 9, 0),
                                   (8, 4, 5, 9, 3), (24, 4, 4, 24, 16), (8, 4, 4, 9, 16), (True, 32, 33, 2, 1)])
