@@ -67,13 +67,19 @@ def gesv_rows_name(dtype, tile) -> str:
     return template("gesv_rows", dtype, *tile, rows_min_blocks(dtype, tile[:4]))
 
 
+def _rows_stride(item: int, cols: int) -> int:
+    """rows.cuh's rows_stride<T, cols>: ``cols`` elements of ``item`` bytes padded to an odd number of
+    16-byte words, in elements."""
+    per = max(1, 16 // item)
+    return (-(-cols // per) | 1) * per
+
+
 def gesv_rows_smem(dtype, tile) -> int:
     """Dynamic shared memory of ``gesv_rows`` on ``tile``: the factors, TI RR rows of TJ CC elements
-    padded to an odd number of 16-byte words (rows_stride in rows.cuh)."""
+    padded to an odd number of 16-byte words."""
     ti, tj, rr, cc = tile[:4]
     item = np.dtype(dtype).itemsize
-    per = max(1, 16 // item)
-    return ti * rr * (-(-tj * cc // per) | 1) * per * item
+    return ti * rr * _rows_stride(item, tj * cc) * item
 
 
 def gesv_rows_static_smem(dtype, tile) -> int:
@@ -84,11 +90,8 @@ def gesv_rows_static_smem(dtype, tile) -> int:
     ti, tj, rr, cc = tile[:4]
     item = np.dtype(dtype).itemsize
     warps, rows = ti * tj // 32, ti * rr
-    per = max(1, 16 // item)
-    words = -(-cc // per)
-    stride = (words if words % 2 else words + 1) * per  # rows_stride<T, CC>
-    return (2 * (rows + 32) * item + 2 * warps * tj * stride * item + 2 * warps * 16 + 2 * rows * 4
-            + rows * item + rows * 4)
+    return (2 * (rows + 32) * item + 2 * warps * tj * _rows_stride(item, cc) * item + 2 * warps * 16
+            + 2 * rows * 4 + rows * item + rows * 4)
 
 
 def gesv_rows_fits(dtype, n: int, k: int, smem: int) -> bool:
