@@ -31,7 +31,6 @@ from .._cuda_sources import CUDA_DIR, compiled_text, disk_cache_reused, families
 
 logger = logging.getLogger("batchlu.kernels")
 OPTIONS = ("-std=c++17", f"-I{CUDA_DIR}")
-SMEM_DEFAULT = 48 * 1024  # dynamic shared memory a kernel may take without opting in
 MAX_N = 1024  # getri and getrs: one thread per column, or a panel of every row in shared memory
 
 # The C++ scalar type of each dtype (common.cuh): bit for bit the NumPy/CuPy layouts.
@@ -166,7 +165,9 @@ def kernel(family: str, name: str, names=None, smem: int = 0):
 
     names = tuple(names) if names else (name,)
     func = _function(_arch(cupy.cuda.runtime.getDevice()), family, source(family), name, names)
-    if smem > SMEM_DEFAULT and func.max_dynamic_shared_size_bytes < smem:
+    # The default limit is 48 KB less the kernel's static shared memory, so a block with both kinds
+    # can need the opt-in with well under 48 KB dynamic.
+    if func.max_dynamic_shared_size_bytes < smem:
         func.max_dynamic_shared_size_bytes = smem
     return func
 
