@@ -3,8 +3,11 @@
 
 * ``perm_from_piv`` turns LAPACK's interchanges into the row order of P^T A, one thread per matrix
   (getri uses it for its column interchange too);
-* ``getrs_kernel`` solves (B, n, k) right-hand sides, KC columns per block, block rows of NB rows with
-  delayed correction, the rows of L and U staged in shared memory.
+* ``getrs_warp`` solves (B, n, k) right-hand sides with one warp per matrix and group of KC columns,
+  block rows of 32 rows, L and U streamed through shared memory a chunk ahead, no block barrier
+  (:data:`GETRS_WARP_MAX_N`: where it is dispatched);
+* ``getrs_kernel`` (larger n) solves them with one 256-thread block per matrix and group of KC
+  columns, block rows of NB rows with delayed correction, the rows of L and U staged in shared memory.
 
 :func:`solve` (``A X = B``) goes to the fused ``gesv_rows`` (``_gesv``) where :func:`solve_plan`
 says so, else to getrf + getrs. :func:`launch_getrs` and :func:`launch_perm` run on preallocated
@@ -47,9 +50,50 @@ def launch_perm(piv, rp=None):
     return rp
 
 
+# getrs_warp: warps per block (independent), the right-hand-side columns a warp may hold, and the
+# largest n it is dispatched at (above, getrs_kernel: more threads per matrix where batches are small).
+GETRS_WARP_NW = 4
+GETRS_WARP_KC = (1, 2, 4, 8, 16)
+_GETRS_WARP_SMEM = 28 * 1024  # a warp's shared memory at most (about 8 warps an SM)
+GETRS_WARP_MAX_N = {np.dtype(np.float32): 256, np.dtype(np.float64): 256,
+                    np.dtype(np.complex64): 256, np.dtype(np.complex128): 256}
+
+
+def _warp_chunk(dtype) -> tuple[int, int]:
+    """getrs_cw / getrs_ldw of getrs.cu: columns of a staged 32-row chunk (64 bytes) and its stride."""
+    size = np.dtype(dtype).itemsize
+    return 64 // size, 64 // size + max(1, 16 // size)
+
+
+def _warp_smem(dtype, n: int, kc: int) -> int:
+    """One getrs_warp warp's shared memory: two staged chunks and Y (n rounded up to 32, x KC)."""
+    _, ldw = _warp_chunk(dtype)
+    return (2 * 32 * ldw + -(-n // 32) * 32 * kc) * np.dtype(dtype).itemsize
+
+
+def _warp_kc(dtype, n: int, k: int) -> int:
+    """Right-hand-side columns per getrs_warp warp: the fewest powers of two covering k (at most 16),
+    while the warp's shared memory stays within _GETRS_WARP_SMEM."""
+    kc = next(c for c in GETRS_WARP_KC if c >= min(k, GETRS_WARP_KC[-1]))
+    while kc > 1 and _warp_smem(dtype, n, kc) > _GETRS_WARP_SMEM:
+        kc //= 2
+    return kc
+
+
+def getrs_plan(dtype, n: int, k: int, kind: str | None = None) -> tuple[str, int]:
+    """("warp", KC) for getrs_warp or ("block", KC) for getrs_kernel, for order n and k right-hand
+    sides; ``kind`` forces the kernel (tests and A/B timings). Needs no GPU."""
+    dtype = np.dtype(dtype)
+    if kind not in (None, "warp", "block"):
+        raise InputError(f"Expected getrs kind 'warp' or 'block'. Got {kind!r} instead.")
+    kind = kind or ("warp" if n <= GETRS_WARP_MAX_N[dtype] else "block")
+    return kind, (_warp_kc if kind == "warp" else _getrs_kc)(dtype, n, k)
+
+
 def getrs_names(dtype) -> tuple[str, ...]:
     """The getrs instantiations compiled together for ``dtype``: one per KC."""
-    return tuple(template("getrs_kernel", dtype, default_nb(dtype), c) for c in GETRS_KC)
+    return (tuple(template("getrs_kernel", dtype, default_nb(dtype), c) for c in GETRS_KC)
+            + tuple(template("getrs_warp", dtype, c, GETRS_WARP_NW) for c in GETRS_WARP_KC))
 
 
 def _getrs_kc(dtype, n: int, k: int) -> int:
@@ -63,15 +107,24 @@ def _getrs_kc(dtype, n: int, k: int) -> int:
     return kc
 
 
-def getrs_smem(dtype, n: int, k: int) -> int:
-    """Shared memory of one getrs block for order n and k right-hand sides: Y (npad x KC), the partial
-    sums (256), a staged chunk of NB rows (getrs_tw / getrs_ldt in getrs.cu: 16 KB, rows padded by 16
-    bytes) and the NB x NB diagonal block."""
+def _plan_smem(dtype, n: int, plan: tuple[str, int]) -> int:
+    """Shared memory of one block of ``plan`` (:func:`getrs_plan`). getrs_warp: GETRS_WARP_NW warps'
+    (:func:`_warp_smem`). getrs_kernel: Y (npad x KC), the partial sums (256), a staged chunk of NB
+    rows (getrs_tw / getrs_ldt in getrs.cu: 16 KB, rows padded by 16 bytes) and the NB x NB diagonal
+    block."""
     dtype = np.dtype(dtype)
+    kind, kc = plan
+    if kind == "warp":
+        return GETRS_WARP_NW * _warp_smem(dtype, n, kc)
     nb = default_nb(dtype)
     npad = -(-n // nb) * nb
     ldt = 16384 // (nb * dtype.itemsize) + max(1, 16 // dtype.itemsize)
-    return (npad * _getrs_kc(dtype, n, k) + 256 + nb * ldt + nb * nb) * dtype.itemsize
+    return (npad * kc + 256 + nb * ldt + nb * nb) * dtype.itemsize
+
+
+def getrs_smem(dtype, n: int, k: int) -> int:
+    """Shared memory of one getrs block for order n and k right-hand sides (the dispatched kernel)."""
+    return _plan_smem(dtype, n, getrs_plan(dtype, n, k))
 
 
 def getrs_fits(dtype, n: int, k: int, smem: int) -> bool:
@@ -81,9 +134,10 @@ def getrs_fits(dtype, n: int, k: int, smem: int) -> bool:
     return n <= MAX_N and getrs_smem(dtype, n, k) <= smem
 
 
-def launch_getrs(lu, piv, b, x, info=None) -> None:
+def launch_getrs(lu, piv, b, x, info=None, kind: str | None = None) -> None:
     """Solve into ``x`` (B, n, k) from ``lu``, ``piv`` and ``b`` (B, n, k); ``info`` given: NaN where
-    info != 0 (solve); not given: a zero pivot gives inf/NaN in that matrix's x (lu_solve)."""
+    info != 0 (solve); not given: a zero pivot gives inf/NaN in that matrix's x (lu_solve). ``kind``
+    ("warp" or "block") overrides :func:`getrs_plan`'s kernel (tests and A/B timings)."""
     batch, n = lu.shape[0], lu.shape[-1]
     k = b.shape[-1]
     dtype = lu.dtype
@@ -96,15 +150,23 @@ def launch_getrs(lu, piv, b, x, info=None) -> None:
     check_n(n)
     if batch == 0 or k == 0:
         return
-    nb = default_nb(dtype)
-    kc = _getrs_kc(dtype, n, k)
-    smem = getrs_smem(dtype, n, k)
+    plan, kc = getrs_plan(dtype, n, k, kind)
+    smem = _plan_smem(dtype, n, (plan, kc))
     if smem > smem_optin():
         raise InputError(f"Expected getrs' block to fit in shared memory: n = {n} with {kc} right-hand "
-                         f"sides per block needs {smem} bytes, this device allows {smem_optin()}.")
-    func = kernel(FAMILY, template("getrs_kernel", dtype, nb, kc), getrs_names(dtype), smem)
-    rp = launch_perm(piv)
+                         f"sides per {plan} needs {smem} bytes, this device allows {smem_optin()}.")
     info_arg = info if info is not None else np.uint64(0)
+    if plan == "warp":
+        func = kernel(FAMILY, template("getrs_warp", dtype, kc, GETRS_WARP_NW), getrs_names(dtype), smem)
+        groups = -(-k // kc)
+        tasks = batch * groups
+        vec = int(n % max(1, 16 // dtype.itemsize) == 0 and lu.data.ptr % 16 == 0)
+        func((-(-tasks // GETRS_WARP_NW),), (32 * GETRS_WARP_NW,),
+             (lu, piv, info_arg, b, x, np.int32(n), np.int32(k), np.int32(groups), np.int64(tasks),
+              np.int32(vec)), shared_mem=smem)
+        return
+    func = kernel(FAMILY, template("getrs_kernel", dtype, default_nb(dtype), kc), getrs_names(dtype), smem)
+    rp = launch_perm(piv)
     func((batch, -(-k // kc)), (256,), (lu, rp, info_arg, b, x, np.int32(n), np.int32(k)),
          shared_mem=smem)
 

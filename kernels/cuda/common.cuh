@@ -275,6 +275,26 @@ template <typename T> __device__ __forceinline__ void cp_async(T* dst, const T* 
 }
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
+// 16 bytes of T, loaded or stored as one vector (raw) and read as elements (v).
+template <typename T> struct Vec16 {
+    static constexpr int N = 16 / sizeof(T);
+    union {
+        uint4 raw;
+        T v[N];
+    };
+};
+
+// 16 bytes (16-byte aligned at both ends) in one copy, through L1; a group of copies is closed by
+// cp_async_commit, and cp_async_wait_group<N> waits until at most N of this thread's groups are in flight.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 }  // namespace blu
 
 #endif  // BATCHLU_COMMON_CUH

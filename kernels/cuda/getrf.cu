@@ -167,14 +167,6 @@ getrf_rows(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
 // Shared memory (dynamic): NB * ldp scalars (P), 2 n KB scalars (the two staging buffers of L), n ints
 // and 2 n shorts (row bookkeeping), the pivot records; ldp: see ldp_padded.
 
-template <typename T> struct Vec16 {
-    static constexpr int N = 16 / sizeof(T);
-    union {
-        uint4 raw;
-        T v[N];
-    };
-};
-
 // The block's pivot for one column, one barrier: each warp's best candidate by redux.sync over the
 // key bits (rows_argmax: largest cabs1, NaN as +inf, ties to the smallest position, as LAPACK's
 // i?amax), its record (key, position, panel row) and the candidate's value and reciprocal to

@@ -208,4 +208,244 @@ getrs_kernel(const T* __restrict__ lu, const int* __restrict__ rp, const int* __
     }
 }
 
+// ====================================================================================================
+// getrs_warp
+// ====================================================================================================
+//
+// One warp per (matrix, group of KC right-hand-side columns), NW independent warps a block: no block
+// barrier anywhere. The warp's columns of b live in its shared memory (Y, npad x KC, npad = n rounded
+// up to 32), swapped into P^T b there (lane c applies the interchanges to column c, so no lane waits
+// for another). Block rows of 32 rows, lane r holding row I0 + r of its KC columns in registers (acc):
+//   forward   acc -= L[I, <I] Y[<I], then the unit lower 32 x 32 diagonal block;
+//   backward  acc -= U[I, >I] Y[>I], then the upper diagonal block (x_s = y_s / u_ss).
+// L and U come through shared memory in chunks of 32 rows x 64 bytes (getrs_cw columns), one chunk
+// ahead in flight (cp.async, double-buffered): every element of LU read once, in 64-byte row segments.
+// In the correction, lane r reads 16 bytes of its own row (the padded stride puts a quarter-warp's 8
+// rows in distinct banks) and each Y row as a broadcast: one 16-byte load of Y feeds 16 / sizeof(T)
+// fused multiply-adds per lane, against two loads a multiply-add in getrs_kernel. In the diagonal
+// block, the lane that holds row s stores it when final (after its reciprocal scaling, backward), and
+// every lane reads it back as a broadcast after __syncwarp.
+// Rows and columns past n are zeros in Y and in the staged chunks, so they add nothing; chunks wholly
+// past n are not staged.
+
+// Columns of a staged chunk (64 bytes of each of 32 rows) and its row stride (+ 16 bytes: the 8 rows a
+// quarter-warp reads fall in distinct banks). Mirrored in _getrs.py.
+template <typename T> __host__ __device__ constexpr int getrs_cw() { return 64 / int(sizeof(T)); }
+template <typename T> __host__ __device__ constexpr int getrs_ldw() {
+    return getrs_cw<T>() + (sizeof(T) >= 16 ? 1 : 16 / int(sizeof(T)));
+}
+
+// out = p[0 .. N), in 16-byte shared loads where N elements are whole 16-byte words (p is then
+// 16-byte aligned).
+template <typename T, int N> __device__ __forceinline__ void lds_row(T (&out)[N], const T* p) {
+    if constexpr ((N * sizeof(T)) % 16 == 0) {
+#pragma unroll
+        for (int w = 0; w < int(N * sizeof(T) / 16); ++w) {
+            Vec16<T> v;
+            v.raw = reinterpret_cast<const uint4*>(p)[w];
+#pragma unroll
+            for (int e = 0; e < Vec16<T>::N; ++e) out[w * Vec16<T>::N + e] = v.v[e];
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) out[i] = p[i];
+    }
+}
+template <typename T, int N> __device__ __forceinline__ void sts_row(T* p, const T (&in)[N]) {
+    if constexpr ((N * sizeof(T)) % 16 == 0) {
+#pragma unroll
+        for (int w = 0; w < int(N * sizeof(T) / 16); ++w) {
+            Vec16<T> v;
+#pragma unroll
+            for (int e = 0; e < Vec16<T>::N; ++e) v.v[e] = in[w * Vec16<T>::N + e];
+            reinterpret_cast<uint4*>(p)[w] = v.raw;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) p[i] = in[i];
+    }
+}
+
+// Stage rows I0 .. I0 + 31, columns l0 .. l0 + getrs_cw - 1 of L (n x n) into dst (cp.async, not
+// waited for); zeros past n. vec: 16-byte copies (n a multiple of 16 / sizeof(T), L 16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void getrs_stage(T* dst, const T* L, int n, int I0, int l0, bool vec, int lane) {
+    constexpr int CW = getrs_cw<T>(), LDW = getrs_ldw<T>();
+    constexpr int V = sizeof(T) >= 16 ? 1 : 16 / int(sizeof(T));
+    if (vec) {
+        constexpr int PR = CW / V;  // 16-byte pieces a row
+#pragma unroll
+        for (int q = 0; q < PR; ++q) {
+            const int t = lane + 32 * q, r = t / PR, p = t - r * PR, i = I0 + r, j = l0 + p * V;
+            T* d = dst + r * LDW + p * V;
+            if (i < n && j < n) {
+                cp_async16(d, L + (long long)i * n + j);
+            } else {
+                *reinterpret_cast<int4*>(d) = make_int4(0, 0, 0, 0);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int q = 0; q < CW; ++q) {
+            const int t = lane + 32 * q, r = t / CW, c = t - r * CW, i = I0 + r, j = l0 + c;
+            T* d = dst + r * LDW + c;
+            if (i < n && j < n) {
+                cp_async(d, L + (long long)i * n + j);
+            } else {
+                *d = zero<T>();
+            }
+        }
+    }
+}
+
+template <typename T, int KC, int NW>
+__global__ void __launch_bounds__(32 * NW, 1)  // (, 1): without it ptxas held float at 64 registers and spilled
+getrs_warp(const T* __restrict__ lu, const int* __restrict__ piv, const int* __restrict__ info,
+           const T* __restrict__ b, T* __restrict__ x, int n, int k, int groups, long long tasks, int vec) {
+    constexpr int CW = getrs_cw<T>(), LDW = getrs_ldw<T>();
+    constexpr int V = sizeof(T) >= 16 ? 1 : 16 / int(sizeof(T));
+    static_assert(KC <= 32 && CW % V == 0 && 32 % CW == 0, "a lane per column; chunks tile a block row");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long task = (long long)blockIdx.x * NW + warp;
+    if (task >= tasks) return;  // whole warps: no barrier below spans more than one
+    const long long mat = task / groups;
+    const int c0 = int(task - mat * groups) * KC;
+    const int npad = (n + 31) & ~31;
+    T* Lt = reinterpret_cast<T*>(smem_raw) + (long long)warp * (2 * 32 * LDW + npad * KC);  // 2 chunks
+    T* Y = Lt + 2 * 32 * LDW;                                                                 // npad x KC
+    const T* L = lu + mat * (long long)n * n;
+    b += mat * (long long)n * k;
+    x += mat * (long long)n * k;
+
+    if (info != nullptr && info[mat] != 0) {
+        for (int idx = lane; idx < n * KC; idx += 32) {
+            const int i = idx / KC, c = idx - i * KC;
+            if (c0 + c < k) x[(long long)i * k + c0 + c] = nan_value<T>();
+        }
+        return;
+    }
+    const bool vecl = vec != 0;
+    getrs_stage(Lt, L, n, 0, 0, vecl, lane);
+    cp_async_commit();
+    for (int idx = lane; idx < npad * KC; idx += 32) {
+        const int i = idx / KC, c = idx - i * KC;
+        Y[idx] = (i < n && c0 + c < k) ? b[(long long)i * k + c0 + c] : zero<T>();
+    }
+    // Y = P^T b: lane c swaps column c's rows k and piv[k] in order (in-range interchanges only).
+    const int* pm = piv + mat * n;
+    for (int k0 = 0; k0 < n; k0 += 32) {
+        const int pk = k0 + lane < n ? pm[k0 + lane] : 0;
+        const int kend = min(32, n - k0);
+        for (int t = 0; t < kend; ++t) {
+            const int kk = k0 + t, q = __shfl_sync(kFullWarp, pk, t);
+            if (q > kk && q < n && lane < KC) {
+                const T u = Y[kk * KC + lane];
+                Y[kk * KC + lane] = Y[q * KC + lane];
+                Y[q * KC + lane] = u;
+            }
+        }
+    }
+    __syncwarp();
+
+    const int lmax = (n - 1) / CW * CW;  // the last chunk holding a column < n
+    int I0 = 0, l0 = 0, buf = 0;
+    bool fwd = true;
+    T acc[KC];
+    lds_row(acc, Y + lane * KC);
+    for (;;) {
+        // The chunk after this one: forward, block rows up, each from column 0 to its diagonal block;
+        // backward, block rows down, each from the last column to its diagonal block.
+        int nI0 = I0, nl0 = l0;
+        bool nfwd = fwd, done = false;
+        if (fwd) {
+            if (l0 + CW < min(I0 + 32, n)) {
+                nl0 = l0 + CW;
+            } else if (I0 + 32 < n) {
+                nI0 = I0 + 32;
+                nl0 = 0;
+            } else {
+                nfwd = false;
+                nl0 = lmax;
+            }
+        } else if (l0 > I0) {
+            nl0 = l0 - CW;
+        } else if (I0 > 0) {
+            nI0 = I0 - 32;
+            nl0 = lmax;
+        } else {
+            done = true;
+        }
+        if (!done) getrs_stage(Lt + (buf ^ 1) * 32 * LDW, L, n, nI0, nl0, vecl, lane);
+        cp_async_commit();
+        cp_async_wait_group<1>();
+        __syncwarp();
+
+        const T* Lr = Lt + buf * 32 * LDW + lane * LDW;  // this lane's row of the chunk
+        if (fwd ? l0 < I0 : l0 >= I0 + 32) {
+            // the correction: acc -= (32 x CW chunk) Y[l0 .. l0 + CW)
+#pragma unroll
+            for (int l = 0; l < CW; l += V) {
+                T lv[V];
+                lds_row(lv, Lr + l);
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+                    T yv[KC];
+                    lds_row(yv, Y + (l0 + l + v) * KC);
+#pragma unroll
+                    for (int c = 0; c < KC; ++c) acc[c] = fms(acc[c], lv[v], yv[c]);
+                }
+            }
+        } else if (fwd) {
+            // the unit lower diagonal block, columns l0 .. l0 + CW - 1 of it
+#pragma unroll
+            for (int sl = 0; sl < CW; ++sl) {
+                const int s = l0 - I0 + sl;
+                if (I0 + s >= n) break;
+                if (lane == s) sts_row(Y + (I0 + s) * KC, acc);
+                __syncwarp();
+                T ys[KC];
+                lds_row(ys, Y + (I0 + s) * KC);
+                if (lane > s) {
+                    const T lv = Lr[sl];
+#pragma unroll
+                    for (int c = 0; c < KC; ++c) acc[c] = fms(acc[c], lv, ys[c]);
+                }
+            }
+        } else {
+            // the upper diagonal block, columns l0 + CW - 1 down to l0 of it
+#pragma unroll
+            for (int sl = CW - 1; sl >= 0; --sl) {
+                const int s = l0 - I0 + sl;
+                if (I0 + s >= n) continue;
+                if (lane == s) {
+                    const pivot_scale<T> d(Lr[sl]);
+#pragma unroll
+                    for (int c = 0; c < KC; ++c) acc[c] = d(acc[c]);
+                    sts_row(Y + (I0 + s) * KC, acc);
+                }
+                __syncwarp();
+                T ys[KC];
+                lds_row(ys, Y + (I0 + s) * KC);
+                if (lane < s) {
+                    const T uv = Lr[sl];
+#pragma unroll
+                    for (int c = 0; c < KC; ++c) acc[c] = fms(acc[c], uv, ys[c]);
+                }
+            }
+        }
+        __syncwarp();  // the next iteration stages into this buffer
+        if (done) break;
+        if (nI0 != I0 || nfwd != fwd) lds_row(acc, Y + (nI0 + lane) * KC);  // a new block row
+        I0 = nI0;
+        l0 = nl0;
+        fwd = nfwd;
+        buf ^= 1;
+    }
+    for (int idx = lane; idx < n * KC; idx += 32) {
+        const int i = idx / KC, c = idx - i * KC;
+        if (c0 + c < k) x[(long long)i * k + c0 + c] = Y[idx];
+    }
+}
+
 }  // namespace blu
