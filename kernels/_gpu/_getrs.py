@@ -4,10 +4,11 @@
 * ``perm_from_piv`` turns LAPACK's interchanges into the row order of P^T A, one thread per matrix
   (getri uses it for its column interchange too);
 * ``getrs_warp`` solves (B, n, k) right-hand sides with one warp per matrix and group of KC columns,
-  block rows of 32 rows, L and U streamed through shared memory a chunk ahead, no block barrier
-  (:data:`GETRS_WARP_MAX_N`: where it is dispatched);
-* ``getrs_kernel`` (larger n) solves them with one 256-thread block per matrix and group of KC
-  columns, block rows of NB rows with delayed correction, the rows of L and U staged in shared memory.
+  block rows of 32 rows, L and U streamed through shared memory two chunks ahead, no block barrier;
+* ``getrs_kernel`` solves them with one 256-thread block per matrix and group of KC columns, block
+  rows of NB rows with delayed correction, the rows of L and U staged in shared memory. It runs where
+  :data:`GETRS_BLOCK` says (complex128 from n = 160 at k >= 16 and from n = 1024; float64 and
+  complex64 from n = 1024 at k >= 32), getrs_warp everywhere else.
 
 :func:`solve` (``A X = B``) goes to the fused ``gesv_rows`` (``_gesv``) where :func:`solve_plan`
 says so, else to getrf + getrs. :func:`launch_getrs` and :func:`launch_perm` run on preallocated
@@ -50,13 +51,20 @@ def launch_perm(piv, rp=None):
     return rp
 
 
-# getrs_warp: warps per block (independent), the right-hand-side columns a warp may hold, and the
-# largest n it is dispatched at (above, getrs_kernel: more threads per matrix where batches are small).
+# getrs_warp: warps per block (independent), its chunk slots, the right-hand-side columns a warp may
+# hold. It is dispatched except where getrs_kernel measured faster on the H100 (batch 10,000 or 6 GB
+# of matrices; benchmarks/results/getrs-h100.txt): GETRS_BLOCK, per dtype, (n, k) pairs from which on
+# (n >= and k >=) getrs_kernel runs.
 GETRS_WARP_NW = 4
+GETRS_WARP_STAGES = 3  # chunk slots a warp cycles through: 2 chunks in flight while it computes one
 GETRS_WARP_KC = (1, 2, 4, 8, 16)
+# the most right-hand sides a warp takes: 8-byte and wider types ran faster with two warps a matrix at
+# k = 16 (fewer registers and less shared memory a warp, more warps an SM)
+GETRS_WARP_KC_MAX = {np.dtype(np.float32): 16, np.dtype(np.float64): 8, np.dtype(np.complex64): 8,
+                     np.dtype(np.complex128): 8}
 _GETRS_WARP_SMEM = 28 * 1024  # a warp's shared memory at most (about 8 warps an SM)
-GETRS_WARP_MAX_N = {np.dtype(np.float32): 256, np.dtype(np.float64): 256,
-                    np.dtype(np.complex64): 256, np.dtype(np.complex128): 256}
+GETRS_BLOCK = {np.dtype(np.float32): (), np.dtype(np.float64): ((1024, 32),),
+               np.dtype(np.complex64): ((1024, 32),), np.dtype(np.complex128): ((160, 16), (1024, 1))}
 
 
 def _warp_chunk(dtype) -> tuple[int, int]:
@@ -65,35 +73,39 @@ def _warp_chunk(dtype) -> tuple[int, int]:
     return 64 // size, 64 // size + max(1, 16 // size)
 
 
-def _warp_smem(dtype, n: int, kc: int) -> int:
-    """One getrs_warp warp's shared memory: two staged chunks and Y (n rounded up to 32, x KC)."""
+def _warp_smem(dtype, n: int, kc: int, stages: int = GETRS_WARP_STAGES) -> int:
+    """One getrs_warp warp's shared memory: ``stages`` staged chunks and Y (n rounded up to 32, x KC)."""
     _, ldw = _warp_chunk(dtype)
-    return (2 * 32 * ldw + -(-n // 32) * 32 * kc) * np.dtype(dtype).itemsize
+    return (stages * 32 * ldw + -(-n // 32) * 32 * kc) * np.dtype(dtype).itemsize
 
 
 def _warp_kc(dtype, n: int, k: int) -> int:
-    """Right-hand-side columns per getrs_warp warp: the fewest powers of two covering k (at most 16),
-    while the warp's shared memory stays within _GETRS_WARP_SMEM."""
-    kc = next(c for c in GETRS_WARP_KC if c >= min(k, GETRS_WARP_KC[-1]))
+    """Right-hand-side columns per getrs_warp warp: the fewest powers of two covering k (at most
+    GETRS_WARP_KC_MAX), while the warp's shared memory stays within _GETRS_WARP_SMEM."""
+    kc = next(c for c in GETRS_WARP_KC if c >= min(k, GETRS_WARP_KC_MAX[np.dtype(dtype)]))
     while kc > 1 and _warp_smem(dtype, n, kc) > _GETRS_WARP_SMEM:
         kc //= 2
     return kc
 
 
-def getrs_plan(dtype, n: int, k: int, kind: str | None = None) -> tuple[str, int]:
+def getrs_plan(dtype, n: int, k: int, kind: str | None = None, smem: int | None = None) -> tuple[str, int]:
     """("warp", KC) for getrs_warp or ("block", KC) for getrs_kernel, for order n and k right-hand
-    sides; ``kind`` forces the kernel (tests and A/B timings). Needs no GPU."""
+    sides; with ``smem`` (bytes a block may opt in to), getrs_kernel also where getrs_warp's block
+    would not fit; ``kind`` forces the kernel (tests and A/B timings). Needs no GPU."""
     dtype = np.dtype(dtype)
     if kind not in (None, "warp", "block"):
         raise InputError(f"Expected getrs kind 'warp' or 'block'. Got {kind!r} instead.")
-    kind = kind or ("warp" if n <= GETRS_WARP_MAX_N[dtype] else "block")
+    if kind is None:
+        block = any(n >= nmin and k >= kmin for nmin, kmin in GETRS_BLOCK[dtype])
+        warp = ("warp", _warp_kc(dtype, n, k))
+        kind = "block" if block or (smem is not None and _plan_smem(dtype, n, warp) > smem) else "warp"
     return kind, (_warp_kc if kind == "warp" else _getrs_kc)(dtype, n, k)
 
 
 def getrs_names(dtype) -> tuple[str, ...]:
     """The getrs instantiations compiled together for ``dtype``: one per KC."""
     return (tuple(template("getrs_kernel", dtype, default_nb(dtype), c) for c in GETRS_KC)
-            + tuple(template("getrs_warp", dtype, c, GETRS_WARP_NW) for c in GETRS_WARP_KC))
+            + tuple(template("getrs_warp", dtype, c, GETRS_WARP_NW, GETRS_WARP_STAGES) for c in GETRS_WARP_KC))
 
 
 def _getrs_kc(dtype, n: int, k: int) -> int:
@@ -122,22 +134,25 @@ def _plan_smem(dtype, n: int, plan: tuple[str, int]) -> int:
     return (npad * kc + 256 + nb * ldt + nb * nb) * dtype.itemsize
 
 
-def getrs_smem(dtype, n: int, k: int) -> int:
-    """Shared memory of one getrs block for order n and k right-hand sides (the dispatched kernel)."""
-    return _plan_smem(dtype, n, getrs_plan(dtype, n, k))
+def getrs_smem(dtype, n: int, k: int, smem: int | None = None) -> int:
+    """Shared memory of one getrs block for order n and k right-hand sides (the kernel
+    :func:`getrs_plan` dispatches on a device allowing ``smem`` bytes a block)."""
+    return _plan_smem(dtype, n, getrs_plan(dtype, n, k, smem=smem))
 
 
 def getrs_fits(dtype, n: int, k: int, smem: int) -> bool:
     """Whether :func:`launch_getrs` runs for order n and k right-hand sides on a device that lets a
     block opt in to ``smem`` bytes: n within MAX_N, the block's shared memory within ``smem``. Needs
     no GPU."""
-    return n <= MAX_N and getrs_smem(dtype, n, k) <= smem
+    return n <= MAX_N and getrs_smem(dtype, n, k, smem) <= smem
 
 
-def launch_getrs(lu, piv, b, x, info=None, kind: str | None = None) -> None:
+def launch_getrs(lu, piv, b, x, info=None, kind: str | None = None, stages: int | None = None,
+                 kc: int | None = None) -> None:
     """Solve into ``x`` (B, n, k) from ``lu``, ``piv`` and ``b`` (B, n, k); ``info`` given: NaN where
     info != 0 (solve); not given: a zero pivot gives inf/NaN in that matrix's x (lu_solve). ``kind``
-    ("warp" or "block") overrides :func:`getrs_plan`'s kernel (tests and A/B timings)."""
+    ("warp" or "block") overrides :func:`getrs_plan`'s kernel, ``stages`` and ``kc`` getrs_warp's
+    chunk slots and right-hand sides a warp (tests and A/B timings)."""
     batch, n = lu.shape[0], lu.shape[-1]
     k = b.shape[-1]
     dtype = lu.dtype
@@ -150,14 +165,26 @@ def launch_getrs(lu, piv, b, x, info=None, kind: str | None = None) -> None:
     check_n(n)
     if batch == 0 or k == 0:
         return
-    plan, kc = getrs_plan(dtype, n, k, kind)
+    if kind not in (None, "warp", "block"):
+        raise InputError(f"Expected getrs kind 'warp' or 'block'. Got {kind!r} instead.")
+    if kc is not None and (kind != "warp" or kc not in GETRS_WARP_KC):
+        raise InputError(f"Expected kind 'warp' and a getrs_warp KC among {GETRS_WARP_KC}. Got {kc} "
+                         f"for kind {kind!r} instead.")
+    plan, planned = getrs_plan(dtype, n, k, kind, smem_optin())
+    kc = kc or planned
     smem = _plan_smem(dtype, n, (plan, kc))
     if smem > smem_optin():
         raise InputError(f"Expected getrs' block to fit in shared memory: n = {n} with {kc} right-hand "
                          f"sides per {plan} needs {smem} bytes, this device allows {smem_optin()}.")
     info_arg = info if info is not None else np.uint64(0)
     if plan == "warp":
-        func = kernel(FAMILY, template("getrs_warp", dtype, kc, GETRS_WARP_NW), getrs_names(dtype), smem)
+        stages = stages or GETRS_WARP_STAGES
+        if stages < 2:
+            raise InputError(f"Expected at least 2 getrs_warp stages. Got {stages} instead.")
+        smem = GETRS_WARP_NW * _warp_smem(dtype, n, kc, stages)
+        name = template("getrs_warp", dtype, kc, GETRS_WARP_NW, stages)
+        names = getrs_names(dtype)
+        func = kernel(FAMILY, name, names if name in names else (name,), smem)
         groups = -(-k // kc)
         tasks = batch * groups
         vec = int(n % max(1, 16 // dtype.itemsize) == 0 and lu.data.ptr % 16 == 0)

@@ -214,12 +214,12 @@ getrs_kernel(const T* __restrict__ lu, const int* __restrict__ rp, const int* __
 //
 // One warp per (matrix, group of KC right-hand-side columns), NW independent warps a block: no block
 // barrier anywhere. The warp's columns of b live in its shared memory (Y, npad x KC, npad = n rounded
-// up to 32), swapped into P^T b there (lane c applies the interchanges to column c, so no lane waits
+// up to 32; loaded with cp.async, all in flight at once), swapped into P^T b there (lane c applies the interchanges to column c, so no lane waits
 // for another). Block rows of 32 rows, lane r holding row I0 + r of its KC columns in registers (acc):
 //   forward   acc -= L[I, <I] Y[<I], then the unit lower 32 x 32 diagonal block;
 //   backward  acc -= U[I, >I] Y[>I], then the upper diagonal block (x_s = y_s / u_ss).
-// L and U come through shared memory in chunks of 32 rows x 64 bytes (getrs_cw columns), one chunk
-// ahead in flight (cp.async, double-buffered): every element of LU read once, in 64-byte row segments.
+// L and U come through shared memory in chunks of 32 rows x 64 bytes (getrs_cw columns), NS - 1
+// chunks ahead in flight (cp.async, NS slots): every element of LU read once, in 64-byte row segments.
 // In the correction, lane r reads 16 bytes of its own row (the padded stride puts a quarter-warp's 8
 // rows in distinct banks) and each Y row as a broadcast: one 16-byte load of Y feeds 16 / sizeof(T)
 // fused multiply-adds per lane, against two loads a multiply-add in getrs_kernel. In the diagonal
@@ -298,13 +298,13 @@ __device__ __forceinline__ void getrs_stage(T* dst, const T* L, int n, int I0, i
     }
 }
 
-template <typename T, int KC, int NW>
+template <typename T, int KC, int NW, int NS>
 __global__ void __launch_bounds__(32 * NW, 1)  // (, 1): without it ptxas held float at 64 registers and spilled
 getrs_warp(const T* __restrict__ lu, const int* __restrict__ piv, const int* __restrict__ info,
            const T* __restrict__ b, T* __restrict__ x, int n, int k, int groups, long long tasks, int vec) {
     constexpr int CW = getrs_cw<T>(), LDW = getrs_ldw<T>();
     constexpr int V = sizeof(T) >= 16 ? 1 : 16 / int(sizeof(T));
-    static_assert(KC <= 32 && CW % V == 0 && 32 % CW == 0, "a lane per column; chunks tile a block row");
+    static_assert(KC <= 32 && CW % V == 0 && 32 % CW == 0 && NS >= 2, "a lane per column; chunks tile a block row");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long long task = (long long)blockIdx.x * NW + warp;
@@ -312,8 +312,8 @@ getrs_warp(const T* __restrict__ lu, const int* __restrict__ piv, const int* __r
     const long long mat = task / groups;
     const int c0 = int(task - mat * groups) * KC;
     const int npad = (n + 31) & ~31;
-    T* Lt = reinterpret_cast<T*>(smem_raw) + (long long)warp * (2 * 32 * LDW + npad * KC);  // 2 chunks
-    T* Y = Lt + 2 * 32 * LDW;                                                                 // npad x KC
+    T* Lt = reinterpret_cast<T*>(smem_raw) + (long long)warp * (NS * 32 * LDW + npad * KC);  // NS chunks
+    T* Y = Lt + NS * 32 * LDW;                                                                 // npad x KC
     const T* L = lu + mat * (long long)n * n;
     b += mat * (long long)n * k;
     x += mat * (long long)n * k;
@@ -325,13 +325,54 @@ getrs_warp(const T* __restrict__ lu, const int* __restrict__ piv, const int* __r
         }
         return;
     }
-    const bool vecl = vec != 0;
-    getrs_stage(Lt, L, n, 0, 0, vecl, lane);
-    cp_async_commit();
+    // The chunk after (I, l): forward, block rows up, each from column 0 to its diagonal block;
+    // backward, block rows down, each from the last column to its diagonal block. False after the last.
+    const int lmax = (n - 1) / CW * CW;  // the last chunk holding a column < n
+    auto advance = [n, lmax](int& I, int& l, bool& fwd) -> bool {
+        if (fwd) {
+            if (l + CW < min(I + 32, n)) {
+                l += CW;
+            } else if (I + 32 < n) {
+                I += 32;
+                l = 0;
+            } else {
+                fwd = false;
+                l = lmax;
+            }
+        } else if (l > I) {
+            l -= CW;
+        } else if (I > 0) {
+            I -= 32;
+            l = lmax;
+        } else {
+            return false;
+        }
+        return true;
+    };
+
+    // b's columns to Y (cp.async: every element in flight at once), then the first NS - 1 chunks.
     for (int idx = lane; idx < npad * KC; idx += 32) {
         const int i = idx / KC, c = idx - i * KC;
-        Y[idx] = (i < n && c0 + c < k) ? b[(long long)i * k + c0 + c] : zero<T>();
+        if (i < n && c0 + c < k) {
+            cp_async(&Y[idx], &b[(long long)i * k + c0 + c]);
+        } else {
+            Y[idx] = zero<T>();
+        }
     }
+    cp_async_commit();
+    const bool vecl = vec != 0;
+    int fI = 0, fl = 0;  // the next chunk to stage
+    bool ffwd = true, fmore = true;
+#pragma unroll
+    for (int q = 0; q < NS - 1; ++q) {
+        if (fmore) {
+            getrs_stage(Lt + q * 32 * LDW, L, n, fI, fl, vecl, lane);
+            fmore = advance(fI, fl, ffwd);
+        }
+        cp_async_commit();
+    }
+    cp_async_wait_group<NS - 1>();
+    __syncwarp();
     // Y = P^T b: lane c swaps column c's rows k and piv[k] in order (in-range interchanges only).
     const int* pm = piv + mat * n;
     for (int k0 = 0; k0 < n; k0 += 32) {
@@ -348,40 +389,21 @@ getrs_warp(const T* __restrict__ lu, const int* __restrict__ piv, const int* __r
     }
     __syncwarp();
 
-    const int lmax = (n - 1) / CW * CW;  // the last chunk holding a column < n
-    int I0 = 0, l0 = 0, buf = 0;
+    int I0 = 0, l0 = 0, slot = 0;
     bool fwd = true;
     T acc[KC];
     lds_row(acc, Y + lane * KC);
     for (;;) {
-        // The chunk after this one: forward, block rows up, each from column 0 to its diagonal block;
-        // backward, block rows down, each from the last column to its diagonal block.
-        int nI0 = I0, nl0 = l0;
-        bool nfwd = fwd, done = false;
-        if (fwd) {
-            if (l0 + CW < min(I0 + 32, n)) {
-                nl0 = l0 + CW;
-            } else if (I0 + 32 < n) {
-                nI0 = I0 + 32;
-                nl0 = 0;
-            } else {
-                nfwd = false;
-                nl0 = lmax;
-            }
-        } else if (l0 > I0) {
-            nl0 = l0 - CW;
-        } else if (I0 > 0) {
-            nI0 = I0 - 32;
-            nl0 = lmax;
-        } else {
-            done = true;
+        // the chunk NS - 1 ahead into the slot computed last
+        if (fmore) {
+            getrs_stage(Lt + (slot + NS - 1) % NS * 32 * LDW, L, n, fI, fl, vecl, lane);
+            fmore = advance(fI, fl, ffwd);
         }
-        if (!done) getrs_stage(Lt + (buf ^ 1) * 32 * LDW, L, n, nI0, nl0, vecl, lane);
         cp_async_commit();
-        cp_async_wait_group<1>();
+        cp_async_wait_group<NS - 1>();
         __syncwarp();
 
-        const T* Lr = Lt + buf * 32 * LDW + lane * LDW;  // this lane's row of the chunk
+        const T* Lr = Lt + slot * 32 * LDW + lane * LDW;  // this lane's row of the chunk
         if (fwd ? l0 < I0 : l0 >= I0 + 32) {
             // the correction: acc -= (32 x CW chunk) Y[l0 .. l0 + CW)
 #pragma unroll
@@ -397,29 +419,30 @@ getrs_warp(const T* __restrict__ lu, const int* __restrict__ piv, const int* __r
                 }
             }
         } else if (fwd) {
-            // the unit lower diagonal block, columns l0 .. l0 + CW - 1 of it
-#pragma unroll
-            for (int sl = 0; sl < CW; ++sl) {
-                const int s = l0 - I0 + sl;
-                if (I0 + s >= n) break;
+            // the unit lower diagonal block, columns l0 .. l0 + CW - 1 of it (not unrolled: the body
+            // is KC wide, and unrolled copies of it overflowed the instruction cache)
+            const int s0 = l0 - I0, s1 = min(s0 + CW, n - I0);
+#pragma unroll 1
+            for (int s = s0; s < s1; ++s) {
                 if (lane == s) sts_row(Y + (I0 + s) * KC, acc);
                 __syncwarp();
                 T ys[KC];
                 lds_row(ys, Y + (I0 + s) * KC);
                 if (lane > s) {
-                    const T lv = Lr[sl];
+                    const T lv = Lr[s - s0];
 #pragma unroll
                     for (int c = 0; c < KC; ++c) acc[c] = fms(acc[c], lv, ys[c]);
                 }
             }
         } else {
-            // the upper diagonal block, columns l0 + CW - 1 down to l0 of it
-#pragma unroll
-            for (int sl = CW - 1; sl >= 0; --sl) {
-                const int s = l0 - I0 + sl;
-                if (I0 + s >= n) continue;
+            // the upper diagonal block, columns l0 + CW - 1 down to l0 of it; the lane whose diagonal
+            // element lies in this chunk forms its reciprocal first
+            const int s0 = l0 - I0, s1 = min(s0 + CW, n - I0);
+            const int own = min(max(lane - s0, 0), CW - 1);
+            const pivot_scale<T> d(Lr[own]);
+#pragma unroll 1
+            for (int s = s1 - 1; s >= s0; --s) {
                 if (lane == s) {
-                    const pivot_scale<T> d(Lr[sl]);
 #pragma unroll
                     for (int c = 0; c < KC; ++c) acc[c] = d(acc[c]);
                     sts_row(Y + (I0 + s) * KC, acc);
@@ -428,19 +451,18 @@ getrs_warp(const T* __restrict__ lu, const int* __restrict__ piv, const int* __r
                 T ys[KC];
                 lds_row(ys, Y + (I0 + s) * KC);
                 if (lane < s) {
-                    const T uv = Lr[sl];
+                    const T uv = Lr[s - s0];
 #pragma unroll
                     for (int c = 0; c < KC; ++c) acc[c] = fms(acc[c], uv, ys[c]);
                 }
             }
         }
-        __syncwarp();  // the next iteration stages into this buffer
-        if (done) break;
-        if (nI0 != I0 || nfwd != fwd) lds_row(acc, Y + (nI0 + lane) * KC);  // a new block row
-        I0 = nI0;
-        l0 = nl0;
-        fwd = nfwd;
-        buf ^= 1;
+        __syncwarp();  // the next iteration stages into this slot
+        const int pI = I0;
+        const bool pfwd = fwd;
+        if (!advance(I0, l0, fwd)) break;
+        if (I0 != pI || fwd != pfwd) lds_row(acc, Y + (I0 + lane) * KC);  // a new block row
+        slot = slot + 1 == NS ? 0 : slot + 1;
     }
     for (int idx = lane; idx < n * KC; idx += 32) {
         const int i = idx / KC, c = idx - i * KC;

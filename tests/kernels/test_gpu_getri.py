@@ -138,7 +138,7 @@ def _solve_paths(dtype, n: int, k: int) -> list[str]:
     from batchlu.kernels import tuning
 
     rows = tuning.gesv_rows_tile(dtype, n, k) is not None
-    return (["rows"] if rows else []) + ["getrs"]
+    return (["rows"] if rows else []) + ["getrs-warp", "getrs-block"]
 
 
 def _solve_launch(a, b, poison, path="getrs", tile=None):
@@ -151,7 +151,7 @@ def _solve_launch(a, b, poison, path="getrs", tile=None):
         tuning.launch_gesv_rows(cupy.asarray(a), cupy.asarray(b), x, info, tile)
     else:
         lu, piv, info = _getrf.getrf(cupy.asarray(a))
-        tuning.launch_getrs(lu, piv, cupy.asarray(b), x, info)
+        tuning.launch_getrs(lu, piv, cupy.asarray(b), x, info, kind=path.partition("-")[2] or None)
     return x.get(), info.get()
 
 

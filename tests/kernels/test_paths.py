@@ -180,6 +180,44 @@ def test_solve_takes_gesv_rows_only_where_its_block_fits():
     assert _gesv.gesv_rows_static_smem(np.complex128, (4, 8, 9, 5, 8)) == 4496  # ptxas -v: 4320
 
 
+def test_getrs_plan_takes_the_warp_kernel_except_where_the_block_one_measured_faster():
+    """getrs_warp below GETRS_BLOCK's (n, k) corners, getrs_kernel from them on; a warp's right-hand
+    sides are the fewest powers of two covering k, at most GETRS_WARP_KC_MAX, fewer where its shared
+    memory would pass the budget; every plan up to MAX_N fits the A100's limit; a kind or KC it cannot
+    launch is a one-line InputError before any GPU work."""
+    from batchlu.errors import InputError
+    from batchlu.kernels._gpu import _getrs
+
+    assert _getrs.getrs_plan(np.float32, 128, 16) == ("warp", 16)
+    assert _getrs.getrs_plan(np.float64, 128, 16) == ("warp", 8)  # two warps a matrix
+    assert _getrs.getrs_plan(np.float64, 128, 3) == ("warp", 4)
+    assert _getrs.getrs_plan(np.complex128, 128, 16) == ("warp", 8)
+    assert _getrs.getrs_plan(np.complex128, 190, 16)[0] == "block"
+    assert _getrs.getrs_plan(np.complex128, 190, 4)[0] == "warp"
+    assert _getrs.getrs_plan(np.complex128, 190, 16, "warp") == ("warp", 4)  # 4 x 192 x 16 B of Y
+    assert _getrs.getrs_plan(np.float64, 1024, 40)[0] == "block"
+    assert _getrs.getrs_plan(np.float64, 1024, 1)[0] == "warp"
+    for dtype in DTYPES:
+        for n in (1, 2, 31, 32, 33, 100, 159, 160, 512, 1023, 1024):
+            for k in (1, 2, 3, 16, 31, 32, 40, 64):
+                kind, kc = _getrs.getrs_plan(dtype, n, k)
+                block = any(n >= nmin and k >= kmin for nmin, kmin in _getrs.GETRS_BLOCK[np.dtype(dtype)])
+                assert kind == ("block" if block else "warp"), (dtype, n, k)
+                kc_warp = _getrs.getrs_plan(dtype, n, k, "warp")[1]
+                assert kc_warp <= _getrs.GETRS_WARP_KC_MAX[np.dtype(dtype)] and kc_warp & (kc_warp - 1) == 0
+                assert kc_warp >= min(k, _getrs.GETRS_WARP_KC_MAX[np.dtype(dtype)]) or (
+                    _getrs._warp_smem(dtype, n, 2 * kc_warp) > _getrs._GETRS_WARP_SMEM), (dtype, n, k)
+                assert _getrs.getrs_fits(dtype, n, k, _paths.SMEM_A100), (dtype, n, k)
+                # a 48 KB device: getrs_kernel where getrs_warp's four warps would not fit
+                small = _getrs.getrs_plan(dtype, n, k, smem=49152)
+                assert small[0] == kind or _getrs._plan_smem(dtype, n, (kind, kc)) > 49152, (dtype, n, k)
+    lu, piv, b = np.ones((2, 8, 8)), np.zeros((2, 8), np.int32), np.ones((2, 8, 3))
+    with pytest.raises(InputError, match="Expected getrs kind"):
+        _getrs.launch_getrs(lu, piv, b, np.empty_like(b), kind="thread")
+    with pytest.raises(InputError, match="a getrs_warp KC among"):
+        _getrs.launch_getrs(lu, piv, b, np.empty_like(b), kind="warp", kc=3)
+
+
 @pytest.mark.parametrize("tile", [(8, 4, 5, 9), (32, 3, 1, 12, 3), (1, 64, 5, 1, 2), (1, 32, 33, 2, 1),
                                   (-32, -1, -1, -64, 1), (8.0, 4, 5, 9, 16), (8, 4, 5, 9, 0),
                                   (8, 4, 5, 9, 3), (24, 4, 4, 24, 16), (8, 4, 4, 9, 16), (True, 32, 33, 2, 1)])
