@@ -23,16 +23,15 @@ FAMILY = "gesv"
 # sides a pass as gesv_rows_kr gives, 16 on tiles of 1, 2, 4 or 8 warps). Above the last n: getrf +
 # getrs.
 GESV_ROWS = {
-    np.dtype(np.float32): ((16, 1, 2), (33, 5, 4, 4, 4), (48, 3, 2, 0, 4), (64, 2, 4), (96, 4, 4, 0, 8),
-                           (128, 4, 8)),
-    np.dtype(np.float64): ((16, 1, 2), (33, 5, 4, 4), (48, 3, 4), (64, 2, 4), (96, 4, 8)),
+    np.dtype(np.float32): ((16, 1, 2), (33, 5, 4, 4, 4), (48, 3, 2, 0, 4), (64, 2, 4)),
+    np.dtype(np.float64): ((16, 1, 2), (33, 5, 4, 4), (48, 3, 4), (64, 2, 4)),
     np.dtype(np.complex64): ((16, 1, 2), (33, 9, 8, 4, 4), (48, 6, 8), (64, 2, 4)),
-    np.dtype(np.complex128): ((16, 2, 4), (33, 9, 8, 4, 4), (48, 6, 8), (64, 8, 16)),
+    np.dtype(np.complex128): ((16, 2, 4), (33, 9, 8, 4, 4), (48, 6, 8)),
 }
 # (largest n, most right-hand sides) rows, first match wins: how many right-hand sides the dispatch sends
-# to gesv_rows (launch_gesv_rows takes any k). Against getrf + getrs on the H100, k = 17-64: fused
-# 0.13-0.91x the time at n <= 96, a tie at float32 n = 128 (0.97-1.07x); see docs/design.md#gesv-dispatch.
-GESV_ROWS_MAX_RHS = ((96, 64), (1 << 30, 16))
+# to gesv_rows (launch_gesv_rows takes any k). Against getrf + getrs on the H100, at every n of the
+# table, the fused solve took 0.46-0.92x the time at k = 64; see docs/design.md#gesv-dispatch.
+GESV_ROWS_MAX_RHS = ((1 << 30, 64),)
 
 
 def gesv_rows_kr(threads: int, k: int, lanes: int = 1) -> int:

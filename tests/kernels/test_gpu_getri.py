@@ -155,8 +155,8 @@ def _solve_launch(a, b, poison, path="getrs", tile=None):
     return x.get(), info.get()
 
 
-# 48 and 96 reach the fused solve's multi-warp tiles; k = 64 is its largest dispatched right-hand side
-# count at n <= 96.
+# 48 reaches the fused solve's two-warp tiles and 96 getrs_warp with two warps a matrix (float64 and
+# complex types at k >= 16); k = 64 is the fused solve's largest dispatched right-hand-side count.
 @pytest.mark.parametrize("n", sorted(SIZES + [48, 96]))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_solve(dtype, n):

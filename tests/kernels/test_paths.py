@@ -103,9 +103,10 @@ def test_small_n_keep_their_fused_kernels():
         assert _paths.path("solve", dtype, 16, 1, _paths.SMEM_H100) == "rows"
         assert _paths.path("solve", dtype, 16, 64, _paths.SMEM_H100) == "rows"
         assert _paths.path("solve", dtype, 16, 65, _paths.SMEM_H100) == "getrs"  # k > GESV_ROWS_MAX_RHS
-    assert _paths.path("solve", np.float32, 96, 64, _paths.SMEM_H100) == "rows"
-    assert _paths.path("solve", np.float32, 128, 16, _paths.SMEM_H100) == "rows"
-    assert _paths.path("solve", np.float32, 128, 17, _paths.SMEM_H100) == "getrs"
+    assert _paths.path("solve", np.float32, 64, 64, _paths.SMEM_H100) == "rows"
+    assert _paths.path("solve", np.float32, 65, 16, _paths.SMEM_H100) == "getrs"
+    assert _paths.path("solve", np.complex128, 48, 16, _paths.SMEM_H100) == "rows"
+    assert _paths.path("solve", np.complex128, 49, 16, _paths.SMEM_H100) == "getrs"
 
 
 def test_rows_tiles_pad_n_to_their_step_and_take_a_blocks_bound():
@@ -134,16 +135,16 @@ def test_gesv_rows_passes_give_each_right_hand_side_lanes_of_one_warp():
     """gesv_rows_tile: getrf_rows' tile plus KR, the right-hand sides a pass: the warps times the power
     of two that first reaches min(k, 16) (16 on one warp), fewer where the table asks for more lanes
     each; three warps take multiples of 3 (a right-hand side's lanes must not span warps); none past
-    the table or above 64 right-hand sides (16 above n = 96); every dispatched tile is one the launcher
+    the table or above 64 right-hand sides; every dispatched tile is one the launcher
     takes. The factors' shared memory rows are odd numbers of 16-byte words."""
     from batchlu.kernels._gpu import _gesv
 
     assert _gesv.gesv_rows_tile(np.float64, 33, 16) == (8, 4, 5, 9, 16)
     assert [_gesv.gesv_rows_tile(np.float64, 33, k)[4] for k in (1, 2, 3, 9)] == [1, 2, 4, 16]
     assert _gesv.gesv_rows_tile(np.complex128, 33, 16) == (4, 8, 9, 5, 8)  # at least 4 lanes each
-    assert _gesv.gesv_rows_tile(np.float32, 96, 16) == (24, 4, 4, 24, 12)  # 3 warps, 8 lanes each
+    assert _gesv.gesv_rows_tile(np.float32, 96, 16, (4, 4, 0, 8)) == (24, 4, 4, 24, 12)  # 3 warps, 8 lanes each
     assert _gesv.gesv_rows_tile(np.float32, 96, 2, (4, 4)) == (24, 4, 4, 24, 3)
-    assert _gesv.gesv_rows_tile(np.float64, 97, 16) is None
+    assert _gesv.gesv_rows_tile(np.float64, 65, 16) is None
     assert _gesv.gesv_rows_tile(np.float64, 33, 40) == (8, 4, 5, 9, 16)  # three passes
     assert _gesv.gesv_rows_tile(np.float64, 33, 65) is None
     for dtype, rows in _gesv.GESV_ROWS.items():  # every dispatched tile is one the launcher takes
