@@ -7,7 +7,7 @@ For each dtype, n and k right-hand sides: fresh random matrices factored by the 
 (untimed), then each kernel run once on poisoned outputs and checked by LAPACK's test ratio
 (``_harness.check_case``: a wrong one is reported, never timed), then timed by ``_harness.time_case``
 (median of ``--reps``). The batch is 10,000, or fewer where the matrices would pass 2 GB. The floor
-is one read of LU and b and one write of x at 3.35 TB/s; ``dispatched`` is ``getrs_plan``'s kernel.
+is one read of LU and b and one write of x at 3.35 TB/s; ``dispatched`` is ``tuning.getrs_plan``'s kernel.
 The source of ``GETRS_BLOCK`` (kernels/_gpu/_getrs.py).
 """
 from __future__ import annotations
@@ -23,20 +23,20 @@ KINDS = ("warp", "block")
 
 
 def main() -> None:
-    import cupy
-
-    from _inv_impls import _rhs
-    from _lu_impls import Case, _sources
-
-    from batchlu.kernels import tuning
-    from batchlu.kernels._gpu._getrs import getrs_plan
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="float32,float64,complex64,complex128")
     parser.add_argument("--sizes", default="33,64,128,190")
     parser.add_argument("--rhs", default="1,16")
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
+
+    import cupy
+
+    from _inv_impls import _rhs
+    from _lu_impls import Case, _sources
+
+    from batchlu.kernels import tuning
+
     print("| dtype | n | k | batch | warp KC | warp ms | block ms | dispatched | block / warp | "
           "dispatched % of floor |", flush=True)
     for dtype in args.dtypes.split(","):
@@ -67,9 +67,9 @@ def main() -> None:
                         ms[kind] = float("nan")
                         continue
                     ms[kind] = time_case(case, args.reps)
-                plan = getrs_plan(dtype, n, k)
+                plan = tuning.getrs_plan(dtype, n, k)
                 floor = batch * (n * n + 2 * n * k) * itemsize / BANDWIDTH * 1e3
-                print(f"| {dtype} | {n} | {k} | {batch} | {getrs_plan(dtype, n, k, 'warp')[1]} | "
+                print(f"| {dtype} | {n} | {k} | {batch} | {tuning.getrs_plan(dtype, n, k, 'warp')[1]} | "
                       f"{ms['warp']:.3f} | {ms['block']:.3f} | {plan[0]} | {ms['block'] / ms['warp']:.2f} | "
                       f"{100 * floor / ms[plan[0]]:.0f}% |", flush=True)
                 del b, x

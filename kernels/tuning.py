@@ -15,15 +15,17 @@ Dispatch tables (first matching row wins):
 * inverse: :data:`FUSED_MAX_N` and :data:`GJE_TILES` (the fused ``inv_gje``), :data:`GETRI_MODE`,
   :data:`GETRI_PLANS` and :data:`GETRI_NBS` (getrf + ``getri``);
 * solve: :data:`GESV_ROWS` and :data:`GESV_ROWS_MAX_RHS` (the fused ``gesv_rows``), else getrf +
-  ``getrs``;
+  ``getrs``; getrs (and lu_solve): :data:`GETRS_BLOCK` (where ``getrs_kernel`` runs instead of
+  ``getrs_warp``), :data:`GETRS_WARP_KC_MAX`;
 * every op: :func:`path` (the kernels above, or ``"cusolver"`` where they do not fit the device:
   :func:`fitting_plan`, :func:`getri_fits`, :func:`getrs_fits`), :func:`first_cusolver_n`.
 
 Plans: :func:`getrf_plan` / :func:`rows_plan` / :class:`Plan`; :func:`inv_plan`, :func:`gje_tile`,
-:func:`getri_plan`; :func:`solve_plan`, :func:`gesv_rows_tile`.
+:func:`getri_plan`; :func:`solve_plan`, :func:`gesv_rows_tile`, :func:`getrs_plan`.
 
 Launchers: :func:`launch_getrf` (``plan``), :func:`launch_inv_gje` (``tile``), :func:`launch_getri`
-(``mode``, ``minb``, ``mma``, ``nb``), :func:`launch_gesv_rows` (``tile``), :func:`launch_getrs`,
+(``mode``, ``minb``, ``mma``, ``nb``), :func:`launch_gesv_rows` (``tile``), :func:`launch_getrs`
+(``kind``, ``stages``, ``kc``),
 :func:`launch_slogdet`; each takes the dispatched plan when none is given. The cuSOLVER path at any n
 (the backend's contract, allocating its outputs): :func:`cusolver_getrf`, :func:`cusolver_getrs`,
 :func:`cusolver_inv`, :func:`cusolver_solve`, :func:`cusolver_slogdet`.
@@ -81,7 +83,8 @@ from ._gpu._getri import (
     launch_getri,
     launch_inv_gje,
 )
-from ._gpu._getrs import default_nb, getrs_fits, getrs_smem, launch_getrs, solve_plan
+from ._gpu._getrs import (GETRS_BLOCK, GETRS_WARP_KC_MAX, default_nb, getrs_fits, getrs_plan, getrs_smem,
+                          launch_getrs, solve_plan)
 from ._gpu._paths import CUSOLVER, first_cusolver_n, path
 from ._gpu._cusolver import getrf as cusolver_getrf
 from ._gpu._cusolver import getrs as cusolver_getrs
@@ -138,6 +141,8 @@ __all__ = [
     "GESV_ROWS",
     "GESV_ROWS_MAX_RHS",
     "GETRF_DISPATCH",
+    "GETRS_BLOCK",
+    "GETRS_WARP_KC_MAX",
     "GETRI_MODE",
     "GETRI_NBS",
     "GETRI_PLANS",
@@ -170,6 +175,7 @@ __all__ = [
     "getri_plan",
     "getri_smem",
     "getrs_fits",
+    "getrs_plan",
     "getrs_smem",
     "gje_name",
     "gje_tile",

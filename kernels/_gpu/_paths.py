@@ -1,8 +1,9 @@
 """Which GPU path each (op, dtype, n) takes: batchlu's own kernels where they fit, cuSOLVER above.
 
 The own kernels hold a whole matrix's working set in one CUDA block: getrf's panel of every row in
-shared memory (``_getrf.fitting_plan``), getri's and getrs' one thread per column with a panel of every
-row in shared memory (``_getri.getri_fits``, ``_getrs.getrs_fits``, both n <= ``MAX_N``). Where an op's
+shared memory (``_getrf.fitting_plan``), getri's one thread per column with a panel of every row in
+shared memory, getrs' right-hand sides in shared memory (``_getri.getri_fits``, ``_getrs.getrs_fits``,
+both n <= ``MAX_N``). Where an op's
 kernels do not fit the device, the op goes to :mod:`._cusolver` (cuSOLVER's getrf / getrs, one matrix
 at a time). The test is the very function each launcher raises from, so every n is covered: an n
 the kernels refuse is an n this module sends to cuSOLVER, whatever the device's shared memory.

@@ -31,7 +31,7 @@ from .._cuda_sources import CUDA_DIR, compiled_text, disk_cache_reused, families
 
 logger = logging.getLogger("batchlu.kernels")
 OPTIONS = ("-std=c++17", f"-I{CUDA_DIR}")
-MAX_N = 1024  # getri and getrs: one thread per column, or a panel of every row in shared memory
+MAX_N = 1024  # getri (one thread per column) and getrs (the right-hand sides in shared memory)
 
 # The C++ scalar type of each dtype (common.cuh): bit for bit the NumPy/CuPy layouts.
 SCALAR = {
