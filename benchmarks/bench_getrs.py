@@ -13,6 +13,7 @@ The source of ``GETRS_BLOCK`` (kernels/_gpu/_getrs.py).
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 import numpy as np
 
@@ -58,8 +59,9 @@ def main() -> None:
                 x = cupy.empty_like(b)
                 ms = {}
                 for kind in KINDS:
-                    case = Case(prepare, lambda kind=kind: tuning.launch_getrs(lu, piv, b, x, info, kind=kind),
-                                check=lambda i: solve_ratio(src[i % len(src)], x, b), outputs=(x,))
+                    run = partial(tuning.launch_getrs, lu, piv, b, x, info, kind=kind)
+                    case = Case(prepare, run, check=lambda i: solve_ratio(src[i % len(src)], x, b),
+                                outputs=(x,))
                     try:
                         check_case(case)
                     except WrongResult as err:

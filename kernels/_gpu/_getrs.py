@@ -105,7 +105,8 @@ def getrs_plan(dtype, n: int, k: int, kind: str | None = None, smem: int | None 
 def getrs_names(dtype) -> tuple[str, ...]:
     """The getrs instantiations compiled together for ``dtype``: one per KC."""
     return (tuple(template("getrs_kernel", dtype, default_nb(dtype), c) for c in GETRS_KC)
-            + tuple(template("getrs_warp", dtype, c, GETRS_WARP_NW, GETRS_WARP_STAGES) for c in GETRS_WARP_KC))
+            + tuple(template("getrs_warp", dtype, c, GETRS_WARP_NW, GETRS_WARP_STAGES)
+                    for c in GETRS_WARP_KC))
 
 
 def _getrs_kc(dtype, n: int, k: int) -> int:

@@ -1,8 +1,10 @@
 // Batched solve from the LU factors (xGETRS, no transpose): x = U^-1 L^-1 P^T b, b of shape (B, n, k).
+// Two kernels: getrs_warp (below: one warp per matrix and group of right-hand sides, the default) and
+// getrs_kernel (one block per matrix and group); kernels/_gpu/_getrs.py picks one (getrs_plan).
 //
-// Block (mat, chunk) solves KC right-hand-side columns of one matrix; its columns of b live in shared
-// memory (Y, npad x KC) for the whole run, loaded through the row order rp (Y = P^T B). Block rows of
-// NB rows are solved with delayed correction:
+// getrs_kernel: block (mat, chunk) solves KC right-hand-side columns of one matrix; its columns of b
+// live in shared memory (Y, npad x KC) for the whole run, loaded through the row order rp (Y = P^T B).
+// Block rows of NB rows are solved with delayed correction:
 //   forward   Y[I] -= L[I, <I] Y[<I]   then the unit lower NB x NB diagonal block
 //   backward  Y[I] -= U[I, >I] Y[>I]   then the upper diagonal block (divides by U[i][i])
 // The block row's L (U) part is staged in shared memory in chunks of 16 KB with cp.async (coalesced
@@ -214,8 +216,9 @@ getrs_kernel(const T* __restrict__ lu, const int* __restrict__ rp, const int* __
 //
 // One warp per (matrix, group of KC right-hand-side columns), NW independent warps a block: no block
 // barrier anywhere. The warp's columns of b live in its shared memory (Y, npad x KC, npad = n rounded
-// up to 32; loaded with cp.async, all in flight at once), swapped into P^T b there (lane c applies the interchanges to column c, so no lane waits
-// for another). Block rows of 32 rows, lane r holding row I0 + r of its KC columns in registers (acc):
+// up to 32; loaded with cp.async, all in flight at once), swapped into P^T b there (lane c applies the
+// interchanges to column c, so no lane waits for another). Block rows of 32 rows, lane r holding row
+// I0 + r of its KC columns in registers (acc):
 //   forward   acc -= L[I, <I] Y[<I], then the unit lower 32 x 32 diagonal block;
 //   backward  acc -= U[I, >I] Y[>I], then the upper diagonal block (x_s = y_s / u_ss).
 // L and U come through shared memory in chunks of 32 rows x 64 bytes (getrs_cw columns), NS - 1
@@ -298,13 +301,15 @@ __device__ __forceinline__ void getrs_stage(T* dst, const T* L, int n, int I0, i
     }
 }
 
+// (, 1) in __launch_bounds__: without it ptxas held float at 64 registers and spilled.
 template <typename T, int KC, int NW, int NS>
-__global__ void __launch_bounds__(32 * NW, 1)  // (, 1): without it ptxas held float at 64 registers and spilled
+__global__ void __launch_bounds__(32 * NW, 1)
 getrs_warp(const T* __restrict__ lu, const int* __restrict__ piv, const int* __restrict__ info,
            const T* __restrict__ b, T* __restrict__ x, int n, int k, int groups, long long tasks, int vec) {
     constexpr int CW = getrs_cw<T>(), LDW = getrs_ldw<T>();
     constexpr int V = sizeof(T) >= 16 ? 1 : 16 / int(sizeof(T));
-    static_assert(KC <= 32 && CW % V == 0 && 32 % CW == 0 && NS >= 2, "a lane per column; chunks tile a block row");
+    static_assert(KC <= 32 && CW % V == 0 && 32 % CW == 0 && NS >= 2,
+                  "a lane per column; chunks tile a block row; a chunk in flight while one is computed");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long long task = (long long)blockIdx.x * NW + warp;

@@ -142,7 +142,8 @@ def test_gesv_rows_passes_give_each_right_hand_side_lanes_of_one_warp():
     assert _gesv.gesv_rows_tile(np.float64, 33, 16) == (8, 4, 5, 9, 16)
     assert [_gesv.gesv_rows_tile(np.float64, 33, k)[4] for k in (1, 2, 3, 9)] == [1, 2, 4, 16]
     assert _gesv.gesv_rows_tile(np.complex128, 33, 16) == (4, 8, 9, 5, 8)  # at least 4 lanes each
-    assert _gesv.gesv_rows_tile(np.float32, 96, 16, (4, 4, 0, 8)) == (24, 4, 4, 24, 12)  # 3 warps, 8 lanes each
+    # 3 warps, 8 lanes each
+    assert _gesv.gesv_rows_tile(np.float32, 96, 16, (4, 4, 0, 8)) == (24, 4, 4, 24, 12)
     assert _gesv.gesv_rows_tile(np.float32, 96, 2, (4, 4)) == (24, 4, 4, 24, 3)
     assert _gesv.gesv_rows_tile(np.float64, 65, 16) is None
     assert _gesv.gesv_rows_tile(np.float64, 33, 40) == (8, 4, 5, 9, 16)  # three passes
