@@ -52,7 +52,7 @@ def launch_perm(piv, rp=None):
 
 
 # getrs_warp: warps per block (independent), its chunk slots, the right-hand-side columns a warp may
-# hold. It is dispatched except where getrs_kernel measured faster on the H100 (batch 10,000 or 6 GB
+# hold. It is dispatched except where getrs_kernel measured faster on the H100 (batch 10,000 or 2 GB
 # of matrices; benchmarks/results/getrs-h100.txt): GETRS_BLOCK, per dtype, (n, k) pairs from which on
 # (n >= and k >=) getrs_kernel runs.
 GETRS_WARP_NW = 4
@@ -67,16 +67,12 @@ GETRS_BLOCK = {np.dtype(np.float32): (), np.dtype(np.float64): ((1024, 32),),
                np.dtype(np.complex64): ((1024, 32),), np.dtype(np.complex128): ((160, 16), (1024, 1))}
 
 
-def _warp_chunk(dtype) -> tuple[int, int]:
-    """getrs_cw / getrs_ldw of getrs.cu: columns of a staged 32-row chunk (64 bytes) and its stride."""
-    size = np.dtype(dtype).itemsize
-    return 64 // size, 64 // size + max(1, 16 // size)
-
-
 def _warp_smem(dtype, n: int, kc: int, stages: int = GETRS_WARP_STAGES) -> int:
-    """One getrs_warp warp's shared memory: ``stages`` staged chunks and Y (n rounded up to 32, x KC)."""
-    _, ldw = _warp_chunk(dtype)
-    return (stages * 32 * ldw + -(-n // 32) * 32 * kc) * np.dtype(dtype).itemsize
+    """One getrs_warp warp's shared memory: ``stages`` staged chunks of 32 rows (getrs_ldw of getrs.cu:
+    64 bytes of columns and 16 of padding a row) and Y (n rounded up to 32, x KC)."""
+    size = np.dtype(dtype).itemsize
+    ldw = 64 // size + max(1, 16 // size)
+    return (stages * 32 * ldw + -(-n // 32) * 32 * kc) * size
 
 
 def _warp_kc(dtype, n: int, k: int) -> int:
@@ -88,22 +84,28 @@ def _warp_kc(dtype, n: int, k: int) -> int:
     return kc
 
 
+def _check_kind(kind: str | None) -> None:
+    if kind not in (None, "warp", "block"):
+        raise InputError(f"Expected getrs kind 'warp' or 'block'. Got {kind!r} instead.")
+
+
 def getrs_plan(dtype, n: int, k: int, kind: str | None = None, smem: int | None = None) -> tuple[str, int]:
     """("warp", KC) for getrs_warp or ("block", KC) for getrs_kernel, for order n and k right-hand
     sides; with ``smem`` (bytes a block may opt in to), getrs_kernel also where getrs_warp's block
     would not fit; ``kind`` forces the kernel (tests and A/B timings). Needs no GPU."""
     dtype = np.dtype(dtype)
-    if kind not in (None, "warp", "block"):
-        raise InputError(f"Expected getrs kind 'warp' or 'block'. Got {kind!r} instead.")
+    _check_kind(kind)
     if kind is None:
-        block = any(n >= nmin and k >= kmin for nmin, kmin in GETRS_BLOCK[dtype])
-        warp = ("warp", _warp_kc(dtype, n, k))
-        kind = "block" if block or (smem is not None and _plan_smem(dtype, n, warp) > smem) else "warp"
+        if not any(n >= nmin and k >= kmin for nmin, kmin in GETRS_BLOCK[dtype]):
+            warp = ("warp", _warp_kc(dtype, n, k))
+            if smem is None or _plan_smem(dtype, n, warp) <= smem:
+                return warp
+        kind = "block"
     return kind, (_warp_kc if kind == "warp" else _getrs_kc)(dtype, n, k)
 
 
 def getrs_names(dtype) -> tuple[str, ...]:
-    """The getrs instantiations compiled together for ``dtype``: one per KC."""
+    """The getrs instantiations compiled together for ``dtype``: one per KC of each kernel."""
     return (tuple(template("getrs_kernel", dtype, default_nb(dtype), c) for c in GETRS_KC)
             + tuple(template("getrs_warp", dtype, c, GETRS_WARP_NW, GETRS_WARP_STAGES)
                     for c in GETRS_WARP_KC))
@@ -120,15 +122,15 @@ def _getrs_kc(dtype, n: int, k: int) -> int:
     return kc
 
 
-def _plan_smem(dtype, n: int, plan: tuple[str, int]) -> int:
+def _plan_smem(dtype, n: int, plan: tuple[str, int], stages: int = GETRS_WARP_STAGES) -> int:
     """Shared memory of one block of ``plan`` (:func:`getrs_plan`). getrs_warp: GETRS_WARP_NW warps'
-    (:func:`_warp_smem`). getrs_kernel: Y (npad x KC), the partial sums (256), a staged chunk of NB
+    (:func:`_warp_smem`, ``stages`` chunk slots). getrs_kernel: Y (npad x KC), the partial sums (256), a staged chunk of NB
     rows (getrs_tw / getrs_ldt in getrs.cu: 16 KB, rows padded by 16 bytes) and the NB x NB diagonal
     block."""
     dtype = np.dtype(dtype)
     kind, kc = plan
     if kind == "warp":
-        return GETRS_WARP_NW * _warp_smem(dtype, n, kc)
+        return GETRS_WARP_NW * _warp_smem(dtype, n, kc, stages)
     nb = default_nb(dtype)
     npad = -(-n // nb) * nb
     ldt = 16384 // (nb * dtype.itemsize) + max(1, 16 // dtype.itemsize)
@@ -166,23 +168,21 @@ def launch_getrs(lu, piv, b, x, info=None, kind: str | None = None, stages: int 
     check_n(n)
     if batch == 0 or k == 0:
         return
-    if kind not in (None, "warp", "block"):
-        raise InputError(f"Expected getrs kind 'warp' or 'block'. Got {kind!r} instead.")
+    _check_kind(kind)  # before smem_optin(): a bad kind is an InputError without a GPU
     if kc is not None and (kind != "warp" or kc not in GETRS_WARP_KC):
         raise InputError(f"Expected kind 'warp' and a getrs_warp KC among {GETRS_WARP_KC}. Got {kc} "
                          f"for kind {kind!r} instead.")
+    stages = stages or GETRS_WARP_STAGES
+    if stages < 2:
+        raise InputError(f"Expected at least 2 getrs_warp stages. Got {stages} instead.")
     plan, planned = getrs_plan(dtype, n, k, kind, smem_optin())
     kc = kc or planned
-    smem = _plan_smem(dtype, n, (plan, kc))
+    smem = _plan_smem(dtype, n, (plan, kc), stages)
     if smem > smem_optin():
         raise InputError(f"Expected getrs' block to fit in shared memory: n = {n} with {kc} right-hand "
                          f"sides per {plan} needs {smem} bytes, this device allows {smem_optin()}.")
     info_arg = info if info is not None else np.uint64(0)
     if plan == "warp":
-        stages = stages or GETRS_WARP_STAGES
-        if stages < 2:
-            raise InputError(f"Expected at least 2 getrs_warp stages. Got {stages} instead.")
-        smem = GETRS_WARP_NW * _warp_smem(dtype, n, kc, stages)
         name = template("getrs_warp", dtype, kc, GETRS_WARP_NW, stages)
         names = getrs_names(dtype)
         func = kernel(FAMILY, name, names if name in names else (name,), smem)
