@@ -8,8 +8,10 @@ launch plan of the current dispatch, then both sources of the family on the same
 poisoned before each launch and compared bit for bit (``bitwise``), the LAPACK test ratio of the new
 output on 32 matrices, and the median of ``--reps`` CUDA-event timings of each, interleaved. A change
 that only moves data (copies, staging, loads in flight) must keep ``bitwise`` True. Ops: ``lu``
-(getrf: family getrf), ``getri`` (inverse from the factors, family getri) and ``getrs`` (16
-right-hand sides, family getrs).
+(getrf: family getrf), ``getri`` (inverse from the factors, family getri), ``getrs`` (16
+right-hand sides, family getrs), ``gesv`` (the fused solve ``gesv_rows``, 16 right-hand sides, family
+gesv) and ``gje`` (the fused inverse ``inv_gje``, family getri); the last two at the n their tables
+cover.
 
 The old source runs through ``batchlu.kernels.tuning.source_override`` and includes the working
 tree's headers (``common.cuh``, ``rows.cuh``): a revision whose family needs older headers will not
@@ -27,7 +29,7 @@ import numpy as np
 
 from _harness import old_source, random_batch, same_bits
 
-OPS = ("lu", "getri", "getrs")
+OPS = ("lu", "getri", "getrs", "gesv", "gje")
 FAMILIES = ("getrf", "getri", "getrs", "gesv", "slogdet")
 
 
@@ -53,6 +55,37 @@ def point(op: str, dtype: str, n: int, batch: int, seed: int):
             return float(get01(cupy.asnumpy(a[:32]), cupy.asnumpy(out[0][:32]), cupy.asnumpy(out[1][:32])).max())
 
         return plan.describe(), fresh, run, ratio, None
+    if op == "gesv":
+        b = random_batch((batch, n, 16), dtype, seed + 1)
+        tile = tuning.gesv_rows_tile(dtype, n, 16)
+        if tile is None:
+            raise SystemExit(f"Expected n within gesv_rows' table for {dtype}. Got n = {n} instead.")
+
+        def fresh():
+            return (cupy.full_like(b, np.nan), cupy.full((batch,), -9, np.int32))
+
+        def run(out):
+            tuning.launch_gesv_rows(a, b, *out, tile)
+
+        def ratio(out):
+            return float(get02(cupy.asnumpy(a[:32]), cupy.asnumpy(out[0][:32]), cupy.asnumpy(b[:32])).max())
+
+        return "gesv_rows-" + "x".join(map(str, tile)), fresh, run, ratio, None
+    if op == "gje":
+        tile = tuning.gje_tile(dtype, n)
+        if tile is None:
+            raise SystemExit(f"Expected n within inv_gje's table for {dtype}. Got n = {n} instead.")
+
+        def fresh():
+            return (cupy.full_like(a, np.nan), cupy.full((batch,), -9, np.int32))
+
+        def run(out):
+            tuning.launch_inv_gje(a, *out, tile)
+
+        def ratio(out):
+            return float(get03(cupy.asnumpy(a[:32]), cupy.asnumpy(out[0][:32])).max())
+
+        return "inv_gje-" + "x".join(map(str, tile)), fresh, run, ratio, None
     lu, piv, info = kernels.lu_factor(a)
     if op == "getri":
         work = cupy.empty_like(lu)
