@@ -154,6 +154,44 @@ __device__ __forceinline__ bool is_finite(double a) { return isfinite(a); }
 __device__ __forceinline__ bool is_finite(c64 a) { return isfinite(a.re) && isfinite(a.im); }
 __device__ __forceinline__ bool is_finite(c128 a) { return isfinite(a.re) && isfinite(a.im); }
 
+// Row stride of a row of CC elements per thread kept in shared memory by TJ threads (the candidate row
+// `rowv` of rows.cuh, the pivot row of inv_gje): CC elements rounded up to whole 16-byte words, made an
+// odd number of words (the TJ threads' vector loads then fall in distinct banks).
+template <typename T, int CC> __host__ __device__ constexpr int rows_stride() {
+    constexpr int v = sizeof(T) >= 16 ? 1 : 16 / int(sizeof(T));
+    constexpr int words = (CC + v - 1) / v;
+    return (words % 2 ? words : words + 1) * v;
+}
+
+// 1 / x: one division for real x; Smith's algorithm for complex x, two real divisions where
+// div_(one, x) takes three; rounding within a few ulps of div_'s.
+__device__ __forceinline__ float recip_(float x) { return 1.0f / x; }
+__device__ __forceinline__ double recip_(double x) { return 1.0 / x; }
+template <typename C> __device__ __forceinline__ C crecip_(C b) {
+    if (fabs(b.re) >= fabs(b.im)) {
+        const auto r = b.im / b.re;
+        const auto t = 1 / (b.re + b.im * r);
+        return {t, -r * t};
+    }
+    const auto r = b.re / b.im;
+    const auto t = 1 / (b.im + b.re * r);
+    return {r * t, -t};
+}
+__device__ __forceinline__ c64 recip_(c64 x) { return crecip_(x); }
+__device__ __forceinline__ c128 recip_(c128 x) { return crecip_(x); }
+
+// x * s for a real s (both parts of a complex x): exact for a power of two s away from overflow.
+__device__ __forceinline__ float scale_real(float x, float s) { return x * s; }
+__device__ __forceinline__ double scale_real(double x, double s) { return x * s; }
+__device__ __forceinline__ c64 scale_real(c64 x, float s) { return {x.re * s, x.im * s}; }
+__device__ __forceinline__ c128 scale_real(c128 x, double s) { return {x.re * s, x.im * s}; }
+
+// The power of two that brings a nonzero pivot below sfmin (subnormal included) into the normal range
+// with its reciprocal finite: 2^64 for float (|p 2^64| in [2^-85, 2^-62]), 2^128 for double.
+template <typename R> __device__ __forceinline__ R tiny_pivot_scale();
+template <> __device__ __forceinline__ float tiny_pivot_scale<float>() { return 0x1p64f; }
+template <> __device__ __forceinline__ double tiny_pivot_scale<double>() { return 0x1p128; }
+
 __device__ __forceinline__ bool is_zero(float a) { return a == 0.0f; }
 __device__ __forceinline__ bool is_zero(double a) { return a == 0.0; }
 __device__ __forceinline__ bool is_zero(c64 a) { return a.re == 0.0f && a.im == 0.0f; }

@@ -557,8 +557,9 @@ inv_gje(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* stage = reinterpret_cast<T*>(smem_raw);  // n*n, used for the unscrambling write only
+    constexpr int RS = rows_stride<T, CC>();  // thread tj's CC elements of the pivot row at tj * RS
     __shared__ T colbuf[2][NI];
-    __shared__ T rowbuf[2][NJ];
+    __shared__ __align__(16) T rowbuf[2][TJ * RS];
     __shared__ R candv[2][TI];
     __shared__ int candp[2][TI];
     __shared__ int order[NI], pos[NI];
@@ -583,6 +584,7 @@ inv_gje(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out
     if (info == 0) {
 #pragma unroll
         for (int kc = 0; kc < CC; ++kc) {
+#pragma unroll 1
             for (int kt = 0; kt < TJ; ++kt) {
                 const int k = kc * TJ + kt;
                 if (k >= n) goto done;
@@ -620,22 +622,23 @@ inv_gje(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out
                         mypos[r] = i == p ? k : (i == q ? bpos : mypos[r]);
                     }
                 }
-                // Pivot row to shared memory; its column-k entry becomes 1 so that it scales to 1/a_pk.
+                // Pivot row to shared memory, each thread's CC elements contiguous (vector stores);
+                // its column-k entry becomes 1 so that it scales to 1/a_pk.
                 if (ti == pti) {
 #pragma unroll
                     for (int r = 0; r < RR; ++r) {
                         if (r == prr) {
 #pragma unroll
-                            for (int c = 0; c < CC; ++c)
-                                rowbuf[buf][tj + TJ * c] = (c == kc && tj == kt) ? one<T>() : x[r][c];
+                            for (int c = 0; c < CC; ++c) rowbuf[buf][tj * RS + c] = x[r][c];
                         }
                     }
+                    if (tj == kt) rowbuf[buf][tj * RS + kc] = one<T>();
                 }
-                const T ip = div_(one<T>(), colbuf[buf][p]);
+                const T ip = recip_(colbuf[buf][p]);
                 __syncthreads();
                 T rs[CC];
 #pragma unroll
-                for (int c = 0; c < CC; ++c) rs[c] = rowbuf[buf][tj + TJ * c] * ip;
+                for (int c = 0; c < CC; ++c) rs[c] = rowbuf[buf][tj * RS + c] * ip;
 #pragma unroll
                 for (int r = 0; r < RR; ++r) {
                     T cv = colbuf[buf][ti + TI * r];

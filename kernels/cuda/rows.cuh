@@ -29,7 +29,8 @@
 //     (predicated stores), the search lane writes (key, position, colv index) to `cand`;
 //  4. barrier; lane w reads warp w's candidate, `rows_argmax` again gives the block's pivot; every
 //     thread clears the pivot row's `act` bit, search lanes swap the two positions, l = a_ik * (1/p)
-//     (a_ik / p when |p| < sfmin, as LAPACK's ?getrf2; no scaling for an exact zero pivot), and the
+//     (when |p| < sfmin, where LAPACK's ?getrf2 divides, a_ik and p are first scaled by one power of
+//     two so that 1/p is finite; no scaling for an exact zero pivot), and the
 //     rank-1 update of the unpivoted rows' columns > k runs as predicated fma's.
 // Exact zero pivot: no swap (the first of the all-zero candidates is position k), no scaling, info =
 // k + 1 the first time, the factorization goes on. NaN/Inf anywhere in the input: info = -1, lu all
@@ -44,14 +45,6 @@
 #include "common.cuh"
 
 namespace blu {
-
-// Row stride of a warp's candidate row in `rowv`: CC elements rounded up to whole 16-byte words, made
-// an odd number of words (the TJ threads' vector loads then fall in distinct banks).
-template <typename T, int CC> __host__ __device__ constexpr int rows_stride() {
-    constexpr int v = sizeof(T) >= 16 ? 1 : 16 / int(sizeof(T));
-    constexpr int words = (CC + v - 1) / v;
-    return (words % 2 ? words : words + 1) * v;
-}
 
 // The solve of gesv_rows (KR > 0 in rows_run): the factors, still in registers with lazy swaps, go to
 // shared memory in LAPACK's row order (row fpos[ci] of `lus`; orig[q] = the row of A and B at position
@@ -282,25 +275,30 @@ __device__ __forceinline__ void rows_run(const T* A, const T* Bm, int n, int nrh
 #pragma unroll
                 for (int q = 0; q < SR; ++q) spos[q] = spos[q] == p ? k : (spos[q] == k ? p : spos[q]);
 
-                // l = a_ik / p for this thread's rows (the update skips pivoted rows).
+                // l = a_ik / p for this thread's rows (the update skips pivoted rows): l * (1 / p) where
+                // |p| >= sfmin, as LAPACK; below that, where LAPACK divides each l, (l 2^E) * (1 / (p 2^E))
+                // (exact power-of-two scaling, so 1 / (p 2^E) is finite and no l overflows: |l| <= |p|
+                // for real types, cabs1(l) <= cabs1(p) for complex). One reciprocal, so one copy of the
+                // division in the loop body; no scaling for an exact zero pivot.
                 T l[RR];
 #pragma unroll
                 for (int r = 0; r < RR; ++r) l[r] = colv[buf][ti * RR + r];
-                const R sfmin = traits<T>::sfmin();
-                // complex: cabs1 >= 2 sfmin implies |p| >= sfmin; below that the modulus decides
-                if (traits<T>::is_complex ? cabs1(pv) >= R(2) * sfmin : abs_(pv) >= sfmin) {
-                    const T rp = div_(one<T>(), pv);
+                if (!is_zero(pv)) {
+                    const R sfmin = traits<T>::sfmin();
+                    // complex: cabs1 >= 2 sfmin implies |p| >= sfmin; below that the modulus decides
+                    const bool big = traits<T>::is_complex ? cabs1(pv) >= R(2) * sfmin || abs_(pv) >= sfmin
+                                                           : abs_(pv) >= sfmin;
+                    const R up = big ? R(1) : tiny_pivot_scale<R>();
+                    const T rp = recip_(scale_real(pv, up));
+                    if (big) {
 #pragma unroll
-                    for (int r = 0; r < RR; ++r) l[r] = l[r] * rp;
-                } else if (is_zero(pv)) {
-                    if (info == 0) info = k + 1;
-                } else if (abs_(pv) >= sfmin) {
-                    const T rp = div_(one<T>(), pv);
+                        for (int r = 0; r < RR; ++r) l[r] = l[r] * rp;
+                    } else {
 #pragma unroll
-                    for (int r = 0; r < RR; ++r) l[r] = l[r] * rp;
-                } else {
-#pragma unroll
-                    for (int r = 0; r < RR; ++r) l[r] = div_(l[r], pv);
+                        for (int r = 0; r < RR; ++r) l[r] = scale_real(l[r], up) * rp;
+                    }
+                } else if (info == 0) {
+                    info = k + 1;
                 }
 
                 // rank-1 update of the unpivoted rows, columns > k; the owners store l in column k.

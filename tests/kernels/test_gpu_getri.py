@@ -205,6 +205,22 @@ def test_gesv_rows_tiles(dtype, shape):
             _assert_ratios(get02(a, first, b), f"rows {tile} k={k} n={n}")
 
 
+@pytest.mark.parametrize("n", [5, 16, 33, 48, 64, 128])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_solve_tiny_pivot(dtype, n):
+    """The first pivot nonzero but below sfmin (column 0 in the subnormal range), b = A x for a random
+    x (so that the solution does not overflow): every solve path, finite and backward stable. Double
+    precision only: the kernels flush single-precision subnormals (CuPy compiles with -ftz=true)."""
+    a = matrices.generate("random", n, dtype, seed=n + 7, start=0, stop=40)
+    a[:, :, 0] *= 2.0 ** (np.finfo(dtype).minexp - 12)
+    wide = np.result_type(dtype, np.float64)
+    b = (a.astype(wide) @ matrices.rhs(n, 16, dtype, seed=3, start=0, stop=40).astype(wide)).astype(dtype)
+    for path in _solve_paths(dtype, n, 16):
+        x, info = _solve_launch(a, b, 0, path)
+        assert (info == 0).all() and np.isfinite(x).all(), path
+        _assert_ratios(get02(a, x, b), f"{path} tiny pivot n={n}")
+
+
 @pytest.mark.parametrize("n", [3, 33, 64, 128])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_solve_bad_matrices(dtype, n):
