@@ -202,6 +202,21 @@ def _factor_rows(engine, work: np.ndarray, piv: np.ndarray, rows: np.ndarray) ->
         work[sel], piv[sel] = sub, sub_piv
 
 
+def _subnormal_pivot(lu: np.ndarray) -> np.ndarray:
+    """Per matrix: a nonzero diagonal entry of ``lu`` below ``tiny`` (a subnormal pivot)."""
+    d = np.abs(np.diagonal(lu, axis1=-2, axis2=-1))
+    return np.any((d != 0) & (d < np.finfo(d.dtype).tiny), axis=1)
+
+
+def _substitute_rows(engine, lu, piv, b, x, rows: np.ndarray) -> None:
+    """``x = engine.substitute(lu, piv, b)`` on the matrices picked by the mask ``rows``."""
+    if rows.all():
+        x[...] = engine.substitute(lu, piv, b)
+    elif rows.any():
+        sel = np.flatnonzero(rows)
+        x[sel] = engine.substitute(lu[sel], piv[sel], b[sel])
+
+
 def getrf(a: np.ndarray):
     """LU with partial pivoting of each matrix: ``lu`` (B, n, n), ``piv`` (B, n) int32, ``info`` (B,)."""
     count, n = a.shape[0], a.shape[-1]
@@ -227,9 +242,8 @@ def getrf(a: np.ndarray):
                 lapack = np.zeros_like(finite)
             work[~finite] = np.eye(n, dtype=a.dtype)
             _factor_rows(_cpu_lapack, work, p, lapack)
-            d = np.abs(np.diagonal(work, axis1=-2, axis2=-1))
             # A subnormal pivot: OpenBLAS scaled by its reciprocal. Redo that matrix with NumPy.
-            redo = lapack & np.any((d != 0) & (d < np.finfo(d.dtype).tiny), axis=1)
+            redo = lapack & _subnormal_pivot(work)
             work[redo] = a[part][redo]
             _factor_rows(_cpu_vectorised, work, p, ~lapack | redo)
             work[~finite] = np.nan
@@ -253,7 +267,12 @@ def getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
     engine = _engine(n)
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * (n + b.shape[-1])):
-            x[part] = engine.substitute(lu[part], piv[part], b[part].astype(lu.dtype, copy=False))
+            lu_p, piv_p, b_p, x_p = lu[part], piv[part], b[part].astype(lu.dtype, copy=False), x[part]
+            # A subnormal diagonal of U: OpenBLAS's xGETRS scales by its reciprocal, which overflows;
+            # those matrices go through the vectorised substitution, which divides (as xTRSM).
+            slow = _subnormal_pivot(lu_p) if engine is _cpu_lapack else np.ones(len(lu_p), bool)
+            _substitute_rows(_cpu_lapack, lu_p, piv_p, b_p, x_p, ~slow)
+            _substitute_rows(_cpu_vectorised, lu_p, piv_p, b_p, x_p, slow)
     return x
 
 

@@ -31,6 +31,21 @@ def _magnitude(x: np.ndarray) -> np.ndarray:
     return np.abs(x)
 
 
+def _divide(x: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """``x / d``, elementwise with broadcasting. NumPy's complex division forms ``1 / |d|``-sized
+    intermediates, which overflow for a ``d`` below sfmin (subnormal) even where the quotient is
+    small: there numerator and denominator are first scaled by one power of two (exact), 2^64 in
+    single precision, 2^128 in double, which brings any nonzero ``d`` into the normal range."""
+    if x.dtype.kind != "c":
+        return x / d
+    real = np.finfo(x.dtype)
+    tiny = np.abs(d) < real.tiny
+    if not tiny.any():
+        return x / d
+    scale = np.where(tiny, real.dtype.type(2.0 ** (64 if real.bits == 32 else 128)), 1)
+    return (x * scale) / (d * scale)
+
+
 def factor(a: np.ndarray, piv: np.ndarray) -> None:
     """LU of every matrix of ``a`` (B, n, n) in place, 0-based pivots into ``piv`` (B, n)."""
     n = a.shape[-1]
@@ -54,7 +69,7 @@ def factor(a: np.ndarray, piv: np.ndarray) -> None:
             col = a[:, j + 1:, j]
             tiny = np.abs(pivot) < sfmin
             if tiny.any():
-                col[...] = np.where(tiny[:, None], col / safe, col * (1 / safe))
+                col[...] = np.where(tiny[:, None], _divide(col, safe), col * (1 / safe))
             else:
                 col *= 1 / safe
             # Rank-1 update of the rest of the panel only; rows move whole, so the swaps reach
@@ -92,7 +107,7 @@ def _triangular(lu: np.ndarray, x: np.ndarray) -> None:
         if k1 < n:
             x[:, k0:k1] -= lu[:, k0:k1, k1:] @ x[:, k1:]
         for i in range(k1 - 1, k0 - 1, -1):
-            x[:, i] /= lu[:, i, i, None]
+            x[:, i] = _divide(x[:, i], lu[:, i, i, None])
             if i > k0:
                 x[:, k0:i] -= lu[:, k0:i, i, None] * x[:, i, None]
 

@@ -303,6 +303,43 @@ def test_near_underflow_matrices_stay_accurate_through_the_lapack_engine(monkeyp
     assert get03(a[[0, 1, 5]], ainv[[0, 1, 5]]).max() < THRESHOLD
 
 
+def _getf2_pivots(m: np.ndarray) -> list[int]:
+    """Pivots of LAPACK's unblocked algorithm in Python's complex arithmetic, dividing by every pivot
+    (exact for subnormal pivots, where a reciprocal would overflow)."""
+    n = m.shape[0]
+    a = [[complex(m[i, j]) for j in range(n)] for i in range(n)]
+    piv = []
+    for k in range(n):
+        p = max(range(k, n), key=lambda i: (abs(a[i][k].real) + abs(a[i][k].imag), -i))
+        piv.append(p)
+        a[k], a[p] = a[p], a[k]
+        if a[k][k] != 0:
+            for i in range(k + 1, n):
+                a[i][k] /= a[k][k]
+        for i in range(k + 1, n):
+            for j in range(k + 1, n):
+                a[i][j] -= a[i][k] * a[k][j]
+    return piv
+
+
+@pytest.mark.parametrize("n", [5, 16])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_subnormal_first_pivot_matches_lapacks_algorithm(cpu_engine, dtype, n):
+    """Column 0 in the subnormal range (the inputs of the GPU tests' test_tiny_pivot, which take their
+    reference pivots from here because SciPy's OpenBLAS picks others): the pivots are those of
+    LAPACK's algorithm, the factors accurate."""
+    a = matrices.generate("random", n, dtype, seed=n, start=0, stop=12)
+    a[:, :, 0] *= 2.0 ** (np.finfo(dtype).minexp - 12)
+    lu, piv, info = kernels.lu_factor(a)
+    np.testing.assert_array_equal(info, 0)
+    assert np.isfinite(lu).all() and get01(a, lu, piv).max() < THRESHOLD
+    np.testing.assert_array_equal(piv, [_getf2_pivots(m) for m in a])
+    b = a @ matrices.rhs(n, 3, dtype, seed=n, start=0, stop=12)  # a solution well inside the range
+    x, info = kernels.solve(a, b)
+    np.testing.assert_array_equal(info, 0)
+    assert np.isfinite(x).all() and get02(a, x, b).max() < THRESHOLD
+
+
 @pytest.mark.parametrize("engine_name", ["numpy", "compiled"])
 def test_tuning_cpu_crossover_moves_every_op_and_restores_the_tables(engine_name, monkeypatch):
     """``batchlu.kernels.tuning.cpu_crossover`` (what bench_cpu_crossover.py times with) puts every
