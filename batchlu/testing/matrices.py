@@ -32,7 +32,8 @@ from batchlu.errors import ConfigError, InputError
 from ..kernels._validate import check_dtype
 
 
-__all__ = ["KINDS", "generate", "illcond_target", "rhs", "singular_mix_masks"]
+__all__ = ["KINDS", "generate", "illcond_target", "rhs", "singular_mix_masks",
+           "subnormal_first_column"]
 
 KINDS = ("random", "illcond", "singular-mix")
 _KIND_CODE = {"random": 1, "illcond": 2, "singular-mix": 1, "rhs": 3}
@@ -167,6 +168,16 @@ def generate(kind: str, n: int, dtype="float64", *, seed: int = 0, start: int = 
                 _KIND_CODE[kind], n, 0, complex_)
     if kind == "singular-mix":
         _spoil(a, start)
+    return a
+
+
+def subnormal_first_column(n: int, dtype="float64", *, seed: int = 0, start: int = 0,
+                           stop: int) -> np.ndarray:
+    """``random`` matrices ``start .. stop-1`` with column 0 scaled by 2^(minexp - 12), into the
+    subnormal range: the first pivot is nonzero but below sfmin, where LAPACK divides the column by
+    it instead of multiplying by its reciprocal (which would overflow)."""
+    a = generate("random", n, dtype, seed=seed, start=start, stop=stop)
+    a[:, :, 0] *= 2.0 ** (np.finfo(a.dtype).minexp - 12)
     return a
 
 

@@ -328,8 +328,7 @@ def test_subnormal_first_pivot_matches_lapacks_algorithm(cpu_engine, dtype, n):
     """Column 0 in the subnormal range (the inputs of the GPU tests' test_tiny_pivot, which take their
     reference pivots from here because SciPy's OpenBLAS picks others): the pivots are those of
     LAPACK's algorithm, the factors accurate."""
-    a = matrices.generate("random", n, dtype, seed=n, start=0, stop=12)
-    a[:, :, 0] *= 2.0 ** (np.finfo(dtype).minexp - 12)
+    a = matrices.subnormal_first_column(n, dtype, seed=n, stop=12)
     lu, piv, info = kernels.lu_factor(a)
     np.testing.assert_array_equal(info, 0)
     assert np.isfinite(lu).all() and get01(a, lu, piv).max() < THRESHOLD

@@ -377,21 +377,12 @@ def _cpu_backend(a: np.ndarray):
     return lu, piv
 
 
-def tiny_first_column(n: int, dtype, count: int, seed: int) -> np.ndarray:
-    """Fresh random matrices whose column 0 is scaled by 2^(minexp - 12), into the subnormal range: the
-    first pivot is nonzero but below sfmin, where LAPACK divides the column by it instead of multiplying
-    by its reciprocal (which would overflow)."""
-    a = matrices.generate("random", n, dtype, seed=seed, start=0, stop=count)
-    a[:, :, 0] *= 2.0 ** (np.finfo(dtype).minexp - 12)
-    return a
-
-
 # Double precision only: CuPy compiles every kernel with -ftz=true, so in single precision a subnormal is
 # zero on the GPU and a pivot below sfmin is an exact zero (docs/design.md, known gap).
 @pytest.mark.parametrize("n", [5, 16, 24, 33, 48, 64, 100, 190])
 @pytest.mark.parametrize("dtype", DOUBLE)
 def test_tiny_pivot(dtype, n):
-    a = tiny_first_column(n, dtype, 30, seed=n)
+    a = matrices.subnormal_first_column(n, dtype, seed=n, stop=30)
     lu, piv, info = _factor(a)
     assert (info == 0).all()
     assert np.isfinite(lu).all()

@@ -211,8 +211,7 @@ def test_solve_tiny_pivot(dtype, n):
     """The first pivot nonzero but below sfmin (column 0 in the subnormal range), b = A x for a random
     x (so that the solution does not overflow): every solve path, finite and backward stable. Double
     precision only: the kernels flush single-precision subnormals (CuPy compiles with -ftz=true)."""
-    a = matrices.generate("random", n, dtype, seed=n + 7, start=0, stop=40)
-    a[:, :, 0] *= 2.0 ** (np.finfo(dtype).minexp - 12)
+    a = matrices.subnormal_first_column(n, dtype, seed=n + 7, stop=40)
     wide = np.result_type(dtype, np.float64)
     b = (a.astype(wide) @ matrices.rhs(n, 16, dtype, seed=3, start=0, stop=40).astype(wide)).astype(dtype)
     for path in _solve_paths(dtype, n, 16):
