@@ -198,6 +198,9 @@ def _solver(op: str, dtype, n: int, cfg: DxConfig, k: int):
     # col_major: the C-order bytes are A^T; solve then asks for (A^T)^T X = B (inv: A^T Y = I, whose
     # Y column-major is inv(A) in C order, so no transpose there).
     transpose = "transposed" if (cfg.arrangement == "col_major" and op == "solve") else "non_transposed"
+    if transpose == "transposed" and dtype.kind == "c":
+        raise PeerUnavailable(f"cuSOLVERDx solves A^T X = B only for real types (complex: non_trans or conj_trans), "
+                              f"so {dtype.name} solve has no column-major arrangement")
 
     def make(bpb, block_dim):
         return dx.LUPivotSolver(size=(n, n, max(k, 1)), precision=precision,
