@@ -35,7 +35,9 @@ first use by NVRTC. :func:`getrf_kernel_name`, :func:`gje_name`, :func:`gesv_row
 :func:`getri_kernels` give the instantiations a launch compiles; :func:`compile_kernels` compiles a
 set ahead of use (e.g. in parallel processes before timing: CuPy's disk cache keeps the binaries);
 :func:`source_override` compiles a family from another text inside a ``with`` block, for A/B timings
-of an edit (:func:`kernel_source` gives the text compiled now). Shared-memory sizes:
+of an edit (:func:`kernel_source` gives the text compiled now); :func:`compiled_kernel` gives a compiled
+kernel (its registers, its occupancy) and :func:`kernel_global` a ``__device__`` variable of its module
+(counters of an instrumented text). Shared-memory sizes:
 :func:`blocked_smem`, :func:`blocked_ldp`, :func:`smem_optin`, :func:`smem_per_sm`.
 
 CPU backend (NumPy arrays; no CuPy): LAPACK from a crossover n on, the engine's own LU below it.
@@ -91,7 +93,8 @@ from ._gpu._cusolver import getrs as cusolver_getrs
 from ._gpu._cusolver import inv as cusolver_inv
 from ._gpu._cusolver import slogdet as cusolver_slogdet
 from ._gpu._cusolver import solve as cusolver_solve
-from ._gpu._runtime import KernelCompileError, compile_kernels, families, smem_optin, smem_per_sm
+from ._gpu._runtime import (KernelCompileError, compile_kernels, compiled_kernel, families, kernel_global, smem_optin,
+                            smem_per_sm)
 from ._gpu._runtime import source as kernel_source
 from ._gpu._runtime import source_override
 from ._gpu._slogdet import launch_slogdet
@@ -154,6 +157,7 @@ __all__ = [
     "blocked_ldp",
     "blocked_smem",
     "compile_kernels",
+    "compiled_kernel",
     "cpu_crossover",
     "cpu_lanes_from",
     "cpu_lanes_range",
@@ -180,6 +184,7 @@ __all__ = [
     "gje_name",
     "gje_tile",
     "inv_plan",
+    "kernel_global",
     "kernel_source",
     "launch_gesv_rows",
     "launch_getrf",

@@ -176,3 +176,18 @@ def compile_kernels(family: str, names) -> None:
     """Compile (or load from CuPy's disk cache) the instantiations ``names`` of ``family`` together."""
     names = tuple(names)
     kernel(family, names[0], names)
+
+
+def compiled_kernel(family: str, name: str):
+    """The compiled CuPy function of the kernel ``name`` of ``family``, compiled alone (as a launch with
+    no other instantiations compiles it): for its attributes (``num_regs``, ``ptr`` for occupancy)."""
+    return kernel(family, name)
+
+
+def kernel_global(family: str, name: str, symbol: str):
+    """A CuPy memory pointer to the ``__device__`` variable ``symbol`` of the module that holds the
+    kernel ``name`` of ``family`` compiled alone, from the source compiled now (an override included):
+    for instrumented sources (``benchmarks/bench_rows_latency.py``)."""
+    import cupy
+
+    return _module(_arch(cupy.cuda.runtime.getDevice()), family, source(family), (name,)).get_global(symbol)

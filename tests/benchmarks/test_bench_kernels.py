@@ -289,3 +289,23 @@ def test_cusolverdx_settings_pass_their_check(bench, op, dtype, setting):
     assert harness.check_case(case) < 30
     if op != "inv":
         assert bool((bufs.info == 0).all())
+
+
+def test_the_rows_latency_probe_finds_its_anchors(monkeypatch):
+    """bench_rows_latency's phase split patches rows.cuh at named lines: every anchor is in today's
+    rows.cuh (an edit that moves one must move STAMPS with it), each stamp lands once, rows.cuh is
+    inlined and the counters are flushed."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    probe = importlib.import_module("bench_rows_latency")
+    text = probe.probed_source()
+    assert [text.count(f"BLU_STAMP({i})") for i in range(8)] == [1] * 8
+    assert text.count("BLU_PROBE_DECL\n") == 1 and "atomicAdd(&blu_probe[q]" in text
+    assert '#include "rows.cuh"' not in text and "rows_run" in text
+
+
+def test_the_rows_latency_probe_names_a_missing_anchor(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    probe = importlib.import_module("bench_rows_latency")
+    monkeypatch.setattr(probe, "STAMPS", probe.STAMPS + (("no such line in rows.cuh", 5, True),))
+    with pytest.raises(SystemExit, match="no such line in rows.cuh"):
+        probe.probed_source()
