@@ -4,7 +4,10 @@
 
 For each op, dtype and n, every candidate tile: ``getrf_rows`` (lu) and ``gesv_rows`` (solve, ``--rhs``
 right-hand sides, 16 by default; and getrf + getrs) on (RR, TJ) shapes with n padded to 8 (the
-default) or to 4, for lu also compiled for one block per SM more than ``rows_min_blocks`` gives, for
+default) or to 4, for lu also compiled for the next two occupancy steps above ``rows_min_blocks``'
+(blocks per SM in ``__launch_bounds__`` whose register caps keep more blocks resident, spilling what
+does not fit: :func:`occupancy_minbs`; two, as ptxas may already use fewer registers than the
+default cap allows), for
 solve also with fewer right-hand sides a pass (more lanes each); ``inv_gje`` (inv) on (TI, TJ, RR, CC,
 MINB) tiles. ``--kinds`` keeps the candidates whose names start so (the dispatched one is always
 timed): ``--ops solve --rhs 64 --kinds getrs`` times the dispatched solve against getrf + getrs. A candidate must be whole warps (at most 256 threads), its padded tile at most
@@ -58,8 +61,27 @@ def rows_shapes(op: str, dtype, n: int) -> list[str]:
                             kr.add(tile[4])
                             out.append(f"rows-{rr}x{tj}x{step}x{lanes}")
                 if op == "lu":
-                    base = tuning.rows_min_blocks(dtype, plan.tile)
-                    out += [f"{name}m{base + 1}"] if (base + 1) * ti * tj <= 2048 else []
+                    out += [f"{name}m{m}" for m in occupancy_minbs(tuning.rows_min_blocks(dtype, plan.tile), ti * tj)]
+    return out
+
+
+def _resident(minb: int, threads: int) -> int:
+    """Blocks of ``threads`` an SM (4 partitions of 16K registers, 2048 threads) keeps resident when
+    compiled with ``__launch_bounds__(threads, minb)``: ptxas caps registers at 65536 / (minb threads)
+    (a multiple of 8, at most 255); a warp takes them rounded up to 256 registers."""
+    regs = min(255, 65536 // (minb * threads) // 8 * 8)
+    per_partition = 16384 // (-(-regs * 32 // 256) * 256)
+    return min(4 * per_partition // max(1, threads // 32), 2048 // threads, 32)
+
+
+def occupancy_minbs(base: int, threads: int, steps: int = 2) -> list[int]:
+    """The ``steps`` smallest blocks-per-SM bounds above ``base`` each of whose register caps keeps
+    more blocks resident than the one before (fewer where 2048 threads an SM end it first)."""
+    out, now = [], _resident(base, threads)
+    for m in range(base + 1, 2048 // threads + 1):
+        if len(out) < steps and _resident(m, threads) > now:
+            out.append(m)
+            now = _resident(m, threads)
     return out
 
 

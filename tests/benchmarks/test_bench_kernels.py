@@ -309,3 +309,16 @@ def test_the_rows_latency_probe_names_a_missing_anchor(monkeypatch):
     monkeypatch.setattr(probe, "STAMPS", probe.STAMPS + (("no such line in rows.cuh", 5, True),))
     with pytest.raises(SystemExit, match="no such line in rows.cuh"):
         probe.probed_source()
+
+
+def test_the_rows_sweep_tries_the_next_occupancy_steps(monkeypatch):
+    """Each lu shape is also compiled for the next two bounds that keep more blocks resident: one warp
+    at 12 blocks (the float64 n = 33 tile: 144-146 registers) -> 16 (128) and 20 (102); a bound that
+    keeps the occupancy (13) is not tried."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    sweep = importlib.import_module("bench_rows_sweep")
+    assert [sweep._resident(m, 32) for m in (12, 13, 16, 20)] == [12, 12, 16, 20]
+    assert sweep.occupancy_minbs(12, 32) == [16, 20]
+    assert sweep.occupancy_minbs(4, 512) == []  # 2048 threads an SM end it
+    shapes = sweep.rows_shapes("lu", np.float64, 33)
+    assert "rows-5x4x4m16" in shapes and "rows-5x4x4m20" in shapes and "rows-5x4x4m13" not in shapes
