@@ -1,6 +1,8 @@
-"""Where the time of the register-tile LU (``getrf_rows``) goes, at one n (GPU machine, repo root):
+"""Where the time of the register-tile LU (``getrf_rows``) or fused solve (``gesv_rows``) goes, at one n
+(GPU machine, repo root):
 
     python3 benchmarks/bench_rows_latency.py --n 33 --out benchmarks/results/rows-latency-h200.json
+    python3 benchmarks/bench_rows_latency.py --op solve --n 33 --rhs 16
 
 Two measurements per dtype, on the kernel and tile the dispatch picks for n (an n the dispatch sends to
 another kernel is refused):
@@ -16,11 +18,13 @@ another kernel is refused):
    largest batch (every SM full: the chain under contention). The reads add a few cycles each and some
    registers (complex128 spills a little more), so the probed kernel's time is printed next to the
    plain one's; phases are approximate where instructions of one phase are still in flight in the next.
+   For solve the last phase holds the factors' move to shared memory, both triangular solves and the
+   stores of X.
 
-Every launch's output is checked first: outputs poisoned, LAPACK's get01 ratio on 32 matrices below the
-threshold, every pivot written (a kernel that computes the wrong thing is not timed). Records go to
-``--out`` (JSON list: ``op``, ``dtype``, ``n``, ``plan``, ``regs``, ``blocks_per_sm``, ``batch``,
-``ms`` per batch; the phase split as ``cycles``).
+Every launch's output is checked first: outputs poisoned, LAPACK's get01 (lu) or get02 (solve) ratio on
+32 matrices below the threshold, every pivot, info and element of X written (a kernel that computes the
+wrong thing is not timed). Records go to ``--out`` (JSON list: ``op``, ``dtype``, ``n``, ``plan``,
+``regs``, ``blocks_per_sm``, ``batch``, ``ms`` per batch; the phase split as ``cycles``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -36,7 +41,8 @@ import numpy as np
 from _harness import random_batch
 
 PHASES = ("load", "loop", "column to colv + keys", "arg-max", "pivot row + pivot", "pivot value + l",
-          "update", "store")
+          "update", "store")  # solve: the last is the triangular solves and the stores
+FAMILY = {"lu": "getrf", "solve": "gesv"}
 # (anchor in rows.cuh, stamp index, insert after the anchor?) for the phase split; a rows.cuh whose
 # text no longer holds an anchor stops the run with the anchor's name.
 STAMPS = (
@@ -60,8 +66,9 @@ FLUSH = ("BLU_STAMP(7)\nif (threadIdx.x == 0) for (int q = 0; q < 8; ++q) "
          "atomicAdd(&blu_probe[q], (unsigned long long)pacc[q]);\n")
 
 
-def probed_source() -> str:
-    """getrf.cu with rows.cuh inlined and clock stamps at the phase boundaries of rows_run."""
+def probed_source(family: str = "getrf") -> str:
+    """``family``.cu (getrf or gesv) with rows.cuh inlined and clock stamps at the phase boundaries of
+    rows_run."""
     from batchlu.kernels import tuning
 
     cuda = Path(tuning.__file__).resolve().parent / "cuda"
@@ -78,32 +85,74 @@ def probed_source() -> str:
     if end < 0:
         raise SystemExit("Expected rows.cuh to end rows_run before namespace blu closes. Got another layout.")
     rows = rows[:end] + FLUSH + rows[end:]
-    getrf = tuning.kernel_source("getrf")
-    if '#include "rows.cuh"' not in getrf:
-        raise SystemExit("Expected getrf.cu to include rows.cuh. Got a getrf.cu without it instead.")
-    return getrf.replace('#include "rows.cuh"', PROBE + rows)
+    text = tuning.kernel_source(family)
+    if '#include "rows.cuh"' not in text:
+        raise SystemExit(f"Expected {family}.cu to include rows.cuh. Got a {family}.cu without it instead.")
+    return text.replace('#include "rows.cuh"', PROBE + rows)
 
 
-def checked_launch(a, plan):
-    """Outputs for ``a`` and a launcher; the first launch, on poisoned outputs, must pass get01 on 32
-    matrices with every pivot written."""
+@dataclass
+class Target:
+    """The dispatched register-tile kernel of (op, dtype, n): its family, name expression, path name,
+    threads and dynamic shared memory a block."""
+
+    op: str
+    kernel: str
+    label: str
+    threads: int
+    smem: int
+    plan: object
+
+
+def target(op: str, dtype, n: int, rhs: int) -> Target:
+    from batchlu.kernels import tuning
+
+    if op == "lu":
+        plan = tuning.getrf_plan(dtype, n)
+        if plan.kind != "rows":
+            raise SystemExit(f"Expected n = {n} to go to getrf_rows for {dtype}. Got {plan.describe()} instead.")
+        return Target(op, tuning.getrf_kernel_name(plan, dtype, n), plan.describe(),
+                      plan.tile[0] * plan.tile[1], 0, plan)
+    tile = tuning.gesv_rows_tile(dtype, n, rhs)
+    if tile is None:
+        raise SystemExit(f"Expected n = {n} and {rhs} right-hand sides to go to gesv_rows for {dtype}. Got "
+                         f"a point the dispatch sends to getrf + getrs instead.")
+    return Target(op, tuning.gesv_rows_name(dtype, tile), "gesv_rows-" + "x".join(map(str, tile)),
+                  tile[0] * tile[1], tuning.gesv_rows_smem(dtype, tile), tile)
+
+
+def checked_launch(t: Target, a, rhs: int):
+    """Outputs for ``a`` and a launcher of ``t``; the first launch, on poisoned outputs, must pass get01
+    (lu) or get02 (solve) on 32 matrices with every pivot, info and element of X written."""
     import cupy
 
     from batchlu.kernels import tuning
-    from batchlu.testing.ratios import THRESHOLD, get01
+    from batchlu.testing.ratios import THRESHOLD, get01, get02
 
     batch, n = a.shape[0], a.shape[-1]
-    lu, piv = cupy.full_like(a, np.nan), cupy.full((batch, n), -7, np.int32)
     info = cupy.full((batch,), -9, np.int32)
+    if t.op == "lu":
+        lu, piv = cupy.full_like(a, np.nan), cupy.full((batch, n), -7, np.int32)
 
-    def launch():
-        tuning.launch_getrf(a, lu, piv, info, plan)
+        def launch():
+            tuning.launch_getrf(a, lu, piv, info, t.plan)
 
-    launch()
-    ratio = float(get01(cupy.asnumpy(a[:32]), cupy.asnumpy(lu[:32]), cupy.asnumpy(piv[:32])).max())
-    if not ratio < THRESHOLD or int((piv < 0).sum()) or int((info < 0).sum()):
-        raise SystemExit(f"Expected a correct LU from {plan.describe()}. Got get01 = {ratio:.3g}, "
-                         f"{int((piv < 0).sum())} unwritten pivots instead.")
+        launch()
+        ratio = float(get01(cupy.asnumpy(a[:32]), cupy.asnumpy(lu[:32]), cupy.asnumpy(piv[:32])).max())
+        unwritten = int((piv < 0).sum()) + int((info < 0).sum())
+    else:
+        b = random_batch((batch, n, rhs), a.dtype, seed=batch + 1)
+        x = cupy.full_like(b, np.nan)
+
+        def launch():
+            tuning.launch_gesv_rows(a, b, x, info, t.plan)
+
+        launch()
+        ratio = float(get02(cupy.asnumpy(a[:32]), cupy.asnumpy(x[:32]), cupy.asnumpy(b[:32])).max())
+        unwritten = int((~cupy.isfinite(x)).sum()) + int((info != 0).sum())
+    if not ratio < THRESHOLD or unwritten:
+        raise SystemExit(f"Expected a correct {t.op} from {t.label}. Got a LAPACK ratio of {ratio:.3g} and "
+                         f"{unwritten} unwritten outputs instead.")
     return launch
 
 
@@ -124,7 +173,9 @@ def median_ms(fn, reps: int) -> float:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--op", choices=tuple(FAMILY), default="lu")
     ap.add_argument("--n", type=int, default=33)
+    ap.add_argument("--rhs", type=int, default=16, help="right-hand sides (solve)")
     ap.add_argument("--dtypes", default="float32,float64,complex64,complex128")
     ap.add_argument("--batch", type=int, default=10032, help="largest batch (rounded down to whole SMs)")
     ap.add_argument("--reps", type=int, default=9)
@@ -139,36 +190,34 @@ def main(argv=None) -> None:
     sms = device.attributes["MultiProcessorCount"]
     name = cupy.cuda.runtime.getDeviceProperties(device.id)["name"].decode()
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if sms * k < args.batch] + [args.batch // sms]
-    probed = probed_source()
+    family = FAMILY[args.op]
+    probed = probed_source(family)
     records, today = [], date.today().isoformat()
     for dtype in args.dtypes.split(","):
         dtype = np.dtype(dtype)
-        plan = tuning.getrf_plan(dtype, args.n)
-        if plan.kind != "rows":
-            raise SystemExit(f"Expected n = {args.n} to go to getrf_rows for {dtype}. Got {plan.describe()} "
-                             f"instead.")
-        kname = tuning.getrf_kernel_name(plan, dtype, args.n)
-        func = tuning.compiled_kernel("getrf", kname)
-        threads = plan.tile[0] * plan.tile[1]
+        t = target(args.op, dtype, args.n, args.rhs)
+        func = tuning.compiled_kernel(family, t.kernel)
         handle = getattr(func, "kernel", func).ptr  # a RawKernel's CUfunction
-        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(handle, threads, 0)
-        base = dict(op="lu", dtype=dtype.name, n=args.n, plan=plan.describe(), regs=func.num_regs,
+        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(handle, t.threads, t.smem)
+        base = dict(op=args.op, dtype=dtype.name, n=args.n, plan=t.label, regs=func.num_regs,
                     blocks_per_sm=per_sm, device=name, date=today)
+        if args.op == "solve":
+            base["rhs"] = args.rhs
         times = []
         for k in ks:
             a = random_batch((sms * k, args.n, args.n), dtype, seed=k)
-            ms = median_ms(checked_launch(a, plan), args.reps)
+            ms = median_ms(checked_launch(t, a, args.rhs), args.reps)
             times.append((k, ms))
             records.append(dict(base, batch=sms * k, ms=ms))
-        print(f"{dtype.name:<10} {plan.describe():<16} regs {func.num_regs:>3}, {per_sm:>2} blocks/SM: "
+        print(f"{dtype.name:<10} {t.label:<16} regs {func.num_regs:>3}, {per_sm:>2} blocks/SM: "
               + "  ".join(f"k={k} {ms * 1000:.1f} us" for k, ms in times), flush=True)
         for k in (1, ks[-1]):
             a = random_batch((sms * k, args.n, args.n), dtype, seed=100 + k)
-            plain = median_ms(checked_launch(a, plan), args.reps)
-            with tuning.source_override("getrf", probed):
-                launch = checked_launch(a, plan)
+            plain = median_ms(checked_launch(t, a, args.rhs), args.reps)
+            with tuning.source_override(family, probed):
+                launch = checked_launch(t, a, args.rhs)
                 probe_ms = median_ms(launch, args.reps)
-                acc = cupy.ndarray((8,), np.uint64, tuning.kernel_global("getrf", kname, "blu_probe"))
+                acc = cupy.ndarray((8,), np.uint64, tuning.kernel_global(family, t.kernel, "blu_probe"))
                 acc[...] = 0
                 launch()
                 device.synchronize()

@@ -38,7 +38,7 @@ set ahead of use (e.g. in parallel processes before timing: CuPy's disk cache ke
 of an edit (:func:`kernel_source` gives the text compiled now); :func:`compiled_kernel` gives a compiled
 kernel (its registers, its occupancy) and :func:`kernel_global` a ``__device__`` variable of its module
 (counters of an instrumented text). Shared-memory sizes:
-:func:`blocked_smem`, :func:`blocked_ldp`, :func:`smem_optin`, :func:`smem_per_sm`.
+:func:`blocked_smem`, :func:`blocked_ldp`, :func:`gesv_rows_smem`, :func:`smem_optin`, :func:`smem_per_sm`.
 
 CPU backend (NumPy arrays; no CuPy): LAPACK from a crossover n on, the engine's own LU below it.
 :data:`COMPILED_LAPACK_MIN_N` (per op, per dtype float32/float64/complex64/complex128) and
@@ -54,7 +54,8 @@ from contextlib import contextmanager
 
 from batchlu.errors import ConfigError
 
-from ._gpu._gesv import GESV_ROWS, GESV_ROWS_MAX_RHS, gesv_rows_name, gesv_rows_tile, launch_gesv_rows
+from ._gpu._gesv import (GESV_ROWS, GESV_ROWS_MAX_RHS, gesv_rows_name, gesv_rows_smem, gesv_rows_tile,
+                         launch_gesv_rows)
 from ._gpu._getrf import (
     BLOCKED_NB,
     GETRF_DISPATCH,
@@ -171,6 +172,7 @@ __all__ = [
     "first_cusolver_n",
     "fitting_plan",
     "gesv_rows_name",
+    "gesv_rows_smem",
     "gesv_rows_tile",
     "getrf_kernel_name",
     "getrf_plan",

@@ -297,10 +297,11 @@ def test_the_rows_latency_probe_finds_its_anchors(monkeypatch):
     inlined and the counters are flushed."""
     monkeypatch.syspath_prepend(str(BENCH))
     probe = importlib.import_module("bench_rows_latency")
-    text = probe.probed_source()
-    assert [text.count(f"BLU_STAMP({i})") for i in range(8)] == [1] * 8
-    assert text.count("BLU_PROBE_DECL\n") == 1 and "atomicAdd(&blu_probe[q]" in text
-    assert '#include "rows.cuh"' not in text and "rows_run" in text
+    for family, kernel in (("getrf", "getrf_rows"), ("gesv", "gesv_rows")):
+        text = probe.probed_source(family)
+        assert [text.count(f"BLU_STAMP({i})") for i in range(8)] == [1] * 8
+        assert text.count("BLU_PROBE_DECL\n") == 1 and "atomicAdd(&blu_probe[q]" in text
+        assert '#include "rows.cuh"' not in text and "rows_run" in text and f"{kernel}(" in text
 
 
 def test_the_rows_latency_probe_names_a_missing_anchor(monkeypatch):
