@@ -127,6 +127,24 @@ def time_case(case, reps: int) -> float:
     return statistics.median(times)
 
 
+def event_ms(fn, reps: int, prepare=None) -> float:
+    """Median milliseconds of ``fn()`` over ``reps`` CUDA-event timings on the null stream, each after
+    ``prepare()`` (untimed) where one is given; no warm-up, no cache scrub (A/B and latency probes)."""
+    import cupy
+
+    times = []
+    for _ in range(reps):
+        if prepare:
+            prepare()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end))
+    return statistics.median(times)
+
+
 def precompile(compile_fn, jobs, processes: int = 16) -> None:
     """``compile_fn`` over ``jobs`` in spawned processes (CuPy's disk cache keeps the binaries for
     this process), printing each job's report line and the total time."""

@@ -27,7 +27,7 @@ from functools import partial
 
 import numpy as np
 
-from _harness import old_source, random_batch, same_bits
+from _harness import event_ms, old_source, random_batch, same_bits
 
 OPS = ("lu", "getri", "getrs", "gesv", "gje")
 FAMILIES = ("getrf", "getri", "getrs", "gesv", "slogdet")
@@ -118,22 +118,6 @@ def point(op: str, dtype: str, n: int, batch: int, seed: int):
     return "getrs-16", fresh, run, ratio, None
 
 
-def elapsed_ms(fn, prepare, reps: int) -> float:
-    import cupy
-
-    times = []
-    for _ in range(reps):
-        if prepare:
-            prepare()
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end))
-    return float(np.median(times))
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--family", required=True, choices=FAMILIES, help="kernels/cuda/<family>.cu to compare")
@@ -177,7 +161,7 @@ def main(argv=None) -> None:
             if not args.once:
                 for _ in range(2):  # interleaved, so that clocks and caches treat both alike
                     for which in ("old", "new"):
-                        timed = partial(elapsed_ms, partial(run, outs[which]), prepare, args.reps)
+                        timed = partial(event_ms, partial(run, outs[which]), args.reps, prepare)
                         ms[which].append(on(which, timed))
                         del timed
             row = dict(dtype=dtype, n=n, batch=batch, plan=plan, bitwise=same_bits(outs["old"], outs["new"]),

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _harness import random_batch
+from _harness import event_ms, random_batch
 
 PHASES = ("load", "loop", "column to colv + keys", "arg-max", "pivot row + pivot", "pivot value + l",
           "update", "store")  # solve: the last is the triangular solves and the stores
@@ -157,18 +157,12 @@ def checked_launch(t: Target, a, rhs: int):
 
 
 def median_ms(fn, reps: int) -> float:
+    """:func:`_harness.event_ms` after one warm-up launch."""
     import cupy
 
     fn()
     cupy.cuda.Device().synchronize()
-    start, end, times = cupy.cuda.Event(), cupy.cuda.Event(), []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end))
-    return float(np.median(times))
+    return event_ms(fn, reps)
 
 
 def main(argv=None) -> None:
