@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+import re
 import statistics
 import subprocess
 import time
@@ -192,19 +193,46 @@ def same_bits(x, y) -> bool:
     return all(bool(cupy.array_equal(p.view(np.uint8), q.view(np.uint8))) for p, q in zip(x, y))
 
 
+def _git_show(rev: str, path: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True)
+
+
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#include "([\w.]+\.cuh)"[ \t]*$', re.M)
+
+
+def _inline_headers(text: str, rev: str, seen: set[str]) -> str:
+    """``text`` with each ``#include "X.cuh"`` replaced by kernels/cuda/X.cuh at ``rev`` (itself so
+    inlined), each header once; an include of a header ``rev`` lacks stays (the working tree's)."""
+    def one(m):
+        name = m.group(1)
+        if name in seen:
+            return f"// {name}: inlined above"
+        header = _git_show(rev, f"kernels/cuda/{name}")
+        if header.returncode != 0:
+            return m.group(0)
+        seen.add(name)
+        return f"// ---- {name} at {rev}\n{_inline_headers(header.stdout, rev, seen)}\n// ---- end of {name}"
+    return _LOCAL_INCLUDE.sub(one, text)
+
+
 def old_source(family: str, rev: str, path: str | None = None) -> str:
     """The source of kernel family ``family`` at git revision ``rev`` (``path`` in that revision:
-    default ``kernels/cuda/<family>.cu``), or the text of the file ``rev`` (the GPU machine's copy of
-    the repository may have no .git). A text from before the kernels moved into namespace ``blu``
-    (no ``namespace blu {`` in it) is wrapped in it, so that the kernel names are the current ones."""
+    default ``kernels/cuda/<family>.cu``), with the headers it includes (``common.cuh``, ``rows.cuh``)
+    inlined as they were at ``rev``, so that a change to a header compares like the family's own; or
+    the text of the file ``rev`` as it is (the GPU machine's copy of the repository has no .git: write
+    the file here with ``bench_kernel_ab.py --save``). A text from before the kernels moved into
+    namespace ``blu`` (no ``namespace blu {`` in it) is wrapped in it, so that the kernel names are the
+    current ones."""
     if Path(rev).is_file():
         text = Path(rev).read_text()
     else:
         path = path or f"kernels/cuda/{family}.cu"
-        done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True)
+        done = _git_show(rev, path)
         if done.returncode != 0:
             raise SystemExit(f"Expected {path} at revision {rev!r}. Got: {done.stderr.strip()}")
-        text = done.stdout
+        if "namespace blu {" not in done.stdout:
+            return f'#include "common.cuh"\nnamespace blu {{\n{done.stdout}\n}}  // namespace blu\n'
+        return _inline_headers(done.stdout, rev, set())
     if "namespace blu {" not in text:
         text = f'#include "common.cuh"\nnamespace blu {{\n{text}\n}}  // namespace blu\n'
     return text

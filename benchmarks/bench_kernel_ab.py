@@ -13,9 +13,13 @@ right-hand sides, family getrs), ``gesv`` (the fused solve ``gesv_rows``, 16 rig
 gesv) and ``gje`` (the fused inverse ``inv_gje``, family getri); the last two at the n their tables
 cover.
 
-The old source runs through ``batchlu.kernels.tuning.source_override`` and includes the working
-tree's headers (``common.cuh``, ``rows.cuh``): a revision whose family needs older headers will not
-compile. For a revision from before one ``.cu`` per family, name the file with ``--path`` (e.g.
+The old source runs through ``batchlu.kernels.tuning.source_override``, with the headers it includes
+(``common.cuh``, ``rows.cuh``) as they were at that revision. The GPU machine's copy of the repository
+has no .git: write the old source to a file here first and pass the file as ``--rev`` there:
+
+    python3 benchmarks/bench_kernel_ab.py --family getrf --rev main --save .abold/getrf-main.cu
+
+For a revision from before one ``.cu`` per family, name the file with ``--path`` (e.g.
 ``kernels/cuda/getrf_blocked.cu`` for the blocked getrf plans); a text from before namespace ``blu``
 is wrapped in it. ``--once`` launches each version once per point and times nothing (for ``ncu``).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -124,7 +129,9 @@ def main(argv=None) -> None:
     ap.add_argument("--rev", required=True, help="git revision of the old source, or a file holding it")
     ap.add_argument("--path", default=None,
                     help="the old source's path in that revision (default kernels/cuda/<family>.cu)")
-    ap.add_argument("--op", choices=OPS, required=True)
+    ap.add_argument("--save", metavar="FILE", default=None,
+                    help="write the old source, headers inlined, to FILE and stop (no GPU needed)")
+    ap.add_argument("--op", choices=OPS)
     ap.add_argument("--dtypes", default="float32,float64,complex64,complex128")
     ap.add_argument("--sizes", default="128,190")
     ap.add_argument("--batch", type=int, default=10000)
@@ -132,6 +139,13 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--once", action="store_true", help="launch each version once, time nothing (ncu)")
     args = ap.parse_args(argv)
+    if args.save:
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(old_source(args.family, args.rev, args.path))
+        print(f"{args.family} at {args.rev}: {args.save}")
+        return
+    if args.op is None:
+        ap.error("the following arguments are required: --op")
 
     import cupy
 

@@ -6,6 +6,7 @@ shared-memory layouts and sweeps; and, on a GPU, every peer's check on a small b
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -323,3 +324,34 @@ def test_the_rows_sweep_tries_the_next_occupancy_steps(monkeypatch):
     assert sweep.occupancy_minbs(4, 512) == []  # 2048 threads an SM end it
     shapes = sweep.rows_shapes("lu", np.float64, 33)
     assert "rows-5x4x4m16" in shapes and "rows-5x4x4m20" in shapes and "rows-5x4x4m13" not in shapes
+
+
+# ---- A/B sources --------------------------------------------------------------------------------
+
+def test_the_old_source_inlines_its_headers_as_at_that_revision(monkeypatch):
+    """bench_kernel_ab's old source at a git revision holds that revision's common.cuh and rows.cuh,
+    each once (rows.cuh includes common.cuh), and no local include left for the working tree's to fill;
+    an include of a header the revision lacks stays."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    harness = importlib.import_module("_harness")
+    text = harness.old_source("gesv", "HEAD")
+    assert not harness._LOCAL_INCLUDE.search(text)
+    assert text.count("// ---- common.cuh at HEAD") == 1 and text.count("// ---- rows.cuh at HEAD") == 1
+    for name in ("common.cuh", "rows.cuh", "gesv.cu"):
+        shown = harness._git_show("HEAD", f"kernels/cuda/{name}").stdout
+        body = shown.split('#include "rows.cuh"')[-1] if name == "gesv.cu" else shown
+        assert body.replace('#include "common.cuh"', "// common.cuh: inlined above") in text, name
+    kept = '#include "no_such_header.cuh"'
+    assert harness._inline_headers(kept, "HEAD", set()) == kept
+
+
+def test_bench_kernel_ab_saves_the_old_source_without_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    out = tmp_path / "old" / "getrf.cu"
+    done = subprocess.run([sys.executable, str(BENCH / "bench_kernel_ab.py"), "--family", "getrf", "--rev", "HEAD",
+                           "--save", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == importlib.import_module("_harness").old_source("getrf", "HEAD")
+    missing = subprocess.run([sys.executable, str(BENCH / "bench_kernel_ab.py"), "--family", "getrf", "--rev", "HEAD"],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "required: --op" in missing.stderr
