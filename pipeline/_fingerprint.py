@@ -60,14 +60,25 @@ def chunk_digests(chunk: int, start: int, stop: int, a, b=None) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ file signature
 def signature(ref: ArrayRef | None) -> str | None:
-    """A digest of (name, size, inode, mtime, ctime) of every file of the array ``ref``; None when a
-    file was written within :data:`FRESH_SECONDS` (its times could not show a write to come)."""
+    """A digest of (name, size, inode, mtime, ctime) of every file of the array ``ref``, through
+    symbolic links to files and folders (each folder once); None when a file was written within
+    :data:`FRESH_SECONDS` (its times could not show a write to come)."""
     if ref is None:
         return None
     root = os.path.join(ref.path, ref.array) if ref.array else ref.path
     horizon = time.time_ns() - int(FRESH_SECONDS * 1e9)
     entries = []
-    for folder, _, files in os.walk(root):
+    seen = set()
+    for folder, folders, files in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(folder)
+        except OSError:
+            folders[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:  # a link back to a folder already walked
+            folders[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
         for name in files:
             path = os.path.join(folder, name)
             try:

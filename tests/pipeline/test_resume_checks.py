@@ -266,6 +266,25 @@ def test_freshly_written_input_files_give_no_signature(tmp_path):
     assert _fingerprint.signature(ref) is None  # the ctime is still fresh: utime cannot hide a write
 
 
+def test_the_signature_sees_a_write_through_a_symlinked_folder(tmp_path, monkeypatch):
+    """The input's chunk folder a symbolic link to another disk: a rewritten chunk must change the
+    signature (before, the walk did not follow the link, saw no file and let resume skip the CRCs);
+    a link back up the tree is walked once."""
+    monkeypatch.setattr(_fingerprint, "FRESH_SECONDS", 0.0)
+    source = pipeline.generate(tmp_path / "a.zarr", count=10, size=3, chunk=5, seed=11)
+    real = tmp_path / "elsewhere"
+    shutil.move(os.path.join(source, "c"), real)
+    os.symlink(real, os.path.join(source, "c"))
+    os.symlink(source, os.path.join(real, "loop"))
+    ref = pipeline._store.parse_ref(source)
+    before = _fingerprint.signature(ref)
+    assert int(before.split(":")[0]) >= 2 + 1  # both chunk files and zarr.json
+    time.sleep(0.01)
+    z = zarr.open_array(source, mode="r+")
+    z[0:5] = z[0:5] * 2.0
+    assert _fingerprint.signature(ref) != before
+
+
 def test_resume_refuses_an_output_without_input_checksums(client, stores, tmp_path):
     """An output of an older batchlu records no checksums: the input cannot be checked."""
     out = tmp_path / "o.zarr"
