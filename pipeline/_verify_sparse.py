@@ -139,7 +139,7 @@ def _unknown_code(blk):
     info = blk.info
     known = ((info >= 0) & (info <= blk.n)) | np.isin(info, list(NEGATIVE))
     if blk.op == "ldlt-inertia":
-        known &= ~np.isin(info, (INFO_NONFINITE_RESULT, INFO_REFINEMENT))
+        known &= info != INFO_REFINEMENT
     return ~known & (info != INFO_NOT_COMPUTED)
 
 
@@ -177,8 +177,13 @@ def _berr(blk):
 
 
 def _inertia_not_counts(blk):
-    inertia = blk.out["inertia"]
-    return (blk.info >= 0) & ~((inertia >= 0).all(-1) & (inertia.sum(-1) == blk.n))
+    """Counts adding up to n where info is 0; counts or all -1 after a zero pivot (info k > 0: -1
+    where a non-finite pivot followed it); all -1 for a non-finite pivot (info -2)."""
+    inertia, info = blk.out["inertia"], blk.info
+    counts = (inertia >= 0).all(-1) & (inertia.sum(-1) == blk.n)
+    none = (inertia == -1).all(-1)
+    return (((info == 0) & ~counts) | ((info > 0) & ~(counts | none))
+            | ((info == INFO_NONFINITE_RESULT) & ~none))
 
 
 def inertia_mismatch(blk) -> np.ndarray:
@@ -210,7 +215,7 @@ RULES: tuple[Rule, ...] = (
          "backward error ||b - A x|| / (||A|| ||x|| + ||b||) is {value:.3g} n eps (over {threshold:g})",
          ratio=True),
     Rule("inertia-counts", ("ldlt-inertia",), _inertia_not_counts,
-         "the inertia counts are negative or do not add up to n"),
+         "the inertia is neither counts adding up to n nor (after a zero or non-finite pivot) all -1"),
     Rule("inertia-reference", ("ldlt-inertia",), _inertia_differs,
          "the inertia differs from the signs of the float64 eigenvalues (eigvalsh)"),
 )

@@ -46,6 +46,7 @@ class _Counts:
         self.perturbed = np.zeros(nb, np.int64)
         self.negative = np.zeros(nb, np.int64)
         self.zero = np.zeros(nb, np.int64)
+        self.nonfinite = np.zeros(nb, np.int64)
 
     def pivots(self, d: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """``d`` (k, b): the pivots of columns ``cols``, perturbed where needed, counted."""
@@ -68,8 +69,10 @@ class _Counts:
         return d
 
     def count(self, d: np.ndarray, cols: np.ndarray) -> None:
-        """Count the signs of the pivots ``d`` (k, b) as used, columns ``cols``."""
-        self.negative += (d < 0).sum(axis=0)
+        """Count the signs of the pivots ``d`` (k, b) as used, columns ``cols`` (NaN and Inf apart)."""
+        bad = ~np.isfinite(d)
+        self.nonfinite += bad.sum(axis=0)
+        self.negative += ((d < 0) & ~bad).sum(axis=0)
         isz = d == 0
         if isz.any():
             self.zero += isz.sum(axis=0)
@@ -193,11 +196,12 @@ def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb
     strictly lower) and D (on the diagonal positions) on return.
 
     ``sched`` is the plan's :class:`batchlu.kernels.sparse._supernodal.CpuSchedule`. ``tau`` (b,)
-    is the pivot threshold per matrix. Returns ``((first_zero, perturbed, negative, zero), dense)``:
+    is the pivot threshold per matrix. Returns ``((first_zero, perturbed, negative, zero, nonfinite),
+    dense)``:
     ``dense`` the wide supernodes' :class:`Dense` factors by first column, and per matrix the first exactly zero pivot's column (``n`` if none; only left when ``perturb`` is
     False, or ``tau`` is 0), the count of perturbed pivots, and the counts of negative and exactly
     zero pivots as used (after any perturbation: a perturbed pivot keeps its sign, an exact zero
-    becomes positive).
+    becomes positive), and of NaN or infinite ones (after an exact zero, or an overflow).
     """
     counts = _Counts(plan.n, lx.shape[1], tau, perturb)
     dense = {}
@@ -206,7 +210,7 @@ def factorize_block(plan, sched, lx: np.ndarray, tau: np.ndarray | None, perturb
             _scalar_level(level.scalar, level.scalar_cols, plan, lx, counts)
         for sn in level.supernodes:
             dense[sn.first] = _supernode(sn, lx, counts)
-    return (counts.first_zero, counts.perturbed, counts.negative, counts.zero), dense
+    return (counts.first_zero, counts.perturbed, counts.negative, counts.zero, counts.nonfinite), dense
 
 
 def solve_block(plan, cpu, lx: np.ndarray, dense: dict, y: np.ndarray) -> np.ndarray:

@@ -77,11 +77,13 @@ def _pivot(dj, tau, perturb, counts, ln, n, column):
     """Static pivoting of lane ``ln``'s pivot ``dj`` of ``column``: a pivot below ``tau`` in size
     becomes +-``tau`` where ``perturb`` (counted in ``counts[1]``); negative and zero pivots are
     counted in ``counts[2]`` and ``counts[3]``, the first zero pivot's column kept in ``counts[0]``
-    (``n`` while there is none). Returns the pivot used."""
+    (``n`` while there is none), NaN and infinite ones in ``counts[4]``. Returns the pivot used."""
     if perturb and abs(dj) < tau:
         dj = -tau if dj < 0 else tau
         counts[1, ln] += 1
-    if dj < 0:
+    if not np.isfinite(dj):
+        counts[4, ln] += 1
+    elif dj < 0:
         counts[2, ln] += 1
     elif dj == 0:
         counts[3, ln] += 1
@@ -246,8 +248,8 @@ def factor_blocks(colptr, sn_first, sn_size, upd_pos, upd_off, value_src, value_
                   gemm, trsm, lx, counts, lo, hi):
     """Factor the blocks ``lo .. hi - 1``: block ``k`` holds the matrices ``k LANES ..`` of
     ``values`` (B, nnz) (the last block's missing lanes repeat its last matrix) and writes
-    ``lx[k]`` (nnz(L), LANES; zero on entry) and ``counts[k]`` (4, LANES): first zero pivot's column (n if none),
-    perturbed, negative and zero pivots. The supernodes and the positions of their updates are the
+    ``lx[k]`` (nnz(L), LANES; zero on entry) and ``counts[k]`` (5, LANES): first zero pivot's column (n if none),
+    perturbed, negative, zero and non-finite pivots. The supernodes and the positions of their updates are the
     plan's :class:`Schedule`. Supernodes of at least ``blocks[2]`` columns go through
     ``gemm`` and ``trsm`` (``?gemm``, ``?trsm`` of ``lx``'s dtype; :func:`_supernode_blas`, column
     blocks ``blocks[0]`` in the panel, ``blocks[1]`` in the update)."""
@@ -581,14 +583,14 @@ _SPARE = _Spare()
 
 def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
     """The factors of ``values`` (B, nnz): ``lx`` (ceil(B / LANES), nnz(L), LANES) and per matrix
-    ``(first_zero, perturbed, negative, zero)`` (see :func:`batchlu.kernels.sparse._cpu.factorize_block`)."""
+    ``(first_zero, perturbed, negative, zero, nonfinite)`` (see :func:`batchlu.kernels.sparse._cpu.factorize_block`)."""
     from batchlu.kernels import _cpu_threads
 
     count = values.shape[0]
     blocks = -(-count // LANES)
     sched = schedule(plan)
     lx = _SPARE.take((blocks, plan.nnz_l, LANES), values.dtype)   # zeroed block by block in factor_blocks
-    counts = np.empty((blocks, 4, LANES), np.int64)
+    counts = np.empty((blocks, 5, LANES), np.int64)
     if blocks:
         from batchlu.kernels import _cpu_numba as dense
 
@@ -598,7 +600,7 @@ def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
                                np.ascontiguousarray(tau, values.dtype), bool(perturb),
                                np.array([PANEL_BLOCK, UPDATE_BLOCK, BLAS_MIN, BLAS_MIN_TALL, BLAS_TALL], np.int64),
                                dense.blas(values.dtype, "gemm"), dense.blas(values.dtype, "trsm"), lx, counts)
-    per_matrix = counts.transpose(1, 0, 2).reshape(4, -1)[:, :count]
+    per_matrix = counts.transpose(1, 0, 2).reshape(5, -1)[:, :count]
     return lx, tuple(per_matrix)
 
 

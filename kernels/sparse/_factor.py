@@ -4,11 +4,13 @@ inertia, perturbed pivots, backward errors.
 ``info`` per matrix (the codes of :mod:`batchlu.kernels._info`):
 
 * 0: ok;
-* ``k > 0``: without static pivoting, the pivot ``D[k-1]`` of ``C = P A P^T`` is exactly zero
-  (``plan.perm[k-1]`` is A's column); the matrix's solutions are NaN;
+* ``k > 0``: the pivot ``D[k-1]`` of ``C = P A P^T`` is exactly zero (``plan.perm[k-1]`` is A's
+  column): without static pivoting, or with it where ``||A|| = 0`` makes its threshold 0; the
+  matrix's solutions are NaN;
 * -1 (``INFO_NONFINITE_INPUT``): the matrix (or, in :meth:`Factor.solve`, its right-hand side) holds
   NaN or Inf; solutions NaN, inertia -1;
-* -2 (``INFO_NONFINITE_RESULT``): finite input, but the solution is not finite (overflow);
+* -2 (``INFO_NONFINITE_RESULT``): finite input, but a pivot (inertia -1) or the solution is not
+  finite (overflow);
 * -4 (``INFO_REFINEMENT``): :meth:`Factor.solve` only: after the refinement steps the normwise
   backward error is still above ``tol`` (default ``n * eps`` of the dtype); ``x`` is the best iterate.
 """
@@ -80,6 +82,20 @@ def inf_norms(plan, values: np.ndarray) -> np.ndarray:
     return sums.max(axis=0)
 
 
+def pivot_codes(n: int, first_zero, negative, zero, nonfinite, finite, xp=np):
+    """``(info, inertia)`` from the pivots' counts per matrix (both backends). An exactly zero pivot
+    gives ``info`` k > 0 (static pivoting off, or on with a threshold of 0: ``||A|| = 0``); a NaN or
+    infinite pivot of a finite matrix (after such a zero, or an overflow) makes the counts
+    meaningless: inertia -1, and ``info`` -2 where no zero pivot explains it. -1 for a non-finite
+    matrix."""
+    info = xp.where(first_zero < n, first_zero + 1, INFO_OK).astype(np.int32)
+    info = xp.where((info == INFO_OK) & (nonfinite > 0), INFO_NONFINITE_RESULT, info).astype(np.int32)
+    info = xp.where(finite, info, INFO_NONFINITE_INPUT).astype(np.int32)
+    inertia = xp.stack([n - negative - zero - nonfinite, negative, zero], axis=1).astype(np.int64)
+    inertia = xp.where(((nonfinite > 0) | ~finite)[:, None], -1, inertia)
+    return info, inertia
+
+
 def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = None):
     if _is_cupy(values):
         from . import _gpu
@@ -98,7 +114,7 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
     lanes = None
     compiled = _compiled()
     if compiled is not None:
-        lanes, (first_zero, perturbed, negative, zero) = compiled.factorize(plan, values, tau, perturb)
+        lanes, (first_zero, perturbed, negative, zero, nonfinite) = compiled.factorize(plan, values, tau, perturb)
         width = compiled.LANES
         blocks = [(s, min(s + width, count), lanes[i, :, :min(width, count - s)], {})
                   for i, s in enumerate(range(0, count, width))]
@@ -107,19 +123,17 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
         perturbed = np.zeros(count, np.int64)
         negative = np.zeros(count, np.int64)
         zero = np.zeros(count, np.int64)
+        nonfinite = np.zeros(count, np.int64)
         cpu = _supernodal.for_plan(plan)
         block = _cpu.block_size(plan, dtype.itemsize)
         for s in range(0, count, block):
             e = min(s + block, count)
             lx = np.zeros((plan.nnz_l, e - s), dtype)
             lx[plan.value_dst] = values[s:e, plan.value_src].T
-            (fz, pt, ng, zr), dense = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
-            first_zero[s:e], perturbed[s:e], negative[s:e], zero[s:e] = fz, pt, ng, zr
+            counts, dense = _cpu.factorize_block(plan, cpu, lx, tau[s:e][None, :], perturb)
+            first_zero[s:e], perturbed[s:e], negative[s:e], zero[s:e], nonfinite[s:e] = counts
             blocks.append((s, e, lx, dense))
-    info = np.where((first_zero < plan.n) & (not perturb), first_zero + 1, INFO_OK).astype(np.int32)
-    info[~finite] = INFO_NONFINITE_INPUT
-    inertia = np.stack([plan.n - negative - zero, negative, zero], axis=1)
-    inertia[~finite] = -1
+    info, inertia = pivot_codes(plan.n, first_zero, negative, zero, nonfinite, finite)
     perturbed[~finite] = -1
     return Factor(plan, values, blocks, info, perturbed.astype(np.int32), inertia, anorm,
                   float(pivot_tol), bool(perturb), single, lanes)
@@ -251,7 +265,8 @@ class Refining:
             finite_x = xp.isfinite(x).all(axis=(1, 2))
             info = xp.where((info == INFO_OK) & ~finite_x, INFO_NONFINITE_RESULT, info).astype(np.int32)
             info = xp.where((info == INFO_OK) & ~(berr <= tol), INFO_REFINEMENT, info).astype(np.int32)
-            bad = (info == INFO_NONFINITE_INPUT) | (info > 0)
+            # a non-finite pivot (the factorization's -2) leaves no x worth keeping, finite or not
+            bad = (info == INFO_NONFINITE_INPUT) | (info > 0) | (self.info == INFO_NONFINITE_RESULT)
             x = xp.where(bad[:, None, None], np.nan, x).astype(x.dtype, copy=False)
             berr = xp.where(bad, np.nan, berr)
         self.refine_steps = self._out(steps)
@@ -312,7 +327,8 @@ class Factor(Refining):
         Without perturbed pivots ``E = 0`` and this is A's inertia. A perturbed pivot keeps its
         sign (an exact zero becomes ``+pivot_tol ||A||``), so ``E`` is as small as the threshold
         and for a nonsingular A well apart from it the counts are still A's; with static pivoting
-        off an exactly zero pivot counts as zero. -1 for a non-finite matrix.
+        off an exactly zero pivot counts as zero. -1 for a non-finite matrix, and where a pivot is
+        NaN or infinite (after a zero pivot, or an overflow): the counts would mean nothing.
         """
         return self._out(self._inertia.copy())
 

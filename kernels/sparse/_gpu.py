@@ -55,10 +55,9 @@ from typing import ClassVar
 import numpy as np
 
 from batchlu.errors import BatchIndexError, InputError
-from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_OK
 
 from . import _gpu_maps
-from ._factor import Refining, check_pivot_tol, check_values
+from ._factor import Refining, check_pivot_tol, check_values, pivot_codes
 
 FAMILY = "ldlt"
 KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_wide_panels", "ldlt_forward_external", "ldlt_forward_wide",
@@ -261,16 +260,15 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
             lx, dd, flag, token = space.factorize(values, tau, perturb, launch)
     negative = (dd < 0).sum(axis=0).astype(np.int64)                # dd (n, B): the pivots as used
     zero = (dd == 0).sum(axis=0).astype(np.int64)
+    nonfinite = (~xp.isfinite(dd)).sum(axis=0).astype(np.int64)
+    negative -= (xp.isinf(dd) & (dd < 0)).sum(axis=0)
     perturbed = flag.sum(axis=0, dtype=np.int64)
     if n and count:
         is_zero = dd == 0
         first_zero = xp.where(is_zero.any(axis=0), is_zero.argmax(axis=0), n).astype(np.int64)
     else:
         first_zero = xp.full(count, n, np.int64)
-    info = xp.where((first_zero < n) & (not perturb), first_zero + 1, INFO_OK).astype(np.int32)
-    info[~finite] = INFO_NONFINITE_INPUT
-    inertia = xp.stack([n - negative - zero, negative, zero], axis=1).astype(np.int64)
-    inertia[~finite] = -1
+    info, inertia = pivot_codes(n, first_zero, negative, zero, nonfinite, finite, xp)
     perturbed[~finite] = -1
     return GpuFactor(plan, values, lx, arrays, info, perturbed.astype(np.int32), inertia, anorm,
                      float(pivot_tol), bool(perturb), single, xp, launch, None if space is None else (space, token))

@@ -90,6 +90,22 @@ def test_verify_catches_a_wrong_solution_and_a_wrong_inertia(runs, sparse_store,
     assert "nonfinite-only" in pipeline.verify(sparse_store, str(bad)).failures
 
 
+def test_verify_judges_the_inertia_by_its_info_code(runs, sparse_store, tmp_path):
+    """All -1 is the inertia of a matrix flagged by a zero pivot (info k > 0) or a non-finite one
+    (-2); under info 0 it is a broken rule."""
+    def tampered(name, row, inertia, code):
+        bad = shutil.copytree(runs["ldlt-inertia"], tmp_path / name)
+        counts = zarr.open_array(str(bad), path="inertia", mode="r+")
+        counts[row] = inertia
+        zarr.open_array(str(bad), path="info", mode="r+")[row] = code
+        return pipeline.verify(sparse_store, str(bad))
+
+    assert tampered("zero.zarr", 2, [-1, -1, -1], 1).ok
+    assert tampered("overflow.zarr", 2, [-1, -1, -1], -2).ok
+    assert set(tampered("ok.zarr", 2, [-1, -1, -1], 0).failures) == {"inertia-counts"}
+    assert set(tampered("counted.zarr", 2, [1, 0, 0], -2).failures) == {"inertia-counts"}
+
+
 def test_sharded_layout_gives_the_same_batch_and_results(client, runs, sparse_store, tmp_path):
     """generate --layout sharded: values and rhs stored as shards of inner chunks; the same numbers
     as the chunked store (the NaNs apart) and the same outputs, bit for bit, from ldlt-solve."""

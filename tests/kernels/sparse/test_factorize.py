@@ -157,7 +157,36 @@ def test_zero_pivot_perturbed_and_refined():
     assert off.info.tolist() == [1, 1] and off.perturbed_pivots().tolist() == [0, 0]
     x, info = off.solve(b)
     assert info.tolist() == [1, 1] and np.isnan(x).all()
-    assert off.inertia()[0, 2] == 1
+    # a pivot after the zero is NaN or infinite (0 / 0, 1 / 0): no counts to give (they used to count as
+    # positive: [3, 0, 1] against A's [3, 1, 0])
+    assert not np.isfinite(off.pivots()[0, 1:]).all() and off.inertia().tolist() == [[-1, -1, -1]] * 2
+
+
+@pytest.mark.parametrize("perturb", [True, False])
+def test_an_all_zero_matrix_is_flagged_not_counted(perturb):
+    """||A|| = 0 makes the threshold 0, so static pivoting cannot move the zero pivots and NaN ones
+    follow: info names the first zero pivot and the inertia is -1 (it read (22, 0, 8) with info 0,
+    NaN pivots counted as positive). A nonzero matrix beside it keeps its own codes."""
+    p = gen.make("fem-poisson", size=30, seed=3)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
+    values = p.values(0, 2, "float64", seed=4)
+    values[0] = 0.0
+    factor = plan.factorize(values, perturb=perturb)
+    assert factor.info.tolist() == [1, 0]
+    assert factor.inertia()[0].tolist() == [-1, -1, -1] and factor.inertia()[1].tolist() == [p.n, 0, 0]
+    x, info = factor.solve(p.rhs(0, 2, None, "float64", seed=5))
+    assert info.tolist() == [1, 0] and np.isnan(x[0]).all() and np.isfinite(x[1]).all()
+
+
+def test_an_overflowing_pivot_is_minus_two():
+    """A finite matrix whose elimination overflows (the Schur complement of a tiny pivot): the
+    infinite pivot makes the counts meaningless, so info -2 and inertia -1, not a count by its sign."""
+    a = np.array([[1e-310, 1.0], [1.0, 1.0]])
+    indptr, cols = np.array([0, 1, 3]), np.array([0, 0, 1])
+    plan = batchlu.sparse.analyze(indptr, cols, 2, ordering="natural")
+    factor = plan.factorize(a[[0, 1, 1], [0, 0, 1]][None, :], perturb=False)
+    assert not np.isfinite(factor.pivots()[0, 1])
+    assert factor.info.tolist() == [-2] and factor.inertia().tolist() == [[-1, -1, -1]]
 
 
 def test_refinement_short_of_tolerance_is_minus_four():
