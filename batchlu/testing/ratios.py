@@ -109,7 +109,9 @@ def get01(a, lu, piv) -> np.ndarray:
 
 
 def get02(a, x, b) -> np.ndarray:
-    """``max_j ||b_j - A x_j||_1 / (||A||_1 ||x_j||_1 eps)`` per matrix (LAPACK ``xGET02``).
+    """``max_j ||b_j - A x_j||_1 / (||A||_1 ||x_j||_1 eps)`` per matrix (LAPACK ``xGET02``), ``eps``
+    that of ``x``: the precision the solve was done in (float64 for a float32 A with float64 b, or
+    the other way round), not the least precise of the three.
 
     ``x`` and ``b`` are (..., n) for one right-hand side or (..., n, k) for k of them. A zero ``A`` or a
     zero column of ``x`` gives ``1/eps``; no right-hand side (k = 0) or n = 0 gives 0.
@@ -123,7 +125,8 @@ def get02(a, x, b) -> np.ndarray:
     elif x.ndim != a.ndim or x.shape[:-1] != a.shape[:-1]:
         raise InputError(f"Expected b of shape {a.shape[:-1]} or {a.shape[:-1] + ('k',)}. "
                          f"Got shape {b.shape} instead.")
-    eps = _eps(a, x, b)
+    _eps(a, b)  # their dtypes checked
+    eps = _eps(x)
     if n == 0 or x.shape[-1] == 0:
         return np.zeros(a.shape[:-2])
     a64, x64, b64 = _wide(a), _wide(x), _wide(b)

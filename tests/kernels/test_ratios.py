@@ -59,6 +59,20 @@ def test_get02_right_and_wrong(a, dtype):
     np.testing.assert_array_equal(get02(a, x[..., 0], b[..., 0]), get02(a, x[..., :1], b[..., :1]))
 
 
+@pytest.mark.parametrize("a_dtype,b_dtype", [("float64", "float32"), ("float32", "float64"),
+                                              ("complex64", "complex128")])
+def test_get02_judges_a_mixed_solve_at_the_precision_of_x(a_dtype, b_dtype):
+    """x in float64 from a float32 A or b: judged at float64's eps. A 1e-8 relative error in x, far
+    beyond float64 rounding, failed nobody at float32's eps (the least precise of the three)."""
+    a = matrices.generate("random", 12, a_dtype, seed=5, start=0, stop=4)
+    b = matrices.rhs(12, 3, b_dtype, seed=6, start=0, stop=4)
+    wide = np.result_type(a, b)
+    x = np.linalg.solve(a.astype(wide), b.astype(wide))
+    assert get02(a, x, b).max() < THRESHOLD
+    wrong = x * (1 + 1e-8)
+    assert get02(a, wrong, b).min() > THRESHOLD
+
+
 def test_get03_right_and_wrong(a, dtype):
     ainv = np.linalg.inv(a)
     ratio = get03(a, ainv)
