@@ -15,6 +15,7 @@ such, naming the chunks not computed, and is never ``ok``.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import zarr
@@ -23,13 +24,13 @@ from . import _ledger, _missing
 from ._config import options as make_options
 from ._ops import INFO_MISSING_INPUT, OP_TABLE, info_counts
 from ._output import read_provenance
-from ._store import ArrayRef, open_array_info, parse_ref
+from ._store import ArrayRef, open_array_info, parse_ref, stored_key
 from ._sparse import pattern_crc as _pattern_crc
 from ._verify_rules import Block
 from ._verify_rules import rules_for as _dense_rules
 from ._verify_sparse import SparseBlock, inertia_mismatch
 from ._verify_sparse import rules_for as _sparse_rules
-from .errors import InputError
+from .errors import CorruptInputError, InputError, OutputError
 
 __all__ = ["VerifyReport", "verify"]
 
@@ -188,10 +189,30 @@ def _check_block(report: VerifyReport, blk: Block, index: np.ndarray, rated: lis
         report.perturbed_differ += int((inertia_mismatch(blk) & (blk.out["perturbed"] != 0)).sum())
 
 
-def _read(array: zarr.Array, sel) -> np.ndarray:
-    if isinstance(sel, slice):
-        return np.asarray(array[sel])
-    return np.asarray(array.oindex[sel])
+def _read(array: zarr.Array, sel, where: str, error=CorruptInputError) -> np.ndarray:
+    """The rows ``sel`` (a slice or sorted indices) of ``array``; where a chunk cannot be read or
+    decoded, ``error`` naming its file in ``where`` (the array's folder), not zarr's traceback."""
+    try:
+        if isinstance(sel, slice):
+            return np.asarray(array[sel])
+        return np.asarray(array.oindex[sel])
+    except Exception as exc:
+        rows = np.arange(array.shape[0])[sel] if isinstance(sel, slice) else np.asarray(sel)
+        unit = (array.shards or array.chunks)[0]
+        for index in np.unique(rows // unit):
+            lo, hi = int(index) * unit, min((int(index) + 1) * unit, array.shape[0])
+            try:
+                array[lo:hi]
+            except Exception as inner:
+                raise error(f"Expected readable chunks in {where}. Got an unreadable chunk file "
+                            f"{os.path.join(where, stored_key(array, int(index)))} (matrices {lo}:{hi}) "
+                            f"instead: {type(inner).__name__}: {inner}") from None
+        raise error(f"Expected the matrices verify reads from {where} to be readable. Got "
+                    f"{type(exc).__name__}: {exc} instead.") from None
+
+
+def _folder(ref: ArrayRef) -> str:
+    return os.path.join(ref.path, ref.array) if ref.array else ref.path
 
 
 def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
@@ -260,12 +281,13 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
                  [np.flatnonzero(done[s]) + s.start for s in blocks if not done[s].all() and done[s].any()]
     all_ratios = []
     for sel in blocks:
-        out = {name: _read(arr, sel) for name, arr in outs.items()}
-        b_block = _read(b_arr, sel) if b_arr is not None else None
+        out = {name: _read(arr, sel, os.path.join(out_path, name), OutputError) for name, arr in outs.items()}
+        b_block = _read(b_arr, sel, _folder(rhs_ref)) if b_arr is not None else None
+        a_block = _read(a_arr, sel, _folder(info_a.ref))
         if sparse:
-            blk = SparseBlock(op, _read(a_arr, sel), out, b_block, n, pattern_rows, pattern_cols)
+            blk = SparseBlock(op, a_block, out, b_block, n, pattern_rows, pattern_cols)
         else:
-            blk = Block(op, _read(a_arr, sel), out, b_block)
+            blk = Block(op, a_block, out, b_block)
         report.checked += blk.info.size
         counts = info_counts(blk.info)
         report.singular += counts.singular

@@ -398,3 +398,24 @@ def test_inspect_inputs(stores, tmp_path):
     assert "shape (4, 2, 2)" in pipeline.inspect(f"{tmp_path / 'g.zarr'}:m")
     with pytest.raises(errors.InputNotFoundError):
         pipeline.inspect(str(tmp_path / "missing.zarr"))
+
+
+@pytest.mark.parametrize("which", ["output", "input"])
+def test_verify_names_an_unreadable_chunk(outputs, stores, tmp_path, which):
+    """A truncated chunk file (of the output, or of the input): one error naming the file, not the
+    codec's traceback."""
+    import os
+    import shutil
+
+    out = _copy(outputs["inv"], tmp_path / "o.zarr")
+    a = stores["a"]
+    if which == "input":
+        a = str(tmp_path / "a.zarr")
+        shutil.copytree(stores["a"], a)
+    folder = os.path.join(out, "inv") if which == "output" else a
+    victim = sorted(os.path.join(d, f) for d, _, files in os.walk(os.path.join(folder, "c")) for f in files)[1]
+    with open(victim, "r+b") as f:
+        f.truncate(7)
+    kind = errors.OutputError if which == "output" else errors.CorruptInputError
+    with pytest.raises(kind, match=f"unreadable chunk file {victim} "):
+        pipeline.verify(a, out)
