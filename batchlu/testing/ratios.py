@@ -214,10 +214,17 @@ def slogdet_ratios(a, sign, logabsdet) -> SlogdetRatios:
     if count:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
-            lu, piv = scipy.linalg.lu_factor(a64, check_finite=False)
+            # Each matrix brought to a largest entry in [0.5, 1) by a power of two 2^-E (exact), the
+            # log of its determinant then shifted back by n E log 2: near 1e-308 U's diagonal would
+            # be subnormal (its digits lost) and the inverse for kappa (scale-free) infinite.
+            amax = np.abs(a64).max(axis=(-2, -1)) if n else np.zeros(count)
+            _, big = np.frexp(np.where(np.isfinite(amax) & (amax > 0), amax, 1.0))
+            e = -big[:, None, None]
+            a_s = np.ldexp(a64.real, e) + 1j * np.ldexp(a64.imag, e) if a64.dtype.kind == "c" else np.ldexp(a64, e)
+            lu, piv = scipy.linalg.lu_factor(a_s, check_finite=False)
             u = np.diagonal(lu, axis1=-2, axis2=-1)
             mag = np.abs(u)
-            logs = np.log(mag)
+            logs = np.log(mag) + (big * np.log(2.0))[:, None]
             ref_log, scale = logs.sum(-1), np.abs(logs).sum(-1)
             swaps = np.count_nonzero(piv != np.arange(n), axis=-1)
             ref_sign = np.prod(u / np.where(mag == 0, 1, mag), axis=-1) * np.where(swaps % 2, -1, 1)
@@ -225,9 +232,9 @@ def slogdet_ratios(a, sign, logabsdet) -> SlogdetRatios:
             kappa = np.full(count, np.inf)
             regular = np.isfinite(a64).all(axis=(-2, -1)) & (mag != 0).all(-1)
             if regular.any():
-                ainv = np.linalg.inv(a64[regular])
-                kappa[regular] = np.sqrt((np.abs(a64[regular] * np.swapaxes(ainv, -1, -2)) ** 2)
-                                         .sum(axis=(-2, -1)))
+                ar = a_s[regular]
+                ainv = np.linalg.inv(ar)
+                kappa[regular] = np.sqrt((np.abs(ar * np.swapaxes(ainv, -1, -2)) ** 2).sum(axis=(-2, -1)))
             kappa = np.where(np.isnan(u).any(-1), np.nan, kappa)
     sign64, log64 = _wide(sign).reshape(-1), logabsdet.astype(np.float64).reshape(-1)
     with np.errstate(all="ignore"):

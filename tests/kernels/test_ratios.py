@@ -280,3 +280,17 @@ def test_slogdet_ratios_special_cases():
     assert not slogdet_ratios(nan, np.float64(1), np.float64(0)).logabsdet < THRESHOLD
     with pytest.raises(ValueError, match="Expected sign of shape"):
         slogdet_ratios(np.eye(3)[None], np.ones(2), np.zeros(1))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("scale", [1e-308, 1e300])
+def test_slogdet_ratios_hold_at_any_scale(dtype, scale):
+    """A regular matrix times 1e-308 (U's diagonal would be subnormal, the inverse for kappa
+    infinite) or 1e300: the exact sign and log|det| (from the unscaled matrix) pass, a log|det| off
+    by 1e-9 fails."""
+    a0 = matrices.generate("random", 6, dtype, seed=8, start=0, stop=5)
+    sign, log0 = np.linalg.slogdet(a0)
+    log = log0 + 6 * np.log(scale)
+    r = slogdet_ratios(a0 * scale, sign, log)
+    assert max(r.logabsdet.max(), r.sign.max(), r.modulus.max()) < THRESHOLD
+    assert slogdet_ratios(a0 * scale, sign, log + 1e-9).logabsdet.min() > THRESHOLD
