@@ -202,6 +202,26 @@ def generate_rhs(path, *, count, size, k=1, dtype="float64", chunk=None, seed=0,
                   kind="rhs", overwrite=overwrite, force=force, layout=layout)
 
 
+def _check_build_memory(kind: str, nodes, size, dim) -> None:
+    """Refuse a sparse kind too large to build in the memory available, before building it."""
+    from dask.utils import format_bytes
+    import psutil
+
+    from batchlu.testing import sparse
+
+    value = size if size is not None else nodes
+    if kind not in sparse.KINDS or (nodes is None) == (size is None) or isinstance(value, bool) or \
+            not isinstance(value, (int, np.integer)):
+        return  # sparse.make names what is wrong
+    need = sparse.build_bytes(kind, nodes=nodes, size=size, dim=dim)
+    available = psutil.virtual_memory().available
+    if need > available:
+        what = f"size {size:,}" if size is not None else f"{nodes:,} nodes"
+        raise OutputError(f"Expected the memory to build the {kind} pattern ({dim}-D, {what}): about "
+                          f"{format_bytes(need)}. Got {format_bytes(available)} available instead; a "
+                          f"smaller size fits.")
+
+
 def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="float64", chunk=None, seed=0,
                     rhs_columns=1, overwrite=False, force=False, layout="chunks") -> str:
     """Write a sparse batch (:mod:`batchlu.pipeline._sparse`) of ``count`` matrices of ``kind`` (see
@@ -219,7 +239,6 @@ def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="f
     dtype = _check(count, None, dtype, chunk, rhs_columns)
     if dtype.kind != "f":
         raise ConfigError(f"Expected dtype float32 or float64 for the sparse kind {kind}. Got {dtype} instead.")
-    problem = sparse.make(kind, nodes=nodes, size=size, dim=dim, seed=seed)
     out = check_output_path(path, [])
     exists = os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out))
     if exists and not overwrite:
@@ -227,6 +246,12 @@ def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="f
                                 f"overwrite=True (--overwrite) to replace it.")
     if exists:
         check_replaceable(out, writer="generate", force=force)
+    _check_build_memory(kind, nodes, size, dim)
+    try:
+        problem = sparse.make(kind, nodes=nodes, size=size, dim=dim, seed=seed)
+    except MemoryError:  # a limit the estimate could not see (ulimit, a cgroup)
+        raise OutputError(f"Expected the memory to build the {kind} pattern ({dim}-D). Got a "
+                          f"MemoryError instead; a smaller size fits.") from None
     n, nnz = problem.n, problem.nnz
     if chunk is None:
         chunk = max(1, min(count or 1, make_options().generate_chunk_bytes // max(1, nnz * dtype.itemsize)))

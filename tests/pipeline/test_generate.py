@@ -86,6 +86,32 @@ def test_a_chunk_too_large_for_the_memory_is_refused_before_writing(tmp_path, mo
     assert not (tmp_path / "a.zarr").exists()
 
 
+def test_a_sparse_kind_too_large_to_build_is_refused_before_building(tmp_path, monkeypatch):
+    """size 1e8 of fem-poisson took ~24 GB, then the OOM killer, with no message: refused up front
+    now, from an estimate that bounds the measured peaks, and nothing is built or written."""
+    from batchlu.testing import sparse
+
+    built = []
+    monkeypatch.setattr(sparse, "make", lambda *a, **k: built.append(1))
+    with pytest.raises(errors.OutputError, match="memory to build the fem-poisson pattern .*size 100,000,000"):
+        pipeline.generate(tmp_path / "s.zarr", count=2, kind="fem-poisson", size=10**8)
+    assert built == [] and not (tmp_path / "s.zarr").exists()
+
+
+def test_the_sparse_build_estimate_bounds_a_real_build():
+    """build_bytes is above the peak a small build adds (tracemalloc sees NumPy's buffers)."""
+    import tracemalloc
+
+    from batchlu.testing import sparse
+
+    for kind, dim in (("fem-poisson", 2), ("saddle", 3), ("power-grid", 2)):
+        tracemalloc.start()
+        sparse.make(kind, size=20000, dim=dim)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < sparse.build_bytes(kind, size=20000, dim=dim), kind
+
+
 def test_a_failed_generate_leaves_no_store(tmp_path, monkeypatch):
     """A store is marked generated only when complete; a failure midway removes it."""
     real = matrices.generate
