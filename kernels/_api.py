@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from batchlu.errors import InputTypeError, LinAlgError
+from batchlu.errors import InputError, InputTypeError, LinAlgError
 
 from . import _info
 from ._validate import check_dtype, check_piv, check_rhs, check_square
@@ -137,6 +137,10 @@ def lu_solve(lu, piv, b, *, stream=None):
     check_piv(batch, n, piv.shape)
     if piv.dtype.kind not in "iu":
         raise InputTypeError(f"Expected piv to have an integer dtype. Got {piv.dtype} instead.")
+    if piv.size:  # before the cast to int32, which would wrap 2**32 + 1 to 1 (one sync on the GPU)
+        lo, hi = int(piv.min()), int(piv.max())
+        if lo < 0 or hi >= n:
+            raise InputError(f"Expected piv values in [0, {n}). Got values in [{lo}, {hi}] instead.")
     vector = check_rhs(batch, n, b.shape)
     out_dtype = check_dtype(np.result_type(dtype, b.dtype), "the result")
     if out_dtype != dtype:

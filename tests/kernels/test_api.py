@@ -276,6 +276,17 @@ def test_lu_solve_piv_out_of_range():
     _expected_got(err)
 
 
+@pytest.mark.parametrize("bad", [2**32 + 1, -(2**32) + 2, 2**63 - 1])
+def test_lu_solve_piv_out_of_int32_range(bad):
+    """An int64 piv beyond int32 is out of range, not wrapped into it (2**32 + 1 became 1)."""
+    lu, piv, _ = kernels.lu_factor(_random(4, np.float64, (3,), "pwide"))
+    wide = piv.astype(np.int64)
+    wide[1, 2] = bad
+    with pytest.raises(ValueError, match=r"piv values in \[0, 4\)") as err:
+        kernels.lu_solve(lu, wide, np.ones((3, 4)))
+    _expected_got(err)
+
+
 def test_lu_solve_float_piv():
     lu, piv, _ = kernels.lu_factor(_random(4, np.float64, (3,), "pfloat"))
     with pytest.raises(TypeError) as err:
