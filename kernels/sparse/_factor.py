@@ -55,6 +55,19 @@ def check_values(plan, values, xp=np):
     if values.ndim != 2 or values.shape[1] != plan.nnz:
         raise InputError(f"Expected values of shape (B, nnz) = (B, {plan.nnz}), one row per matrix in "
                          f"the pattern's entry order. Got shape {values.shape if not single else values.shape[1:]} instead.")
+    mirror = getattr(plan, "value_mirror", None)
+    if mirror is not None and values.size:
+        # pattern "full": both triangles given, and the lower one is what is factored, so they
+        # must agree (NaN/Inf aside: those matrices are info -1)
+        low, high = values[:, plan.value_src], values[:, mirror]
+        differ = (low != high) & xp.isfinite(low) & xp.isfinite(high)
+        if bool(differ.any()):
+            m, e = (int(v) for v in np.unravel_index(int(xp.argmax(differ)), differ.shape))
+            i, j = int(plan.a_row[e]), int(plan.a_col[e])
+            raise InputError(f"Expected symmetric values for pattern 'full' (entry ({i}, {j}) equal to "
+                             f"({j}, {i})). Got matrix {m} with {low[m, e].item()!r} at ({i}, {j}) and "
+                             f"{high[m, e].item()!r} at ({j}, {i}) instead; pass only the lower triangle "
+                             f"(pattern 'lower') to factor that one.")
     return values, single
 
 

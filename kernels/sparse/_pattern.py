@@ -57,8 +57,10 @@ def detect(rows: np.ndarray, cols: np.ndarray) -> str:
 def lower_entries(indptr, indices, n, pattern: str | None):
     """Check the pattern and pick the entries that define the matrix.
 
-    Returns ``(pattern, keep, rows, cols)``: the pattern's name, the indices (into ``values``'s last
-    axis) of the entries on or below the diagonal, and their rows and columns (``rows >= cols``).
+    Returns ``(pattern, keep, rows, cols, mirror)``: the pattern's name, the indices (into
+    ``values``'s last axis) of the entries on or below the diagonal, their rows and columns (``rows
+    >= cols``), and for pattern ``"full"`` the index of each one's mirror entry (``(j, i)`` of
+    ``(i, j)``; itself on the diagonal), else None.
     """
     indptr, indices, n = check(indptr, indices, n)
     rows = rows_of(indptr)
@@ -88,4 +90,8 @@ def lower_entries(indptr, indices, n, pattern: str | None):
                              f"(j, i) is). Got entry ({i}, {j}) without its mirror ({j}, {i}) instead; "
                              f"pass only the lower triangle with pattern='lower' for a one-sided pattern.")
     keep = np.flatnonzero(~upper)
-    return pattern, keep, rows[keep], indices[keep]
+    mirror = None
+    if pattern == "full":
+        order = np.argsort(key, kind="stable")
+        mirror = order[np.searchsorted(key[order], indices[keep] * max(n, 1) + rows[keep])]
+    return pattern, keep, rows[keep], indices[keep], mirror

@@ -45,6 +45,8 @@ class Plan:
         ``Lx[value_dst] = values[..., value_src]`` (every other position 0, fill-in included).
         ``value_src`` are the input entries on or below the diagonal.
     a_row, a_col : (m,) row and column (original numbering, ``a_row >= a_col``) of those entries.
+    value_mirror : (m,) for pattern ``"full"``, the input entry mirroring each of them (``(j, i)``),
+        whose value must equal it (:func:`batchlu.kernels.sparse._factor.check_values`); else None.
 
     The per-level index maps of the numeric phase (update triples, solve orders) are built on first
     use by :meth:`schedule` (:mod:`batchlu.kernels.sparse._schedule` documents them).
@@ -66,6 +68,7 @@ class Plan:
     value_dst: np.ndarray
     a_row: np.ndarray
     a_col: np.ndarray
+    value_mirror: np.ndarray | None = None
 
     # ------------------------------------------------------------------------------ derived numbers
     @property
@@ -145,7 +148,7 @@ def analyze(indptr, indices, n, *, kind: str = "sym-indef", ordering="amd", patt
     :class:`batchlu.errors.ConfigError` for a bad option) with a one-line message.
     """
     kind = _check_kind(kind)
-    pattern, keep, rows, cols = _pattern.lower_entries(indptr, indices, n, pattern)
+    pattern, keep, rows, cols, mirror = _pattern.lower_entries(indptr, indices, n, pattern)
     n = int(n)
     name, perm = _ordering.order(ordering, n, rows, cols)
     iperm = np.empty(n, np.int64)
@@ -160,4 +163,5 @@ def analyze(indptr, indices, n, *, kind: str = "sym-indef", ordering="amd", patt
     return Plan(n=n, nnz=int(np.asarray(indices).size), pattern=pattern, kind=kind, ordering=name,
                 perm=perm, iperm=iperm, parent=parent, colptr=colptr, rowind=rowind,
                 level_ptr=level_ptr, level_cols=level_cols, value_src=keep.astype(np.int64),
-                value_dst=dst.astype(np.int64), a_row=rows.astype(np.int64), a_col=cols.astype(np.int64))
+                value_dst=dst.astype(np.int64), a_row=rows.astype(np.int64), a_col=cols.astype(np.int64),
+                value_mirror=None if mirror is None else mirror.astype(np.int64))

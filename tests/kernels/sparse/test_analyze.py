@@ -115,6 +115,32 @@ def test_plan_is_frozen_and_pickles_with_its_fields():
     assert plan.schedule().pairs == plan.update_pairs == int((m * (m + 1) // 2).sum())
 
 
+def test_full_pattern_values_must_be_symmetric():
+    """Both triangles given (pattern 'full'), the lower one is factored: values whose mirrors differ
+    are refused with the entry named (they solved tril(A) + tril(A, -1)^T and said ok), equal ones
+    factor, and a NaN against a number is the matrix's info -1, not this error."""
+    mask = _random_pattern(15, 0.3, 7)
+    indptr, indices = _csr(mask, lower=False)
+    plan = batchlu.sparse.analyze(indptr, indices, 15)
+    rows = np.repeat(np.arange(15), np.diff(indptr))
+    src, mirror = plan.value_src, plan.value_mirror
+    assert np.array_equal(rows[mirror], plan.a_col) and np.array_equal(indices[mirror], plan.a_row)
+    dense = np.random.default_rng(3).standard_normal((2, 15, 15))
+    dense = dense + np.swapaxes(dense, 1, 2) + 30 * np.eye(15)
+    values = dense[:, rows, indices]
+    assert (plan.factorize(values).info == 0).all()
+    off = int(np.flatnonzero(plan.a_row != plan.a_col)[0])
+    i, j = int(plan.a_row[off]), int(plan.a_col[off])
+    wrong = values.copy()
+    wrong[1, mirror[off]] += 1.0
+    with pytest.raises(InputError, match=rf"symmetric values for pattern 'full' .*matrix 1 .*\({i}, {j}\)"):
+        plan.factorize(wrong)
+    nan = values.copy()
+    nan[1, mirror[off]] = np.nan
+    assert plan.factorize(nan).info.tolist() == [0, -1]
+    assert batchlu.sparse.analyze(*_csr(mask, lower=True), 15).value_mirror is None
+
+
 def test_value_map_scatters_the_lower_triangle():
     mask = _random_pattern(15, 0.3, 7)
     indptr, indices = _csr(mask, lower=False)
