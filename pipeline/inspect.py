@@ -30,12 +30,17 @@ def _info_counts(info: zarr.Array, complete: np.ndarray | None, chunk: int) -> s
     return f"  info: {info_counts(values).describe()}   (of {values.size:,} computed)"
 
 
+def _count(value) -> str:
+    """A recorded count with thousands separators; an edited record's other value as it is."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
+
+
 def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:
     inp = record.get("input", {})
     where = f"{inp.get('path')}{':' + inp['array'] if inp.get('array') else ''}"
     lines = [f"batchlu output {path}",
              f"  status: {record.get('status')}   op {record.get('op')}   {record.get('dtype')}   "
-             f"n {record.get('n')}   N {record.get('N'):,}",
+             f"n {record.get('n')}   N {_count(record.get('N'))}",
              f"  input: {where}"]
     if record.get("rhs"):
         rhs = record["rhs"]
@@ -46,10 +51,16 @@ def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:
     if record.get("error"):
         lines.append(f"  error: {record['error']}")
     complete = _ledger.read(path) if _ledger.exists(group) else None
-    chunk = int(record.get("plan", {}).get("chunk", 1))
+    plan = record.get("plan")
+    chunk = plan.get("chunk") if isinstance(plan, dict) else None
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+        lines.append(f"  plan: unreadable ({plan!r}): the info counts below cover every matrix")
+        chunk, readable = 1, False
+    else:
+        readable = True
     if complete is not None:
-        lines.append(f"  chunks: {int(complete.sum()):,}/{complete.size:,} complete "
-                     f"({chunk:,} matrices per chunk)")
+        lines.append(f"  chunks: {int(complete.sum()):,}/{complete.size:,} complete"
+                     + (f" ({chunk:,} matrices per chunk)" if readable else ""))
     else:
         lines.append("  chunks: no completion records yet")
     if record.get("status") != "complete":
@@ -60,8 +71,8 @@ def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:
         else:
             lines.append(f"  {name}: missing")
     if "info" in group:
-        lines.append(_info_counts(group["info"], complete if complete is not None
-                                  else np.zeros(0, bool), chunk))
+        mask = complete if complete is not None else np.zeros(0, bool)
+        lines.append(_info_counts(group["info"], mask if readable else None, chunk))
     return lines
 
 

@@ -211,6 +211,29 @@ def _read(array: zarr.Array, sel, where: str, error=CorruptInputError) -> np.nda
                     f"{type(exc).__name__}: {exc} instead.") from None
 
 
+def _check_record(record: dict, out_path: str) -> None:
+    """The provenance fields verify reads, present and consistent (an edited record would otherwise
+    end in a KeyError traceback, or in rules reading arrays the op does not write)."""
+    def bad(what: str):
+        return InputError(f"Expected the batchlu provenance of {out_path} as a run writes it. Got a "
+                          f"record {what} instead; was it edited?")
+
+    op = record.get("op")
+    if op not in OP_TABLE:
+        raise bad(f"with op {op!r}, not one of {', '.join(OP_TABLE)}")
+    for key in ("n", "N", "plan", "input", "outputs"):
+        if key not in record:
+            raise bad(f"without {key!r}")
+    if not isinstance(record["plan"], dict) or "chunk" not in record["plan"]:
+        raise bad("without the plan's chunk")
+    wanted = set(OP_TABLE[op].results) | {"info"}
+    if not isinstance(record["outputs"], list) or not wanted <= set(record["outputs"]):
+        raise bad(f"whose outputs {record['outputs']!r} lack {sorted(wanted - set(record['outputs'] or []))} "
+                  f"of op {op}")
+    if OP_TABLE[op].needs_rhs and not (record.get("rhs") or {}).get("path"):
+        raise bad(f"of op {op} without its right-hand side's path")
+
+
 def _folder(ref: ArrayRef) -> str:
     return os.path.join(ref.path, ref.array) if ref.array else ref.path
 
@@ -227,8 +250,9 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     if record is None:
         raise InputError(f"Expected {out_path} to be a batchlu output group. Got a path without "
                          f"batchlu provenance instead.")
+    _check_record(record, out_path)
     op = record["op"]
-    sparse = OP_TABLE[op].sparse if op in OP_TABLE else False
+    sparse = OP_TABLE[op].sparse
     if sparse:   # the sparse batch's group: its values are the input
         from ._sparse import read_pattern
         from batchlu.kernels.sparse._pattern import rows_of

@@ -419,3 +419,21 @@ def test_verify_names_an_unreadable_chunk(outputs, stores, tmp_path, which):
     kind = errors.OutputError if which == "output" else errors.CorruptInputError
     with pytest.raises(kind, match=f"unreadable chunk file {victim} "):
         pipeline.verify(a, out)
+
+
+@pytest.mark.parametrize("edit,expected", [
+    (lambda r: {**r, "op": "lu"}, "outputs .* lack \\['lu', 'piv'\\] of op lu"),
+    (lambda r: {"status": "complete"}, "op None, not one of"),
+    (lambda r: {k: v for k, v in r.items() if k != "plan"}, "without 'plan'"),
+])
+def test_an_edited_provenance_is_one_error_for_verify_and_readable_for_inspect(outputs, stores, tmp_path,
+                                                                                edit, expected):
+    """verify reads op, n, N, plan, input and outputs from the record: an edited one is named, not a
+    KeyError traceback; inspect still describes the group."""
+    out = _copy(outputs["inv"], tmp_path / "o.zarr")
+    group = zarr.open_group(out, mode="r+")
+    group.attrs["batchlu"] = edit(dict(group.attrs["batchlu"]))
+    with pytest.raises(errors.InputError, match=f"provenance of .*{expected}.*was it edited"):
+        pipeline.verify(stores["a"], out)
+    text = pipeline.inspect(out)
+    assert text.startswith("batchlu output") and "info: ok" in text
