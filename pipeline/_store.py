@@ -81,7 +81,8 @@ def _is_store(path: str) -> bool:
 
 
 def _list_arrays(group: zarr.Group) -> list[str]:
-    return sorted(name for name, _ in group.arrays())
+    """The group's arrays, nested ones by their path (``sub/m``)."""
+    return sorted(name for name, node in group.members(max_depth=None) if isinstance(node, zarr.Array))
 
 
 def open_array_info(ref: ArrayRef, what: str = "input") -> ArrayInfo:

@@ -76,8 +76,11 @@ def check_perm(perm, n: int) -> np.ndarray:
                          f"shape ({n},). Got shape {perm.shape}, dtype {perm.dtype} instead.")
     perm = perm.astype(np.int64)
     if n and not np.array_equal(np.sort(perm), np.arange(n)):
+        outside = int(((perm < 0) | (perm >= n)).sum())
+        inside = perm[(perm >= 0) & (perm < n)]
+        repeated = int(inside.size - np.unique(inside).size)
         raise InputError(f"Expected the ordering to be a permutation of 0..n-1 (each index once). "
-                         f"Got {n - np.unique(perm).size} repeated or out-of-range entries instead.")
+                         f"Got {repeated} repeated and {outside} out-of-range entries instead.")
     return perm
 
 

@@ -185,6 +185,15 @@ def test_input_array_inside_a_group(invoke, tmp_path, scheduler_address):
     assert verified.exit_code == 0, verified.output
 
 
+def test_a_group_input_names_its_nested_arrays(invoke, tmp_path):
+    """A group holding its array one level down (g.zarr/sub/m): the error suggests PATH:sub/m (it
+    said the group held no arrays)."""
+    group = zarr.open_group(tmp_path / "g.zarr", mode="w")
+    group.create_group("sub").create_array("m", data=matrices.generate("random", 4, "float64", seed=3, stop=6))
+    result = invoke("run", tmp_path / "g.zarr", tmp_path / "o.zarr", "--op", "lu")
+    assert_user_error(result, f"{tmp_path / 'g.zarr'}:sub/m")
+
+
 def test_existing_output_needs_overwrite_or_resume(invoke, stores, scheduler_address, tmp_path):
     out = tmp_path / "inv.zarr"
     args = run_args(stores, out, "inv", scheduler_address)

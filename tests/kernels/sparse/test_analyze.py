@@ -88,8 +88,10 @@ def test_given_permutation_and_its_checks():
     perm = np.random.default_rng(0).permutation(12)
     plan = batchlu.sparse.analyze(indptr, indices, 12, ordering=perm)
     assert plan.ordering == "given" and np.array_equal(plan.perm, perm)
-    with pytest.raises(InputError, match="permutation"):
+    with pytest.raises(InputError, match="Got 11 repeated and 0 out-of-range entries"):
         batchlu.sparse.analyze(indptr, indices, 12, ordering=np.zeros(12, int))
+    with pytest.raises(InputError, match="Got 0 repeated and 1 out-of-range entries"):
+        batchlu.sparse.analyze(indptr, indices, 12, ordering=np.where(perm == 11, 12, perm))
     with pytest.raises(InputError, match="permutation"):
         batchlu.sparse.analyze(indptr, indices, 12, ordering=np.arange(11))
     with pytest.raises(ConfigError, match="ordering"):
