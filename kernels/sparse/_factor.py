@@ -57,15 +57,19 @@ def check_values(plan, values, xp=np):
                          f"the pattern's entry order. Got shape {values.shape if not single else values.shape[1:]} instead.")
     mirror = getattr(plan, "value_mirror", None)
     if mirror is not None and values.size:
-        # pattern "full": both triangles given, and the lower one is what is factored, so they
-        # must agree (NaN/Inf aside: those matrices are info -1)
+        # pattern "full": both triangles given, and the lower one is what is factored, so they must
+        # agree to within the factorization's own backward error, max(n, 64) eps max|a_ij| (an
+        # assembled B^T D B differs from its transpose by rounding); NaN/Inf aside: info -1 there
         low, high = values[:, plan.value_src], values[:, mirror]
-        differ = (low != high) & xp.isfinite(low) & xp.isfinite(high)
+        eps = float(np.finfo(values.dtype).eps)
+        finite = xp.isfinite(low) & xp.isfinite(high)
+        scale = xp.where(finite, xp.abs(low), 0).max(axis=1, keepdims=True) if low.shape[1] else 0
+        differ = finite & (xp.abs(low - high) > max(plan.n, 64) * eps * scale)
         if bool(differ.any()):
             m, e = (int(v) for v in np.unravel_index(int(xp.argmax(differ)), differ.shape))
             i, j = int(plan.a_row[e]), int(plan.a_col[e])
             raise InputError(f"Expected symmetric values for pattern 'full' (entry ({i}, {j}) equal to "
-                             f"({j}, {i})). Got matrix {m} with {low[m, e].item()!r} at ({i}, {j}) and "
+                             f"({j}, {i}) to within max(n, 64) eps max|a|). Got matrix {m} of the batch with {low[m, e].item()!r} at ({i}, {j}) and "
                              f"{high[m, e].item()!r} at ({j}, {i}) instead; pass only the lower triangle "
                              f"(pattern 'lower') to factor that one.")
     return values, single

@@ -137,6 +137,9 @@ def test_full_pattern_values_must_be_symmetric():
     wrong[1, mirror[off]] += 1.0
     with pytest.raises(InputError, match=rf"symmetric values for pattern 'full' .*matrix 1 .*\({i}, {j}\)"):
         plan.factorize(wrong)
+    rounded = values.copy()  # one rounding unit apart, as an assembled B^T D B: accepted
+    rounded[:, mirror[off]] = np.nextafter(rounded[:, mirror[off]], np.inf)
+    assert (plan.factorize(rounded).info == 0).all()
     nan = values.copy()
     nan[1, mirror[off]] = np.nan
     assert plan.factorize(nan).info.tolist() == [0, -1]
