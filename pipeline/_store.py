@@ -190,19 +190,24 @@ def read_range(ref: ArrayRef, array: zarr.Array, start: int, stop: int) -> np.nd
     try:
         return np.asarray(array[start:stop])
     except Exception as exc:
-        unit = (array.shards or array.chunks)[0]
-        for index in range(start // unit, (stop - 1) // unit + 1):
-            lo, hi = index * unit, min((index + 1) * unit, array.shape[0])
-            try:
-                array[lo:hi]
-            except Exception as inner:
-                key = stored_key(array, index)
-                raise CorruptInputError(
-                    f"Expected readable chunks in {ref}. Got an unreadable chunk file "
-                    f"{os.path.join(ref.path, ref.array, key)} (matrices {lo}:{hi}) instead: "
-                    f"{type(inner).__name__}: {inner}") from None
-        raise CorruptInputError(f"Expected matrices {start}:{stop} of {ref} to be readable. "
-                                f"Got {type(exc).__name__}: {exc} instead.") from None
+        raise unreadable(array, np.arange(start, stop), os.path.join(ref.path, ref.array), exc,
+                         CorruptInputError) from None
+
+
+def unreadable(array: zarr.Array, rows: np.ndarray, folder: str, exc: Exception, error=CorruptInputError):
+    """``error`` naming the first chunk file of ``array`` (stored in ``folder``) holding one of
+    ``rows`` that cannot be read or decoded; ``exc`` (the read's failure) where each reads alone."""
+    unit = (array.shards or array.chunks)[0]
+    for index in np.unique(np.asarray(rows) // unit):
+        lo, hi = int(index) * unit, min((int(index) + 1) * unit, array.shape[0])
+        try:
+            array[lo:hi]
+        except Exception as inner:
+            return error(f"Expected readable chunks in {folder}. Got an unreadable chunk file "
+                         f"{os.path.join(folder, stored_key(array, int(index)))} (matrices {lo}:{hi}) "
+                         f"instead: {type(inner).__name__}: {inner}")
+    return error(f"Expected matrices {int(np.min(rows))}:{int(np.max(rows)) + 1} of {folder} to be "
+                 f"readable. Got {type(exc).__name__}: {exc} instead.")
 
 
 # Who wrote a store, from the attributes at its root: a run's output group, or a generated array

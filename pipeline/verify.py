@@ -24,7 +24,7 @@ from . import _ledger, _missing
 from ._config import options as make_options
 from ._ops import INFO_MISSING_INPUT, OP_TABLE, info_counts
 from ._output import read_provenance
-from ._store import ArrayRef, open_array_info, parse_ref, stored_key
+from ._store import ArrayRef, open_array_info, parse_ref, unreadable
 from ._sparse import pattern_crc as _pattern_crc
 from ._verify_rules import Block
 from ._verify_rules import rules_for as _dense_rules
@@ -198,17 +198,7 @@ def _read(array: zarr.Array, sel, where: str, error=CorruptInputError) -> np.nda
         return np.asarray(array.oindex[sel])
     except Exception as exc:
         rows = np.arange(array.shape[0])[sel] if isinstance(sel, slice) else np.asarray(sel)
-        unit = (array.shards or array.chunks)[0]
-        for index in np.unique(rows // unit):
-            lo, hi = int(index) * unit, min((int(index) + 1) * unit, array.shape[0])
-            try:
-                array[lo:hi]
-            except Exception as inner:
-                raise error(f"Expected readable chunks in {where}. Got an unreadable chunk file "
-                            f"{os.path.join(where, stored_key(array, int(index)))} (matrices {lo}:{hi}) "
-                            f"instead: {type(inner).__name__}: {inner}") from None
-        raise error(f"Expected the matrices verify reads from {where} to be readable. Got "
-                    f"{type(exc).__name__}: {exc} instead.") from None
+        raise unreadable(array, rows, where, exc, error) from None
 
 
 def _check_record(record: dict, out_path: str) -> None:

@@ -258,10 +258,10 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     else:
         with space.lock:
             lx, dd, flag, token = space.factorize(values, tau, perturb, launch)
-    negative = (dd < 0).sum(axis=0).astype(np.int64)                # dd (n, B): the pivots as used
+    finite_d = xp.isfinite(dd)                                      # dd (n, B): the pivots as used
+    negative = ((dd < 0) & finite_d).sum(axis=0).astype(np.int64)
     zero = (dd == 0).sum(axis=0).astype(np.int64)
-    nonfinite = (~xp.isfinite(dd)).sum(axis=0).astype(np.int64)
-    negative -= (xp.isinf(dd) & (dd < 0)).sum(axis=0)
+    nonfinite = (~finite_d).sum(axis=0).astype(np.int64)
     perturbed = flag.sum(axis=0, dtype=np.int64)
     if n and count:
         is_zero = dd == 0
