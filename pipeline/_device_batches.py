@@ -344,10 +344,12 @@ def _host_write(io: BatchIO, names: list[str], start: int, stop: int, values: di
 
 
 def _mark_missing_device(outs: dict, gaps) -> None:
-    """:func:`batchlu.pipeline._ops.mark_missing` for device outputs."""
+    """:func:`batchlu.pipeline._ops.mark_missing` for device outputs, complete when it returns: the
+    writer thread reads them on the lane's write stream, which does not wait for this thread's."""
     import cupy
 
     host = {name: cupy.asnumpy(value) for name, value in outs.items()}
     _ops.mark_missing(host, gaps)
     for name, value in host.items():
         outs[name][...] = cupy.asarray(value)
+    cupy.cuda.get_current_stream().synchronize()

@@ -214,11 +214,17 @@ class Lane:
         stored objects, the array's last one possibly partial) and start writing them as ``stored``'s
         chunk files or shards in the I/O threads. Returns the futures of the writes: the frames stay
         in this lane's write staging buffer ``parity`` until they are done, so the caller waits for
-        them before it encodes with the same ``parity`` again."""
+        them before it encodes with the same ``parity`` again.
+
+        The values may still be in the making on the calling thread's current stream: the write
+        stream waits for that stream's work (an event, no host wait) before it reads them. Values
+        made on any other stream must be complete (the engine synchronises its stream)."""
         import cupy
 
         stream = self.write_stream
         coded = []   # (stored, device frames, slot, sizes, frame size)
+        with cupy.cuda.Device(self.device):
+            after(stream, cupy.cuda.get_current_stream())
         with cupy.cuda.Device(self.device), stream:
             for stored, value in items:
                 per = stored.matrix_bytes
@@ -283,6 +289,14 @@ class Lane:
         self._codecs.clear()
         self._read = [_Pinned(), _Pinned()]
         self._write = [_Pinned(), _Pinned()]
+
+
+def after(stream, producer) -> None:
+    """Order ``stream``'s next work after everything queued so far on ``producer``, on the device:
+    a non-blocking stream does not wait for the legacy default stream, nor for any other stream, by
+    itself, so a copy on it could read a value whose kernel or copy has not finished."""
+    if producer.ptr != stream.ptr:
+        stream.wait_event(producer.record())
 
 
 def _get_async(value, out: np.ndarray, stream) -> None:

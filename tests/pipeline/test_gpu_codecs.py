@@ -103,6 +103,44 @@ def test_frames_encoded_on_the_gpu_read_back_with_zarr_and_repeat(tmp_path, layo
         assert (stores[0] / rel).read_bytes() == (stores[1] / rel).read_bytes(), rel
 
 
+SPIN = r"""extern "C" __global__ void spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {}
+}"""
+
+
+@pytest.mark.parametrize("layout", sorted(OUTPUTS))
+def test_encode_waits_for_values_still_in_the_making_on_the_callers_stream(tmp_path, layout):
+    """The race of the GPU encode under load, made certain: the value is still being written on the
+    caller's stream (held back by a kernel that spins for ~0.1 s) when ``encode`` is called. The lane's
+    write stream must wait for it, not copy or compress what the value held before (NaN here)."""
+    import cupy
+
+    spin = cupy.RawKernel(SPIN, "spin")
+    spec = dict(OUTPUTS[layout])
+    codec, crc = spec.pop("codec", "zstd"), spec.pop("crc", False)
+    compressors = _codecs.zarr_compressors(codec)
+    if crc:
+        compressors = [compressors, zarr.codecs.Crc32cCodec()]
+    x = RNG.standard_normal((16, 5, 5))
+    array = zarr.create_array(str(tmp_path / "out.zarr"), shape=x.shape, dtype=x.dtype, fill_value=0.0,
+                              compressors=compressors, **spec)
+    stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
+    unit = stored.unit
+    producer = cupy.cuda.Stream(non_blocking=True)
+    for lo in range(0, 16, unit):
+        source = cupy.asarray(x[lo:lo + unit])
+        value = cupy.full(source.shape, cupy.nan)
+        cupy.cuda.Device().synchronize()
+        with producer:
+            spin((1,), (1,), (np.int64(200_000_000),))
+            value[...] = source   # queued behind the spin on the producer stream
+            writes = _lane().encode([(stored, value)], lo, lo // unit % 2)
+        for write in writes:
+            write.result()
+    assert zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:].tobytes() == x.tobytes()
+
+
 def _outputs(path) -> dict:
     group = zarr.open_group(str(path), mode="r")
     return {name: np.asarray(a[...]) for name, a in group.arrays() if not name.startswith("_complete")}
