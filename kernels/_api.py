@@ -128,6 +128,11 @@ def lu_solve(lu, piv, b, *, stream=None):
     shape must equal that of ``lu``. Matrices with a zero pivot give inf/NaN in their own ``x``.
     Returns ``x`` only: there is no ``info`` here (it is :func:`lu_factor`'s), so an ``x`` that
     overflows is not flagged; :func:`solve` flags it.
+
+    ``piv`` values outside ``[0, n)`` are checked before the cast to int32 (which would wrap
+    ``2**32 + 1`` to 1). On NumPy inputs they raise ``ValueError``. On CuPy inputs the check runs
+    on the device, like the solve, and the call does not wait for the GPU: each matrix with an
+    out-of-range pivot gets an all-NaN ``x``.
     """
     xp, backend = _backend(lu, piv, b)
     lu, piv, b = (_as_array(x, xp) for x in (lu, piv, b))
@@ -137,7 +142,7 @@ def lu_solve(lu, piv, b, *, stream=None):
     check_piv(batch, n, piv.shape)
     if piv.dtype.kind not in "iu":
         raise InputTypeError(f"Expected piv to have an integer dtype. Got {piv.dtype} instead.")
-    if piv.size:  # before the cast to int32, which would wrap 2**32 + 1 to 1 (one sync on the GPU)
+    if piv.size and xp is np:
         lo, hi = int(piv.min()), int(piv.max())
         if lo < 0 or hi >= n:
             raise InputError(f"Expected piv values in [0, {n}). Got values in [{lo}, {hi}] instead.")
@@ -149,7 +154,14 @@ def lu_solve(lu, piv, b, *, stream=None):
         return xp.empty(b.shape, out_dtype)
     b3 = _flat(b[..., None] if vector else b, xp, out_dtype, 2)
     with _stream_ctx(xp, stream):
-        x = backend.getrs(_flat(lu, xp, out_dtype, 2), _flat(piv, xp, np.int32, 1), b3)
+        piv2 = _flat(piv, xp, piv.dtype, 1)
+        bad = None
+        if xp is not np:   # on the device, queued on the stream: no host wait
+            bad = ((piv2 < 0) | (piv2 >= n)).any(axis=1)
+            piv2 = xp.clip(piv2, 0, n - 1)
+        x = backend.getrs(_flat(lu, xp, out_dtype, 2), piv2.astype(np.int32), b3)
+        if bad is not None:   # where(), not a masked assignment: that would count the mask on the host
+            x = xp.where(bad[:, None, None], xp.asarray(xp.nan, x.dtype), x)
     return x.reshape(b.shape)
 
 

@@ -521,3 +521,24 @@ def test_runs_on_the_current_stream(op, how):
     else:
         sign, _ = np.linalg.slogdet(a)  # random float64 matrices: det far from 0, the sign exact
         assert (host[0] == sign).all() and np.isfinite(host[1]).all()
+
+
+@pytest.mark.parametrize("bad", [4, -1, 2**32 + 1, 2**63 - 1])
+def test_lu_solve_out_of_range_piv_gives_nan_x_on_the_device(bad):
+    """On CuPy inputs the piv range check runs on the device (no host wait): the matrix with an
+    out-of-range pivot (an int64 2**32 + 1 is not wrapped to 1 by the int32 cast) gets an all-NaN
+    x, every other matrix its solution."""
+    import cupy
+
+    rng = np.random.default_rng()
+    a = rng.standard_normal((5, 4, 4))
+    b = rng.standard_normal((5, 4, 2))
+    lu, piv, info = kernels.lu_factor(cupy.asarray(a))
+    assert (info.get() == 0).all()
+    wide = piv.astype(cupy.int64)
+    wide[2, 1] = bad
+    x = kernels.lu_solve(lu, wide, cupy.asarray(b)).get()
+    assert x.shape == b.shape and x.dtype == np.float64
+    assert np.isnan(x[2]).all()
+    keep = [0, 1, 3, 4]
+    assert get02(a[keep], x[keep], b[keep]).max() < THRESHOLD
