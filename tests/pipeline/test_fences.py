@@ -125,6 +125,55 @@ def test_batch_loop_checks_before_each_write_and_each_record(tmp_path, through):
     assert inv[:12].tobytes() == want.tobytes() and (info[:12] == want_info).all()
 
 
+@pytest.mark.gpu
+def test_device_batch_loop_checks_before_each_write_and_each_record(tmp_path):
+    """The GPU codec path's loop: a group's files start only after a passed check, and a group is
+    recorded (one group behind the writes) only after another."""
+    pytest.importorskip("cupy")
+    from batchlu.pipeline import _codecs, _device_batches, _engines, _nvcomp
+    from batchlu.testing.ratios import THRESHOLD, get03
+
+    why = _nvcomp.missing()
+    if why is not None:
+        if os.environ.get("BATCHLU_REQUIRE_NVCOMP") == "1":
+            pytest.fail(f"BATCHLU_REQUIRE_NVCOMP=1 but {why}")
+        pytest.skip(why)
+    count, n, chunk = 24, 5, 4
+    a = generate("random", n, "float64", seed=65, start=0, stop=count)
+    src = zarr.create_array(str(tmp_path / "a.zarr"), shape=a.shape, dtype=a.dtype, chunks=(chunk, n, n))
+    src[...] = a
+    group = zarr.open_group(str(tmp_path / "o.zarr"), mode="w")
+    zstd = _codecs.zarr_compressors("zstd")   # batchlu's default output codec, which the GPU encodes
+    outs = {"inv": group.create_array("inv", shape=a.shape, dtype="float64", chunks=(chunk, n, n),
+                                      fill_value=FILL, compressors=zstd),
+            "info": group.create_array("info", shape=(count,), dtype="int32", chunks=(chunk,),
+                                       fill_value=INT_FILL, compressors=zstd)}
+    stored = {"a": _codecs.choose(src, "gpu", gpu=True, nvcomp=None, reading=True).stored}
+    for name, array in outs.items():
+        choice = _codecs.choose(array, "gpu", gpu=True, nvcomp=None)
+        stored[name] = choice.stored if choice.device == "gpu" else None
+    assert stored["a"] is not None and stored["inv"] is not None   # the GPU decodes and encodes
+    lock = _lock.OutputLock(str(tmp_path / "o.zarr")).acquire()
+    fence, checks, marks = lock.fence(), [], []
+
+    def check():   # one group per batch: write 0, write 1, record 0, write 2, record 1, ...
+        fence.check()
+        checks.append(1)
+        if len(checks) == 4:   # group 2's write passed its check: take over now
+            _take_over(lock.path)
+
+    io = BatchIO(src, None, outs, mark=lambda s, e: marks.append((s, e)), fence=check)
+    dio = _device_batches.DeviceIO(io, stored, chunk)   # group_bytes 0: a group per batch
+    with pytest.raises(errors.FencedError, match="another run took the output"):
+        _device_batches.run_device_batches(_engines.CudaEngine(0, threads=2), "inv", dio,
+                                           [(s, s + chunk) for s in range(0, count, chunk)])
+    # group 0 recorded; groups 1 and 2 written (their checks passed) but not recorded; nothing later written
+    assert marks == [(0, 4)]
+    inv, info = outs["inv"][...], outs["info"][...]
+    assert (inv[12:] == FILL).all() and (info[12:] == INT_FILL).all()
+    assert (info[:12] == 0).all() and get03(a[:12], inv[:12]).max() < THRESHOLD
+
+
 # ----------------------------------------------------------------------------------------- the task
 def test_fenced_task_returns_the_error_writes_nothing_and_logs_one_line(tmp_path, caplog):
     count, n, chunk = 16, 5, 4
