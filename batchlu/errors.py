@@ -19,6 +19,7 @@ __all__ = [
     "ConfigError",
     "CorruptInputError",
     "DependencyError",
+    "FencedError",
     "GPUCodecError",
     "FrameError",
     "GPUUnavailableError",
@@ -113,6 +114,11 @@ class OutputExistsError(OutputError, FileExistsError):
 
 class OutputLockedError(OutputError):
     """Another batchlu run holds the output's lock (``OUT.zarr.lock``): one writer per output."""
+
+
+class FencedError(OutputLockedError):
+    """A task found the output's lock (``OUT.zarr.lock``) naming another run than its own (its client
+    was killed or its lock was taken over): the task stops without writing."""
 
 
 class BatchluWarning(UserWarning):

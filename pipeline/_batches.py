@@ -4,6 +4,7 @@
     this thread     batch i: the engine computes slot i % 2 in place (on the GPU: copy in, kernels,
                     copy back, on the thread's own CUDA stream)
     writer thread   write batch i-1 from slot (i-1) % 2 to Zarr, then record its chunks complete
+                    (each only while the output's lock still names the run: :func:`fence`)
 
 The slots are a pair borrowed from the engine's pool (:mod:`batchlu.pipeline._buffers`); the engine
 (:mod:`batchlu.pipeline._engines`) is the only thing CPU and GPU do differently.
@@ -38,7 +39,7 @@ import numpy as np
 from . import _io_pool, _ops
 from ._buffers import Slot, layout_for, shared
 
-__all__ = ["BatchIO", "PathStats", "input_bytes", "pool_read", "pool_write", "run_batches", "split_requests", "sub_batches"]
+__all__ = ["BatchIO", "PathStats", "fence", "input_bytes", "pool_read", "pool_write", "run_batches", "split_requests", "sub_batches"]
 
 
 def input_bytes(source, rhs=None) -> int:
@@ -72,6 +73,9 @@ class BatchIO:
     thread) before each read, whether this process or an I/O process then reads: it raises on a
     chunk missing from the store, or returns the mask of matrices whose outputs get ``info`` -3
     (:meth:`batchlu.pipeline._tasks.TaskIO.missing`), or None.
+    ``fence()`` runs (in the writer thread) before a batch's outputs are written and again before
+    they are recorded complete: it raises (:class:`batchlu.pipeline.errors.FencedError`) once
+    another run took the output, and the task then writes nothing more (:func:`fence`).
 
     With ``pool`` (a :class:`batchlu.pipeline._io_pool.IOPool`), the reads and writes run in its I/O
     processes, straight between the Zarr stores and the slot buffers; ``where`` then gives the
@@ -88,6 +92,14 @@ class BatchIO:
     where: dict | None = None
     missing: object = None
     on_read: object = None
+    fence: object = None
+
+
+def fence(io: BatchIO) -> None:
+    """The fence of both batch loops: call before every write of a batch's outputs and before every
+    record of its chunks (raises if the output is no longer the run's; see :class:`BatchIO`)."""
+    if io.fence is not None:
+        io.fence()
 
 
 @dataclasses.dataclass
@@ -279,12 +291,14 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
         start, stop = batches[index]
         slot = slots[index % 2].view(stop - start)
         t = time.perf_counter()
+        fence(io)
         if pooled:
             _pool_write(io, start, stop, slot)
         else:
             for name, out in slot.outs.items():
                 io.outputs[name][start:stop] = out
         if io.mark is not None:
+            fence(io)
             io.mark(start, stop)
         with lock:
             stats.write_s += time.perf_counter() - t

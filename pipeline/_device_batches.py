@@ -5,7 +5,8 @@
     this thread     batch i: the kernels, on the engine's stream of this thread
     writer thread   batch i-1: encode every output on the GPU, copy the frames back, start writing
                     them as chunk files or shards (the I/O threads), then wait for batch i-2's
-                    files and record its chunks complete
+                    files and record its chunks complete (each only while the output's lock
+                    still names the run: :func:`batchlu.pipeline._batches.fence`)
 
 The same three stages as :mod:`batchlu.pipeline._batches`, with the device arrays handed from one to
 the next instead of host slots, over groups of consecutive batches of up to
@@ -39,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 
 from . import _ops
-from ._batches import BatchIO, PathStats, _read_into, input_bytes, pool_read, pool_write
+from ._batches import BatchIO, PathStats, _read_into, fence, input_bytes, pool_read, pool_write
 from ._buffers import Layout, shared
 from ._io_pool import locate
 
@@ -269,6 +270,7 @@ def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
             for future in futures:
                 future.result()
             if io.mark is not None:
+                fence(io)
                 io.mark(start, stop)
 
     def write(index: int, outs: dict) -> None:
@@ -278,6 +280,7 @@ def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
         by the I/O processes (or zarr here) in the background the same way."""
         start, stop = groups[index][0][0], groups[index][-1][1]
         t = time.perf_counter()
+        fence(io)   # before the first file of the group is written
         coded = [(dio.stored[name], value) for name, value in outs.items() if dio.stored.get(name) is not None]
         futures = lane.encode(coded, start, index % 2) if coded else []
         host = [name for name in outs if dio.stored.get(name) is None]

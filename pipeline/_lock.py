@@ -16,6 +16,11 @@ is refused with a one-line :class:`OutputLockedError` naming the owner.
   means stale, and the lock is taken over with a warning. A lock from another host cannot be checked
   from here: it is reported with its owner and age, and the user deletes the file if that run is gone.
   Two runs taking over the same stale lock at once are serialised by a second lock, ``.break``.
+* **Fences.** The lock guards clients; a client killed on an external cluster leaves its tasks
+  running. Each task carries its run's :class:`Fence` (the lock's path and the run's token) and,
+  before it writes a batch's outputs and again before it records them complete, checks that the
+  lock still names its run (one small file read); if not, it stops with a
+  :class:`FencedError` and writes nothing more.
 
 :func:`releases_locks` (a decorator) and :func:`acquire` tie a lock to one call of
 :func:`batchlu.pipeline.run`: taken inside it, given back when it returns or raises.
@@ -35,7 +40,7 @@ import time
 import uuid
 import warnings
 
-from .errors import BatchluWarning, OutputLockedError
+from .errors import BatchluWarning, FencedError, OutputLockedError
 
 SUFFIX = ".lock"
 BREAK_SUFFIX = ".break"
@@ -265,10 +270,46 @@ class OutputLock:
         raise OutputLockedError(f"Expected to take the lock {self.path} within {_ATTEMPTS} attempts. "
                                 f"Got it taken by other runs each time instead.")
 
+    def fence(self) -> Fence:
+        """What this run's tasks check before they write (see :class:`Fence`); needs the lock held."""
+        if self.owner is None:
+            raise RuntimeError(f"Expected the lock {self.path} held by this run. Got it not held instead.")
+        return Fence(self.path, self.owner.token)
+
     def release(self) -> None:
         if self.owner is not None:
             _unlink_if(self.path, self.owner.token)
             self.owner = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Fence:
+    """A run's claim on its output, carried by its tasks (small and picklable): the lock file's path
+    and the run's token. :meth:`check` raises :class:`FencedError` unless the lock file still names
+    that token, i.e. unless no other run took the output since (after this run's client was killed,
+    or its lock was released or deleted). A lock that cannot be read counts as taken: a task writes
+    only while it can tell the output is its run's."""
+
+    path: str
+    token: str
+
+    def check(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                text = f.read(65536)
+        except FileNotFoundError:
+            raise FencedError(self._message("no lock file")) from None
+        except OSError as exc:
+            raise FencedError(self._message(f"a lock file it cannot read ({exc.strerror or exc})")) from None
+        holder = Owner.parse(text)
+        if holder is not None and holder.token == self.token:
+            return
+        raise FencedError(self._message("unreadable content" if holder is None else
+                                        f"the token {holder.token} of {holder.describe()}"))
+
+    def _message(self, got: str) -> str:
+        return (f"Expected the lock {self.path} to name this run (token {self.token}). Got {got} instead: "
+                f"another run took the output; this task stops without writing.")
 
 
 def _break_stale(path: str, stale: Owner, me: Owner) -> bool:

@@ -20,7 +20,7 @@ from ._report import Report
 from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
                      parse_ref)
 from ._tasks import Job, process_range
-from .errors import BatchluWarning, InputError, ResumeError
+from .errors import BatchluWarning, FencedError, InputError, ResumeError
 
 TASKS_PER_LANE = 2   # GPU codec path: tasks per lane (pipeline._gpu_codecs.LANES per worker) after merging
 # The host path on GPU workers: tasks per worker thread after merging. A task of one chunk reads,
@@ -92,7 +92,7 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     }
     if spec.sparse:
         provenance["sparse"] = source.provenance()
-    _lock.acquire(out_path)  # one writer per output, before overwrite deletes anything; held until return
+    lock = _lock.acquire(out_path)  # one writer per output, before overwrite deletes anything; held until return
     record = _output.check_existing(out_path, resume=resume, overwrite=overwrite)
     if record is not None:
         _output.check_resume(record, provenance)
@@ -141,7 +141,8 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
 
     job = Job(op=op, input=matrices.ref, rhs=rhs_info.ref if rhs_info else None, output=out_path,
               outputs=tuple(s.name for s in specs), plan=plan, backend=opts.backend,
-              settings=opts, task_delay=task_delay(), symbolic=symbolic)
+              settings=opts, task_delay=task_delay(), symbolic=symbolic,
+              fence=lock.fence())  # the tasks write only while the lock names this run
     report = Report(output=out_path, op=op, count=matrices.count, backend=opts.backend)
     try:
         complete = _ledger.read(out_path)
@@ -156,10 +157,11 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
             # no task was submitted (no cluster, no GPU, interrupted at once): leave no output
             # behind, so that the corrected command needs neither --resume nor --overwrite
             shutil.rmtree(out_path, ignore_errors=True)
-        else:
+        elif not isinstance(exc, FencedError):   # fenced: the output is another run's now
             _fail(out_path, provenance, runs, run_started, report, exc, _times(report, called))
         raise
 
+    job.fence.check()   # the record too: no status written over an output another run took meanwhile
     if not _ledger.read(out_path).all():  # a task returned without recording its chunks
         exc = RuntimeError("Expected every output chunk recorded complete after the run. "
                            "Got some unrecorded instead.")

@@ -10,6 +10,12 @@ Before a batch is read, the chunks it needs are looked up in the input's store
 matrices get ``info`` -3. An error raised on purpose (:class:`BatchluError`: a missing or corrupt
 chunk) comes back to the client inside the :class:`TaskResult`, which raises it there: the task
 does not fail on the worker, so the worker logs no traceback of it.
+
+Every write of a batch's outputs and every record of its chunks is fenced with the run's lock token
+(:class:`batchlu.pipeline._lock.Fence`, in the :class:`Job`): a task whose run no longer holds the
+output's lock (its client was killed on an external cluster, another run took the output) stops
+with a :class:`batchlu.pipeline.errors.FencedError` before it writes anything more; with no client
+left to report to, the worker logs one line and goes on.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from ._io_pool import open_array
 from ._ops import InfoTally, get_op
 from ._plan import Plan
 from ._store import ArrayRef, read_range
-from .errors import BatchluError
+from .errors import BatchluError, FencedError
 
 logger = logging.getLogger("batchlu.tasks")
 
@@ -47,6 +53,7 @@ class Job:
     task_delay: float = 0.0           # batchlu-testing.task-delay: tests that interrupt a run only
     codecs: dict | None = None        # GPU runs: array ("a", "b", outputs) -> pipeline._codecs.Choice
     symbolic: object = None           # sparse ops: the pattern's batchlu.kernels.sparse.Plan
+    fence: object = None              # the run's pipeline._lock.Fence (None: tasks write unfenced)
 
     def compute_op(self):
         """What the batch loop computes with: the op's name, or for a sparse op the op bound to its
@@ -112,7 +119,14 @@ class TaskIO:
         b = read_range(self.job.rhs, self.rhs, start, stop) if self.rhs is not None else None
         return a, b
 
+    def fence(self) -> None:
+        """Raise :class:`batchlu.pipeline.errors.FencedError` unless the output's lock still names
+        the job's run (no check for a job without a fence)."""
+        if self.job.fence is not None:
+            self.job.fence.check()
+
     def write(self, start: int, stop: int, results: dict) -> int:
+        self.fence()
         written = 0
         for name, array in self.out.items():
             value = np.asarray(results[name])
@@ -180,7 +194,7 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
         where["b"] = (job.rhs.path, job.rhs.array)
     batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error,
                        pool=io_pool_for(job, engine), where=where, missing=io.missing,
-                       on_read=on_read)
+                       on_read=on_read, fence=io.fence)
     stored = {name: c.stored for name, c in (job.codecs or {}).items() if c.device == "gpu"}
     if engine.name == "gpu" and stored:
         from ._device_batches import DeviceIO, run_device_batches
@@ -203,6 +217,9 @@ def process_range(job: Job, c0: int, c1: int) -> TaskResult:
     engine = _backends.resolve(job.backend)
     try:
         result = _run_task(engine, job, c0, c1)
+    except FencedError as exc:    # another run's output now: one line (the client may be gone)
+        logger.warning("chunks %d:%d of %s stopped: %s", c0, c1, job.output, exc)
+        result = TaskResult(c0, c1, worker=_worker_address(), error=exc)
     except BatchluError as exc:   # the client raises it (see the module docstring); the log keeps the rest
         logger.error("chunks %d:%d of %s failed", c0, c1, job.output, exc_info=True)
         result = TaskResult(c0, c1, worker=_worker_address(), error=exc)
