@@ -54,10 +54,17 @@ def _pip(python: Path, *args: str) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The python of a fresh venv with batchlu installed the regular way (``pip install .``, not editable)."""
+    python = _fresh_venv(tmp_path_factory.mktemp("venv"))
+    _pip(python, str(ROOT))
+    return python
+
+
 @pytest.mark.slow
-def test_regular_install_owns_only_batchlu_and_leaves_other_top_levels_alone(tmp_path):
-    python = _fresh_venv(tmp_path / "venv")
-    _pip(python, str(ROOT))                          # regular install, not editable
+def test_regular_install_owns_only_batchlu_and_leaves_other_top_levels_alone(installed, tmp_path):
+    python = installed
     _pip(python, str(_stand_in(tmp_path / "collider")))
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -70,7 +77,7 @@ def test_regular_install_owns_only_batchlu_and_leaves_other_top_levels_alone(tmp
     owners = probe.stdout.strip()
     for name in STAND_IN_NAMES:
         assert f"stand-in {name}" in owners, owners
-    assert str(tmp_path / "venv") in owners and str(ROOT) not in owners, owners  # the installed copy
+    assert str(python.parents[1]) in owners and str(ROOT) not in owners, owners  # the installed copy
 
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
@@ -83,3 +90,24 @@ def test_regular_install_owns_only_batchlu_and_leaves_other_top_levels_alone(tmp
                           env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "Traceback" not in demo.stderr and "3/3 verify" in demo.stdout, demo.stdout + demo.stderr
+
+
+@pytest.mark.slow
+def test_plain_install_runs_from_the_repository_root(installed, tmp_path):
+    """A plain ``pip install .`` (not editable), then ``batchlu generate`` / ``run`` / ``verify`` started
+    from the repository root, with an I/O process per worker (``python -m batchlu.pipeline._io_child``,
+    whose ``sys.path`` starts with the working directory): every process imports the installed
+    package, not a folder of the checkout (a ``batchlu/`` folder at the root shadowed it: every I/O process died with
+    ``ModuleNotFoundError: batchlu.pipeline``)."""
+    python = installed
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cli = str(python.parent / "batchlu")
+    source, out = str(tmp_path / "a.zarr"), str(tmp_path / "o.zarr")
+    for args in (["generate", source, "--count", "600", "--size", "8", "--chunk", "100"],
+                 ["run", source, out, "--op", "inv", "--config", "io-processes=1"],   # GPU workers' default
+                 ["verify", source, out]):
+        done = subprocess.run([cli, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr and "ModuleNotFoundError" not in done.stderr, done.stderr
+    assert not (ROOT / "batchlu").exists(), "a folder named batchlu at the root shadows the installed package"
