@@ -54,13 +54,35 @@ def _regenerate(path, *, seed, **kw) -> str:
 # ------------------------------------------------------------------------ item 1: outputs are there
 @pytest.mark.parametrize("op,victim", [("inv", "inv"), ("lu", "piv"), ("slogdet", "info")])
 def test_resume_refuses_a_deleted_output_array(client, stores, tmp_path, op, victim):
-    """``run; rm -rf o/inv; run --resume`` said complete with an all-fill ``inv``."""
+    """``run; rm -rf o/inv; run --resume`` said complete with an all-fill ``inv``. The same resume of
+    the output with the array in place is accepted: the refusal is the deleted array's; it names that
+    array and the output, makes nothing again, and changes nothing."""
     out = tmp_path / "o.zarr"
     pipeline.run(stores["a"], out, op=op, client=client, progress=False, config={"chunk": 10})
+    intact = pipeline.run(stores["a"], out, op=op, resume=True, client=client, progress=False)
+    assert intact.status == "complete" and intact.skipped == 53 and intact.processed == 0
     shutil.rmtree(out / victim)
     before = _snapshot(out)
-    with pytest.raises(errors.ResumeError, match=rf"output array {victim} .* 6 of 6 chunks .*--overwrite"):
+    with pytest.raises(errors.ResumeError) as refused:
         pipeline.run(stores["a"], out, op=op, resume=True, client=client, progress=False)
+    assert str(refused.value) == (
+        f"Expected the output array {victim} in {out}, where 6 of 6 chunks are recorded complete. Got "
+        f"no such array instead; use overwrite (--overwrite) to start again.")
+    assert not (out / victim).exists()
+    assert _snapshot(out) == before
+
+
+def test_resume_refuses_a_deleted_output_array_of_a_partly_complete_output(client, stores, tmp_path):
+    """The same with only part of the output complete (resume has chunks to compute): refused before
+    any is computed, and nothing changed."""
+    out = tmp_path / "o.zarr"
+    pipeline.run(stores["a"], out, op="lu", client=client, progress=False, config={"chunk": 10})
+    _forget(out, slice(2, 5))
+    shutil.rmtree(out / "piv")
+    before = _snapshot(out)
+    with pytest.raises(errors.ResumeError, match=r"output array piv in .*, where 3 of 6 chunks .*--overwrite"):
+        pipeline.run(stores["a"], out, op="lu", resume=True, client=client, progress=False)
+    assert not (out / "piv").exists()
     assert _snapshot(out) == before
 
 
