@@ -64,11 +64,12 @@ def sub_batches(plan, c0: int, c1: int) -> list[tuple[int, int]]:
 class BatchIO:
     """Where a task reads and writes: open Zarr arrays plus the completion hook.
 
-    ``on_read(start, stop, a, b)`` is called (in the reader thread) once the inputs of matrices
-    ``[start, stop)`` are in the slot (``a``, ``b``), before they are computed (the pipeline takes
-    their checksums there); ``mark(start, stop)`` is called (in the writer thread, in order) once
-    every output of those matrices is written; ``read_error(array, start, stop, exc)`` turns a failed
-    read into a clear error (e.g. naming the corrupt chunk file).
+    ``on_read(start, stop, a, b, missing)`` is called (in the reader thread) once the inputs of
+    matrices ``[start, stop)`` are in the slot (``a``, ``b``), before they are computed (the pipeline
+    takes their checksums there; ``missing`` is what ``missing`` returned); ``mark(start, stop)``
+    is called (in the writer thread, in order) once every output of those matrices is written;
+    ``read_error(array, start, stop, exc)`` turns a failed read into a clear error (e.g. naming the
+    corrupt chunk file).
     ``missing(start, stop)`` runs (in the reader
     thread) before each read, whether this process or an I/O process then reads: it raises on a
     chunk missing from the store, or returns the mask of matrices whose outputs get ``info`` -3
@@ -281,7 +282,7 @@ def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
             if io.rhs is not None:
                 _read_into(io.rhs, start, stop, slot.b, io.read_error)
         if io.on_read is not None:
-            io.on_read(start, stop, slot.a, slot.b)
+            io.on_read(start, stop, slot.a, slot.b, gaps)
         with lock:
             stats.read_s += time.perf_counter() - t
             stats.bytes_in += slot.a.nbytes + (0 if slot.b is None else slot.b.nbytes)

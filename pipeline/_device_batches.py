@@ -1,7 +1,7 @@
 """The batch loop of the GPU codec path: stored frames in, stored frames out, the values on the device.
 
     reader thread   batch i+1: read its frames, copy them to the GPU, decode there (nvCOMP), hash the
-                    decoded input (CRC-32 per output chunk, on the GPU), on the lane's read stream
+                    decoded input (XXH3-64 per output chunk, on the GPU), on the lane's read stream
     this thread     batch i: the kernels, on the engine's stream of this thread
     writer thread   batch i-1: encode every output on the GPU, copy the frames back, start writing
                     them as chunk files or shards (the I/O threads), then wait for batch i-2's
@@ -53,7 +53,7 @@ logger = logging.getLogger("batchlu.path")
 class DeviceIO:
     """A :class:`batchlu.pipeline._batches.BatchIO` plus where each array's codec runs: ``stored``
     maps ``"a"``, ``"b"`` and output names to a :class:`batchlu.pipeline._codecs.Stored` (GPU) or
-    None (host); ``digests(start, values)`` receives the CRC-32 of each output chunk's input."""
+    None (host); ``digests(start, values)`` receives the digest of each output chunk's input."""
 
     io: BatchIO
     stored: dict
@@ -207,25 +207,24 @@ def _routed_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, 
     return _to_device(engine, lane, host), gaps or []
 
 
-def _digests(chunk: int, start: int, stop: int, a, b) -> np.ndarray:
-    """CRC-32 of each output chunk's input (``a`` then ``b``), hashed on the device."""
-    from batchlu.kernels._gpu import _crc32 as gpu_crc
+def _digests(chunk: int, start: int, stop: int, a, b, missing) -> np.ndarray:
+    """The digest of each output chunk's input (``a`` then ``b``, and the chunk's matrices in
+    ``missing``): :func:`batchlu.pipeline._fingerprint.chunk_digests`, its XXH3-64 taken on the device."""
+    from batchlu.kernels._gpu import _xxh3 as gpu_xxh3
 
-    from . import _crc32
+    from . import _fingerprint
 
     los = list(range(0, stop - start, chunk))
     his = [min(lo + chunk, stop - start) for lo in los]
 
-    def registers(x):
+    def values(x):
         per = int(np.prod(x.shape[1:], dtype=np.int64)) * x.dtype.itemsize
-        lengths = [(hi - lo) * per for lo, hi in zip(los, his)]
-        return gpu_crc.registers(x, [lo * per for lo in los], lengths), lengths
+        return gpu_xxh3.digests(x, [lo * per for lo in los], [(hi - lo) * per for lo, hi in zip(los, his)])
 
-    ra, la = registers(a)
-    if b is None:
-        return np.array([_crc32.combine(int(r), n) for r, n in zip(ra, la)], np.uint32)
-    rb, lb = registers(b)
-    return np.array([_crc32.combine(int(r), n, int(s), m) for r, n, s, m in zip(ra, la, rb, lb)], np.uint32)
+    digests = values(a)
+    if b is not None:
+        digests = [_fingerprint.pair(int(x), int(y)) for x, y in zip(digests, values(b))]
+    return _fingerprint.fold_chunks(chunk, digests, missing)
 
 
 def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
@@ -248,7 +247,7 @@ def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
         if io.missing is not None and not host_inputs:
             gaps = io.missing(start, stop, {"a": found_a, "b": found_b})
         with cupy.cuda.Device(engine.device), lane.read_stream:
-            digests = _digests(dio.chunk, start, stop, a, b)
+            digests = _digests(dio.chunk, start, stop, a, b, gaps)
         if dio.digests is not None:
             dio.digests(start, digests)
         with lock:

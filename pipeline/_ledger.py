@@ -8,9 +8,10 @@ A chunk is recorded only after every output array of that chunk was written (zar
 writes each object to a temporary file and renames it into place), so a SIGKILL at any moment
 leaves either a complete chunk that is recorded, or a chunk that is redone on resume.
 
-Beside each record, ``_input_crc32`` keeps the CRC-32 of the input (and right-hand side) values the
+Beside each record, ``_input_xxh3`` keeps the XXH3-64 of the input (and right-hand side) values the
 chunk was computed from (:mod:`batchlu.pipeline._fingerprint`), written just before the record, so that
-``--resume`` can tell whether the input changed since.
+``--resume`` can tell whether the input changed since. An older batchlu kept a CRC-32 there, in
+``_input_crc32``: such an output is not resumed (:data:`OLDER_DIGESTS`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import numpy as np
 import zarr
 
 NAME = "_complete"
-DIGESTS = "_input_crc32"
+DIGESTS = "_input_xxh3"
+OLDER_DIGESTS = "_input_crc32"   # CRC-32 of the input, before XXH3-64: resume refuses them
 
 
 def create_digests(group: zarr.Group, n_chunks: int) -> zarr.Array:
-    return group.create_array(DIGESTS, shape=(n_chunks,), chunks=(1,), dtype="uint32", fill_value=0,
+    return group.create_array(DIGESTS, shape=(n_chunks,), chunks=(1,), dtype="uint64", fill_value=0,
                               compressors=None, overwrite=True)
 
 
@@ -60,6 +62,10 @@ def has_digests(path: str) -> bool:
     return os.path.isfile(os.path.join(path, DIGESTS, "zarr.json"))
 
 
+def has_older_digests(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, OLDER_DIGESTS, "zarr.json"))
+
+
 def objects_folder(array) -> str | None:
     """The folder of a ledger array's objects when each is a plain file of its one element's bytes:
     a local v3 store, default chunk keys with "/", one element per object, the bytes codec alone
@@ -82,27 +88,27 @@ def objects_folder(array) -> str | None:
 
 
 def read_digests(path: str, chunks=None) -> np.ndarray:
-    """The input CRC-32 recorded for output chunks ``chunks`` (default all; 0 where none).
+    """The input digests recorded for output chunks ``chunks`` (default all; 0 where none).
 
-    On a local store the 4-byte objects are read as files (zarr takes about a millisecond per
+    On a local store the 8-byte objects are read as files (zarr takes about a millisecond per
     object, a minute for 50,000 chunks)."""
     array = zarr.open_array(store=path, path=DIGESTS, mode="r")
     index = np.arange(array.shape[0]) if chunks is None else np.asarray(chunks, np.int64)
-    folder = objects_folder(array) if np.dtype(array.dtype) == np.uint32 else None
+    folder = objects_folder(array) if np.dtype(array.dtype) == np.uint64 else None
     if folder is None:
-        return np.asarray(array.get_coordinate_selection(index), dtype=np.uint32)
-    out = np.zeros(index.size, np.uint32)
+        return np.asarray(array.get_coordinate_selection(index), dtype=np.uint64)
+    out = np.zeros(index.size, np.uint64)
     for i, c in enumerate(index):
         try:
             with open(os.path.join(folder, str(int(c))), "rb") as f:
-                out[i] = np.frombuffer(f.read(4), "<u4")[0]
+                out[i] = np.frombuffer(f.read(8), "<u8")[0]
         except FileNotFoundError:
             pass  # never written, or written as the fill value 0
     return out
 
 
 def mark(path: str, c0: int, c1: int, digests=None) -> None:
-    """Record chunks ``[c0, c1)`` complete, with the CRC-32 of their inputs (``digests``, one per
+    """Record chunks ``[c0, c1)`` complete, with the digests of their inputs (``digests``, one per
     chunk). Call only after all their outputs are written."""
     mark_arrays(zarr.open_array(store=path, path=DIGESTS, mode="r+") if digests is not None else None,
                 zarr.open_array(store=path, path=NAME, mode="r+"), c0, c1, digests)
@@ -115,7 +121,7 @@ def mark_arrays(digest_array, complete_array, c0: int, c1: int, digests=None) ->
     records."""
     from ._codecs import write_file
 
-    for array, values in ((digest_array, None if digests is None else np.asarray(digests, "<u4")),
+    for array, values in ((digest_array, None if digests is None else np.asarray(digests, "<u8")),
                           (complete_array, np.ones(c1 - c0, bool))):
         if array is None or values is None:
             continue

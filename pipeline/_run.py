@@ -20,7 +20,7 @@ from ._report import Report
 from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
                      parse_ref)
 from ._tasks import Job, process_range
-from .errors import BatchluWarning, FencedError, InputError, ResumeError
+from .errors import BatchluWarning, FencedError, InputChangedError, InputError, ResumeError
 
 TASKS_PER_LANE = 2   # GPU codec path: tasks per lane (pipeline._gpu_codecs.LANES per worker) after merging
 # The host path on GPU workers: tasks per worker thread after merging. A task of one chunk reads,
@@ -124,8 +124,8 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         # before trusting the ledger: every output and complete chunk stored, the same input values
         complete = _ledger.read(out_path) if _ledger.exists(group) else None
         _output.check_stored(out_path, group, specs, plan, complete)
-        _fingerprint.check_unchanged(out_path, record, provenance["input_files"], plan, complete,
-                                     matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
+        _fingerprint.check_unchanged(out_path, record, plan, complete, matrices.ref,
+                                     rhs_info.ref if rhs_info else None, opts.memory_budget)
         _output.clean_partials(out_path)
         # arrays made again after a kill during creation: as the run that created the output made them;
         # the record keeps saying so, under today's names, whatever this run's settings ask
@@ -167,6 +167,11 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
                            "Got some unrecorded instead.")
         _fail(out_path, provenance, runs, run_started, report, exc, _times(report, called))
         raise exc
+    try:   # the input's files as the run found them: else its chunks may mix old and new values
+        _fingerprint.check_same_files(provenance["input_files"], matrices.ref, rhs_info.ref if rhs_info else None)
+    except InputChangedError as exc:
+        _fail(out_path, provenance, runs, run_started, report, exc, _times(report, called))
+        raise
     if report.skipped:
         report.counts = _count_info(out_path)
     used = sorted(set(provenance["backends_used"]) | set(report.backends))

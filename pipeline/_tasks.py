@@ -135,7 +135,7 @@ class TaskIO:
         return written
 
     def mark(self, c0: int, c1: int, digests) -> None:
-        """Record chunks ``[c0, c1)`` complete with the CRC-32 of their inputs, ``digests`` (as
+        """Record chunks ``[c0, c1)`` complete with the digests of their inputs, ``digests`` (as
         :func:`batchlu.pipeline._ledger.mark`, on the cached arrays)."""
         _ledger.mark_arrays(open_array(self.job.output, _ledger.DIGESTS, "r+"),
                             open_array(self.job.output, _ledger.NAME, "r+"), c0, c1, digests)
@@ -178,10 +178,10 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
     if io.rhs is not None:
         refs[id(io.rhs)] = job.rhs
 
-    digests = {}  # batch start -> CRC-32 of its chunks' inputs, from the reader to the writer
+    digests = {}  # batch start -> digests of its chunks' inputs, from the reader to the writer
 
-    def on_read(start: int, stop: int, a, b) -> None:
-        digests[start] = _fingerprint.chunk_digests(plan.chunk, start, stop, a, b)
+    def on_read(start: int, stop: int, a, b, missing=None) -> None:
+        digests[start] = _fingerprint.chunk_digests(plan.chunk, start, stop, a, b, missing)
 
     def mark(start: int, stop: int) -> None:
         io.mark(start // plan.chunk, -(-stop // plan.chunk), digests.pop(start))

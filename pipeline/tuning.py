@@ -59,10 +59,10 @@ def register_engine(backend: str, factory: Callable[[], object]) -> Callable[[],
 
 @contextlib.contextmanager
 def without_input_checksums():
-    """Inside: tasks in this process mark their chunks complete without taking and storing the CRC-32
+    """Inside: tasks in this process mark their chunks complete without taking and storing the digests
     of the input (see :mod:`batchlu.pipeline._fingerprint`). For measuring what the checksums cost;
     a resume of an output written so is refused (it has no checksums to compare)."""
-    def no_digests(chunk, start, stop, a, b=None):
+    def no_digests(chunk, start, stop, a, b=None, missing=None):
         return None
 
     def mark(self, c0, c1, digests):
@@ -84,8 +84,7 @@ class ResumeChecks:
     * :meth:`stored`: reads the ledger and checks that each output array has the recorded shape,
       dtype and chunks and that every chunk recorded complete is stored;
     * :meth:`input`: checks that the input still holds the values the completed chunks were
-      computed from: unread when the signature of its files is the one recorded, else (or with
-      ``read=True``) by reading every completed chunk's input again and comparing its CRC-32.
+      computed from, by reading every completed chunk's input again and comparing its digest.
 
     Each raises :class:`batchlu.pipeline.errors.ResumeError` where the resume would be refused.
     """
@@ -112,20 +111,11 @@ class ResumeChecks:
         self.complete = _ledger.read(self.output)
         _output.check_stored(self.output, self.group, self.specs, self.plan, self.complete)
 
-    def input(self, *, read: bool = False) -> int:
-        """Check the input against the completed chunks' checksums; returns how many chunks' input
-        was read (0: the files' signature is the one recorded, nothing read). ``read``: read and
-        compare every completed chunk whatever the signature says (a resume after the input's
-        files were rewritten with the same values)."""
+    def input(self) -> int:
+        """Check the input against the completed chunks' checksums, as resume does (reading every
+        completed chunk's input again); returns how many chunks' input was read."""
         if self.complete is None:
             self.complete = _ledger.read(self.output)
-        done = int(np.count_nonzero(self.complete))
-        if read:
-            if done:
-                _fingerprint.compare_content(self.output, self.plan, self.complete, self.input_ref,
-                                             self.rhs_ref, self.memory_budget)
-            return done
-        now = _fingerprint.signatures(self.input_ref, self.rhs_ref)
-        was_read = _fingerprint.check_unchanged(self.output, self.record, now, self.plan, self.complete,
+        was_read = _fingerprint.check_unchanged(self.output, self.record, self.plan, self.complete,
                                                 self.input_ref, self.rhs_ref, self.memory_budget)
-        return done if was_read else 0
+        return int(np.count_nonzero(self.complete)) if was_read else 0

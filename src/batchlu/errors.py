@@ -24,6 +24,7 @@ __all__ = [
     "FrameError",
     "GPUUnavailableError",
     "IOProcessError",
+    "InputChangedError",
     "InputError",
     "InputNotFoundError",
     "InputTypeError",
@@ -97,6 +98,11 @@ class CorruptInputError(InputError):
 class FrameError(CorruptInputError):
     """A stored frame that the GPU codec path cannot read or decode to exactly its chunk's bytes. The
     run re-reads that batch through zarr, which names the chunk if it is really corrupt."""
+
+
+class InputChangedError(InputError):
+    """A file of the input (or right-hand side) was written or replaced while a run read it: the
+    results may mix old and new values, so the run does not report complete."""
 
 
 class MissingChunkError(InputError):

@@ -1,6 +1,6 @@
 """The GPU codec path (issue 18) on a GPU with nvCOMP: frames written by zarr decode on the device to
 zarr's values, frames encoded on the device read back with plain zarr, bit for bit and the same bytes
-every time; the device CRC-32 is zlib's; whole runs through the GPU codecs give the host path's bits,
+every time; the device XXH3-64 is xxhash's; whole runs through the GPU codecs give the host path's bits,
 survive a killed run and a killed worker, and name a corrupt chunk.
 
 Run on the GPU machine with nvCOMP installed: ``BATCHLU_REQUIRE_NVCOMP=1 pytest -m gpu tests/pipeline/test_gpu_codecs.py``
@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import zlib
 
 import dask
 import numpy as np
@@ -22,7 +21,7 @@ import pytest
 import zarr
 
 from batchlu import pipeline
-from batchlu.pipeline import _codecs, _crc32
+from batchlu.pipeline import _codecs
 from batchlu.pipeline._config import TESTING_TASK_DELAY
 from batchlu.pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
 from batchlu.pipeline.errors import CorruptInputError
@@ -52,16 +51,21 @@ def _lane():
     return _gpu_codecs.lane(0)
 
 
-def test_device_crc32_is_zlibs():
+def test_device_xxh3_is_xxhashs():
+    """Ranges of every kind: empty and short (XXH3's short paths, hashed on the host), unaligned (on
+    the host), on the device around the stripe and block ends, and long (thousands of blocks)."""
     import cupy
+    import xxhash
 
-    from batchlu.kernels._gpu import _crc32 as gpu_crc
+    from batchlu.kernels._gpu import _xxh3 as gpu_xxh3
 
-    data = RNG.integers(0, 256, 3_000_001, dtype=np.uint8)
-    ranges = [(0, 0), (0, 1), (5, 255), (7, 256), (100, 4097), (1000, 1_000_000), (12, 2_999_989)]
-    regs = gpu_crc.registers(cupy.asarray(data), [o for o, _ in ranges], [n for _, n in ranges])
-    for (offset, length), reg in zip(ranges, regs):
-        assert _crc32.finish(int(reg), length) == zlib.crc32(data[offset:offset + length].tobytes())
+    data = RNG.integers(0, 256, 3_000_004, dtype=np.uint8)
+    ranges = [(0, 0), (0, 1), (5, 255), (8, 240), (4, 244), (16, 1020), (12, 1024), (4, 1028),
+              (1024, 2048), (100, 4100), (1000, 1_000_000), (12, 2_999_988), (7, 4000)]
+    got = gpu_xxh3.digests(cupy.asarray(data), [o for o, _ in ranges], [n for _, n in ranges])
+    assert got.dtype == np.uint64 and got.shape == (len(ranges),)
+    for (offset, length), value in zip(ranges, got):
+        assert int(value) == xxhash.xxh3_64_intdigest(data[offset:offset + length].tobytes()), (offset, length)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

@@ -35,7 +35,7 @@ QUIET = {"cluster.dashboard-address": "127.0.0.1:0"}
 
 def _arrays(path) -> dict[str, np.ndarray]:
     group = zarr.open_group(str(path), mode="r")
-    # the results; not the ledger's arrays (``_complete``, ``_input_crc32``: one entry per output chunk)
+    # the results; not the ledger's arrays (``_complete``, ``_input_xxh3``: one entry per output chunk)
     return {name: np.asarray(arr[...]) for name, arr in group.arrays() if not name.startswith("_")}
 
 

@@ -7,16 +7,21 @@ from __future__ import annotations
 import os
 import shutil
 import textwrap
+import threading
 import time
 import warnings
+
+import dask
 
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import complete_flags, outputs_of, sigkill, start_script, wait_for_chunks
+from _pipeline_helpers import (complete_flags, outputs_of, sigkill, start_script, wait_for_chunks,
+                               wait_partly_complete)
 
 from batchlu import pipeline
 from batchlu.pipeline import _fingerprint, errors
+from batchlu.pipeline._config import TESTING_TASK_DELAY
 
 POOL = {"io-processes": 2, "io-threads": 2}  # the size tests/pipeline/test_io_pool.py uses: no restart
 
@@ -214,8 +219,8 @@ def test_resume_refuses_one_value_changed_in_the_input(client, tmp_path, io):
     pipeline.run(source, out, op="lu", backend="cpu", client=client, progress=False,
                  config={"chunk": 6, **io})
     _forget(out, slice(8, 10))
-    recorded = zarr.open_array(str(out), path="_input_crc32", mode="r")[...]
-    assert recorded.dtype == np.uint32 and np.count_nonzero(recorded) == 10  # one per chunk
+    recorded = zarr.open_array(str(out), path="_input_xxh3", mode="r")[...]
+    assert recorded.dtype == np.uint64 and np.count_nonzero(recorded) == 10  # one per chunk
     array = zarr.open_array(source, mode="r+")
     assert recorded[5] == _fingerprint.digest(array[30:36])
     array[33, 2, 4] = array[33, 2, 4] + 0.5  # chunk 5 (matrices 30:36)
@@ -256,36 +261,67 @@ def test_resume_refuses_a_right_hand_side_changed(client, tmp_path):
         pipeline.run(source, out, op="solve", rhs=b, resume=True, client=client, progress=False)
 
 
-def test_unchanged_input_files_are_not_read_again(client, tmp_path, monkeypatch):
-    """Files untouched since the run started: their signature says so, and resume reads nothing;
-    files written since: the values are compared."""
-    monkeypatch.setattr(_fingerprint, "FRESH_SECONDS", 0.0)  # the input was written just now
-    compared = []
-    real = _fingerprint.compare_content
-    monkeypatch.setattr(_fingerprint, "compare_content", lambda *a: compared.append(1) or real(*a))
-    source = pipeline.generate(tmp_path / "a.zarr", count=30, size=4, chunk=10, seed=9)
+def _held_times(monkeypatch, path: str) -> None:
+    """From now on ``os.stat`` of ``path`` gives the size, inode, mtime and ctime it has now: as Linux
+    does for a file written through a shared memory map whose page was already dirty."""
+    held = os.stat(path)
+    real = os.stat
+
+    def stat(p, *args, **kwargs):
+        st = real(p, *args, **kwargs)
+        if isinstance(p, int) or os.fspath(p) != path:
+            return st
+        fields = {k: getattr(st, k) for k in dir(st) if k.startswith("st_")}
+        fields.update({k: getattr(held, k) for k in fields if "time" in k})
+        return type("stat_result", (), fields)()
+
+    monkeypatch.setattr(os, "stat", stat)
+
+
+def test_resume_refuses_an_input_changed_through_a_memory_map_with_its_times_kept(client, tmp_path, monkeypatch):
+    """Item 5 of issue 38: bytes of an input chunk changed in place, its size, inode, mtime and ctime
+    the same (a write through a shared memory map to a page already dirty): resume used to trust the
+    files' signature, read nothing and say complete. It reads the completed chunks again and refuses."""
+    import mmap
+
+    monkeypatch.setattr(_fingerprint, "FRESH_SECONDS", 0.0)   # the files count as old, times trusted
+    x = np.random.default_rng(13).standard_normal((30, 4, 4))
+    source = str(tmp_path / "a.zarr")
+    zarr.create_array(source, shape=x.shape, chunks=(10, 4, 4), dtype="f8", compressors=None)[...] = x
     out = tmp_path / "o.zarr"
     pipeline.run(source, out, op="inv", client=client, progress=False, config={"chunk": 10})
-    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["input_files"]["input"]
     _forget(out, slice(2, 3))
-    assert pipeline.run(source, out, op="inv", resume=True, client=client, progress=False).processed == 10
-    assert compared == []
-    _forget(out, slice(2, 3))
-    _regenerate(source, count=30, size=4, chunk=10, seed=10)
-    with pytest.raises(errors.ResumeError, match="other values in matrices 0:10"):
+    victim = os.path.join(source, "c", "1", "0", "0")            # matrices 10:20, stored raw
+    _held_times(monkeypatch, victim)
+    with open(victim, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+        values = np.frombuffer(m, "<f8")
+        assert values[37] == x[12].flat[5]
+        m[37 * 8:38 * 8] = np.float64(x[12].flat[5] + 0.25).tobytes()
+        del values
+    before = _snapshot(out)
+    with pytest.raises(errors.ResumeError, match=r"other values in matrices 10:20 instead.*--overwrite"):
         pipeline.run(source, out, op="inv", resume=True, client=client, progress=False)
-    assert compared == [1]
+    assert _snapshot(out) == before
 
 
-def test_freshly_written_input_files_give_no_signature(tmp_path):
-    source = pipeline.generate(tmp_path / "a.zarr", count=10, size=3, chunk=5, seed=11)
+def test_freshly_written_input_files_are_signed_by_their_bytes(tmp_path):
+    """A file written within FRESH_SECONDS of the signature may be written again with the same times:
+    it is entered by the XXH3-128 of its bytes, so that a signature taken again with the same horizon
+    differs when its bytes do, even with every stat field kept; an untouched input signs the same."""
+    x = np.random.default_rng(14).standard_normal((10, 3, 3))
+    source = str(tmp_path / "a.zarr")
+    zarr.create_array(source, shape=x.shape, chunks=(5, 3, 3), dtype="f8", compressors=None)[...] = x
     ref = pipeline._store.parse_ref(source)
-    assert _fingerprint.signature(ref) is None  # written within FRESH_SECONDS: times cannot tell
-    old = time.time() - 3600
-    for folder, _, names in os.walk(source):
-        for name in names:
-            os.utime(os.path.join(folder, name), (old, old))
-    assert _fingerprint.signature(ref) is None  # the ctime is still fresh: utime cannot hide a write
+    first = _fingerprint.signature(ref)
+    assert first["files"] == 3 and _fingerprint.signature(ref, first["horizon"]) == first
+    victim = os.path.join(source, "c", "1", "0", "0")
+    st = os.stat(victim)
+    with open(victim, "r+b") as f:
+        f.seek(8)
+        f.write(np.float64(x[5].flat[1] * 2 + 1).tobytes())
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    again = _fingerprint.signature(ref, first["horizon"])
+    assert again["files"] == 3 and again["digest"] != first["digest"]
 
 
 def test_the_signature_sees_a_write_through_a_symlinked_folder(tmp_path, monkeypatch):
@@ -300,11 +336,11 @@ def test_the_signature_sees_a_write_through_a_symlinked_folder(tmp_path, monkeyp
     os.symlink(source, os.path.join(real, "loop"))
     ref = pipeline._store.parse_ref(source)
     before = _fingerprint.signature(ref)
-    assert int(before.split(":")[0]) >= 2 + 1  # both chunk files and zarr.json
+    assert before["files"] >= 2 + 1  # both chunk files and zarr.json
     time.sleep(0.01)
     z = zarr.open_array(source, mode="r+")
     z[0:5] = z[0:5] * 2.0
-    assert _fingerprint.signature(ref) != before
+    assert _fingerprint.signature(ref, before["horizon"])["digest"] != before["digest"]
 
 
 def test_resume_refuses_an_output_without_input_checksums(client, stores, tmp_path):
@@ -312,7 +348,7 @@ def test_resume_refuses_an_output_without_input_checksums(client, stores, tmp_pa
     out = tmp_path / "o.zarr"
     pipeline.run(stores["a"], out, op="inv", client=client, progress=False, config={"chunk": 10})
     _forget(out, slice(4, 6))
-    shutil.rmtree(out / "_input_crc32")
+    shutil.rmtree(out / "_input_xxh3")
     record = dict(zarr.open_group(str(out), mode="r").attrs["batchlu"])
     del record["input_files"]
     zarr.open_group(str(out), mode="r+").attrs["batchlu"] = record
@@ -326,7 +362,7 @@ def test_chunk_digests_match_per_chunk_and_byte_order(dtype):
     a = rng.standard_normal((23, 3, 3)).astype(dtype)
     b = rng.standard_normal((23, 3)).astype(dtype)
     got = _fingerprint.chunk_digests(5, 10, 33, a, b)
-    assert got.dtype == np.uint32 and got.shape == (5,)
+    assert got.dtype == np.uint64 and got.shape == (5,)
     for i, lo in enumerate(range(0, 23, 5)):
         assert got[i] == _fingerprint.digest(a[lo:lo + 5], b[lo:lo + 5])
     swapped = a.astype(a.dtype.newbyteorder(">"))
@@ -337,22 +373,162 @@ def test_chunk_digests_match_per_chunk_and_byte_order(dtype):
     assert _fingerprint.digest(changed) != _fingerprint.digest(a)
 
 
-def test_digests_are_zlibs_crc32_whichever_library_computes_them():
-    """The ledger keeps zlib's CRC-32 of the values' bytes: outputs recorded by earlier versions
-    (zlib) resume under zlib-ng, and the other way round."""
-    import zlib
+def test_digests_are_xxh3_of_the_values_and_of_the_missing_mask():
+    """The ledger keeps xxhash's XXH3-64 of the values' bytes (of the two XXH3-64 with a right-hand
+    side), with the mask of matrices read from missing chunks folded in where one is."""
+    import struct
 
-    from batchlu.pipeline import _crc32
+    import xxhash
 
     rng = np.random.default_rng(31)
-    for size in (0, 1, 7, 5 * 1024 - 1, 5 * 1024 + 3, 1 << 20):
-        data = rng.integers(0, 256, size, np.uint8)
-        for value in (0, 1, 0xFFFFFFFF, int(rng.integers(0, 2**32))):
-            assert _crc32.crc32(data, value) == zlib.crc32(data.tobytes(), value)
     a = rng.standard_normal((9, 4, 4))
     b = rng.standard_normal((9, 4))
-    assert _fingerprint.digest(a, b) == zlib.crc32(b.tobytes(), zlib.crc32(a.tobytes()))
-    assert _crc32._crc32 is not zlib.crc32   # zlib-ng (a dependency) computes them: ~8x faster
+    h = xxhash.xxh3_64_intdigest
+    assert _fingerprint.digest(a) == h(a.tobytes())
+    assert _fingerprint.digest(a, b) == h(struct.pack("<QQ", h(a.tobytes()), h(b.tobytes())))
+    assert _fingerprint.digest(a, missing=np.zeros(9, bool)) == h(a.tobytes())
+    masks = [np.eye(9, dtype=bool)[i] for i in (0, 8)] + [np.ones(9, bool)]
+    folded = {_fingerprint.digest(a, missing=mask) for mask in masks}
+    assert len(folded) == 3 and h(a.tobytes()) not in folded
+    zeros = np.zeros((9, 4, 4))
+    assert _fingerprint.digest(zeros, missing=masks[2]) != _fingerprint.digest(zeros)  # issue 38, item 9
+
+
+def test_the_model_of_the_device_xxh3_is_xxhashs():
+    """kernels/cuda/xxh3.cu computes XXH3-64 in two passes (block sums, then each lane on its own):
+    the NumPy model of those passes gives xxhash's value around every stripe and block end."""
+    import xxhash
+
+    from batchlu.pipeline import _xxh3
+
+    rng = np.random.default_rng(32)
+    for length in (241, 252, 256, 1020, 1024, 1028, 1088, 2044, 2048, 2052, 4096 + 60, 64 * 1024 + 4):
+        data = rng.integers(0, 256, length, np.uint8).tobytes()
+        assert _xxh3.model(data) == xxhash.xxh3_64_intdigest(data), length
+    with pytest.raises(ValueError, match="more than 240 bytes"):
+        _xxh3.model(bytes(240))
+
+
+def _keep_crc32(data: bytearray, at: int, want: int) -> None:
+    """Set the 4 bytes ``data[at:at + 4]`` so that zlib's CRC-32 of ``data`` is ``want`` (CRC-32 is
+    affine over GF(2): solve for the 32 bits)."""
+    import zlib
+
+    zero = bytearray(len(data))
+    base = zlib.crc32(bytes(zero))
+    columns = []
+    for bit in range(32):
+        zero[at + bit // 8] ^= 1 << (bit % 8)
+        columns.append(zlib.crc32(bytes(zero)) ^ base)
+        zero[at + bit // 8] ^= 1 << (bit % 8)
+    data[at:at + 4] = bytes(4)
+    target = zlib.crc32(bytes(data)) ^ want
+    rows = [(columns[bit], 1 << bit) for bit in range(32)]   # Gaussian elimination on (effect, bits)
+    solution = 0
+    for pivot in range(32):
+        index = next(i for i, (effect, _) in enumerate(rows) if effect >> pivot & 1)
+        effect, bits = rows.pop(index)
+        rows = [(e ^ effect, b ^ bits) if e >> pivot & 1 else (e, b) for e, b in rows]
+        if target >> pivot & 1:
+            target ^= effect
+            solution ^= bits
+    assert target == 0
+    data[at:at + 4] = solution.to_bytes(4, "little")
+
+
+def test_resume_refuses_a_chunk_rewritten_to_keep_its_crc32(client, tmp_path):
+    """Issue 38, item 7: a chunk of other values with the CRC-32 of the old ones passed resume."""
+    import zlib
+
+    x = np.random.default_rng(15).standard_normal((30, 4, 4))
+    source = str(tmp_path / "a.zarr")
+    array = zarr.create_array(source, shape=x.shape, chunks=(10, 4, 4), dtype="<f8", compressors=None)
+    array[...] = x
+    out = tmp_path / "o.zarr"
+    pipeline.run(source, out, op="inv", client=client, progress=False, config={"chunk": 10})
+    _forget(out, slice(2, 3))
+    chunk = bytearray(x[10:20].tobytes())
+    chunk[3 * 128 + 40:3 * 128 + 48] = np.float64(-7.5).tobytes()   # matrix 13, entry (1, 1)
+    _keep_crc32(chunk, 9 * 128 + 120, zlib.crc32(x[10:20].tobytes()))  # the low bytes of matrix 19's last entry
+    changed = np.frombuffer(bytes(chunk), "<f8").reshape(10, 4, 4)
+    assert zlib.crc32(changed.tobytes()) == zlib.crc32(x[10:20].tobytes()) and np.isfinite(changed).all()
+    array[10:20] = changed
+    with pytest.raises(errors.ResumeError, match=r"other values in matrices 10:20 instead"):
+        pipeline.run(source, out, op="inv", resume=True, client=client, progress=False)
+
+
+def test_resume_refuses_an_output_of_crc32_checksums(client, stores, tmp_path):
+    """An output of a batchlu that recorded CRC-32 checksums (``_input_crc32``) is not resumed: one
+    line that says so and names --overwrite."""
+    out = tmp_path / "o.zarr"
+    pipeline.run(stores["a"], out, op="inv", client=client, progress=False, config={"chunk": 10})
+    _forget(out, slice(4, 6))
+    shutil.rmtree(out / "_input_xxh3")
+    older = zarr.open_group(str(out), mode="r+").create_array(
+        "_input_crc32", shape=(6,), chunks=(1,), dtype="uint32", fill_value=0, compressors=None)
+    older[...] = np.arange(1, 7, dtype=np.uint32)
+    before = _snapshot(out)
+    with pytest.raises(errors.ResumeError) as refused:
+        pipeline.run(stores["a"], out, op="inv", resume=True, client=client, progress=False)
+    message = str(refused.value)
+    assert "\n" not in message and "(CRC-32)" in message and message.endswith("use overwrite (--overwrite) to start again.")
+    assert _snapshot(out) == before
+
+
+def test_resume_refuses_a_missing_chunk_stored_later_as_its_fill_value(client, tmp_path):
+    """Issue 38, item 9: with ``missing-chunks: fill`` the matrices of a missing input chunk get info
+    -3; that chunk later stored as zeros (its fill value) read as the same values, so resume accepted
+    it and the -3 flags went stale. The mask of missing matrices is part of the digest: resume accepts
+    the chunk still missing, and refuses it once stored."""
+    x = np.random.default_rng(16).standard_normal((40, 4, 4))
+    source = str(tmp_path / "a.zarr")
+    zarr.create_array(source, shape=x.shape, chunks=(10, 4, 4), dtype="f8", fill_value=0.0)[...] = x
+    os.remove(os.path.join(source, "c", "1", "0", "0"))                     # matrices 10:20
+    out = tmp_path / "o.zarr"
+    config = {"chunk": 10, "missing-chunks": "fill"}
+    first = pipeline.run(source, out, op="inv", client=client, progress=False, config=config)
+    assert first.status == "complete"
+    info = zarr.open_array(str(out), path="info", mode="r")[...]
+    assert (info[10:20] == -3).all() and (info[:10] == 0).all()
+    _forget(out, slice(3, 4))
+    again = pipeline.run(source, out, op="inv", resume=True, client=client, progress=False, config=config)
+    assert again.status == "complete" and again.processed == 10                # still missing: accepted
+    _forget(out, slice(3, 4))
+    with zarr.config.set({"array.write_empty_chunks": True}):   # stored, though all fill values
+        zarr.open_array(source, mode="r+")[10:20] = 0.0
+    assert os.path.isfile(os.path.join(source, "c", "1", "0", "0"))
+    before = _snapshot(out)
+    with pytest.raises(errors.ResumeError, match=r"other values in matrices 10:20 instead"):
+        pipeline.run(source, out, op="inv", resume=True, client=client, progress=False, config=config)
+    assert _snapshot(out) == before
+
+
+@pytest.mark.parametrize("plain_files", [True, False], ids=["object-files", "through-zarr"])
+def test_the_ledger_writes_each_digest_before_its_record(tmp_path, monkeypatch, plain_files):
+    """Issue 38, R8: a chunk recorded complete always has its digest: each digest is written before
+    the records (a kill between the two leaves a digest without a record, never the other way)."""
+    from batchlu.pipeline import _codecs, _ledger
+
+    group = zarr.open_group(str(tmp_path / "o.zarr"), mode="w")
+    complete = _ledger.create(group, 8)
+    digests = zarr.open_array(str(tmp_path / "o.zarr"), path=_ledger.DIGESTS, mode="r+")
+    writes = []
+    real = _codecs.write_file
+    monkeypatch.setattr(_codecs, "write_file", lambda path, parts: writes.append(path) or real(path, parts))
+    if not plain_files:   # another store: zarr writes them, the digests' slice first
+        monkeypatch.setattr(_ledger, "objects_folder", lambda array: None)
+        setitem = zarr.Array.__setitem__
+        monkeypatch.setattr(zarr.Array, "__setitem__",
+                            lambda self, key, value: (writes.append(self.path), setitem(self, key, value))[1])
+    values = np.random.default_rng(17).integers(1, 2**63, 3, dtype=np.uint64)
+    _ledger.mark_arrays(digests, complete, 2, 5, values)
+    if plain_files:
+        names = [os.path.relpath(w, str(tmp_path / "o.zarr")).split(os.sep)[0] for w in writes]
+        assert names == [_ledger.DIGESTS] * 3 + [_ledger.NAME] * 3
+    else:
+        assert writes == [_ledger.DIGESTS, _ledger.NAME]
+    assert _ledger.read(str(tmp_path / "o.zarr")).tolist() == [False] * 2 + [True] * 3 + [False] * 3
+    assert _ledger.read_digests(str(tmp_path / "o.zarr"), [2, 3, 4]).tolist() == values.tolist()
 
 
 @pytest.mark.gpu
@@ -370,7 +546,7 @@ def test_gpu_host_path_records_the_checksums_of_matrices_and_right_hand_sides(tm
                           progress=False, config={"chunk": 10, "codec-device": "cpu",
                                                   "cluster.threads-per-worker": threads})
     assert report.status == "complete" and report.backends == ("gpu",) and report.tasks <= 9
-    recorded = zarr.open_array(str(out), path="_input_crc32", mode="r")[...]
+    recorded = zarr.open_array(str(out), path="_input_xxh3", mode="r")[...]
     assert [int(x) for x in recorded] == [_fingerprint.digest(a[lo:lo + 10], b[lo:lo + 10]) for lo in range(0, 90, 10)]
 
 
@@ -389,7 +565,7 @@ def test_gpu_run_records_the_same_checksums_and_stores_fill_chunks(tmp_path, cod
     report = pipeline.run(str(tmp_path / "a.zarr"), out, op="inv", backend="gpu", progress=False,
                           config={"chunk": 16, "codec-device": codec_device})
     assert report.backends == ("gpu",) and report.singular == 16
-    recorded = zarr.open_array(str(out), path="_input_crc32", mode="r")[...]
+    recorded = zarr.open_array(str(out), path="_input_xxh3", mode="r")[...]
     assert [int(x) for x in recorded] == [_fingerprint.digest(a[lo:lo + 16]) for lo in range(0, 96, 16)]
     assert (out / "inv" / "c" / "1" / "0" / "0").is_file()
     _forget(out, slice(4, 6))
@@ -398,3 +574,49 @@ def test_gpu_run_records_the_same_checksums_and_stores_fill_chunks(tmp_path, cod
     with pytest.raises(errors.ResumeError, match=r"other values in matrices 32:48 instead"):
         pipeline.run(str(tmp_path / "a.zarr"), out, op="inv", backend="gpu", resume=True, progress=False,
                      config={"codec-device": codec_device})
+
+
+# ------------------------------------------------------------------- the input changed during a run
+def test_an_input_rewritten_during_the_run_fails_it(client, tmp_path):
+    """Issue 38, item 4: the input written again with other values while tasks wait (the test-only
+    task delay): the run said complete and verify failed later. Its end finds the files changed: one
+    line naming the input and --overwrite, the status failed, and resume over it refuses."""
+    source = pipeline.generate(tmp_path / "a.zarr", count=120, size=4, chunk=10, seed=18)
+    out = tmp_path / "o.zarr"
+    ended = {}
+
+    def run():
+        try:
+            ended["report"] = pipeline.run(source, out, op="inv", client=client, progress=False,
+                                           config={"chunk": 10})
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            ended["error"] = exc
+
+    with dask.config.set({TESTING_TASK_DELAY: 0.3}):   # each batch waits 0.3 s between read and compute
+        thread = threading.Thread(target=run)
+        thread.start()
+        wait_partly_complete(out)   # 3 to 5 of 12 chunks complete, 2 tasks waiting at a time
+        other = np.random.default_rng(19).standard_normal((120, 4, 4))
+        zarr.open_array(source, mode="r+")[...] = other   # each chunk file replaced whole
+        thread.join(120)
+    assert not thread.is_alive() and "report" not in ended, ended
+    error = ended["error"]
+    assert isinstance(error, errors.InputChangedError)
+    message = str(error)
+    assert "\n" not in message and f"the input {source}" in message and "changed during the run" in message
+    assert message.endswith("use overwrite (--overwrite) to start again.")
+    record = zarr.open_group(str(out), mode="r").attrs["batchlu"]
+    assert record["status"] == "failed" and "InputChangedError" in record["error"]
+    with pytest.raises(errors.ResumeError, match=r"other values in matrices \d+:\d+ instead"):
+        pipeline.run(source, out, op="inv", resume=True, client=client, progress=False)
+
+
+def test_an_unchanged_input_passes_the_end_of_run_check_whatever_its_age(client, tmp_path, monkeypatch):
+    """The check at the end compares like with like: files old enough for their times to be trusted,
+    and files as fresh as a just-generated input (signed by their bytes), both give a complete run."""
+    source = pipeline.generate(tmp_path / "a.zarr", count=20, size=3, chunk=10, seed=20)
+    for fresh in (5.0, 0.0):
+        monkeypatch.setattr(_fingerprint, "FRESH_SECONDS", fresh)
+        out = tmp_path / f"o{fresh}.zarr"
+        report = pipeline.run(source, out, op="inv", client=client, progress=False, config={"chunk": 10})
+        assert report.status == "complete"

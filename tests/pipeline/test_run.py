@@ -35,10 +35,10 @@ def check_output(path, op, a, b=None, chunk=None) -> dict:
     if chunk is None:
         chunk = zarr.open_array(store=path, path="info", mode="r").chunks[0]
     want = expected(op, a, b, chunk)
-    assert set(got) == set(want) | {"_complete", "_input_crc32"}
+    assert set(got) == set(want) | {"_complete", "_input_xxh3"}
     assert got["_complete"].all()
-    step = chunk or max(1, a.shape[0])  # the CRC-32 of each chunk's input, as resume will check it
-    assert got["_input_crc32"].tolist() == [
+    step = chunk or max(1, a.shape[0])  # the digest of each chunk's input, as resume will check it
+    assert got["_input_xxh3"].tolist() == [
         _fingerprint.digest(a[lo:lo + step], None if b is None else b[lo:lo + step])
         for lo in range(0, a.shape[0], step)]
     for name, value in want.items():

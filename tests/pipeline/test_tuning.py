@@ -59,8 +59,7 @@ def test_resume_checks_one_by_one(client, stores, tmp_path, monkeypatch):
     checks.stored()
     n_chunks = complete_flags(out).size
     assert n_chunks == 6
-    assert checks.input() == 0              # the files' signature is the recorded one: nothing read
-    assert checks.input(read=True) == n_chunks
+    assert checks.input() == n_chunks       # every completed chunk's input read again and compared
     os.remove(out / "piv" / "c" / "3" / "0")
     with pytest.raises(errors.ResumeError, match="piv"):
         tuning.ResumeChecks(str(out)).stored()
@@ -72,7 +71,7 @@ def test_resume_checks_read_a_rewritten_input(client, stores, tmp_path, monkeypa
     out = tmp_path / "o.zarr"
     pipeline.run(source, out, op="inv", client=client, progress=False, config={"chunk": 10})
     a = zarr.open_array(source, mode="r+")
-    a[...] = a[...]  # the same values, written again: new files, new signature
+    a[...] = a[...]  # the same values, written again: new files
     checks = tuning.ResumeChecks(str(out))
     assert checks.input() == 6
     a[5] = a[6]      # other values: refused
@@ -91,12 +90,12 @@ def test_without_input_checksums(client, stores, tmp_path):
         report = pipeline.run(stores["a"], out, op="inv", client=client, progress=False,
                               config={"chunk": 10, "io-processes": 0})
     assert report.status == "complete" and complete_flags(out).all()
-    digests = zarr.open_array(str(out), path="_input_crc32", mode="r")[...]
+    digests = zarr.open_array(str(out), path="_input_xxh3", mode="r")[...]
     assert not digests.any()   # none stored ...
     with pytest.raises(errors.ResumeError, match="Got other values"):
-        tuning.ResumeChecks(str(out)).input(read=True)   # ... so the input check refuses
+        tuning.ResumeChecks(str(out)).input()   # ... so the input check refuses
     out2 = tmp_path / "o2.zarr"   # and afterwards the checksums are taken again
     pipeline.run(stores["a"], out2, op="inv", client=client, progress=False,
                  config={"chunk": 10, "io-processes": 0})
-    assert zarr.open_array(str(out2), path="_input_crc32", mode="r")[...].all()
-    assert tuning.ResumeChecks(str(out2)).input(read=True) == 6
+    assert zarr.open_array(str(out2), path="_input_xxh3", mode="r")[...].all()
+    assert tuning.ResumeChecks(str(out2)).input() == 6
