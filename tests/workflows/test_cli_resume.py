@@ -1,6 +1,7 @@
-"""``batchlu run`` refuses to report wrong data as complete (issue 16, items 1 to 3), each refusal one
-line ``Error: ...`` with exit status 1: a resume whose output lost an array, a second writer on an
-output, a resume whose input changed. A stale lock is taken over with one ``Warning: ...`` line."""
+"""``batchlu run`` refuses to report wrong data as complete (issue 16, items 1 to 3; issue 38, item 4),
+each refusal one line ``Error: ...`` with exit status 1: a resume whose output lost an array, a second
+writer on an output, a resume whose input changed, a run whose input changed while it ran. A stale
+lock is taken over with one ``Warning: ...`` line."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
+import dask
+import numpy as np
 import pytest
 import zarr
+
+from batchlu.pipeline._config import TESTING_TASK_DELAY
 
 
 def _one_line_error(result, *words):
@@ -92,6 +98,34 @@ def test_resume_with_the_input_regenerated(invoke, source, scheduler_address, tm
     _one_line_error(_run(invoke, source, out, scheduler_address, "--resume"),
                     "other values in matrices 0:10", "--overwrite")
     assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "running"
+
+
+def test_an_input_rewritten_during_the_run_is_one_line_and_no_complete(invoke, scheduler_address, tmp_path):
+    """Issue 38, item 4: the input written again with other values while tasks wait (the test-only
+    task delay) gave "complete", exit 0. Now: one line naming the input and --overwrite, exit 1, the
+    output's status failed."""
+    source, out = tmp_path / "a.zarr", tmp_path / "o.zarr"
+    assert invoke("generate", source, "--count", 120, "--size", 4, "--chunk", 10, "--seed", 5).exit_code == 0
+    rewritten = []
+
+    def rewrite():   # once some chunks are complete and the others wait: every chunk file replaced
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            folder = out / "_complete" / "c"
+            if folder.is_dir() and 2 <= len([n for n in os.listdir(folder) if n.isdigit()]) < 8:
+                zarr.open_array(str(source), mode="r+")[...] = np.random.default_rng(6).standard_normal((120, 4, 4))
+                rewritten.append(True)
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=rewrite)
+    thread.start()
+    with dask.config.set({TESTING_TASK_DELAY: 0.3}):
+        result = _run(invoke, source, out, scheduler_address, "--chunk", 10)
+    thread.join()
+    assert rewritten
+    _one_line_error(result, f"the input {source}", "changed during the run", "--overwrite")
+    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "failed"
 
 
 def test_two_real_processes_and_sigterm(source, scheduler_address, tmp_path):
