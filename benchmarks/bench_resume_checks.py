@@ -7,7 +7,11 @@
   again and its digest compared).
 
     python benchmarks/bench_resume_checks.py [--dir /tmp/bench-resume] [--count 40000] [--size 16]
-                                       [--chunks input,500,100] [--repeat 5]
+                                       [--chunks input,500,100] [--repeat 5] [--digests-gb 1]
+
+``--digests-gb G`` first times the ledger's digest (XXH3-64 of each 32 MiB batch of float64 values,
+xxhash's hasher as the tasks use it) against the CRC-32 it replaced (zlib, and zlib-ng where it is
+installed) on G GB of fresh random values, in one process, alternating, one core.
 
 One in-process LocalCluster (2 workers x 1 thread), so that the "without"
 (``batchlu.pipeline.tuning.without_input_checksums``) reaches the workers; with and without
@@ -61,6 +65,39 @@ def _resume_checks(out) -> dict:
     return times
 
 
+def _digest_rates(gb: float, repeat: int) -> dict:
+    """GB/s of XXH3-64 and CRC-32 over ``gb`` GB of float64 values in 32 MiB batches (best of ``repeat``,
+    the candidates alternating)."""
+    import zlib
+
+    import xxhash
+
+    def xxh3(batch):
+        h = xxhash.xxh3_64()
+        h.update(batch)
+        return h.intdigest()
+
+    candidates = {"xxh3_64": xxh3, "crc32_zlib": zlib.crc32}
+    try:
+        from zlib_ng.zlib_ng import crc32 as crc32_ng
+        candidates["crc32_zlib_ng"] = crc32_ng
+    except ImportError:
+        pass
+    values = np.random.default_rng(0).standard_normal(int(gb * 1e9) // 8)
+    batches = [values[i:i + (32 << 20) // 8] for i in range(0, values.size, (32 << 20) // 8)]
+    best = {name: float("inf") for name in candidates}
+    for _ in range(repeat):
+        for name, digest in candidates.items():
+            start = time.perf_counter()
+            for batch in batches:
+                digest(batch)
+            best[name] = min(best[name], time.perf_counter() - start)
+    rates = {name: values.nbytes / 1e9 / seconds for name, seconds in best.items()}
+    print(f"digests of {values.nbytes / 1e9:.2f} GB of float64 in 32 MiB batches, one core: "
+          + ", ".join(f"{name} {rate:.2f} GB/s" for name, rate in rates.items()), flush=True)
+    return rates
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default="/tmp/bench-resume")
@@ -69,7 +106,10 @@ def main(argv=None) -> None:
     parser.add_argument("--chunks", default="input,500,100")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", default=None, help="write the medians as JSON here")
+    parser.add_argument("--digests-gb", type=float, default=0.0,
+                        help="first time XXH3-64 against CRC-32 on this many GB of float64 values")
     args = parser.parse_args(argv)
+    digest_rates = _digest_rates(args.digests_gb, args.repeat) if args.digests_gb > 0 else None
 
     from distributed import Client, LocalCluster
 
@@ -88,7 +128,7 @@ def main(argv=None) -> None:
     time.sleep(FRESH_SECONDS + 0.5)  # ... and their ctimes too
 
     results = {"count": args.count, "size": args.size, "dtype": "float64", "op": "inv",
-               "cores": os.cpu_count(), "runs": []}
+               "cores": os.cpu_count(), "digest_gb_per_s": digest_rates, "runs": []}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         out = str(work / "o.zarr")
