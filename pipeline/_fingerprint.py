@@ -158,8 +158,10 @@ def signature(ref: ArrayRef | None, horizon: int | None = None) -> dict | None:
         horizon = time.time_ns() - int(FRESH_SECONDS * 1e9)
     files = _files(root)
     fresh = [path for path, st in files if max(st.st_mtime_ns, st.st_ctime_ns) > horizon]
-    with ThreadPoolExecutor(_threads()) as pool:
-        contents = dict(zip(fresh, pool.map(file_digest, fresh)))
+    contents = {}
+    if fresh:   # xxhash lets the GIL go while it hashes: the files are read and hashed side by side
+        with ThreadPoolExecutor(min(_threads(), len(fresh))) as pool:
+            contents = dict(zip(fresh, pool.map(file_digest, fresh)))
     entries = []
     for path, st in files:
         name = os.path.relpath(path, root)

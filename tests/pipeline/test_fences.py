@@ -263,7 +263,7 @@ def test_orphaned_tasks_of_a_killed_client_do_not_touch_the_next_run(client, tmp
     # every chunk (and its record of the input CRC-32) is the second run's: bit-identical to a fresh run
     pipeline.run(new, clean, op="inv", client=client, progress=False, config={"chunk": 4})
     got, want = outputs_of(str(out)), outputs_of(str(clean))
-    assert sorted(got) == sorted(want) == ["_complete", "_input_crc32", "info", "inv"]
+    assert sorted(got) == sorted(want) == ["_complete", "_input_xxh3", "info", "inv"]
     assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
     assert pipeline.verify(new, out).ok
     assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "complete"
