@@ -12,7 +12,9 @@ their frames written as chunk files. This module is the host half, with no CUDA 
   bytes wrap the codec's frame (:class:`Frames`: numcodecs' LZ4 size header, zarr's crc32c trailer).
 * :func:`plan_reads` / :func:`read_frames` read a batch's frames into one host buffer (from chunk
   files, or from shards through their index); :func:`write_chunks` writes encoded frames back as chunk
-  files or whole shards (index and its CRC-32C included) that plain zarr-python reads.
+  files or whole shards (index and its CRC-32C included) that plain zarr-python reads; where the
+  array has zarr's crc32c codec (batchlu's outputs by default, ``batchlu.output-checksum``), each
+  chunk's CRC-32C trailer is computed here, on the host.
 
 Only local folders (zarr's ``LocalStore``) take this path: the files are read and written directly.
 """
@@ -30,11 +32,13 @@ from . import _nvcomp
 from .errors import FrameError
 
 
-__all__ = ["CODEC_DEVICES", "Choice", "Frames", "OUTPUT_CODECS", "Read", "Stored", "choose", "crc32c",
-           "describe", "plan_reads", "read_frames", "write_chunks", "write_file", "zarr_compressors"]
+__all__ = ["CODEC_DEVICES", "Choice", "Frames", "OUTPUT_CHECKSUMS", "OUTPUT_CODECS", "Read", "Stored", "choose",
+           "crc32c", "describe", "plan_reads", "read_frames", "write_chunks", "write_file",
+           "zarr_compressors"]
 
 CODEC_DEVICES = ("auto", "gpu", "cpu")
 OUTPUT_CODECS = ("zstd", "lz4", "none")
+OUTPUT_CHECKSUMS = ("crc32c", "none")   # batchlu.output-checksum: zarr's crc32c codec after the compressor
 # Codecs whose standard frames nvCOMP decodes bit-exactly (checked on the GPU by tests/pipeline/test_gpu_codecs.py)
 GPU_ALGORITHMS = ("zstd", "lz4")
 ALIGN = 16   # bytes: nvCOMP's strictest alignment of a frame in a batch
@@ -50,12 +54,18 @@ EMPTY = 2**64 - 1   # a shard index entry of a chunk that is not stored
 IOV_MAX = 1024      # buffers one preadv call may take (Linux's limit)
 
 
-def crc32c(data) -> int:
-    import google_crc32c  # zarr's own dependency for its crc32c codec
+def crc32c(data, crc: int = 0) -> int:
+    """CRC-32C of ``data`` (bytes-like), continuing ``crc``: the value zarr's ``crc32c`` codec appends,
+    computed with the library that codec uses (``google_crc32c`` since zarr 3.1.4; the same values
+    as the ``crc32c`` package older zarr took)."""
+    import google_crc32c
 
-    if isinstance(data, np.ndarray) and data.flags.c_contiguous:   # read in place (no copy: 6x faster)
-        return int(google_crc32c.value(data.reshape(-1).view(np.uint8)))
-    return int(google_crc32c.value(bytes(data) if not isinstance(data, (bytes, bytearray)) else data))
+    # read in place (no copy: 6x faster); google_crc32c takes bytes and NumPy arrays, not memoryviews
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    elif not isinstance(data, bytes):
+        data = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+    return int(google_crc32c.extend(crc, data))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +241,7 @@ def choose(array, setting: str, *, gpu: bool, nvcomp: str | None, reading: bool 
         return Choice("cpu", why)
     if reading and stored.frames.algorithm == "lz4" and not stored.frames.crc32c:
         return Choice("cpu", "its lz4 chunks carry no crc32c checksum, which the GPU path needs to catch a "
-                             "damaged frame (batchlu generate --layout sharded writes one)")
+                             "damaged frame (batchlu generate writes one)")
     frame_bytes = stored.inner * stored.matrix_bytes
     limit = _nvcomp.ENCODE_LIMIT.get(stored.frames.algorithm)
     if not reading and limit is not None and frame_bytes > limit:
@@ -255,20 +265,28 @@ def choose(array, setting: str, *, gpu: bool, nvcomp: str | None, reading: bool 
 
 
 # --------------------------------------------------------------------------------- output arrays
-def zarr_compressors(codec: str):
-    """zarr ``compressors=`` for ``batchlu.output-codec``: ``zstd``, ``zstd:LEVEL``, ``lz4`` or ``none``."""
+def zarr_compressors(codec: str, checksum: str = "none"):
+    """zarr ``compressors=`` for ``batchlu.output-codec``: ``zstd``, ``zstd:LEVEL``, ``lz4`` or ``none``;
+    with ``checksum`` ``crc32c`` (``batchlu.output-checksum``), zarr's crc32c codec last, so that a
+    reader notices a damaged chunk."""
     import zarr
 
+    if checksum not in OUTPUT_CHECKSUMS:
+        raise ValueError(f"Expected an output checksum in {', '.join(OUTPUT_CHECKSUMS)}. Got {checksum!r} instead.")
     name, _, level = codec.partition(":")
     if name == "none":
-        return None
-    if name == "lz4":
+        compressor = None
+    elif name == "lz4":
         with warnings.catch_warnings():   # numcodecs' codecs are "not in the v3 spec": zarr-python reads them
             warnings.simplefilter("ignore")
             from zarr.codecs.numcodecs import LZ4
 
-            return LZ4()
-    return zarr.codecs.ZstdCodec(level=int(level) if level else 0)
+            compressor = LZ4()
+    else:
+        compressor = zarr.codecs.ZstdCodec(level=int(level) if level else 0)
+    if checksum == "none":
+        return compressor
+    return ([] if compressor is None else [compressor]) + [zarr.codecs.Crc32cCodec()]
 
 
 # ------------------------------------------------------------------------------------- reading
@@ -573,17 +591,17 @@ def write_file(path: str, parts) -> None:
 
 
 def wrap(frames: Frames, frame, decoded_bytes: int) -> list:
-    """A stored chunk's parts around an encoded ``frame``: numcodecs' LZ4 header, the crc32c trailer."""
+    """A stored chunk's parts around an encoded ``frame``: numcodecs' LZ4 header, then, where the
+    array has zarr's crc32c codec, its trailer: the CRC-32C of all that precedes it (header and
+    frame), 4 bytes little-endian, as the codec appends it."""
     parts = [frame]
     if frames.head:
         parts.insert(0, int(decoded_bytes).to_bytes(4, "little"))
     if frames.crc32c:
-        import google_crc32c
-
-        crc = google_crc32c.Checksum()
+        crc = 0
         for part in parts:
-            crc.update(bytes(part))
-        parts.append(crc.digest()[::-1])   # big-endian digest -> zarr's little-endian trailer
+            crc = crc32c(part, crc)
+        parts.append(crc.to_bytes(4, "little"))
     return parts
 
 

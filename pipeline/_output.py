@@ -108,24 +108,26 @@ def check_resume(record: dict, provenance: dict) -> None:
 
 
 def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan,
-           codec: str, layout: str) -> zarr.Group:
+           codec: str, layout: str, *, checksum: str | None = None) -> zarr.Group:
     """A fresh output group: provenance first (status "running"), then the arrays (compressed with
-    ``codec``, the ``output-codec`` setting, in ``layout``), then the ledger."""
+    ``codec``, the ``output-codec`` setting, in ``layout``, with the ``output-checksum`` ``checksum``:
+    None, the shipped default), then the ledger."""
     group = zarr.open_group(store=path, mode="w-", zarr_format=3, attributes={ATTR: provenance})
-    ensure_arrays(group, specs, plan, codec, layout)
+    ensure_arrays(group, specs, plan, codec, layout, checksum=checksum)
     return group
 
 
-def created_with(record: dict) -> tuple[str, str]:
-    """The codec and the layout of the output whose provenance is ``record``, as the run that created
-    it recorded them among its settings: ``output_codec`` (``output_compressor`` in an output of a
-    batchlu from before the setting's rename; neither: the default codec) and ``output_layout``
-    (none: ``chunks``, the one layout of the batchlu that recorded none)."""
+def created_with(record: dict) -> tuple[str, str, str]:
+    """The codec, the layout and the checksum of the output whose provenance is ``record``, as the run
+    that created it recorded them among its settings: ``output_codec`` (``output_compressor`` in an
+    output of a batchlu from before the setting's rename; neither: the default codec),
+    ``output_layout`` (none: ``chunks``, the one layout of the batchlu that recorded none) and
+    ``output_checksum`` (none: ``none``, the batchlu that recorded none wrote no checksum)."""
     from ._config import Options
 
     settings = record.get("settings") or {}
     codec = settings.get("output_codec", settings.get("output_compressor", Options().output_codec))
-    return codec, settings.get("output_layout", "chunks")
+    return codec, settings.get("output_layout", "chunks"), settings.get("output_checksum", "none")
 
 
 INNER_BYTES = 256 << 10   # sharded outputs: inner chunks of about this many bytes (nvCOMP's sweet spot)
@@ -148,9 +150,14 @@ def chunk_shape(matrices: int, tail: tuple) -> tuple:
 
 
 def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, codec: str,
-                  layout: str) -> None:
+                  layout: str, *, checksum: str | None = None) -> None:
     """Create whichever output arrays (and the ledger) are missing, e.g. after a kill during creation;
-    ``codec`` and ``layout`` are the settings of the run that created the output (:func:`created_with`)."""
+    ``codec``, ``layout`` and ``checksum`` are the settings of the run that created the output
+    (:func:`created_with`; ``checksum`` None: the shipped default)."""
+    if checksum is None:
+        from ._config import Options
+
+        checksum = Options().output_checksum
     count, chunk = plan.count, plan.chunk
     for spec in specs:
         if spec.name in group:
@@ -168,7 +175,8 @@ def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, codec:
         else:
             extra = {"chunks": chunk_shape(chunk, spec.tail)}
         group.create_array(spec.name, shape=shape, dtype=spec.dtype, fill_value=spec.fill,
-                           compressors=compressors(codec), config={"write_empty_chunks": True}, **extra)
+                           compressors=compressors(codec, checksum), config={"write_empty_chunks": True},
+                           **extra)
     if not _ledger.exists(group):
         _ledger.create(group, plan.n_chunks)
     elif _ledger.DIGESTS not in group:  # an older batchlu's output, with no chunk complete (resume checked)
@@ -211,12 +219,13 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
                               f"{files[missing[0]]}, matrices {lo}:{hi}); {hint}")
 
 
-def compressors(setting: str):
+def compressors(setting: str, checksum: str = "none"):
     """The output arrays' codecs for the ``output-codec`` setting: ``zstd`` (zarr's default),
-    ``zstd:LEVEL``, ``lz4`` (numcodecs' LZ4, which zarr-python reads) or ``none``."""
+    ``zstd:LEVEL``, ``lz4`` (numcodecs' LZ4, which zarr-python reads) or ``none``; then zarr's crc32c
+    codec where the ``output-checksum`` setting is ``crc32c``."""
     from ._codecs import zarr_compressors
 
-    return zarr_compressors(str(setting))
+    return zarr_compressors(str(setting), str(checksum))
 
 
 def update(path: str, **changes) -> dict:

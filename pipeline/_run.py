@@ -117,7 +117,8 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     provenance["plan"] = plan.as_dict()
 
     if record is None:
-        _output.create(out_path, provenance, specs, plan, opts.output_codec, opts.output_layout)
+        _output.create(out_path, provenance, specs, plan, opts.output_codec, opts.output_layout,
+                       checksum=opts.output_checksum)
         runs = []
     else:
         group = zarr.open_group(store=out_path, mode="r+")
@@ -129,9 +130,9 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         _output.clean_partials(out_path)
         # arrays made again after a kill during creation: as the run that created the output made them;
         # the record keeps saying so, under today's names, whatever this run's settings ask
-        codec, layout = _output.created_with(record)
-        _output.ensure_arrays(group, specs, plan, codec, layout)
-        provenance["settings"].update(output_codec=codec, output_layout=layout)
+        codec, layout, checksum = _output.created_with(record)
+        _output.ensure_arrays(group, specs, plan, codec, layout, checksum=checksum)
+        provenance["settings"].update(output_codec=codec, output_layout=layout, output_checksum=checksum)
         runs = list(record.get("runs", []))
         provenance["started"] = record.get("started", provenance["started"])
         provenance["backends_used"] = list(record.get("backends_used", []))

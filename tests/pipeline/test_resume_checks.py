@@ -134,10 +134,35 @@ def test_resume_of_an_output_recording_output_compressor_keeps_its_codec(client,
     report = pipeline.run(stores["a"], out, op="lu", resume=True, client=client, progress=False)
     assert report.status == "complete" and report.processed == 53
     group = zarr.open_group(str(out), mode="r")
-    assert [type(c).__name__ for c in group["piv"].compressors] == ["LZ4"]   # made again as it was made
-    assert [type(c).__name__ for c in group["lu"].compressors] == ["LZ4"]
+    assert [type(c).__name__ for c in group["piv"].compressors] == ["LZ4", "Crc32cCodec"]   # made again as
+    assert [type(c).__name__ for c in group["lu"].compressors] == ["LZ4", "Crc32cCodec"]    # it was made
     recorded = pipeline._output.read_provenance(str(out))["settings"]
     assert recorded["output_codec"] == "lz4" and "output_compressor" not in recorded
+    got, want = outputs_of(str(out)), outputs_of(str(clean))
+    assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
+
+
+# ---------------------------------------------------- issue 38, item 8: outputs with checksums
+def test_resume_of_an_output_from_before_output_checksums_keeps_its_arrays_without(client, stores, tmp_path):
+    """An output whose record names no output_checksum was written without crc32c: a resume makes a
+    missing array again as the others were made (no checksum) and records that it has none."""
+    out, clean = tmp_path / "o.zarr", tmp_path / "clean.zarr"
+    pipeline.run(stores["a"], clean, op="lu", client=client, progress=False, config={"chunk": 10})
+    pipeline.run(stores["a"], out, op="lu", client=client, progress=False,
+                 config={"chunk": 10, "output-checksum": "none"})
+    settings = dict(pipeline._output.read_provenance(str(out))["settings"])
+    assert settings.pop("output_checksum") == "none"   # as a batchlu before the setting wrote it
+    pipeline._output.update(str(out), settings=settings)
+    _forget(out, slice(None))
+    shutil.rmtree(out / "piv")
+    report = pipeline.run(stores["a"], out, op="lu", resume=True, client=client, progress=False)
+    assert report.status == "complete" and report.processed == 53
+    group = zarr.open_group(str(out), mode="r")
+    assert [type(c).__name__ for c in group["piv"].compressors] == ["ZstdCodec"]
+    assert [type(c).__name__ for c in group["lu"].compressors] == ["ZstdCodec"]
+    assert [type(c).__name__ for c in zarr.open_group(str(clean), mode="r")["lu"].compressors] == \
+        ["ZstdCodec", "Crc32cCodec"]
+    assert pipeline._output.read_provenance(str(out))["settings"]["output_checksum"] == "none"
     got, want = outputs_of(str(out)), outputs_of(str(clean))
     assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
 
