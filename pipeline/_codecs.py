@@ -15,6 +15,8 @@ their frames written as chunk files. This module is the host half, with no CUDA 
   files or whole shards (index and its CRC-32C included) that plain zarr-python reads; where the
   array has zarr's crc32c codec (batchlu's outputs by default, ``batchlu.output-checksum``), each
   chunk's CRC-32C trailer is computed here, on the host.
+* :func:`faults` checks the CRC-32C trailers of stored chunk files and shards without decoding them
+  (what ``--resume`` does to the chunks it trusts).
 
 Only local folders (zarr's ``LocalStore``) take this path: the files are read and written directly.
 """
@@ -33,7 +35,7 @@ from .errors import FrameError
 
 
 __all__ = ["CODEC_DEVICES", "Choice", "Frames", "OUTPUT_CHECKSUMS", "OUTPUT_CODECS", "Read", "Stored", "choose",
-           "crc32c", "describe", "plan_reads", "read_frames", "write_chunks", "write_file",
+           "crc32c", "describe", "faults", "plan_reads", "read_frames", "write_chunks", "write_file",
            "zarr_compressors"]
 
 CODEC_DEVICES = ("auto", "gpu", "cpu")
@@ -558,6 +560,57 @@ def payload(frames: Frames, buffer: np.ndarray, offset: int, size: int, label: s
         offset += frames.head
         size -= frames.head
     return offset, size
+
+
+def _trailer_fault(data: np.ndarray, offset: int, size: int) -> str | None:
+    """Why ``data[offset:offset + size]``, one stored chunk, fails zarr's crc32c codec; None if it passes."""
+    if size < 4:
+        return f"has {size} bytes, too few for its CRC-32C"
+    if crc32c(data[offset:offset + size - 4]) != int.from_bytes(data[offset + size - 4:offset + size].tobytes(),
+                                                                 "little"):
+        return "fails its CRC-32C"
+    return None
+
+
+def object_fault(stored: Stored, index: int) -> str | None:
+    """Why stored object ``index`` (a chunk file, or a shard) of an array with zarr's crc32c codec
+    fails its checksums, None if it passes (or is not stored): the file read whole, once; a shard's
+    index checked, then each of the chunks it lists. No chunk is decoded."""
+    path = stored.path(index)
+    try:
+        data = np.fromfile(path, np.uint8)
+    except FileNotFoundError:
+        return None
+    if not stored.sharded:
+        return _trailer_fault(data, 0, data.size)
+    if data.size < stored.index_bytes:
+        return f"has {data.size} bytes, fewer than its shard index ({stored.index_bytes})"
+    at = data.size - stored.index_bytes if stored.index_at_end else 0
+    if _trailer_fault(data, at, stored.index_bytes):
+        return "has a shard index that fails its CRC-32C"
+    entries = data[at:at + stored.index_bytes - 4].view("<u8").reshape(stored.per_shard, 2)
+    for i, (offset, size) in enumerate(entries.tolist()):
+        if offset == EMPTY and size == EMPTY:   # a chunk the shard does not store
+            continue
+        if offset + size > data.size:
+            return f"lists chunk {i} of the shard beyond the file's end"
+        why = _trailer_fault(data, offset, size)
+        if why:
+            return f"(chunk {i} of the shard) {why}"
+    return None
+
+
+def faults(stored: Stored, objects, threads: int = 4) -> dict[int, str]:
+    """:func:`object_fault` of each of ``objects`` (stored object numbers), in ``threads`` threads
+    (the reads overlap the checksums): object -> why, for those that fail."""
+    import concurrent.futures
+
+    objects = [int(o) for o in objects]
+    if not stored.frames.crc32c or not objects:
+        return {}
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(objects)))) as pool:
+        found = dict(zip(objects, pool.map(lambda o: object_fault(stored, o), objects)))
+    return {o: why for o, why in found.items() if why}
 
 
 # ------------------------------------------------------------------------------------- writing

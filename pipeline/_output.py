@@ -183,10 +183,18 @@ def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, codec:
         _ledger.create_digests(group, plan.n_chunks)
 
 
-def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Plan, complete) -> None:
+def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Plan, complete) -> list:
     """Before resume trusts the ledger ``complete`` (None: no ledger yet): each output array has the
     shape, dtype and chunks of the plan, and each chunk recorded complete is stored in every array.
-    A missing array is made again (by :func:`ensure_arrays`) only while no chunk is complete."""
+    A missing array is made again (by :func:`ensure_arrays`) only while no chunk is complete.
+
+    Returns the chunks recorded complete whose stored bytes fail their CRC-32C in some array (one
+    with zarr's crc32c codec, ``batchlu.output-checksum``; an output without it cannot be checked so),
+    as ``(chunk, why)`` in order: :func:`redo` has them computed again. Each such chunk file is read
+    once; none is decoded."""
+    from ._codecs import describe, faults
+
+    damaged: dict[int, str] = {}
     done = np.flatnonzero(np.asarray(complete, bool)) if complete is not None else np.zeros(0, np.int64)
     hint = "use overwrite (--overwrite) to start again."
     if complete is not None and np.size(complete) != plan.n_chunks:
@@ -217,6 +225,28 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
             raise ResumeError(f"Expected every chunk recorded complete in {path} to be stored. Got "
                               f"{len(missing):,} of {done.size:,} missing from {spec.name} instead (first: "
                               f"{files[missing[0]]}, matrices {lo}:{hi}); {hint}")
+        stored, _ = describe(node)
+        if stored is not None:
+            for c, why in faults(stored, done).items():
+                damaged.setdefault(c, f"{files[c]} {why}")
+    return sorted(damaged.items())
+
+
+def redo(path: str, plan: Plan, damaged: list) -> None:
+    """Say which chunks recorded complete fail their CRC-32C (``damaged``, from :func:`check_stored`)
+    in one ``BatchluWarning`` line, and take their completion records back, so that the resume
+    computes them again (their outputs are written whole again, then recorded)."""
+    import warnings
+
+    from .errors import BatchluWarning
+
+    first, why = damaged[0]
+    lo, hi = plan.chunk_range(first, first + 1)
+    many = len(damaged) > 1
+    warnings.warn(f"{len(damaged):,} chunk{'s' if many else ''} recorded complete in {path} "
+                  f"{'fail their' if many else 'fails its'} CRC-32C (first: {why}, matrices {lo}:{hi}); "
+                  f"the resume computes {'them' if many else 'it'} again.", BatchluWarning, stacklevel=3)
+    _ledger.unrecord(path, [c for c, _ in damaged])
 
 
 def compressors(setting: str, checksum: str = "none"):

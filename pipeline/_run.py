@@ -124,7 +124,10 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         group = zarr.open_group(store=out_path, mode="r+")
         # before trusting the ledger: every output and complete chunk stored, the same input values
         complete = _ledger.read(out_path) if _ledger.exists(group) else None
-        _output.check_stored(out_path, group, specs, plan, complete)
+        damaged = _output.check_stored(out_path, group, specs, plan, complete)
+        if damaged:   # chunks that fail their CRC-32C: computed again, not trusted
+            _output.redo(out_path, plan, damaged)
+            complete = _ledger.read(out_path)
         _fingerprint.check_unchanged(out_path, record, provenance["input_files"], plan, complete,
                                      matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
         _output.clean_partials(out_path)

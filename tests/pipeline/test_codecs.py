@@ -448,3 +448,32 @@ def test_the_host_writer_appends_crc32c_trailers_as_zarr_does(tmp_path, layout):
         assert ours[name] == theirs[name], name
     back = np.asarray(zarr.open_array(str(tmp_path / "ours.zarr"), mode="r")[:])
     assert back.dtype == x.dtype and back.shape == x.shape and back.tobytes() == x.tobytes()
+
+
+@pytest.mark.parametrize("layout", sorted(CHECKSUMMED))
+def test_faults_names_each_stored_object_that_fails_its_checksums(tmp_path, layout):
+    """What resume checks in the recorded chunks of an output with crc32c: a flipped payload byte, a
+    truncated file, a damaged shard index; each named, the sound ones passed, none decoded."""
+    codec, grid = CHECKSUMMED[layout]
+    x = _values((30, 5, 5))
+    array = zarr.create_array(str(tmp_path / "o.zarr"), shape=x.shape, dtype=x.dtype,
+                              compressors=_codecs.zarr_compressors(codec, "crc32c"), **grid)
+    array[:] = x
+    stored, _ = _codecs.describe(array)
+    assert _codecs.faults(stored, range(5)) == {}
+    flipped, cut = bytearray(open(stored.path(1), "rb").read()), open(stored.path(3), "rb").read()
+    flipped[len(flipped) // 3] ^= 0x01          # a payload byte (a value, or the compressed frame)
+    open(stored.path(1), "wb").write(bytes(flipped))
+    open(stored.path(3), "wb").write(cut[:len(cut) // 2])
+    os.remove(stored.path(4))                    # not stored: the caller's own check names it
+    found = _codecs.faults(stored, range(5))
+    assert sorted(found) == [1, 3]
+    assert "fails its CRC-32C" in found[1] and ("chunk" in found[1]) == stored.sharded
+    if stored.sharded:
+        index = bytearray(open(stored.path(2), "rb").read())
+        index[-7] ^= 0x10
+        open(stored.path(2), "wb").write(bytes(index))
+        assert _codecs.faults(stored, [0, 2]) == {2: "has a shard index that fails its CRC-32C"}
+    without = zarr.create_array(str(tmp_path / "plain.zarr"), shape=x.shape, dtype=x.dtype,
+                                compressors=_codecs.zarr_compressors(codec), **grid)
+    assert not _codecs.describe(without)[0].frames.crc32c and _codecs.faults(_codecs.describe(without)[0], [0]) == {}
