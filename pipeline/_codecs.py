@@ -572,13 +572,26 @@ def _trailer_fault(data: np.ndarray, offset: int, size: int) -> str | None:
     return None
 
 
-def object_fault(stored: Stored, index: int) -> str | None:
+def object_fault(stored: Stored, index: int, scratch: list | None = None) -> str | None:
     """Why stored object ``index`` (a chunk file, or a shard) of an array with zarr's crc32c codec
-    fails its checksums, None if it passes (or is not stored): the file read whole, once; a shard's
-    index checked, then each of the chunks it lists. No chunk is decoded."""
-    path = stored.path(index)
+    fails its checksums, None if it passes (or is not stored): the file read whole, once, into
+    ``scratch[0]`` (a buffer kept from call to call, grown as needed: a fresh one per file costs more
+    in page faults than the read); a shard's index checked, then each of the chunks it lists. No
+    chunk is decoded."""
+    scratch = [np.empty(0, np.uint8)] if scratch is None else scratch
     try:
-        data = np.fromfile(path, np.uint8)
+        with open(stored.path(index), "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            if scratch[0].size < size:
+                scratch[0] = np.empty(size, np.uint8)
+            data = scratch[0][:size]
+            done = 0
+            while done < size:
+                got = f.readinto(memoryview(data)[done:])
+                if not got:   # the file shrank while it was read
+                    data = data[:done]
+                    break
+                done += got
     except FileNotFoundError:
         return None
     if not stored.sharded:
@@ -605,11 +618,20 @@ def faults(stored: Stored, objects, threads: int = 4) -> dict[int, str]:
     (the reads overlap the checksums): object -> why, for those that fail."""
     import concurrent.futures
 
+    import threading
+
     objects = [int(o) for o in objects]
     if not stored.frames.crc32c or not objects:
         return {}
+    local = threading.local()
+
+    def one(o: int) -> str | None:
+        if not hasattr(local, "scratch"):
+            local.scratch = [np.empty(0, np.uint8)]
+        return object_fault(stored, o, local.scratch)
+
     with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(objects)))) as pool:
-        found = dict(zip(objects, pool.map(lambda o: object_fault(stored, o), objects)))
+        found = dict(zip(objects, pool.map(one, objects)))
     return {o: why for o, why in found.items() if why}
 
 
@@ -644,48 +666,65 @@ def write_file(path: str, parts) -> None:
 
 
 def wrap(frames: Frames, frame, decoded_bytes: int) -> list:
-    """A stored chunk's parts around an encoded ``frame``: numcodecs' LZ4 header, then, where the
-    array has zarr's crc32c codec, its trailer: the CRC-32C of all that precedes it (header and
-    frame), 4 bytes little-endian, as the codec appends it."""
-    parts = [frame]
+    """A stored chunk's parts around an encoded ``frame``: numcodecs' LZ4 header; the crc32c trailer
+    is added by :func:`write_object`, as the file is written."""
     if frames.head:
-        parts.insert(0, int(decoded_bytes).to_bytes(4, "little"))
-    if frames.crc32c:
-        crc = 0
-        for part in parts:
-            crc = crc32c(part, crc)
-        parts.append(crc.to_bytes(4, "little"))
-    return parts
+        return [int(decoded_bytes).to_bytes(4, "little"), frame]
+    return [frame]
+
+
+def trailer(parts) -> bytes:
+    """zarr's crc32c trailer of a chunk made of ``parts``: the CRC-32C of all of them, 4 bytes
+    little-endian, as the codec appends it."""
+    crc = 0
+    for part in parts:
+        crc = crc32c(part, crc)
+    return crc.to_bytes(4, "little")
+
+
+def write_object(path: str, frames: Frames, chunks: list, head=(), tail=()) -> None:
+    """Write one stored object: ``head``, each chunk's parts (from :func:`wrap`) followed by its
+    crc32c trailer where the array has zarr's crc32c codec, then ``tail`` (a shard's index before or
+    after its chunks). The trailers are computed here, in the I/O thread that writes the file, not in
+    the thread that encodes the next group."""
+    parts = list(head)
+    for chunk in chunks:
+        parts += chunk
+        if frames.crc32c:
+            parts.append(trailer(chunk))
+    write_file(path, parts + list(tail))
 
 
 def write_chunks(stored: Stored, first_object: int, frames: list, decoded_bytes: list[int], pool=None) -> list:
     """Write encoded chunks of consecutive stored objects from ``first_object`` on: one chunk file per
-    frame, or (sharded) one shard per ``per_shard`` frames with its index. ``decoded_bytes[i]`` is the
-    size frame ``i`` decodes to (numcodecs' LZ4 header keeps it). With a ``pool``, the files are
-    written there and the futures of the writes come back (the caller waits for them, and keeps
-    ``frames`` alive until then); without, they are written here and the list is empty."""
+    frame, or (sharded) one shard per ``per_shard`` frames with its index (and its CRC-32C). Where the
+    array has zarr's crc32c codec, each chunk ends with its trailer (:func:`write_object`).
+    ``decoded_bytes[i]`` is the size frame ``i`` decodes to (numcodecs' LZ4 header keeps it). With a
+    ``pool``, the files are written there and the futures of the writes come back (the caller waits
+    for them, and keeps ``frames`` alive until then); without, they are written here and the list is
+    empty."""
     jobs = []
     if not stored.sharded:
         for i, frame in enumerate(frames):
-            jobs.append((stored.path(first_object + i), wrap(stored.frames, frame, decoded_bytes[i])))
+            jobs.append((stored.path(first_object + i), [wrap(stored.frames, frame, decoded_bytes[i])], (), ()))
     else:
         k = stored.per_shard
+        extra = 4 if stored.frames.crc32c else 0
         for s in range(-(-len(frames) // k)):
             chunks = [wrap(stored.frames, f, d) for f, d in zip(frames[s * k:(s + 1) * k],
                                                                    decoded_bytes[s * k:(s + 1) * k])]
             index = np.full((k, 2), EMPTY, "<u8")
             at = 0 if stored.index_at_end else stored.index_bytes
             for i, parts in enumerate(chunks):
-                size = sum(len(memoryview(p).cast("B")) for p in parts)
+                size = sum(len(memoryview(p).cast("B")) for p in parts) + extra
                 index[i] = (at, size)
                 at += size
             body = index.tobytes()
             index_parts = [body, crc32c(body).to_bytes(4, "little")]
-            parts = [p for c in chunks for p in c]
-            jobs.append((stored.path(first_object + s),
-                         parts + index_parts if stored.index_at_end else index_parts + parts))
+            head, tail = ((), index_parts) if stored.index_at_end else (index_parts, ())
+            jobs.append((stored.path(first_object + s), chunks, head, tail))
     if pool is None:
-        for path, parts in jobs:
-            write_file(path, parts)
+        for path, chunks, head, tail in jobs:
+            write_object(path, stored.frames, chunks, head, tail)
         return []
-    return [pool.submit(write_file, path, parts) for path, parts in jobs]
+    return [pool.submit(write_object, path, stored.frames, chunks, head, tail) for path, chunks, head, tail in jobs]
