@@ -125,11 +125,13 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
         # before trusting the ledger: every output and complete chunk stored, the same input values
         complete = _ledger.read(out_path) if _ledger.exists(group) else None
         damaged = _output.check_stored(out_path, group, specs, plan, complete)
-        if damaged:   # chunks that fail their CRC-32C: computed again, not trusted
-            _output.redo(out_path, plan, damaged)
-            complete = _ledger.read(out_path)
+        if damaged:   # chunks that fail their CRC-32C: not trusted, computed again (unless refused below)
+            complete = complete.copy()
+            complete[[c for c, _ in damaged]] = False
         _fingerprint.check_unchanged(out_path, record, provenance["input_files"], plan, complete,
                                      matrices.ref, rhs_info.ref if rhs_info else None, opts.memory_budget)
+        if damaged:
+            _output.redo(out_path, plan, damaged)
         _output.clean_partials(out_path)
         # arrays made again after a kill during creation: as the run that created the output made them;
         # the record keeps saying so, under today's names, whatever this run's settings ask

@@ -172,6 +172,24 @@ def test_resume_redoes_a_recorded_chunk_that_fails_its_crc32c(client, stores, tm
     assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
 
 
+def test_a_resume_refused_for_its_input_keeps_the_records_of_damaged_chunks(client, tmp_path):
+    """A damaged chunk and a changed input: the resume is refused for the input, with no warning about
+    the chunk and nothing changed (the chunk stays recorded, as it was, for the user to see)."""
+    source = pipeline.generate(tmp_path / "a.zarr", count=60, size=5, chunk=10, seed=3)
+    out = tmp_path / "o.zarr"
+    pipeline.run(source, out, op="inv", client=client, progress=False, config={"chunk": 10})
+    victim = out / "inv" / "c" / "1" / "0" / "0"
+    _flip_a_byte(victim, victim.stat().st_size // 2)
+    array = zarr.open_array(source, mode="r+")
+    array[43, 1, 1] = array[43, 1, 1] + 0.5   # chunk 4 (matrices 40:50)
+    before = _snapshot(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", errors.BatchluWarning)
+        with pytest.raises(errors.ResumeError, match=r"other values in matrices 40:50 instead"):
+            pipeline.run(source, out, op="inv", resume=True, client=client, progress=False)
+    assert _snapshot(out) == before and complete_flags(out).all()
+
+
 def test_resume_of_an_output_from_before_output_checksums_keeps_its_arrays_without(client, stores, tmp_path):
     """An output whose record names no output_checksum was written without crc32c: a resume makes a
     missing array again as the others were made (no checksum) and records that it has none."""
