@@ -12,7 +12,11 @@ their frames written as chunk files. This module is the host half, with no CUDA 
   bytes wrap the codec's frame (:class:`Frames`: numcodecs' LZ4 size header, zarr's crc32c trailer).
 * :func:`plan_reads` / :func:`read_frames` read a batch's frames into one host buffer (from chunk
   files, or from shards through their index); :func:`write_chunks` writes encoded frames back as chunk
-  files or whole shards (index and its CRC-32C included) that plain zarr-python reads.
+  files or whole shards (index and its CRC-32C included) that plain zarr-python reads; where the
+  array has zarr's crc32c codec (batchlu's outputs by default, ``batchlu.output-checksum``), each
+  chunk's CRC-32C trailer is computed here, on the host.
+* :func:`faults` checks the CRC-32C trailers of stored chunk files and shards without decoding them
+  (what ``--resume`` does to the chunks it trusts).
 
 Only local folders (zarr's ``LocalStore``) take this path: the files are read and written directly.
 """
@@ -30,11 +34,13 @@ from . import _nvcomp
 from .errors import FrameError
 
 
-__all__ = ["CODEC_DEVICES", "Choice", "Frames", "OUTPUT_CODECS", "Read", "Stored", "choose", "crc32c",
-           "describe", "plan_reads", "read_frames", "write_chunks", "write_file", "zarr_compressors"]
+__all__ = ["CODEC_DEVICES", "Choice", "Frames", "OUTPUT_CHECKSUMS", "OUTPUT_CODECS", "Read", "Stored", "choose",
+           "crc32c", "describe", "faults", "plan_reads", "read_frames", "write_chunks", "write_file",
+           "zarr_compressors"]
 
 CODEC_DEVICES = ("auto", "gpu", "cpu")
 OUTPUT_CODECS = ("zstd", "lz4", "none")
+OUTPUT_CHECKSUMS = ("crc32c", "none")   # batchlu.output-checksum: zarr's crc32c codec after the compressor
 # Codecs whose standard frames nvCOMP decodes bit-exactly (checked on the GPU by tests/pipeline/test_gpu_codecs.py)
 GPU_ALGORITHMS = ("zstd", "lz4")
 ALIGN = 16   # bytes: nvCOMP's strictest alignment of a frame in a batch
@@ -50,12 +56,18 @@ EMPTY = 2**64 - 1   # a shard index entry of a chunk that is not stored
 IOV_MAX = 1024      # buffers one preadv call may take (Linux's limit)
 
 
-def crc32c(data) -> int:
-    import google_crc32c  # zarr's own dependency for its crc32c codec
+def crc32c(data, crc: int = 0) -> int:
+    """CRC-32C of ``data`` (bytes-like), continuing ``crc``: the value zarr's ``crc32c`` codec appends,
+    computed with the library that codec uses (``google_crc32c`` since zarr 3.1.4; the same values
+    as the ``crc32c`` package older zarr took)."""
+    import google_crc32c
 
-    if isinstance(data, np.ndarray) and data.flags.c_contiguous:   # read in place (no copy: 6x faster)
-        return int(google_crc32c.value(data.reshape(-1).view(np.uint8)))
-    return int(google_crc32c.value(bytes(data) if not isinstance(data, (bytes, bytearray)) else data))
+    # read in place (no copy: 6x faster); google_crc32c takes bytes and NumPy arrays, not memoryviews
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    elif not isinstance(data, bytes):
+        data = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+    return int(google_crc32c.extend(crc, data))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +243,7 @@ def choose(array, setting: str, *, gpu: bool, nvcomp: str | None, reading: bool 
         return Choice("cpu", why)
     if reading and stored.frames.algorithm == "lz4" and not stored.frames.crc32c:
         return Choice("cpu", "its lz4 chunks carry no crc32c checksum, which the GPU path needs to catch a "
-                             "damaged frame (batchlu generate --layout sharded writes one)")
+                             "damaged frame (batchlu generate writes one)")
     frame_bytes = stored.inner * stored.matrix_bytes
     limit = _nvcomp.ENCODE_LIMIT.get(stored.frames.algorithm)
     if not reading and limit is not None and frame_bytes > limit:
@@ -255,20 +267,28 @@ def choose(array, setting: str, *, gpu: bool, nvcomp: str | None, reading: bool 
 
 
 # --------------------------------------------------------------------------------- output arrays
-def zarr_compressors(codec: str):
-    """zarr ``compressors=`` for ``batchlu.output-codec``: ``zstd``, ``zstd:LEVEL``, ``lz4`` or ``none``."""
+def zarr_compressors(codec: str, checksum: str = "none"):
+    """zarr ``compressors=`` for ``batchlu.output-codec``: ``zstd``, ``zstd:LEVEL``, ``lz4`` or ``none``;
+    with ``checksum`` ``crc32c`` (``batchlu.output-checksum``), zarr's crc32c codec last, so that a
+    reader notices a damaged chunk."""
     import zarr
 
+    if checksum not in OUTPUT_CHECKSUMS:
+        raise ValueError(f"Expected an output checksum in {', '.join(OUTPUT_CHECKSUMS)}. Got {checksum!r} instead.")
     name, _, level = codec.partition(":")
     if name == "none":
-        return None
-    if name == "lz4":
+        compressor = None
+    elif name == "lz4":
         with warnings.catch_warnings():   # numcodecs' codecs are "not in the v3 spec": zarr-python reads them
             warnings.simplefilter("ignore")
             from zarr.codecs.numcodecs import LZ4
 
-            return LZ4()
-    return zarr.codecs.ZstdCodec(level=int(level) if level else 0)
+            compressor = LZ4()
+    else:
+        compressor = zarr.codecs.ZstdCodec(level=int(level) if level else 0)
+    if checksum == "none":
+        return compressor
+    return ([] if compressor is None else [compressor]) + [zarr.codecs.Crc32cCodec()]
 
 
 # ------------------------------------------------------------------------------------- reading
@@ -542,6 +562,79 @@ def payload(frames: Frames, buffer: np.ndarray, offset: int, size: int, label: s
     return offset, size
 
 
+def _trailer_fault(data: np.ndarray, offset: int, size: int) -> str | None:
+    """Why ``data[offset:offset + size]``, one stored chunk, fails zarr's crc32c codec; None if it passes."""
+    if size < 4:
+        return f"has {size} bytes, too few for its CRC-32C"
+    if crc32c(data[offset:offset + size - 4]) != int.from_bytes(data[offset + size - 4:offset + size].tobytes(),
+                                                                 "little"):
+        return "fails its CRC-32C"
+    return None
+
+
+def object_fault(stored: Stored, index: int, scratch: list | None = None) -> str | None:
+    """Why stored object ``index`` (a chunk file, or a shard) of an array with zarr's crc32c codec
+    fails its checksums, None if it passes (or is not stored): the file read whole, once, into
+    ``scratch[0]`` (a buffer kept from call to call, grown as needed: a fresh one per file costs more
+    in page faults than the read); a shard's index checked, then each of the chunks it lists. No
+    chunk is decoded."""
+    scratch = [np.empty(0, np.uint8)] if scratch is None else scratch
+    try:
+        with open(stored.path(index), "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            if scratch[0].size < size:
+                scratch[0] = np.empty(size, np.uint8)
+            data = scratch[0][:size]
+            done = 0
+            while done < size:
+                got = f.readinto(memoryview(data)[done:])
+                if not got:   # the file shrank while it was read
+                    data = data[:done]
+                    break
+                done += got
+    except FileNotFoundError:
+        return None
+    if not stored.sharded:
+        return _trailer_fault(data, 0, data.size)
+    if data.size < stored.index_bytes:
+        return f"has {data.size} bytes, fewer than its shard index ({stored.index_bytes})"
+    at = data.size - stored.index_bytes if stored.index_at_end else 0
+    if _trailer_fault(data, at, stored.index_bytes):
+        return "has a shard index that fails its CRC-32C"
+    entries = data[at:at + stored.index_bytes - 4].view("<u8").reshape(stored.per_shard, 2)
+    for i, (offset, size) in enumerate(entries.tolist()):
+        if offset == EMPTY and size == EMPTY:   # a chunk the shard does not store
+            continue
+        if offset + size > data.size:
+            return f"lists chunk {i} of the shard beyond the file's end"
+        why = _trailer_fault(data, offset, size)
+        if why:
+            return f"(chunk {i} of the shard) {why}"
+    return None
+
+
+def faults(stored: Stored, objects, threads: int = 4) -> dict[int, str]:
+    """:func:`object_fault` of each of ``objects`` (stored object numbers), in ``threads`` threads
+    (the reads overlap the checksums): object -> why, for those that fail."""
+    import concurrent.futures
+
+    import threading
+
+    objects = [int(o) for o in objects]
+    if not stored.frames.crc32c or not objects:
+        return {}
+    local = threading.local()
+
+    def one(o: int) -> str | None:
+        if not hasattr(local, "scratch"):
+            local.scratch = [np.empty(0, np.uint8)]
+        return object_fault(stored, o, local.scratch)
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(objects)))) as pool:
+        found = dict(zip(objects, pool.map(one, objects)))
+    return {o: why for o, why in found.items() if why}
+
+
 # ------------------------------------------------------------------------------------- writing
 def write_file(path: str, parts) -> None:
     """Write ``parts`` (bytes-like) to ``path`` through a temporary file renamed into place, with as
@@ -573,48 +666,65 @@ def write_file(path: str, parts) -> None:
 
 
 def wrap(frames: Frames, frame, decoded_bytes: int) -> list:
-    """A stored chunk's parts around an encoded ``frame``: numcodecs' LZ4 header, the crc32c trailer."""
-    parts = [frame]
+    """A stored chunk's parts around an encoded ``frame``: numcodecs' LZ4 header; the crc32c trailer
+    is added by :func:`write_object`, as the file is written."""
     if frames.head:
-        parts.insert(0, int(decoded_bytes).to_bytes(4, "little"))
-    if frames.crc32c:
-        import google_crc32c
+        return [int(decoded_bytes).to_bytes(4, "little"), frame]
+    return [frame]
 
-        crc = google_crc32c.Checksum()
-        for part in parts:
-            crc.update(bytes(part))
-        parts.append(crc.digest()[::-1])   # big-endian digest -> zarr's little-endian trailer
-    return parts
+
+def trailer(parts) -> bytes:
+    """zarr's crc32c trailer of a chunk made of ``parts``: the CRC-32C of all of them, 4 bytes
+    little-endian, as the codec appends it."""
+    crc = 0
+    for part in parts:
+        crc = crc32c(part, crc)
+    return crc.to_bytes(4, "little")
+
+
+def write_object(path: str, frames: Frames, chunks: list, head=(), tail=()) -> None:
+    """Write one stored object: ``head``, each chunk's parts (from :func:`wrap`) followed by its
+    crc32c trailer where the array has zarr's crc32c codec, then ``tail`` (a shard's index before or
+    after its chunks). The trailers are computed here, in the I/O thread that writes the file, not in
+    the thread that encodes the next group."""
+    parts = list(head)
+    for chunk in chunks:
+        parts += chunk
+        if frames.crc32c:
+            parts.append(trailer(chunk))
+    write_file(path, parts + list(tail))
 
 
 def write_chunks(stored: Stored, first_object: int, frames: list, decoded_bytes: list[int], pool=None) -> list:
     """Write encoded chunks of consecutive stored objects from ``first_object`` on: one chunk file per
-    frame, or (sharded) one shard per ``per_shard`` frames with its index. ``decoded_bytes[i]`` is the
-    size frame ``i`` decodes to (numcodecs' LZ4 header keeps it). With a ``pool``, the files are
-    written there and the futures of the writes come back (the caller waits for them, and keeps
-    ``frames`` alive until then); without, they are written here and the list is empty."""
+    frame, or (sharded) one shard per ``per_shard`` frames with its index (and its CRC-32C). Where the
+    array has zarr's crc32c codec, each chunk ends with its trailer (:func:`write_object`).
+    ``decoded_bytes[i]`` is the size frame ``i`` decodes to (numcodecs' LZ4 header keeps it). With a
+    ``pool``, the files are written there and the futures of the writes come back (the caller waits
+    for them, and keeps ``frames`` alive until then); without, they are written here and the list is
+    empty."""
     jobs = []
     if not stored.sharded:
         for i, frame in enumerate(frames):
-            jobs.append((stored.path(first_object + i), wrap(stored.frames, frame, decoded_bytes[i])))
+            jobs.append((stored.path(first_object + i), [wrap(stored.frames, frame, decoded_bytes[i])], (), ()))
     else:
         k = stored.per_shard
+        extra = 4 if stored.frames.crc32c else 0
         for s in range(-(-len(frames) // k)):
             chunks = [wrap(stored.frames, f, d) for f, d in zip(frames[s * k:(s + 1) * k],
                                                                    decoded_bytes[s * k:(s + 1) * k])]
             index = np.full((k, 2), EMPTY, "<u8")
             at = 0 if stored.index_at_end else stored.index_bytes
             for i, parts in enumerate(chunks):
-                size = sum(len(memoryview(p).cast("B")) for p in parts)
+                size = sum(len(memoryview(p).cast("B")) for p in parts) + extra
                 index[i] = (at, size)
                 at += size
             body = index.tobytes()
             index_parts = [body, crc32c(body).to_bytes(4, "little")]
-            parts = [p for c in chunks for p in c]
-            jobs.append((stored.path(first_object + s),
-                         parts + index_parts if stored.index_at_end else index_parts + parts))
+            head, tail = ((), index_parts) if stored.index_at_end else (index_parts, ())
+            jobs.append((stored.path(first_object + s), chunks, head, tail))
     if pool is None:
-        for path, parts in jobs:
-            write_file(path, parts)
+        for path, chunks, head, tail in jobs:
+            write_object(path, stored.frames, chunks, head, tail)
         return []
-    return [pool.submit(write_file, path, parts) for path, parts in jobs]
+    return [pool.submit(write_object, path, stored.frames, chunks, head, tail) for path, chunks, head, tail in jobs]

@@ -44,6 +44,7 @@ import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
+from ._codecs import OUTPUT_CHECKSUMS
 from ._io_engines import check as _io_engine
 from ._missing import POLICIES as MISSING_CHUNKS
 from .errors import BatchluWarning, ConfigError
@@ -489,6 +490,7 @@ class Options:
         flag="--output-layout", help="chunks (default): one Zarr chunk per output chunk; sharded: one shard "
                                      "per output chunk, of inner chunks of about 256 KiB (the fastest for "
                                      "the GPU codecs). Fixed when OUT is created.")
+    output_checksum: str = setting("output-checksum", OneOf(OUTPUT_CHECKSUMS), fixed_at_creation="the checksum")
     missing_chunks: str = setting(
         "missing-chunks", OneOf(MISSING_CHUNKS),
         flag="--missing-chunks", help="A chunk missing from the input or right-hand side store: error "

@@ -133,6 +133,14 @@ def mark_arrays(digest_array, complete_array, c0: int, c1: int, digests=None) ->
             write_file(os.path.join(folder, str(i)), [value.tobytes()])
 
 
+def unrecord(path: str, chunks) -> None:
+    """Take back the completion records of ``chunks`` (a resume redoes them): each set back to the
+    fill value False, which zarr stores by deleting the object."""
+    array = zarr.open_array(store=path, path=NAME, mode="r+")
+    for c in chunks:
+        array[int(c)] = False
+
+
 def matrix_mask(complete: np.ndarray, chunk: int, count: int) -> np.ndarray:
     """One bool per matrix: True where its output chunk is complete."""
     return np.repeat(np.asarray(complete, bool), chunk)[:count]

@@ -108,24 +108,26 @@ def check_resume(record: dict, provenance: dict) -> None:
 
 
 def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan,
-           codec: str, layout: str) -> zarr.Group:
+           codec: str, layout: str, *, checksum: str | None = None) -> zarr.Group:
     """A fresh output group: provenance first (status "running"), then the arrays (compressed with
-    ``codec``, the ``output-codec`` setting, in ``layout``), then the ledger."""
+    ``codec``, the ``output-codec`` setting, in ``layout``, with the ``output-checksum`` ``checksum``:
+    None, the shipped default), then the ledger."""
     group = zarr.open_group(store=path, mode="w-", zarr_format=3, attributes={ATTR: provenance})
-    ensure_arrays(group, specs, plan, codec, layout)
+    ensure_arrays(group, specs, plan, codec, layout, checksum=checksum)
     return group
 
 
-def created_with(record: dict) -> tuple[str, str]:
-    """The codec and the layout of the output whose provenance is ``record``, as the run that created
-    it recorded them among its settings: ``output_codec`` (``output_compressor`` in an output of a
-    batchlu from before the setting's rename; neither: the default codec) and ``output_layout``
-    (none: ``chunks``, the one layout of the batchlu that recorded none)."""
+def created_with(record: dict) -> tuple[str, str, str]:
+    """The codec, the layout and the checksum of the output whose provenance is ``record``, as the run
+    that created it recorded them among its settings: ``output_codec`` (``output_compressor`` in an
+    output of a batchlu from before the setting's rename; neither: the default codec),
+    ``output_layout`` (none: ``chunks``, the one layout of the batchlu that recorded none) and
+    ``output_checksum`` (none: ``none``, the batchlu that recorded none wrote no checksum)."""
     from ._config import Options
 
     settings = record.get("settings") or {}
     codec = settings.get("output_codec", settings.get("output_compressor", Options().output_codec))
-    return codec, settings.get("output_layout", "chunks")
+    return codec, settings.get("output_layout", "chunks"), settings.get("output_checksum", "none")
 
 
 INNER_BYTES = 256 << 10   # sharded outputs: inner chunks of about this many bytes (nvCOMP's sweet spot)
@@ -148,9 +150,14 @@ def chunk_shape(matrices: int, tail: tuple) -> tuple:
 
 
 def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, codec: str,
-                  layout: str) -> None:
+                  layout: str, *, checksum: str | None = None) -> None:
     """Create whichever output arrays (and the ledger) are missing, e.g. after a kill during creation;
-    ``codec`` and ``layout`` are the settings of the run that created the output (:func:`created_with`)."""
+    ``codec``, ``layout`` and ``checksum`` are the settings of the run that created the output
+    (:func:`created_with`; ``checksum`` None: the shipped default)."""
+    if checksum is None:
+        from ._config import Options
+
+        checksum = Options().output_checksum
     count, chunk = plan.count, plan.chunk
     for spec in specs:
         if spec.name in group:
@@ -168,17 +175,26 @@ def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, codec:
         else:
             extra = {"chunks": chunk_shape(chunk, spec.tail)}
         group.create_array(spec.name, shape=shape, dtype=spec.dtype, fill_value=spec.fill,
-                           compressors=compressors(codec), config={"write_empty_chunks": True}, **extra)
+                           compressors=compressors(codec, checksum), config={"write_empty_chunks": True},
+                           **extra)
     if not _ledger.exists(group):
         _ledger.create(group, plan.n_chunks)
     elif _ledger.DIGESTS not in group:  # an older batchlu's output, with no chunk complete (resume checked)
         _ledger.create_digests(group, plan.n_chunks)
 
 
-def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Plan, complete) -> None:
+def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Plan, complete) -> list:
     """Before resume trusts the ledger ``complete`` (None: no ledger yet): each output array has the
     shape, dtype and chunks of the plan, and each chunk recorded complete is stored in every array.
-    A missing array is made again (by :func:`ensure_arrays`) only while no chunk is complete."""
+    A missing array is made again (by :func:`ensure_arrays`) only while no chunk is complete.
+
+    Returns the chunks recorded complete whose stored bytes fail their CRC-32C in some array (one
+    with zarr's crc32c codec, ``batchlu.output-checksum``; an output without it cannot be checked so),
+    as ``(chunk, why)`` in order: :func:`redo` has them computed again. Each such chunk file is read
+    once; none is decoded."""
+    from ._codecs import describe, faults
+
+    damaged: dict[int, str] = {}
     done = np.flatnonzero(np.asarray(complete, bool)) if complete is not None else np.zeros(0, np.int64)
     hint = "use overwrite (--overwrite) to start again."
     if complete is not None and np.size(complete) != plan.n_chunks:
@@ -209,14 +225,37 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
             raise ResumeError(f"Expected every chunk recorded complete in {path} to be stored. Got "
                               f"{len(missing):,} of {done.size:,} missing from {spec.name} instead (first: "
                               f"{files[missing[0]]}, matrices {lo}:{hi}); {hint}")
+        stored, _ = describe(node)
+        if stored is not None:
+            for c, why in faults(stored, done).items():
+                damaged.setdefault(c, f"{files[c]} {why}")
+    return sorted(damaged.items())
 
 
-def compressors(setting: str):
+def redo(path: str, plan: Plan, damaged: list) -> None:
+    """Say which chunks recorded complete fail their CRC-32C (``damaged``, from :func:`check_stored`)
+    in one ``BatchluWarning`` line, and take their completion records back, so that the resume
+    computes them again (their outputs are written whole again, then recorded)."""
+    import warnings
+
+    from .errors import BatchluWarning
+
+    first, why = damaged[0]
+    lo, hi = plan.chunk_range(first, first + 1)
+    many = len(damaged) > 1
+    warnings.warn(f"{len(damaged):,} chunk{'s' if many else ''} recorded complete in {path} "
+                  f"{'fail their' if many else 'fails its'} CRC-32C (first: {why}, matrices {lo}:{hi}); "
+                  f"the resume computes {'them' if many else 'it'} again.", BatchluWarning, stacklevel=3)
+    _ledger.unrecord(path, [c for c, _ in damaged])
+
+
+def compressors(setting: str, checksum: str = "none"):
     """The output arrays' codecs for the ``output-codec`` setting: ``zstd`` (zarr's default),
-    ``zstd:LEVEL``, ``lz4`` (numcodecs' LZ4, which zarr-python reads) or ``none``."""
+    ``zstd:LEVEL``, ``lz4`` (numcodecs' LZ4, which zarr-python reads) or ``none``; then zarr's crc32c
+    codec where the ``output-checksum`` setting is ``crc32c``."""
     from ._codecs import zarr_compressors
 
-    return zarr_compressors(str(setting))
+    return zarr_compressors(str(setting), str(checksum))
 
 
 def update(path: str, **changes) -> dict:

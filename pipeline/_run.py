@@ -117,21 +117,27 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     provenance["plan"] = plan.as_dict()
 
     if record is None:
-        _output.create(out_path, provenance, specs, plan, opts.output_codec, opts.output_layout)
+        _output.create(out_path, provenance, specs, plan, opts.output_codec, opts.output_layout,
+                       checksum=opts.output_checksum)
         runs = []
     else:
         group = zarr.open_group(store=out_path, mode="r+")
         # before trusting the ledger: every output and complete chunk stored, the same input values
         complete = _ledger.read(out_path) if _ledger.exists(group) else None
-        _output.check_stored(out_path, group, specs, plan, complete)
+        damaged = _output.check_stored(out_path, group, specs, plan, complete)
+        if damaged:   # chunks that fail their CRC-32C: not trusted, computed again (unless refused below)
+            complete = complete.copy()
+            complete[[c for c, _ in damaged]] = False
         _fingerprint.check_unchanged(out_path, record, plan, complete, matrices.ref,
                                      rhs_info.ref if rhs_info else None, opts.memory_budget)
+        if damaged:
+            _output.redo(out_path, plan, damaged)
         _output.clean_partials(out_path)
         # arrays made again after a kill during creation: as the run that created the output made them;
         # the record keeps saying so, under today's names, whatever this run's settings ask
-        codec, layout = _output.created_with(record)
-        _output.ensure_arrays(group, specs, plan, codec, layout)
-        provenance["settings"].update(output_codec=codec, output_layout=layout)
+        codec, layout, checksum = _output.created_with(record)
+        _output.ensure_arrays(group, specs, plan, codec, layout, checksum=checksum)
+        provenance["settings"].update(output_codec=codec, output_layout=layout, output_checksum=checksum)
         runs = list(record.get("runs", []))
         provenance["started"] = record.get("started", provenance["started"])
         provenance["backends_used"] = list(record.get("backends_used", []))

@@ -89,19 +89,24 @@ def _check_room(out: str, shape: tuple, dtype: np.dtype, chunk: int, kind: str) 
 LAYOUTS = ("chunks", "sharded")
 
 
+def _compressors() -> list:
+    """zstd (zarr's default), then zarr's crc32c codec: every chunk carries its CRC-32C, so that a
+    damaged one fails to read (and the GPU decodes lz4 and zstd frames only with a checksum)."""
+    return [zarr.codecs.ZstdCodec(level=0), zarr.codecs.Crc32cCodec()]
+
+
 def _layout(layout: str, chunk: int, tail: tuple, dtype: np.dtype) -> dict:
-    """zarr's ``chunks=`` / ``shards=`` for ``layout``: one chunk of ``chunk`` matrices, or one shard
-    of them in inner chunks of about 256 KiB (what nvCOMP decodes fastest, docs/performance.md)."""
+    """zarr's ``chunks=`` / ``shards=`` and ``compressors=`` for ``layout``: one chunk of ``chunk``
+    matrices, or one shard of them in inner chunks of about 256 KiB (what nvCOMP decodes fastest,
+    docs/performance.md)."""
     from ._output import inner_chunk
 
     if layout not in LAYOUTS:
         raise ConfigError(f"Expected layout to be one of {', '.join(LAYOUTS)}. Got {layout!r} instead.")
     if layout == "chunks":
-        return {"chunks": (chunk,) + tail}
+        return {"chunks": (chunk,) + tail, "compressors": _compressors()}
     inner = inner_chunk(chunk, int(np.prod(tail, dtype=np.int64)) * dtype.itemsize)
-    # crc32c on each inner chunk: the GPU decodes an input only when its frames carry a checksum
-    return {"chunks": (inner,) + tail, "shards": (chunk,) + tail,
-            "compressors": [zarr.codecs.ZstdCodec(level=0), zarr.codecs.Crc32cCodec()]}
+    return {"chunks": (inner,) + tail, "shards": (chunk,) + tail, "compressors": _compressors()}
 
 
 def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, attrs: dict, *,
@@ -266,8 +271,8 @@ def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="f
     attrs = {"pattern": "lower", "kind": problem.matrix_kind, "n": int(n),
               "inertia": None if problem.inertia is None else [int(x) for x in problem.inertia]}
     group = zarr.open_group(store=out, mode="w", zarr_format=3, attributes={MARK_WRITING: info})
-    group.create_array("indptr", data=problem.indptr.astype(np.int64))
-    group.create_array("indices", data=problem.indices.astype(np.int64))
+    group.create_array("indptr", data=problem.indptr.astype(np.int64), compressors=_compressors())
+    group.create_array("indices", data=problem.indices.astype(np.int64), compressors=_compressors())
     values = group.create_array("values", shape=(count, nnz), dtype=dtype, **values_grid)
     rhs = group.create_array("rhs", shape=rhs_shape, dtype=dtype, **rhs_grid)
 

@@ -5,6 +5,8 @@ nvCOMP (the GPU half is tests/pipeline/test_gpu_codecs.py)."""
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numcodecs
 import numpy as np
 import pytest
@@ -394,3 +396,88 @@ def test_gaps_from_the_reads_are_the_stores(tmp_path, layout):
     else:
         with pytest.raises(ValueError, match="fewer than its index"):
             _codecs.plan_reads(stored, 0, 40)
+
+
+CHECKSUMMED = {   # batchlu's output layouts with batchlu.output-checksum crc32c, the shipped default
+    f"{codec} {layout}": (codec, grid) for codec in _codecs.OUTPUT_CODECS
+    for layout, grid in (("chunks", dict(chunks=(6, 5, 5))), ("sharded", dict(chunks=(2, 5, 5), shards=(6, 5, 5))))
+}
+
+
+def _encode(stored: _codecs.Stored, values: np.ndarray) -> tuple[list, list]:
+    """The frames of ``values`` (whole inner chunks, the last one padded as the GPU path pads it), as
+    nvCOMP encodes them, with numcodecs standing in: numcodecs' Zstd(level=0) and LZ4 are what zarr
+    writes, so the files come out byte for byte as zarr's."""
+    padded = np.zeros((-(-values.shape[0] // stored.inner) * stored.inner,) + values.shape[1:], values.dtype)
+    padded[:values.shape[0]] = values
+    frames, sizes = [], []
+    for lo in range(0, padded.shape[0], stored.inner):
+        raw = padded[lo:lo + stored.inner].tobytes()
+        if stored.frames.algorithm == "zstd":
+            frames.append(np.frombuffer(numcodecs.Zstd(level=0).encode(raw), np.uint8))
+        elif stored.frames.algorithm == "lz4":
+            frames.append(np.frombuffer(numcodecs.LZ4().encode(raw), np.uint8)[4:])   # nvCOMP: no size header
+        else:
+            frames.append(np.frombuffer(raw, np.uint8))
+        sizes.append(len(raw))
+    return frames, sizes
+
+
+def _files(root) -> dict[str, bytes]:
+    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+            for d, _, names in os.walk(root) for f in names if f != "zarr.json"}
+
+
+@pytest.mark.parametrize("layout", sorted(CHECKSUMMED))
+def test_the_host_writer_appends_crc32c_trailers_as_zarr_does(tmp_path, layout):
+    """The chunk and shard writer of the GPU codec lane (write_chunks) with zarr's crc32c codec last:
+    every chunk file and shard (chunk trailers and the index's) is byte for byte the one zarr writes
+    for the same values, and plain zarr reads the values back bit for bit, through its checksums."""
+    codec, grid = CHECKSUMMED[layout]
+    x = _values((16, 5, 5))   # 16: the last chunk (and shard) partial, padded with zeros as the GPU path pads it
+    make = dict(shape=x.shape, dtype=x.dtype, fill_value=0, config={"write_empty_chunks": True},
+                compressors=_codecs.zarr_compressors(codec, "crc32c"), **grid)
+    reference = zarr.create_array(str(tmp_path / "zarr.zarr"), **make)
+    reference[:] = x
+    array = zarr.create_array(str(tmp_path / "ours.zarr"), **make)
+    stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
+    assert stored is not None and stored.frames.crc32c and stored.frames.algorithm == codec
+    frames, sizes = _encode(stored, x)
+    with ThreadPoolExecutor(2) as pool:   # as the GPU lane writes: in I/O threads, trailers there
+        for future in _codecs.write_chunks(stored, 0, frames, sizes, pool):
+            future.result()
+    ours, theirs = _files(tmp_path / "ours.zarr"), _files(tmp_path / "zarr.zarr")
+    assert sorted(ours) == sorted(theirs) and len(ours) == 3
+    for name in ours:
+        assert ours[name] == theirs[name], name
+    back = np.asarray(zarr.open_array(str(tmp_path / "ours.zarr"), mode="r")[:])
+    assert back.dtype == x.dtype and back.shape == x.shape and back.tobytes() == x.tobytes()
+
+
+@pytest.mark.parametrize("layout", sorted(CHECKSUMMED))
+def test_faults_names_each_stored_object_that_fails_its_checksums(tmp_path, layout):
+    """What resume checks in the recorded chunks of an output with crc32c: a flipped payload byte, a
+    truncated file, a damaged shard index; each named, the sound ones passed, none decoded."""
+    codec, grid = CHECKSUMMED[layout]
+    x = _values((30, 5, 5))
+    array = zarr.create_array(str(tmp_path / "o.zarr"), shape=x.shape, dtype=x.dtype,
+                              compressors=_codecs.zarr_compressors(codec, "crc32c"), **grid)
+    array[:] = x
+    stored, _ = _codecs.describe(array)
+    assert _codecs.faults(stored, range(5)) == {}
+    flipped, cut = bytearray(open(stored.path(1), "rb").read()), open(stored.path(3), "rb").read()
+    flipped[len(flipped) // 3] ^= 0x01          # a payload byte (a value, or the compressed frame)
+    open(stored.path(1), "wb").write(bytes(flipped))
+    open(stored.path(3), "wb").write(cut[:len(cut) // 2])
+    os.remove(stored.path(4))                    # not stored: the caller's own check names it
+    found = _codecs.faults(stored, range(5))
+    assert sorted(found) == [1, 3]
+    assert "fails its CRC-32C" in found[1] and ("chunk" in found[1]) == stored.sharded
+    if stored.sharded:
+        index = bytearray(open(stored.path(2), "rb").read())
+        index[-7] ^= 0x10
+        open(stored.path(2), "wb").write(bytes(index))
+        assert _codecs.faults(stored, [0, 2]) == {2: "has a shard index that fails its CRC-32C"}
+    without = zarr.create_array(str(tmp_path / "plain.zarr"), shape=x.shape, dtype=x.dtype,
+                                compressors=_codecs.zarr_compressors(codec), **grid)
+    assert not _codecs.describe(without)[0].frames.crc32c and _codecs.faults(_codecs.describe(without)[0], [0]) == {}

@@ -152,3 +152,29 @@ def test_chunks_of_zero_matrices_are_stored(tmp_path):
     zero = [i for i in range(40) if not np.asarray(arr[i]).any()]
     assert zero  # the test needs a chunk that is all fill value
     assert _missing.find(arr, 0, 40) == []
+
+
+@pytest.mark.parametrize("layout", ["chunks", "sharded"])
+def test_generated_arrays_carry_crc32c_so_a_flipped_byte_is_named(client, tmp_path, layout):
+    """Every array batchlu generate writes (matrices, right-hand sides, a sparse batch's four) ends
+    its codecs with zarr's crc32c: a byte flipped later fails to read, and batchlu run names the chunk
+    file instead of computing from the changed values."""
+    import os
+
+    a = pipeline.generate(tmp_path / "a.zarr", count=30, size=5, chunk=10, seed=4, layout=layout)
+    b = pipeline.generate_rhs(tmp_path / "b.zarr", count=30, size=5, k=2, chunk=10, seed=5, layout=layout)
+    s = pipeline.generate(tmp_path / "s.zarr", count=4, kind="saddle", size=60, chunk=2, seed=6, layout=layout)
+    arrays = [zarr.open_array(a), zarr.open_array(b)] + [zarr.open_array(s, path=name)
+                                                         for name in ("values", "rhs", "indptr", "indices")]
+    for array in arrays:
+        codecs = array.metadata.codecs
+        if array.shards is not None:   # the codecs of each inner chunk
+            codecs = codecs[0].codecs
+        names = [c.to_dict()["name"] for c in codecs]
+        assert names[-1] == "crc32c", (array.path, names)
+    victim = os.path.join(a, "c", "1", "0", "0")
+    data = bytearray(open(victim, "rb").read())
+    data[len(data) // 2] ^= 0x01
+    open(victim, "wb").write(bytes(data))
+    with pytest.raises(errors.CorruptInputError, match=f"unreadable chunk file {victim} \\(matrices 10:20\\)"):
+        pipeline.run(a, tmp_path / "o.zarr", op="inv", client=client, progress=False)

@@ -161,10 +161,82 @@ def test_resume_of_an_output_recording_output_compressor_keeps_its_codec(client,
     report = pipeline.run(stores["a"], out, op="lu", resume=True, client=client, progress=False)
     assert report.status == "complete" and report.processed == 53
     group = zarr.open_group(str(out), mode="r")
-    assert [type(c).__name__ for c in group["piv"].compressors] == ["LZ4"]   # made again as it was made
-    assert [type(c).__name__ for c in group["lu"].compressors] == ["LZ4"]
+    assert [type(c).__name__ for c in group["piv"].compressors] == ["LZ4", "Crc32cCodec"]   # made again as
+    assert [type(c).__name__ for c in group["lu"].compressors] == ["LZ4", "Crc32cCodec"]    # it was made
     recorded = pipeline._output.read_provenance(str(out))["settings"]
     assert recorded["output_codec"] == "lz4" and "output_compressor" not in recorded
+    got, want = outputs_of(str(out)), outputs_of(str(clean))
+    assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
+
+
+# ------------------------------------------- issue 38, item 8: a recorded chunk passes its checksum
+def _flip_a_byte(path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("codec,layout", [("none", "chunks"), ("zstd", "sharded")])
+def test_resume_redoes_a_recorded_chunk_that_fails_its_crc32c(client, stores, tmp_path, codec, layout):
+    """A payload byte of a recorded output chunk flipped after it was written (bit rot): resume kept
+    it and said complete. Now the chunk fails its CRC-32C: one warning names it, the resume computes
+    it again with the chunks never recorded, and the output is the clean run's, bit for bit."""
+    config = {"chunk": 10, "output-codec": codec, "output-layout": layout}
+    out, clean = tmp_path / "o.zarr", tmp_path / "clean.zarr"
+    pipeline.run(stores["a"], clean, op="lu", client=client, progress=False, config=config)
+    pipeline.run(stores["a"], out, op="lu", client=client, progress=False, config=config)
+    victim = out / "lu" / "c" / "2" / "0" / "0"
+    _flip_a_byte(victim, victim.stat().st_size // 3)
+    _forget(out, slice(5, 6))   # killed before its last chunk: resume has that to do too
+    with pytest.warns(errors.BatchluWarning, match=rf"^1 chunk recorded complete in {out} fails its CRC-32C "
+                                                   rf"\(first: {victim} .*, matrices 20:30\); the resume "
+                                                   rf"computes it again\.$"):
+        report = pipeline.run(stores["a"], out, op="lu", resume=True, client=client, progress=False)
+    assert report.status == "complete" and report.processed == 13 and report.skipped == 40
+    assert complete_flags(out).all()
+    got, want = outputs_of(str(out)), outputs_of(str(clean))
+    assert sorted(got) == sorted(want)
+    assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
+
+
+def test_a_resume_refused_for_its_input_keeps_the_records_of_damaged_chunks(client, tmp_path):
+    """A damaged chunk and a changed input: the resume is refused for the input, with no warning about
+    the chunk and nothing changed (the chunk stays recorded, as it was, for the user to see)."""
+    source = pipeline.generate(tmp_path / "a.zarr", count=60, size=5, chunk=10, seed=3)
+    out = tmp_path / "o.zarr"
+    pipeline.run(source, out, op="inv", client=client, progress=False, config={"chunk": 10})
+    victim = out / "inv" / "c" / "1" / "0" / "0"
+    _flip_a_byte(victim, victim.stat().st_size // 2)
+    array = zarr.open_array(source, mode="r+")
+    array[43, 1, 1] = array[43, 1, 1] + 0.5   # chunk 4 (matrices 40:50)
+    before = _snapshot(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", errors.BatchluWarning)
+        with pytest.raises(errors.ResumeError, match=r"other values in matrices 40:50 instead"):
+            pipeline.run(source, out, op="inv", resume=True, client=client, progress=False)
+    assert _snapshot(out) == before and complete_flags(out).all()
+
+
+def test_resume_of_an_output_from_before_output_checksums_keeps_its_arrays_without(client, stores, tmp_path):
+    """An output whose record names no output_checksum was written without crc32c: a resume makes a
+    missing array again as the others were made (no checksum) and records that it has none."""
+    out, clean = tmp_path / "o.zarr", tmp_path / "clean.zarr"
+    pipeline.run(stores["a"], clean, op="lu", client=client, progress=False, config={"chunk": 10})
+    pipeline.run(stores["a"], out, op="lu", client=client, progress=False,
+                 config={"chunk": 10, "output-checksum": "none"})
+    settings = dict(pipeline._output.read_provenance(str(out))["settings"])
+    assert settings.pop("output_checksum") == "none"   # as a batchlu before the setting wrote it
+    pipeline._output.update(str(out), settings=settings)
+    _forget(out, slice(None))
+    shutil.rmtree(out / "piv")
+    report = pipeline.run(stores["a"], out, op="lu", resume=True, client=client, progress=False)
+    assert report.status == "complete" and report.processed == 53
+    group = zarr.open_group(str(out), mode="r")
+    assert [type(c).__name__ for c in group["piv"].compressors] == ["ZstdCodec"]
+    assert [type(c).__name__ for c in group["lu"].compressors] == ["ZstdCodec"]
+    assert [type(c).__name__ for c in zarr.open_group(str(clean), mode="r")["lu"].compressors] == \
+        ["ZstdCodec", "Crc32cCodec"]
+    assert pipeline._output.read_provenance(str(out))["settings"]["output_checksum"] == "none"
     got, want = outputs_of(str(out)), outputs_of(str(clean))
     assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
 

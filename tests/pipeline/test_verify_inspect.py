@@ -421,6 +421,25 @@ def test_verify_names_an_unreadable_chunk(outputs, stores, tmp_path, which):
         pipeline.verify(a, out)
 
 
+def test_verify_names_an_output_chunk_with_a_flipped_byte(client, stores, tmp_path, invoke):
+    """Bit rot in an output chunk: the low byte of one stored value flipped passed every rule, and
+    verify said OK. Every output chunk carries its CRC-32C now: verify names the chunk file, in one
+    line, and exits 1."""
+    out = tmp_path / "o.zarr"
+    pipeline.run(stores["a"], out, op="inv", client=client, progress=False,
+                 config={"chunk": 10, "output-codec": "none"})
+    assert pipeline.verify(stores["a"], str(out)).ok
+    victim = out / "inv" / "c" / "2" / "0" / "0"
+    data = bytearray(victim.read_bytes())
+    data[0] ^= 0x01   # the least significant byte of inv[20, 0, 0]
+    victim.write_bytes(bytes(data))
+    with pytest.raises(errors.OutputError, match=f"unreadable chunk file {victim} \\(matrices 20:30\\) .*checksum"):
+        pipeline.verify(stores["a"], str(out))
+    cli = invoke("verify", stores["a"], out)
+    lines = [line for line in cli.output.splitlines() if line.strip()]
+    assert cli.exit_code == 1 and len(lines) == 1 and str(victim) in lines[0], cli.output
+
+
 @pytest.mark.parametrize("edit,expected", [
     (lambda r: {**r, "op": "lu"}, "outputs .* lack \\['lu', 'piv'\\] of op lu"),
     (lambda r: {"status": "complete"}, "op None, not one of"),

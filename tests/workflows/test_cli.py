@@ -150,7 +150,8 @@ def test_output_codec_and_its_old_flag(invoke, stores, scheduler_address, tmp_pa
         assert warnings == ["Warning: batchlu.output-compressor (--output-compressor) is deprecated: use "
                             "batchlu.output-codec (--output-codec), which takes the same values."], result.stderr
     group = zarr.open_group(str(out), mode="r")
-    assert [type(c).__name__ for c in group["inv"].compressors] == {"lz4": ["LZ4"], "none": []}[codec]
+    assert [type(c).__name__ for c in group["inv"].compressors] == \
+        {"lz4": ["LZ4"], "none": []}[codec] + ["Crc32cCodec"]   # then batchlu.output-checksum's
     settings = group.attrs["batchlu"]["settings"]
     assert settings["output_codec"] == codec and "output_compressor" not in settings
     assert invoke("verify", a, out).exit_code == 0
