@@ -8,8 +8,15 @@ input, so a float32 answer is judged at float32's epsilon even when checked agai
 Norms are matrix 1-norms (largest column sum of moduli), as LAPACK's ``xLANGE('1', ...)``. Zero norms
 are handled as LAPACK does: a zero ``a`` gives 0 when the residual is zero and ``1/eps`` otherwise
 (``get01``); a zero ``a`` or ``x`` column gives ``1/eps`` (``get02``); a zero ``a`` or ``ainv`` gives
-``1/eps`` (``get03``). NaN or Inf anywhere in a matrix gives a NaN or Inf ratio for that matrix:
-callers that expect non-finite inputs must set those matrices aside (their ``info`` is -1).
+``1/eps`` (``get03``). NaN or Inf anywhere in a matrix gives a NaN ratio for that matrix (never a
+pass: ``NaN < 30`` is False): callers that expect non-finite inputs must set those matrices aside
+(their ``info`` is -1).
+
+Scale: each ratio is unchanged when its operands are multiplied by powers of two, so each matrix
+(``a``, ``ainv``, ``U``, each column of ``x``) is first brought to a largest entry in [0.5, 1) by a
+power of two (:func:`unit_scale`, exact), and ``b`` by the product of those of ``a`` and ``x``. Near
+the ends of float64's range a norm would otherwise overflow (``||A^-1||_1 = inf`` for ``A`` scaled by
+1e-308 made every ``get03`` ratio 0, a wrong inverse included) or sink into subnormals.
 
 All functions accept arrays of shape ``(..., n, n)`` (and ``(..., n)`` or ``(..., n, k)`` for right-hand
 sides) and return float64 of shape ``(...)``.
@@ -25,7 +32,7 @@ import numpy as np
 from batchlu.errors import InputError, InputTypeError
 
 
-__all__ = ["THRESHOLD", "SlogdetRatios", "get01", "get02", "get03", "slogdet_ratios"]
+__all__ = ["THRESHOLD", "SlogdetRatios", "get01", "get02", "get03", "slogdet_ratios", "unit_scale"]
 
 THRESHOLD = 30.0
 
@@ -50,6 +57,40 @@ def _norm1(x: np.ndarray) -> np.ndarray:
     if x.shape[-1] == 0 or x.shape[-2] == 0:
         return np.zeros(x.shape[:-2])
     return np.abs(x).sum(axis=-2).max(axis=-1)
+
+
+def _exponent(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """Per matrix (``axes`` reduced): the ``E`` with the largest real or imaginary part's modulus in
+    ``[2^(E-1), 2^E)``; 0 where ``x`` is all zero, empty or not finite (left as it is)."""
+    parts = np.abs(x) if x.dtype.kind != "c" else np.maximum(np.abs(x.real), np.abs(x.imag))
+    amax = parts.max(axis=axes, initial=0.0)
+    usable = np.isfinite(amax) & (amax > 0)
+    return np.where(usable, np.frexp(np.where(usable, amax, 1.0))[1], 0)
+
+
+def _ldexp(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``x * 2^e`` (``e`` broadcast against ``x``), exact unless it over- or underflows; complex
+    ``x`` part by part."""
+    if x.dtype.kind != "c":
+        return np.ldexp(x, e)
+    out = np.empty(np.broadcast_shapes(x.shape, np.shape(e)), x.dtype)
+    out.real, out.imag = np.ldexp(x.real, e), np.ldexp(x.imag, e)
+    return out
+
+
+def unit_scale(x, axes: tuple[int, ...] = (-2, -1)) -> tuple[np.ndarray, np.ndarray]:
+    """``(x * 2^-E, E)``: each matrix of ``x`` (float64 or complex128; ``axes`` its matrix axes) times
+    the power of two that brings its largest real or imaginary part to [0.5, 1), and ``E`` per
+    matrix. Exact (a power of two moves only the exponent) unless entries far below the largest sink
+    into subnormals, which moves them by less than ``2^-1074`` of the largest. Zero, empty and
+    non-finite matrices keep ``E = 0``."""
+    x = np.asarray(x)
+    e = _exponent(x, axes)
+    return _ldexp(x, np.expand_dims(-e, tuple(a % x.ndim for a in axes))), e
+
+
+def _finite(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    return np.isfinite(x).all(axis=axes)
 
 
 def _square(a: np.ndarray, what: str) -> int:
@@ -85,7 +126,8 @@ def get01(a, lu, piv) -> np.ndarray:
     """``||L U - P A||_1 / (n ||A||_1 eps)`` per matrix (LAPACK ``xGET01``).
 
     ``lu`` and ``piv`` are as returned by :func:`scipy.linalg.lu_factor` (``piv`` 0-based). A zero
-    ``A`` gives 0 if ``L U`` is exactly zero too, else ``1/eps``.
+    ``A`` gives 0 if ``L U`` is exactly zero too, else ``1/eps``. ``A`` and ``U`` are scaled by the
+    power of two of ``A`` (``L`` is scale-free).
     """
     a, lu, piv = np.asarray(a), np.asarray(lu), np.asarray(piv)
     n = _square(a, "a")
@@ -95,17 +137,19 @@ def get01(a, lu, piv) -> np.ndarray:
     eps = _eps(a, lu)
     if n == 0:
         return np.zeros(a.shape[:-2])
-    a64, lu64 = _wide(a), _wide(lu)
-    lower = np.tril(lu64, -1) + np.eye(n, dtype=lu64.dtype)
-    upper = np.triu(lu64)
+    finite = _finite(a, (-2, -1)) & _finite(lu, (-2, -1))
+    a64, e = unit_scale(_wide(a))
+    lu64 = _wide(lu)
     perm = _permutation(piv, n)
     pa = np.take_along_axis(a64, perm[..., :, None], axis=-2)
-    resid = _norm1(lower @ upper - pa)
-    anorm = _norm1(a64)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(all="ignore"):
+        lower = np.tril(lu64, -1) + np.eye(n, dtype=lu64.dtype)
+        upper = _ldexp(np.triu(lu64), -e[..., None, None])
+        resid = _norm1(lower @ upper - pa)
+        anorm = _norm1(a64)
         ratio = resid / n / anorm / eps
     zero = anorm == 0
-    return np.where(zero, np.where(resid == 0, 0.0, 1.0 / eps), ratio)
+    return np.where(finite, np.where(zero, np.where(resid == 0, 0.0, 1.0 / eps), ratio), np.nan)
 
 
 def get02(a, x, b) -> np.ndarray:
@@ -114,7 +158,8 @@ def get02(a, x, b) -> np.ndarray:
     the other way round), not the least precise of the three.
 
     ``x`` and ``b`` are (..., n) for one right-hand side or (..., n, k) for k of them. A zero ``A`` or a
-    zero column of ``x`` gives ``1/eps``; no right-hand side (k = 0) or n = 0 gives 0.
+    zero column of ``x`` gives ``1/eps``; no right-hand side (k = 0) or n = 0 gives 0. ``A`` and each
+    column ``x_j`` are scaled by their powers of two, ``b_j`` by the product of the two.
     """
     a, x, b = np.asarray(a), np.asarray(x), np.asarray(b)
     n = _square(a, "a")
@@ -129,21 +174,26 @@ def get02(a, x, b) -> np.ndarray:
     eps = _eps(x)
     if n == 0 or x.shape[-1] == 0:
         return np.zeros(a.shape[:-2])
-    a64, x64, b64 = _wide(a), _wide(x), _wide(b)
-    anorm = _norm1(a64)[..., None]
-    rnorm = np.abs(b64 - a64 @ x64).sum(axis=-2)  # (..., k)
-    xnorm = np.abs(x64).sum(axis=-2)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    finite = _finite(a, (-2, -1)) & _finite(x, (-2, -1)) & _finite(b, (-2, -1))
+    a64, ea = unit_scale(_wide(a))
+    x64, ex = unit_scale(_wide(x), (-2,))  # (..., k): one power of two per column
+    with np.errstate(over="ignore", under="ignore"):  # b far off A x: inf or 0, a ratio far over 30
+        b64 = _ldexp(_wide(b), -(ea[..., None] + ex)[..., None, :])
+    with np.errstate(all="ignore"):
+        anorm = _norm1(a64)[..., None]
+        rnorm = np.abs(b64 - a64 @ x64).sum(axis=-2)  # (..., k)
+        xnorm = np.abs(x64).sum(axis=-2)
         col = rnorm / anorm / xnorm / eps
     col = np.where((xnorm == 0) | (anorm == 0), 1.0 / eps, col)
     # A NaN column must not be hidden by max: np.max propagates NaN.
-    return col.max(axis=-1)
+    return np.where(finite, col.max(axis=-1), np.nan)
 
 
 def get03(a, ainv) -> np.ndarray:
     """``||I - AINV A||_1 / (n ||A||_1 ||AINV||_1 eps)`` per matrix (LAPACK ``xGET03``).
 
-    A zero ``A`` or ``AINV`` gives ``1/eps``; n = 0 gives 0.
+    A zero ``A`` or ``AINV`` gives ``1/eps``; n = 0 gives 0. ``A`` and ``AINV`` are scaled by their
+    own powers of two, ``2^-Ea`` and ``2^-Ei``; ``I`` then by ``2^-(Ea+Ei)``.
     """
     a, ainv = np.asarray(a), np.asarray(ainv)
     n = _square(a, "a")
@@ -151,12 +201,15 @@ def get03(a, ainv) -> np.ndarray:
     eps = _eps(a, ainv)
     if n == 0:
         return np.zeros(a.shape[:-2])
-    a64, ainv64 = _wide(a), _wide(ainv)
-    anorm, inorm = _norm1(a64), _norm1(ainv64)
-    resid = _norm1(np.eye(n, dtype=a64.dtype) - ainv64 @ a64)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    finite = _finite(a, (-2, -1)) & _finite(ainv, (-2, -1))
+    (a64, ea), (ainv64, ei) = unit_scale(_wide(a)), unit_scale(_wide(ainv))
+    with np.errstate(all="ignore"):
+        anorm, inorm = _norm1(a64), _norm1(ainv64)
+        # I * 2^-(Ea+Ei): 0 or inf only where ||A|| ||AINV|| is out of float64's range (a ratio far over 30)
+        eye = np.where(np.eye(n, dtype=bool), np.ldexp(1.0, -(ea + ei))[..., None, None], 0.0)
+        resid = _norm1(eye - ainv64 @ a64)
         ratio = resid * ((1.0 / anorm) / inorm) / eps / n
-    return np.where((anorm == 0) | (inorm == 0), 1.0 / eps, ratio)
+    return np.where(finite, np.where((anorm == 0) | (inorm == 0), 1.0 / eps, ratio), np.nan)
 
 
 class SlogdetRatios(NamedTuple):
@@ -217,10 +270,7 @@ def slogdet_ratios(a, sign, logabsdet) -> SlogdetRatios:
             # Each matrix brought to a largest entry in [0.5, 1) by a power of two 2^-E (exact), the
             # log of its determinant then shifted back by n E log 2: near 1e-308 U's diagonal would
             # be subnormal (its digits lost) and the inverse for kappa (scale-free) infinite.
-            amax = np.abs(a64).max(axis=(-2, -1)) if n else np.zeros(count)
-            _, big = np.frexp(np.where(np.isfinite(amax) & (amax > 0), amax, 1.0))
-            e = -big[:, None, None]
-            a_s = np.ldexp(a64.real, e) + 1j * np.ldexp(a64.imag, e) if a64.dtype.kind == "c" else np.ldexp(a64, e)
+            a_s, big = unit_scale(a64)
             lu, piv = scipy.linalg.lu_factor(a_s, check_finite=False)
             u = np.diagonal(lu, axis1=-2, axis2=-1)
             mag = np.abs(u)

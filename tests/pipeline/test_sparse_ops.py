@@ -215,3 +215,34 @@ def test_verify_wants_the_outputs_of_a_nan_code(runs, sparse_store, tmp_path, op
     assert not result.ok and result.failures == {"nan-outputs": 1}, result.summary()
     assert result.first_failures[0][0] == row and f"info {code}:" in result.first_failures[0][1]
 
+
+@pytest.mark.parametrize("scale", [1e-308, 1e308])
+def test_verify_sparse_backward_error_at_any_scale(scale):
+    """Tridiagonal SPD matrices times 1e308 (||A||_inf overflows) or 1e-308 (subnormal entries):
+    solutions computed at unit scale pass, halved ones fail. An infinite ||A|| made the backward
+    error 0 and every halved solution passed."""
+    from batchlu.pipeline._verify_sparse import SparseBlock
+    from batchlu.testing import matrices
+
+    n, count = 6, 8
+    rows = np.concatenate([np.arange(n), np.arange(1, n)])
+    cols = np.concatenate([np.arange(n), np.arange(n - 1)])
+    rng = np.random.default_rng(5)
+    unit = np.concatenate([rng.uniform(1.2, 1.6, (count, n)), rng.uniform(-0.4, 0.4, (count, n - 1))], axis=1)
+    values = unit * scale
+    b = matrices.rhs(n, 2, "float64", seed=6, stop=count) * (scale if scale > 1 else 1)
+    k = 1023 if scale > 1 else -1023     # values * 2^-k are of unit scale
+    x = np.empty_like(b)
+    for i in range(count):
+        dense = np.zeros((n, n))
+        dense[rows, cols] = dense[cols, rows] = np.ldexp(values[i], -k)
+        x[i] = np.ldexp(np.linalg.solve(dense, np.ldexp(b[i], -(k if scale > 1 else 0))), (k if scale > 1 else 0) - k)
+    assert np.isfinite(x).all()
+
+    def berr(x):
+        out = {"x": x, "berr": np.zeros(count), "perturbed": np.zeros(count, np.int32),
+               "info": np.zeros(count, np.int32)}
+        return SparseBlock("ldlt-solve", values, out, b, n, rows, cols).ratios["berr"]
+
+    assert berr(x).max() < 30
+    assert berr(x / 2).min() > 30

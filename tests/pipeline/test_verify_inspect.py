@@ -298,6 +298,45 @@ def test_verify_slogdet_of_scaled_matrices(client, tmp_path, scale):
     _fails(str(tmp_path / "a.zarr"), flipped, "sign", 4)
 
 
+@pytest.mark.parametrize("op,scale", [("inv", 1e-308), ("lu", 1e308), ("solve", 1e-308)])
+def test_verify_judges_results_at_the_ends_of_the_range(client, tmp_path, op, scale):
+    """4 x 4 matrices times 1e-308 (||A^-1||_1 and ||x||_1 overflow) or 1e308 (||A||_1 overflows):
+    the run's results pass, and every info-0 result halved fails. An infinite norm made the ratio 0:
+    verify said OK over 42 halved inverses (dget03 max 0), and over most halved factors and
+    solutions."""
+    from batchlu.testing import matrices
+
+    a = matrices.generate("random", 4, "float64", seed=3, stop=200) * scale
+    zarr.create_array(str(tmp_path / "a.zarr"), data=a, chunks=(50, 4, 4))
+    rhs = None
+    if op == "solve":
+        rhs = str(tmp_path / "b.zarr")
+        zarr.create_array(rhs, data=matrices.rhs(4, 2, "float64", seed=4, stop=200), chunks=(50, 4, 2))
+    out = str(tmp_path / "out.zarr")
+    pipeline.run(str(tmp_path / "a.zarr"), out, op=op, rhs=rhs, client=client, progress=False)
+    info = np.asarray(zarr.open_array(store=out, path="info")[...])
+    rule = {"inv": "dget03", "lu": "dget01", "solve": "dget02"}[op]
+    right = pipeline.verify(str(tmp_path / "a.zarr"), out)
+    assert right.ok and right.ratios == (info == 0).sum() >= 40, right.summary()
+    halved = _tamper_all(out, tmp_path / "halved.zarr", RESULT[op],
+                         lambda x: np.where((info == 0).reshape((-1,) + (1,) * (x.ndim - 1)), x / 2, x))
+    result = pipeline.verify(str(tmp_path / "a.zarr"), halved)
+    assert not result.ok and result.failures == {rule: right.ratios}, result.summary()
+
+
+def test_singular_claim_judged_at_any_scale():
+    """A regular matrix times 1e308 reported singular (info 1, NaN inverse): its sigma_max was
+    infinite, the ratio sigma_min / sigma_max 0, and the false claim passed."""
+    from batchlu.pipeline._verify_rules import Block, rules_for
+    from batchlu.testing import matrices
+
+    a = matrices.generate("random", 6, "float64", seed=3, stop=4) * 1e308
+    info = np.array([1, 0, 1, 0], np.int32)
+    blk = Block("inv", a, {"inv": np.full_like(a, np.nan), "info": info})
+    (claim,) = [rule for rule in rules_for("inv") if rule.name == "singular-claim"]
+    assert (claim.check(blk)[info == 1] > 30).all()
+
+
 @pytest.fixture(scope="module")
 def empty_outputs(client, tmp_path_factory):
     """Every op on 5 matrices of size 0 x 0 (det 1, empty inverses and solutions)."""
