@@ -11,7 +11,8 @@ from . import _ledger
 from . import _verify_record as _record
 from ._ops import INFO_NOT_COMPUTED, info_counts
 from ._output import ATTR
-from ._store import is_zarr_store, parse_ref
+from ._pending_reads import settle_reads
+from ._store import is_zarr_store, parse_ref, unreadable
 from .errors import InputError, InputNotFoundError
 
 __all__ = ["inspect"]
@@ -23,11 +24,13 @@ def _describe(name: str, array: zarr.Array) -> str:
             f"{shards}, zarr v{array.metadata.zarr_format}")
 
 
-def _info_counts(info: zarr.Array, complete: np.ndarray | None, chunk: int) -> str:
+def _info_counts(info: zarr.Array, folder: str, complete: np.ndarray | None, chunk: int) -> str:
     try:
         values = np.asarray(info[...])
-    except Exception as exc:  # a damaged chunk: say so, as the rest of the summary does
-        return f"  info: unreadable ({type(exc).__name__}: {' '.join(str(exc).split())}); run batchlu verify"
+    except Exception as exc:  # a damaged chunk: named in one line, as verify names it
+        error = unreadable(info, np.arange(info.shape[0]), folder, exc)
+        settle_reads()   # the other chunks' reads, still in flight, finish before the process may end
+        return f"  info: {' '.join(str(error).split())}"
     if complete is not None:
         values = values[_ledger.matrix_mask(complete, chunk, values.size)]
     values = values[values != INFO_NOT_COMPUTED]
@@ -100,7 +103,7 @@ def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:
     info = group.get("info")
     if isinstance(info, zarr.Array) and info.ndim == 1:
         mask = complete if complete is not None else np.zeros(0, bool)
-        lines.append(_info_counts(info, mask if chunk else None, chunk or 1))
+        lines.append(_info_counts(info, os.path.join(path, "info"), mask if chunk else None, chunk or 1))
     return lines
 
 

@@ -25,6 +25,7 @@ from . import _verify_record as _record
 from ._config import options as make_options
 from ._ops import INFO_MISSING_INPUT, OP_TABLE, info_counts
 from ._output import read_provenance
+from ._pending_reads import settle_reads
 from ._store import ArrayRef, check_matrices, open_array_info, parse_ref, unreadable
 from ._sparse import pattern_crc as _pattern_crc
 from ._verify_rules import Block
@@ -199,7 +200,9 @@ def _read(array: zarr.Array, sel, where: str, error=CorruptInputError) -> np.nda
         return np.asarray(array.oindex[sel])
     except Exception as exc:
         rows = np.arange(array.shape[0])[sel] if isinstance(sel, slice) else np.asarray(sel)
-        raise unreadable(array, rows, where, exc, error) from None
+        failure = unreadable(array, rows, where, exc, error)
+        settle_reads()
+        raise failure from None
 
 
 def _folder(ref: ArrayRef) -> str:
