@@ -28,7 +28,7 @@ from . import _ledger
 from ._ops import OP_TABLE, output_specs
 from .errors import InputError
 
-__all__ = ["check_fields", "check_input", "edited", "field_problem", "op_outputs", "output_mismatches"]
+__all__ = ["absent", "check_fields", "check_input", "edited", "field_problem", "op_outputs", "output_mismatches"]
 
 
 def edited(out_path: str, what: str) -> InputError:
@@ -97,6 +97,13 @@ def check_fields(record: dict, out_path: str) -> None:
 def _stored_along_n(array: zarr.Array) -> int:
     """Matrices per stored object along N (the shard if sharded, else the chunk)."""
     return int((array.shards or array.chunks)[0])
+
+
+def absent(record: dict, group: zarr.Group) -> list[str]:
+    """The arrays of ``op`` (and the ledger) that the output group does not hold: a run killed while
+    it created them left them out (its resume makes them), or they were deleted."""
+    names = op_outputs(record["op"]) + [_ledger.NAME]
+    return [name for name in names if not isinstance(group.get(name), zarr.Array)]
 
 
 def output_mismatches(record: dict, group: zarr.Group) -> list[str]:

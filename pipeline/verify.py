@@ -224,6 +224,11 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     # every field read below agrees with what is stored, before any of it is used
     _record.check_fields(record, out_path)
     group = zarr.open_group(store=out_path, mode="r")
+    missing = _record.absent(record, group)
+    if missing and record.get("status") != "complete":
+        raise OutputError(f"Expected the output {out_path} to hold {', '.join(missing)}. Got none of them "
+                          f"instead: its run did not finish (status {record.get('status')!r}); finish it "
+                          f"with resume (--resume).")
     said = _record.output_mismatches(record, group)
     if said:
         raise _record.edited(out_path, said[0])

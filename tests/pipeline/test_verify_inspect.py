@@ -547,3 +547,19 @@ def test_inspect_names_a_record_that_disagrees_with_the_stored_arrays(outputs, t
         assert "of 53 computed" in cli.stdout and "every matrix" in edited[0]
     else:
         assert f"ok {int((info[:50] == 0).sum())} " in cli.stdout and "of 50 computed" in cli.stdout
+
+
+def test_verify_of_a_run_killed_while_it_created_its_arrays(outputs, stores, tmp_path):
+    """A run killed before it made all its arrays (status running, no inv, no ledger): one line that
+    says to resume it, not that the record was edited; with status complete, the record is named."""
+    import shutil
+
+    out = _copy(outputs["inv"], tmp_path / "o.zarr")
+    shutil.rmtree(f"{out}/inv")
+    shutil.rmtree(f"{out}/_complete")
+    _edit_record(out, "status", "running")
+    with pytest.raises(errors.OutputError, match="to hold inv, _complete. .*status 'running'.*--resume"):
+        pipeline.verify(stores["a"], out)
+    _edit_record(out, "status", "complete")
+    with pytest.raises(errors.InputError, match="op = 'inv' recorded, but the output holds no array 'inv'"):
+        pipeline.verify(stores["a"], out)
