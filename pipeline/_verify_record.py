@@ -8,8 +8,9 @@ not make verify check fewer matrices, or other ones, and say OK. So every such f
 the stored arrays it describes, and a mismatch is one line naming the field, the value recorded and
 the one stored:
 
-* :func:`field_problem` / :func:`check_fields`: each field present and of its type (``N`` a whole number, ``input`` a mapping,
-  ...), and ``outputs`` the arrays ``op`` writes;
+* :func:`field_problem` / :func:`check_fields`: each field present and of its type (``N`` a whole
+  number, ``input`` a mapping, ...), and ``outputs`` the arrays ``op`` writes;
+* :func:`absent`: the arrays and the ledger the output group lacks (a run killed while it made them);
 * :func:`output_mismatches`: ``op``, ``N``, ``n`` and ``plan.chunk`` against the output group's arrays
   (their shapes and chunks along N) and the ledger's length; inspect prints these, verify refuses them;
 * :func:`check_input`: ``input``, ``dtype``, ``N`` and ``n`` against the input verify reads (and, for

@@ -9,7 +9,9 @@ exactly where a finite input's result is not finite, -3 exactly where the input 
 matrix flagged singular is singular) and comes with the agreed outputs (NaN inverse / solution,
 sign 0 and logabsdet -inf, NaN lu and identity pivots, ...). Singular and non-finite matrices are
 counted, not failed. Only chunks recorded complete are checked; an incomplete output is reported as
-such, naming the chunks not computed, and is never ``ok``.
+such, naming the chunks not computed, and is never ``ok``. Before anything is checked, the record's
+fields that say what to check (N, n, the chunk, op, input, rhs) are compared with the stored arrays
+(:mod:`._verify_record`): an edited record is refused, never trusted.
 """
 
 from __future__ import annotations
