@@ -8,15 +8,16 @@ input, so a float32 answer is judged at float32's epsilon even when checked agai
 Norms are matrix 1-norms (largest column sum of moduli), as LAPACK's ``xLANGE('1', ...)``. Zero norms
 are handled as LAPACK does: a zero ``a`` gives 0 when the residual is zero and ``1/eps`` otherwise
 (``get01``); a zero ``a`` or ``x`` column gives ``1/eps`` (``get02``); a zero ``a`` or ``ainv`` gives
-``1/eps`` (``get03``). NaN or Inf anywhere in a matrix gives a NaN ratio for that matrix (never a
-pass: ``NaN < 30`` is False): callers that expect non-finite inputs must set those matrices aside
-(their ``info`` is -1).
+``1/eps`` (``get03``). NaN or Inf anywhere in a matrix (or a result so far off that its residual
+overflows) gives a NaN ratio for that matrix, never a pass (``NaN < 30`` is False): callers that
+expect non-finite inputs must set those matrices aside (their ``info`` is -1).
 
-Scale: each ratio is unchanged when its operands are multiplied by powers of two, so each matrix
-(``a``, ``ainv``, ``U``, each column of ``x``) is first brought to a largest entry in [0.5, 1) by a
-power of two (:func:`unit_scale`, exact), and ``b`` by the product of those of ``a`` and ``x``. Near
-the ends of float64's range a norm would otherwise overflow (``||A^-1||_1 = inf`` for ``A`` scaled by
-1e-308 made every ``get03`` ratio 0, a wrong inverse included) or sink into subnormals.
+Scale: each ratio is unchanged when its operands are multiplied by powers of two. Where a norm of
+the batch is not 0 or within ``2^+-256`` (:data:`SAFE_EXPONENT`), each matrix (``a``, ``ainv``,
+``U``, each column of ``x``) is first brought to a largest entry in [0.5, 1) by a power of two
+(:func:`unit_scale`, exact), and ``b`` by the product of those of ``a`` and ``x``. Near the ends of
+float64's range a norm would otherwise overflow (``||A^-1||_1 = inf`` for ``A`` scaled by 1e-308
+made every ``get03`` ratio 0, a wrong inverse included) or sink into subnormals.
 
 All functions accept arrays of shape ``(..., n, n)`` (and ``(..., n)`` or ``(..., n, k)`` for right-hand
 sides) and return float64 of shape ``(...)``.
@@ -78,6 +79,10 @@ def _ldexp(x: np.ndarray, e: np.ndarray) -> np.ndarray:
     return out
 
 
+def _axes(x: np.ndarray, axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(a % x.ndim for a in axes)
+
+
 def unit_scale(x, axes: tuple[int, ...] = (-2, -1)) -> tuple[np.ndarray, np.ndarray]:
     """``(x * 2^-E, E)``: each matrix of ``x`` (float64 or complex128; ``axes`` its matrix axes) times
     the power of two that brings its largest real or imaginary part to [0.5, 1), and ``E`` per
@@ -86,11 +91,18 @@ def unit_scale(x, axes: tuple[int, ...] = (-2, -1)) -> tuple[np.ndarray, np.ndar
     non-finite matrices keep ``E = 0``."""
     x = np.asarray(x)
     e = _exponent(x, axes)
-    return _ldexp(x, np.expand_dims(-e, tuple(a % x.ndim for a in axes))), e
+    return _ldexp(x, np.expand_dims(-e, _axes(x, axes))), e
 
 
-def _finite(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    return np.isfinite(x).all(axis=axes)
+# Norms between 2^-SAFE_EXPONENT and 2^SAFE_EXPONENT (or 0): the ratio's products and sums stay far
+# inside float64's range unscaled, so :func:`unit_scale`'s copies are made only where some is not.
+SAFE_EXPONENT = 256
+
+
+def _safe(norm: np.ndarray) -> bool:
+    """Every norm is 0 or within 2^+-SAFE_EXPONENT (False for NaN and inf)."""
+    tiny, huge = 2.0 ** -SAFE_EXPONENT, 2.0 ** SAFE_EXPONENT
+    return bool(((norm == 0) | ((norm >= tiny) & (norm <= huge))).all())
 
 
 def _square(a: np.ndarray, what: str) -> int:
@@ -137,19 +149,19 @@ def get01(a, lu, piv) -> np.ndarray:
     eps = _eps(a, lu)
     if n == 0:
         return np.zeros(a.shape[:-2])
-    finite = _finite(a, (-2, -1)) & _finite(lu, (-2, -1))
-    a64, e = unit_scale(_wide(a))
-    lu64 = _wide(lu)
+    a64, lu64 = _wide(a), _wide(lu)
     perm = _permutation(piv, n)
-    pa = np.take_along_axis(a64, perm[..., :, None], axis=-2)
     with np.errstate(all="ignore"):
+        anorm, upper = _norm1(a64), np.triu(lu64)
+        if not _safe(anorm):   # near the ends of float64's range (or not finite): scaled
+            a64, e = unit_scale(a64)
+            anorm, upper = _norm1(a64), _ldexp(upper, -e[..., None, None])
+        pa = np.take_along_axis(a64, perm[..., :, None], axis=-2)
         lower = np.tril(lu64, -1) + np.eye(n, dtype=lu64.dtype)
-        upper = _ldexp(np.triu(lu64), -e[..., None, None])
         resid = _norm1(lower @ upper - pa)
-        anorm = _norm1(a64)
         ratio = resid / n / anorm / eps
-    zero = anorm == 0
-    return np.where(finite, np.where(zero, np.where(resid == 0, 0.0, 1.0 / eps), ratio), np.nan)
+    ratio = np.where(anorm == 0, np.where(resid == 0, 0.0, 1.0 / eps), ratio)
+    return np.where(np.isfinite(anorm) & np.isfinite(resid), ratio, np.nan)
 
 
 def get02(a, x, b) -> np.ndarray:
@@ -174,19 +186,20 @@ def get02(a, x, b) -> np.ndarray:
     eps = _eps(x)
     if n == 0 or x.shape[-1] == 0:
         return np.zeros(a.shape[:-2])
-    finite = _finite(a, (-2, -1)) & _finite(x, (-2, -1)) & _finite(b, (-2, -1))
-    a64, ea = unit_scale(_wide(a))
-    x64, ex = unit_scale(_wide(x), (-2,))  # (..., k): one power of two per column
-    with np.errstate(over="ignore", under="ignore"):  # b far off A x: inf or 0, a ratio far over 30
-        b64 = _ldexp(_wide(b), -(ea[..., None] + ex)[..., None, :])
+    a64, x64, b64 = _wide(a), _wide(x), _wide(b)
     with np.errstate(all="ignore"):
-        anorm = _norm1(a64)[..., None]
+        anorm, xnorm = _norm1(a64)[..., None], np.abs(x64).sum(axis=-2)   # (..., 1), (..., k)
+        if not (_safe(anorm) and _safe(xnorm)):   # near the ends of float64's range (or not finite)
+            a64, ea = unit_scale(a64)
+            x64, ex = unit_scale(x64, (-2,))   # (..., k): one power of two per column
+            b64 = _ldexp(b64, -(ea[..., None] + ex)[..., None, :])   # b far off A x: inf or 0, failing
+            anorm, xnorm = _norm1(a64)[..., None], np.abs(x64).sum(axis=-2)
         rnorm = np.abs(b64 - a64 @ x64).sum(axis=-2)  # (..., k)
-        xnorm = np.abs(x64).sum(axis=-2)
         col = rnorm / anorm / xnorm / eps
     col = np.where((xnorm == 0) | (anorm == 0), 1.0 / eps, col)
+    col = np.where(np.isfinite(anorm) & np.isfinite(xnorm) & np.isfinite(rnorm), col, np.nan)
     # A NaN column must not be hidden by max: np.max propagates NaN.
-    return np.where(finite, col.max(axis=-1), np.nan)
+    return col.max(axis=-1)
 
 
 def get03(a, ainv) -> np.ndarray:
@@ -201,15 +214,18 @@ def get03(a, ainv) -> np.ndarray:
     eps = _eps(a, ainv)
     if n == 0:
         return np.zeros(a.shape[:-2])
-    finite = _finite(a, (-2, -1)) & _finite(ainv, (-2, -1))
-    (a64, ea), (ainv64, ei) = unit_scale(_wide(a)), unit_scale(_wide(ainv))
+    a64, ainv64 = _wide(a), _wide(ainv)
     with np.errstate(all="ignore"):
-        anorm, inorm = _norm1(a64), _norm1(ainv64)
-        # I * 2^-(Ea+Ei): 0 or inf only where ||A|| ||AINV|| is out of float64's range (a ratio far over 30)
-        eye = np.where(np.eye(n, dtype=bool), np.ldexp(1.0, -(ea + ei))[..., None, None], 0.0)
+        anorm, inorm, eye = _norm1(a64), _norm1(ainv64), np.eye(n)
+        if not (_safe(anorm) and _safe(inorm)):   # near the ends of float64's range (or not finite)
+            (a64, ea), (ainv64, ei) = unit_scale(a64), unit_scale(ainv64)
+            anorm, inorm = _norm1(a64), _norm1(ainv64)
+            # I * 2^-(Ea+Ei): 0 or inf only where ||A|| ||AINV|| is out of float64's range (failing)
+            eye = np.where(np.eye(n, dtype=bool), np.ldexp(1.0, -(ea + ei))[..., None, None], 0.0)
         resid = _norm1(eye - ainv64 @ a64)
         ratio = resid * ((1.0 / anorm) / inorm) / eps / n
-    return np.where(finite, np.where((anorm == 0) | (inorm == 0), 1.0 / eps, ratio), np.nan)
+    ratio = np.where((anorm == 0) | (inorm == 0), 1.0 / eps, ratio)
+    return np.where(np.isfinite(anorm) & np.isfinite(inorm) & np.isfinite(resid), ratio, np.nan)
 
 
 class SlogdetRatios(NamedTuple):

@@ -349,3 +349,18 @@ def test_a_non_finite_operand_gives_nan():
                 bad[at][1].reshape(-1)[-1] = value
                 got = ratio(*bad)
                 assert np.isnan(got[1]) and got[0] < THRESHOLD, (ratio.__name__, at, value, got)
+
+
+def test_ratios_of_a_batch_mixing_scales():
+    """Unit-scale matrices and ones times 1e-308 in one batch (scaled together, as the batch needs):
+    every right inverse passes, every halved one fails."""
+    a0 = matrices.generate("random", 4, np.float64, seed=11, stop=40)
+    tiny = a0 * 1e-308
+    with np.errstate(all="ignore"):
+        inv_tiny = np.ldexp(np.linalg.inv(np.ldexp(tiny, 1023)), 1023)
+    keep = np.isfinite(inv_tiny).all(axis=(-2, -1))
+    assert keep.sum() >= 5
+    a = np.concatenate([a0, tiny[keep]])
+    ainv = np.concatenate([np.linalg.inv(a0), inv_tiny[keep]])
+    assert get03(a, ainv).max() < THRESHOLD
+    assert get03(a, ainv / 2).min() > THRESHOLD
