@@ -176,12 +176,16 @@ def _nan_code_outputs_not_nan(blk: Block) -> np.ndarray:
 
 def _singular_claim_ratio(blk: Block) -> np.ndarray:
     """For info > 0: sigma_min / sigma_max of A (float64 SVD) over ``n eps``. An LU with an exactly
-    zero pivot is the exact LU of ``A + dA``, ``||dA|| ~ n eps ||A||``, so that ratio stays small."""
+    zero pivot is the exact LU of ``A + dA``, ``||dA|| ~ n eps ||A||``, so that ratio stays small.
+    A is scaled by a power of two first (the ratio is scale-free): near 1e308 sigma_max would be
+    infinite, and the ratio of a regular matrix 0."""
+    from batchlu.testing.ratios import unit_scale
+
     ratio = np.zeros(len(blk.info))
     claim = (blk.info > 0) & blk.finite_input
     if claim.any():
         a = blk.a[claim]
-        s = np.linalg.svd(a.astype(np.complex128 if a.dtype.kind == "c" else np.float64),
+        s = np.linalg.svd(unit_scale(a.astype(np.complex128 if a.dtype.kind == "c" else np.float64))[0],
                           compute_uv=False)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio[claim] = np.where(s[:, 0] == 0, 0.0, s[:, -1] / s[:, 0]) / (blk.n * blk.eps)

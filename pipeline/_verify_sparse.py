@@ -25,6 +25,7 @@ import functools
 import numpy as np
 
 from batchlu.kernels._info import INFO_REFINEMENT
+from batchlu.testing.ratios import unit_scale
 
 from ._ops import INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_NOT_COMPUTED, SPARSE_OPS
 from ._verify_rules import Rule
@@ -94,6 +95,15 @@ class SparseBlock:
         return sp.csr_array((np.concatenate([v, v[off]]), (np.concatenate([r, c[off]]), np.concatenate([c, r[off]]))),
                             shape=(self.n, self.n))
 
+    def scaled(self, i: int):
+        """``(A * 2^-E, E)``: matrix ``i`` brought to a largest entry in [0.5, 1) (exact): the backward
+        error and the signs of the eigenvalues are scale-free, but near 1e308 ``||A||`` would be
+        infinite (a backward error of 0) and near 1e-308 the entries subnormal."""
+        e = int(unit_scale(self.a[i].astype(np.float64), (0,))[1])
+        a = self.matrix(i)
+        a.data = np.ldexp(a.data, -e)
+        return a, e
+
     @functools.cached_property
     def rated(self) -> np.ndarray:
         return self.info == 0
@@ -103,10 +113,10 @@ class SparseBlock:
         """``ldlt-solve``: the recomputed backward error over ``n eps`` (0 where not rated, NaN made Inf)."""
         ratio = np.zeros(len(self.info))
         for i in np.flatnonzero(self.rated):
-            a = self.matrix(i)
-            x = self.out["x"][i].astype(np.float64).reshape(self.n, -1)
-            b = self.b[i].astype(np.float64).reshape(self.n, -1)
+            a, ea = self.scaled(i)
+            x, ex = unit_scale(self.out["x"][i].astype(np.float64).reshape(self.n, -1), (0,))
             with np.errstate(all="ignore"):
+                b = np.ldexp(self.b[i].astype(np.float64).reshape(self.n, -1), -(ea + ex))
                 r = np.abs(b - a @ x).max(axis=0)
                 anorm = np.abs(a).sum(axis=1).max() if a.nnz else 0.0
                 den = anorm * np.abs(x).max(axis=0) + np.abs(b).max(axis=0)
@@ -123,7 +133,7 @@ class SparseBlock:
             return ref
         pick = np.flatnonzero(self.info == 0)[:REFERENCE_MATRICES]
         for i in pick:
-            w = np.linalg.eigvalsh(self.matrix(i).toarray())
+            w = np.linalg.eigvalsh(self.scaled(i)[0].toarray())
             scale = np.abs(w).max() if w.size else 0.0
             if w.size and np.abs(w).min() <= self.n * np.finfo(np.float64).eps * scale:
                 continue   # an eigenvalue too close to zero for its sign to be told

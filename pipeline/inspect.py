@@ -8,9 +8,11 @@ import numpy as np
 import zarr
 
 from . import _ledger
+from . import _verify_record as _record
 from ._ops import INFO_NOT_COMPUTED, info_counts
 from ._output import ATTR
-from ._store import is_zarr_store, parse_ref
+from ._pending_reads import settle_reads
+from ._store import is_zarr_store, parse_ref, unreadable
 from .errors import InputError, InputNotFoundError
 
 __all__ = ["inspect"]
@@ -22,8 +24,13 @@ def _describe(name: str, array: zarr.Array) -> str:
             f"{shards}, zarr v{array.metadata.zarr_format}")
 
 
-def _info_counts(info: zarr.Array, complete: np.ndarray | None, chunk: int) -> str:
-    values = np.asarray(info[...])
+def _info_counts(info: zarr.Array, folder: str, complete: np.ndarray | None, chunk: int) -> str:
+    try:
+        values = np.asarray(info[...])
+    except Exception as exc:  # a damaged chunk: named in one line, as verify names it
+        error = unreadable(info, np.arange(info.shape[0]), folder, exc)
+        settle_reads()   # the other chunks' reads, still in flight, finish before the process may end
+        return f"  info: {' '.join(str(error).split())}"
     if complete is not None:
         values = values[_ledger.matrix_mask(complete, chunk, values.size)]
     values = values[values != INFO_NOT_COMPUTED]
@@ -35,44 +42,68 @@ def _count(value) -> str:
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
 
 
+def _where(ref) -> str:
+    """A recorded ``{"path", "array"}`` as ``PATH[:ARRAY]``; an edited record's other value as it is."""
+    if not isinstance(ref, dict):
+        return repr(ref)
+    return f"{ref.get('path')}{':' + str(ref['array']) if ref.get('array') else ''}"
+
+
+def _names(value) -> list[str]:
+    """A recorded list of names; an edited record's other value as no names."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _ledger_chunk(record: dict, group: zarr.Group, complete: np.ndarray | None, lines: list) -> int | None:
+    """Matrices per chunk for reading the ledger: the recorded plan's chunk where it agrees with the
+    stored ``info`` and the ledger (else None: the counts then cover every matrix). Where the record
+    does not describe the stored arrays (:mod:`batchlu.pipeline._verify_record`), one line says so."""
+    plan = record.get("plan")
+    chunk = plan.get("chunk") if isinstance(plan, dict) else None
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+        lines.append(f"  plan: unreadable ({plan!r}): the info counts below cover every matrix")
+        return None
+    problem = _record.field_problem(record)
+    said = [problem] if problem else _record.output_mismatches(record, group)
+    info = group.get("info")
+    usable = isinstance(info, zarr.Array) and info.ndim == 1 and (info.shards or info.chunks)[0] == chunk \
+        and (complete is None or complete.size == -(-info.shape[0] // chunk))
+    if said:
+        lines.append(f"  RECORD EDITED? {said[0]}" + ("" if usable else ": the info counts below cover every matrix"))
+    return chunk if usable else None
+
+
 def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:
-    inp = record.get("input", {})
-    where = f"{inp.get('path')}{':' + inp['array'] if inp.get('array') else ''}"
     lines = [f"batchlu output {path}",
              f"  status: {record.get('status')}   op {record.get('op')}   {record.get('dtype')}   "
              f"n {record.get('n')}   N {_count(record.get('N'))}",
-             f"  input: {where}"]
+             f"  input: {_where(record.get('input', {}))}"]
     if record.get("rhs"):
-        rhs = record["rhs"]
-        lines.append(f"  rhs: {rhs.get('path')}{':' + rhs['array'] if rhs.get('array') else ''}")
-    lines.append(f"  backend {record.get('backend')} (used: {', '.join(record.get('backends_used') or []) or '-'})"
+        lines.append(f"  rhs: {_where(record['rhs'])}")
+    lines.append(f"  backend {record.get('backend')} (used: {', '.join(_names(record.get('backends_used'))) or '-'})"
                  f"   batchlu {record.get('version')}   started {record.get('started')}   "
                  f"finished {record.get('finished') or '-'}")
     if record.get("error"):
         lines.append(f"  error: {record['error']}")
     complete = _ledger.read(path) if _ledger.exists(group) else None
-    plan = record.get("plan")
-    chunk = plan.get("chunk") if isinstance(plan, dict) else None
-    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
-        lines.append(f"  plan: unreadable ({plan!r}): the info counts below cover every matrix")
-        chunk, readable = 1, False
-    else:
-        readable = True
+    chunk = _ledger_chunk(record, group, complete, lines)
     if complete is not None:
         lines.append(f"  chunks: {int(complete.sum()):,}/{complete.size:,} complete"
-                     + (f" ({chunk:,} matrices per chunk)" if readable else ""))
+                     + (f" ({chunk:,} matrices per chunk)" if chunk else ""))
     else:
         lines.append("  chunks: no completion records yet")
     if record.get("status") != "complete":
         lines.append("  INCOMPLETE: finish it with resume (--resume)")
-    for name in record.get("outputs", []):
-        if name in group:
-            lines.append(_describe(name, group[name]))
+    for name in _names(record.get("outputs")):
+        node = group.get(name)
+        if isinstance(node, zarr.Array):
+            lines.append(_describe(name, node))
         else:
             lines.append(f"  {name}: missing")
-    if "info" in group:
+    info = group.get("info")
+    if isinstance(info, zarr.Array) and info.ndim == 1:
         mask = complete if complete is not None else np.zeros(0, bool)
-        lines.append(_info_counts(group["info"], mask if readable else None, chunk))
+        lines.append(_info_counts(info, os.path.join(path, "info"), mask if chunk else None, chunk or 1))
     return lines
 
 

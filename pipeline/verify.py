@@ -9,7 +9,9 @@ exactly where a finite input's result is not finite, -3 exactly where the input 
 matrix flagged singular is singular) and comes with the agreed outputs (NaN inverse / solution,
 sign 0 and logabsdet -inf, NaN lu and identity pivots, ...). Singular and non-finite matrices are
 counted, not failed. Only chunks recorded complete are checked; an incomplete output is reported as
-such, naming the chunks not computed, and is never ``ok``.
+such, naming the chunks not computed, and is never ``ok``. Before anything is checked, the record's
+fields that say what to check (N, n, the chunk, op, input, rhs) are compared with the stored arrays
+(:mod:`._verify_record`): an edited record is refused, never trusted.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import numpy as np
 import zarr
 
 from . import _ledger, _missing
+from . import _verify_record as _record
 from ._config import options as make_options
 from ._ops import INFO_MISSING_INPUT, OP_TABLE, info_counts
 from ._output import read_provenance
-from ._store import ArrayRef, open_array_info, parse_ref, unreadable
+from ._pending_reads import settle_reads
+from ._store import ArrayRef, check_matrices, open_array_info, parse_ref, unreadable
 from ._sparse import pattern_crc as _pattern_crc
 from ._verify_rules import Block
 from ._verify_rules import rules_for as _dense_rules
@@ -198,30 +202,9 @@ def _read(array: zarr.Array, sel, where: str, error=CorruptInputError) -> np.nda
         return np.asarray(array.oindex[sel])
     except Exception as exc:
         rows = np.arange(array.shape[0])[sel] if isinstance(sel, slice) else np.asarray(sel)
-        raise unreadable(array, rows, where, exc, error) from None
-
-
-def _check_record(record: dict, out_path: str) -> None:
-    """The provenance fields verify reads, present and consistent (an edited record would otherwise
-    end in a KeyError traceback, or in rules reading arrays the op does not write)."""
-    def bad(what: str):
-        return InputError(f"Expected the batchlu provenance of {out_path} as a run writes it. Got a "
-                          f"record {what} instead; was it edited?")
-
-    op = record.get("op")
-    if op not in OP_TABLE:
-        raise bad(f"with op {op!r}, not one of {', '.join(OP_TABLE)}")
-    for key in ("n", "N", "plan", "input", "outputs"):
-        if key not in record:
-            raise bad(f"without {key!r}")
-    if not isinstance(record["plan"], dict) or "chunk" not in record["plan"]:
-        raise bad("without the plan's chunk")
-    wanted = set(OP_TABLE[op].results) | {"info"}
-    if not isinstance(record["outputs"], list) or not wanted <= set(record["outputs"]):
-        raise bad(f"whose outputs {record['outputs']!r} lack {sorted(wanted - set(record['outputs'] or []))} "
-                  f"of op {op}")
-    if OP_TABLE[op].needs_rhs and not (record.get("rhs") or {}).get("path"):
-        raise bad(f"of op {op} without its right-hand side's path")
+        failure = unreadable(array, rows, where, exc, error)
+        settle_reads()
+        raise failure from None
 
 
 def _folder(ref: ArrayRef) -> str:
@@ -240,7 +223,17 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     if record is None:
         raise InputError(f"Expected {out_path} to be a batchlu output group. Got a path without "
                          f"batchlu provenance instead.")
-    _check_record(record, out_path)
+    # every field read below agrees with what is stored, before any of it is used
+    _record.check_fields(record, out_path)
+    group = zarr.open_group(store=out_path, mode="r")
+    missing = _record.absent(record, group)
+    if missing and record.get("status") != "complete":
+        raise OutputError(f"Expected the output {out_path} to hold {', '.join(missing)}. Got none of them "
+                          f"instead: its run did not finish (status {record.get('status')!r}); finish it "
+                          f"with resume (--resume).")
+    said = _record.output_mismatches(record, group)
+    if said:
+        raise _record.edited(out_path, said[0])
     op = record["op"]
     sparse = OP_TABLE[op].sparse
     if sparse:   # the sparse batch's group: its values are the input
@@ -250,22 +243,21 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
         group_ref = parse_ref(input)
         attrs, indptr, indices = read_pattern(group_ref)
         info_a = open_array_info(ArrayRef(group_ref.path, f"{group_ref.array}/values".lstrip("/")), "values")
-        if (record.get("sparse") or {}).get("pattern_crc") != _pattern_crc(indptr, indices):
+        if not isinstance(record.get("sparse"), dict) or \
+                record["sparse"].get("pattern_crc") != _pattern_crc(indptr, indices):
             raise InputError(f"Expected the sparse batch {group_ref} to hold the pattern recorded in "
                              f"{out_path}. Got another pattern instead.")
         pattern_rows, pattern_cols = rows_of(indptr), indices.astype(np.int64)
+        n_stored = indptr.size - 1
     else:
         info_a = open_array_info(parse_ref(input))
-    recorded = record.get("input", {})
-    if info_a.ref.as_dict() != {"path": recorded.get("path"), "array": recorded.get("array")} and \
-            (list(info_a.shape) != recorded.get("shape") or str(info_a.dtype) != recorded.get("dtype")):
-        raise InputError(f"Expected an input of shape {tuple(recorded.get('shape', ()))} and dtype "
-                         f"{recorded.get('dtype')}, as recorded in {out_path}. Got shape "
-                         f"{info_a.shape}, dtype {info_a.dtype} instead.")
-    rhs_ref = None
+        n_stored = check_matrices(info_a)
+    rhs_ref = rhs_info = None
     if OP_TABLE[op].needs_rhs:
-        rec = record.get("rhs") or {}
+        rec = record["rhs"]
         rhs_ref = parse_ref(rhs) if rhs is not None else ArrayRef(rec["path"], rec.get("array", ""))
+        rhs_info = open_array_info(rhs_ref, "right-hand side")
+    _record.check_input(record, out_path, group, info_a, rhs_info, n_stored)
     if sample is not None and (not isinstance(sample, (int, np.integer)) or sample < 1):
         raise InputError(f"Expected sample to be an integer >= 1 or None. Got {sample!r} instead.")
 
@@ -280,7 +272,7 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
                           status=record.get("status", "unknown"), threshold=opts.verify_threshold)
     a_arr = info_a.ref.open()
     b_arr = rhs_ref.open() if rhs_ref is not None else None
-    outs = {name: zarr.open_array(store=out_path, path=name, mode="r") for name in record["outputs"]}
+    outs = {name: group[name] for name in _record.op_outputs(op)}
     n = int(record["n"])
     matrix_bytes = info_a.shape[1] * 8 + n * n * 8 if sparse else n * n * info_a.dtype.itemsize
     per = max(1, opts.verify_block_bytes // max(1, 2 * matrix_bytes))

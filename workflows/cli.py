@@ -225,7 +225,7 @@ def verify(input, output, array, rhs, sample, seed):
 
     if rhs:
         op = (read_provenance(os.path.abspath(output)) or {}).get("op")
-        if op is not None and not OP_TABLE[op].needs_rhs:
+        if isinstance(op, str) and op in OP_TABLE and not OP_TABLE[op].needs_rhs:   # any other: verify names it
             raise click.UsageError(f"--rhs is only used to verify a solve output. Got an output of "
                                    f"--op {op} instead: drop --rhs.")
     result = pipeline.verify(join_array(input, array), output, rhs=rhs, sample=sample, seed=seed)

@@ -294,3 +294,73 @@ def test_slogdet_ratios_hold_at_any_scale(dtype, scale):
     r = slogdet_ratios(a0 * scale, sign, log)
     assert max(r.logabsdet.max(), r.sign.max(), r.modulus.max()) < THRESHOLD
     assert slogdet_ratios(a0 * scale, sign, log + 1e-9).logabsdet.min() > THRESHOLD
+
+
+# ---- the ends of float64's range: right answers pass, wrong ones fail, nothing is NaN ---------------
+
+def _times_pow2(x, k):
+    """``x * 2^k``, exact unless it over- or underflows (complex: part by part)."""
+    return np.ldexp(x.real, k) + 1j * np.ldexp(x.imag, k) if x.dtype.kind == "c" else np.ldexp(x, k)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("scale", [1e-308, 1e308])
+def test_ratios_hold_at_the_ends_of_the_range(dtype, scale):
+    """Matrices times 1e-308 (||A^-1||_1 overflows) or 1e308 (||A||_1 overflows): inverses, LU factors
+    and solutions computed on the matrix brought to unit scale by 2^1023 (so correct to rounding)
+    pass; halved ones fail. Before, an infinite norm made every ratio 0 (or NaN): a halved inverse
+    of a matrix times 1e-308 passed get03, and halved factors or solutions of one times 1e308 passed
+    get01 and get02."""
+    k = 1023 if scale > 1 else -1023                           # a2 = a * 2^-k is of unit scale
+    a = matrices.generate("random", 4, dtype, seed=3, stop=40) * scale
+    b = matrices.rhs(4, 2, dtype, seed=4, stop=40) * (scale if scale > 1 else 1)
+    a2 = _times_pow2(a, -k)
+    kb = k if scale > 1 else 0
+    with np.errstate(all="ignore"):
+        ainv = _times_pow2(np.linalg.inv(a2), -k)
+        lu2, piv = _factor(a2)
+        lu = np.tril(lu2, -1) + _times_pow2(np.triu(lu2), k)
+        x = _times_pow2(np.linalg.solve(a2, _times_pow2(b, -kb)), kb - k)
+        overflowed = {"inv": np.isinf(np.abs(ainv).sum(-2).max(-1)), "a": np.isinf(np.abs(a).sum(-2).max(-1))}
+    assert (overflowed["inv"] if scale < 1 else overflowed["a"]).sum() >= 5  # the case at hand
+    cases = {"get03": (get03, (a, ainv), 1), "get01": (get01, (a, lu, piv), 1), "get02": (get02, (a, x, b), 1)}
+    for name, (ratio, args, wrong_at) in cases.items():
+        result = args[wrong_at]
+        ok = np.isfinite(result).reshape(len(a), -1).all(-1)
+        assert ok.sum() >= 5, name
+        picked = tuple(arg[ok] for arg in args)
+        right = ratio(*picked)
+        halved = ratio(*picked[:wrong_at], picked[wrong_at] / 2, *picked[wrong_at + 1:])
+        assert right.max() < THRESHOLD, (name, right)
+        assert halved.min() > THRESHOLD and not np.isnan(halved).any(), (name, halved)
+
+
+def test_a_non_finite_operand_gives_nan():
+    """NaN or Inf in any operand of a matrix: its ratio is NaN (never a pass), the others unchanged."""
+    a = matrices.generate("random", 3, np.float64, seed=9, stop=2)
+    b = matrices.rhs(3, 2, np.float64, seed=10, stop=2)
+    ainv, (lu, piv), x = np.linalg.inv(a), _factor(a), np.linalg.solve(a, b)
+    for value in (np.nan, np.inf, -np.inf):
+        for ratio, args in ((get03, [a, ainv]), (get01, [a, lu, piv]), (get02, [a, x, b])):
+            for at in range(len(args)):
+                if args[at].dtype.kind != "f":
+                    continue
+                bad = [arg.copy() for arg in args]
+                bad[at][1].reshape(-1)[-1] = value
+                got = ratio(*bad)
+                assert np.isnan(got[1]) and got[0] < THRESHOLD, (ratio.__name__, at, value, got)
+
+
+def test_ratios_of_a_batch_mixing_scales():
+    """Unit-scale matrices and ones times 1e-308 in one batch (scaled together, as the batch needs):
+    every right inverse passes, every halved one fails."""
+    a0 = matrices.generate("random", 4, np.float64, seed=11, stop=40)
+    tiny = a0 * 1e-308
+    with np.errstate(all="ignore"):
+        inv_tiny = np.ldexp(np.linalg.inv(np.ldexp(tiny, 1023)), 1023)
+    keep = np.isfinite(inv_tiny).all(axis=(-2, -1))
+    assert keep.sum() >= 5
+    a = np.concatenate([a0, tiny[keep]])
+    ainv = np.concatenate([np.linalg.inv(a0), inv_tiny[keep]])
+    assert get03(a, ainv).max() < THRESHOLD
+    assert get03(a, ainv / 2).min() > THRESHOLD

@@ -183,3 +183,66 @@ def test_bad_sparse_inputs(client, sparse_store, tmp_path):
         pipeline.run(str(broken), tmp_path / "o3.zarr", op="ldlt-inertia", client=client, progress=False)
     for path in ("o1.zarr", "o2.zarr", "o3.zarr"):
         assert not os.path.exists(tmp_path / path)
+
+
+# ---- verify's sparse rules on their own ------------------------------------------------------------
+@pytest.mark.parametrize("op", pipeline.SPARSE_OPS)
+@pytest.mark.parametrize("code", [-1, -3])
+def test_verify_wants_the_outputs_of_a_nan_code(runs, sparse_store, tmp_path, op, code):
+    """info -1 (matrix 4's values hold a NaN) and -3 (chunk 2 of the values deleted, its outputs
+    made those of a missing input) come with NaN x and berr and -1 counts: one matrix's finite x
+    (ldlt-solve) or counts (ldlt-inertia) under such a code fail verify, by the rule nan-outputs."""
+    from batchlu.pipeline._ops import mark_missing
+
+    source, out = sparse_store, str(shutil.copytree(runs[op], tmp_path / "out.zarr"))
+    row = 4
+    if code == -3:
+        source = str(shutil.copytree(sparse_store, tmp_path / "in.zarr"))
+        os.remove(os.path.join(source, "values", "c", "2", "0"))
+        rows = slice(2 * CHUNK, 3 * CHUNK)
+        group = zarr.open_group(out, mode="r+")
+        chunk = {name: np.asarray(group[name][rows]) for name in group.attrs["batchlu"]["outputs"]}
+        mark_missing(chunk, np.ones(CHUNK, bool))
+        for name, value in chunk.items():
+            group[name][rows] = value
+        row = 2 * CHUNK + 1
+        assert pipeline.verify(source, out).ok   # a well-formed -3 chunk
+    result_name = "x" if op == "ldlt-solve" else "inertia"
+    array = zarr.open_array(out, path=result_name, mode="r+")
+    assert zarr.open_array(out, path="info")[row] == code
+    array[row] = array[0]                         # matrix 0's finite result
+    result = pipeline.verify(source, out)
+    assert not result.ok and result.failures == {"nan-outputs": 1}, result.summary()
+    assert result.first_failures[0][0] == row and f"info {code}:" in result.first_failures[0][1]
+
+
+@pytest.mark.parametrize("scale", [1e-308, 1e308])
+def test_verify_sparse_backward_error_at_any_scale(scale):
+    """Tridiagonal SPD matrices times 1e308 (||A||_inf overflows) or 1e-308 (subnormal entries):
+    solutions computed at unit scale pass, halved ones fail. An infinite ||A|| made the backward
+    error 0 and every halved solution passed."""
+    from batchlu.pipeline._verify_sparse import SparseBlock
+    from batchlu.testing import matrices
+
+    n, count = 6, 8
+    rows = np.concatenate([np.arange(n), np.arange(1, n)])
+    cols = np.concatenate([np.arange(n), np.arange(n - 1)])
+    rng = np.random.default_rng(5)
+    unit = np.concatenate([rng.uniform(1.2, 1.6, (count, n)), rng.uniform(-0.4, 0.4, (count, n - 1))], axis=1)
+    values = unit * scale
+    b = matrices.rhs(n, 2, "float64", seed=6, stop=count) * (scale if scale > 1 else 1)
+    k = 1023 if scale > 1 else -1023     # values * 2^-k are of unit scale
+    x = np.empty_like(b)
+    for i in range(count):
+        dense = np.zeros((n, n))
+        dense[rows, cols] = dense[cols, rows] = np.ldexp(values[i], -k)
+        x[i] = np.ldexp(np.linalg.solve(dense, np.ldexp(b[i], -(k if scale > 1 else 0))), (k if scale > 1 else 0) - k)
+    assert np.isfinite(x).all()
+
+    def berr(x):
+        out = {"x": x, "berr": np.zeros(count), "perturbed": np.zeros(count, np.int32),
+               "info": np.zeros(count, np.int32)}
+        return SparseBlock("ldlt-solve", values, out, b, n, rows, cols).ratios["berr"]
+
+    assert berr(x).max() < 30
+    assert berr(x / 2).min() > 30

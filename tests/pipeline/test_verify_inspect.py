@@ -298,6 +298,45 @@ def test_verify_slogdet_of_scaled_matrices(client, tmp_path, scale):
     _fails(str(tmp_path / "a.zarr"), flipped, "sign", 4)
 
 
+@pytest.mark.parametrize("op,scale", [("inv", 1e-308), ("lu", 1e308), ("solve", 1e-308)])
+def test_verify_judges_results_at_the_ends_of_the_range(client, tmp_path, op, scale):
+    """4 x 4 matrices times 1e-308 (||A^-1||_1 and ||x||_1 overflow) or 1e308 (||A||_1 overflows):
+    the run's results pass, and every info-0 result halved fails. An infinite norm made the ratio 0:
+    verify said OK over 42 halved inverses (dget03 max 0), and over most halved factors and
+    solutions."""
+    from batchlu.testing import matrices
+
+    a = matrices.generate("random", 4, "float64", seed=3, stop=200) * scale
+    zarr.create_array(str(tmp_path / "a.zarr"), data=a, chunks=(50, 4, 4))
+    rhs = None
+    if op == "solve":
+        rhs = str(tmp_path / "b.zarr")
+        zarr.create_array(rhs, data=matrices.rhs(4, 2, "float64", seed=4, stop=200), chunks=(50, 4, 2))
+    out = str(tmp_path / "out.zarr")
+    pipeline.run(str(tmp_path / "a.zarr"), out, op=op, rhs=rhs, client=client, progress=False)
+    info = np.asarray(zarr.open_array(store=out, path="info")[...])
+    rule = {"inv": "dget03", "lu": "dget01", "solve": "dget02"}[op]
+    right = pipeline.verify(str(tmp_path / "a.zarr"), out)
+    assert right.ok and right.ratios == (info == 0).sum() >= 40, right.summary()
+    halved = _tamper_all(out, tmp_path / "halved.zarr", RESULT[op],
+                         lambda x: np.where((info == 0).reshape((-1,) + (1,) * (x.ndim - 1)), x / 2, x))
+    result = pipeline.verify(str(tmp_path / "a.zarr"), halved)
+    assert not result.ok and result.failures == {rule: right.ratios}, result.summary()
+
+
+def test_singular_claim_judged_at_any_scale():
+    """A regular matrix times 1e308 reported singular (info 1, NaN inverse): its sigma_max was
+    infinite, the ratio sigma_min / sigma_max 0, and the false claim passed."""
+    from batchlu.pipeline._verify_rules import Block, rules_for
+    from batchlu.testing import matrices
+
+    a = matrices.generate("random", 6, "float64", seed=3, stop=4) * 1e308
+    info = np.array([1, 0, 1, 0], np.int32)
+    blk = Block("inv", a, {"inv": np.full_like(a, np.nan), "info": info})
+    (claim,) = [rule for rule in rules_for("inv") if rule.name == "singular-claim"]
+    assert (claim.check(blk)[info == 1] > 30).all()
+
+
 @pytest.fixture(scope="module")
 def empty_outputs(client, tmp_path_factory):
     """Every op on 5 matrices of size 0 x 0 (det 1, empty inverses and solutions)."""
@@ -456,3 +495,90 @@ def test_an_edited_provenance_is_one_error_for_verify_and_readable_for_inspect(o
         pipeline.verify(stores["a"], out)
     text = pipeline.inspect(out)
     assert text.startswith("batchlu output") and "info: ok" in text
+
+
+def _edit_record(out: str, field: str, value) -> None:
+    """Set the provenance's ``field`` (``key`` or ``key.sub``) of output ``out`` to ``value``."""
+    group = zarr.open_group(out, mode="r+")
+    record = dict(group.attrs["batchlu"])
+    key, _, sub = field.partition(".")
+    record[key] = {**record[key], sub: value} if sub else value
+    group.attrs["batchlu"] = record
+
+
+@pytest.mark.parametrize("op,field,value,says", [
+    ("inv", "N", 30, "N = 30 recorded, but the output array inv holds 53 matrices"),
+    ("inv", "N", 0, "N = 0 recorded, but the output array inv holds 53 matrices"),
+    ("inv", "N", -5, "N = -5 recorded, not a whole number"),
+    ("inv", "N", 10**7, "N = 10000000 recorded, but the output array inv holds 53 matrices"),
+    ("inv", "N", "53", "N = '53' recorded, not a whole number"),
+    ("inv", "n", 5, "n = 5 recorded, but the output array inv has shape \\(53, 6, 6\\)"),
+    # 9 makes as many chunks of 53 as 10 does: the ledger's length alone would not tell
+    ("inv", "plan.chunk", 9, "plan.chunk = 9 recorded, but the output array inv is stored in chunks of 10 "),
+    ("inv", "input", "A.ZARR", "input = '.*' recorded, not a mapping"),
+    ("inv", "input.shape", [53, 6, 7], "Expected an input of shape \\(53, 6, 7\\) .* as recorded .*input.shape"),
+    ("inv", "input.dtype", "float32", "Expected an input of shape \\(53, 6, 6\\) and dtype float32, as recorded"),
+    ("inv", "dtype", "float32", "dtype = 'float32' recorded, but the input .* is float64"),
+    ("inv", "outputs", ["inv", "info", "lu"], "outputs = \\['inv', 'info', 'lu'\\] recorded, but op inv writes"),
+    ("lu", "op", "slogdet", "outputs \\['lu', 'piv', 'info'\\] lack \\['logabsdet', 'sign'\\] of op slogdet"),
+    ("solve", "rhs", "B.ZARR", "rhs = 'B.ZARR' recorded, not a mapping"),
+    ("solve", "rhs.shape", [53, 7], "Expected a right-hand side of shape \\(53, 7\\) .* as recorded"),
+])
+def test_verify_checks_the_record_against_the_stored_arrays(outputs, stores, tmp_path, invoke, op, field,
+                                                           value, says):
+    """Each provenance field verify reads (N, n, plan.chunk, op, outputs, dtype, input, rhs) edited to
+    a value the stored arrays contradict, over an output whose matrices 30: were zeroed: verify
+    refuses it in one line naming the field, the value recorded and the one stored. N = 30 or 0 gave
+    "OK - all 30 of 30 matrices" (-5: "all 0 of -5"), N = 10**7 a reshape error and input given as
+    a string a traceback."""
+    out = _copy(outputs[op], tmp_path / "o.zarr")
+    result = zarr.open_array(out, path=RESULT[op], mode="r+")
+    result[30:] = np.zeros(result[30:].shape, result.dtype)
+    _edit_record(out, field, value)
+    with pytest.raises(errors.InputError, match=says):
+        pipeline.verify(stores["a"], out)
+    cli = invoke("verify", stores["a"], out)
+    lines = [line for line in cli.stderr.splitlines() if line.strip()]
+    assert cli.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), cli.output
+    assert "OK" not in cli.stdout and "Traceback" not in cli.output
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("input", "A.ZARR", "input = 'A.ZARR' recorded, not a mapping"),
+    ("plan.chunk", 9, "plan.chunk = 9 recorded, but the output array inv is stored in chunks of 10 "),
+    ("N", 30, "N = 30 recorded, but the output array inv holds 53 matrices"),
+    ("outputs", 3, "outputs 3 lack"),
+])
+def test_inspect_names_a_record_that_disagrees_with_the_stored_arrays(outputs, tmp_path, invoke, field, value,
+                                                                     says):
+    """inspect describes an output whose record was edited (input given as a string: a traceback; a
+    plausible but wrong plan.chunk: info counts from a misread ledger, or an IndexError) with one
+    line naming the field, and counts info over the stored matrices."""
+    out = _copy(outputs["inv"], tmp_path / "o.zarr")
+    zarr.open_array(out, path="_complete", mode="r+")[5] = False   # the last chunk (50:53) not computed
+    _edit_record(out, field, value)
+    cli = invoke("inspect", out)
+    assert cli.exit_code == 0 and "Traceback" not in cli.output, cli.output
+    edited = [line for line in cli.stdout.splitlines() if "RECORD EDITED?" in line]
+    assert len(edited) == 1 and says in edited[0], cli.stdout
+    info = np.asarray(zarr.open_array(store=out, path="info")[...])
+    if field == "plan.chunk":   # the ledger cannot be read by a wrong chunk: every matrix is counted
+        assert "of 53 computed" in cli.stdout and "every matrix" in edited[0]
+    else:
+        assert f"ok {int((info[:50] == 0).sum())} " in cli.stdout and "of 50 computed" in cli.stdout
+
+
+def test_verify_of_a_run_killed_while_it_created_its_arrays(outputs, stores, tmp_path):
+    """A run killed before it made all its arrays (status running, no inv, no ledger): one line that
+    says to resume it, not that the record was edited; with status complete, the record is named."""
+    import shutil
+
+    out = _copy(outputs["inv"], tmp_path / "o.zarr")
+    shutil.rmtree(f"{out}/inv")
+    shutil.rmtree(f"{out}/_complete")
+    _edit_record(out, "status", "running")
+    with pytest.raises(errors.OutputError, match="to hold inv, _complete. .*status 'running'.*--resume"):
+        pipeline.verify(stores["a"], out)
+    _edit_record(out, "status", "complete")
+    with pytest.raises(errors.InputError, match="op = 'inv' recorded, but the output holds no array 'inv'"):
+        pipeline.verify(stores["a"], out)

@@ -65,10 +65,16 @@ def test_generate_writes_the_seeded_matrices_and_rhs(stores):
 
 
 def test_inspect_prints_shape_dtype_and_chunks(invoke, stores):
-    result = invoke("inspect", stores[0])
-    assert result.exit_code == 0, result.output
-    assert "float64" in result.output
-    assert str(COUNT) in result.output and str(CHUNK) in result.output
+    """inspect's line for each generated array: the shape, dtype and chunks generate was asked for,
+    and its provenance (the old checks, "float64", "45" and "20" anywhere in the output, passed on
+    a date or a path)."""
+    for store, tail, what in ((stores[0], (SIZE, SIZE), "'seed': 7"), (stores[1], (SIZE, 2), "'what': 'rhs'")):
+        result = invoke("inspect", store)
+        assert result.exit_code == 0 and result.stderr == "", result.output
+        lines = result.stdout.splitlines()
+        assert lines[:2] == [f"Zarr array {store}",
+                             f"  /: shape {(COUNT,) + tail} float64, chunks {(CHUNK,) + tail}, zarr v3"], lines
+        assert len(lines) == 3 and lines[2].startswith("  generated: {") and what in lines[2], lines
 
 
 def test_generate_replaces_a_store_only_with_overwrite(invoke, tmp_path):
@@ -93,30 +99,64 @@ def test_generate_other_dtypes(invoke, tmp_path, dtype):
 
 
 # ------------------------------------------------------------------------------------------ run/verify
+def _ratios(op, a, b, group) -> np.ndarray:
+    """The op's LAPACK test ratios of the stored outputs, recomputed here (per matrix, max over kinds)."""
+    from batchlu.testing import ratios
+
+    out = {name: group[name][...] for name in OUTPUTS[op]}
+    if op == "lu":
+        return ratios.get01(a, out["lu"], out["piv"])
+    if op == "inv":
+        return ratios.get03(a, out["inv"])
+    if op == "solve":
+        return ratios.get02(a, out["x"], b)
+    return np.maximum.reduce(ratios.slogdet_ratios(a, out["sign"], out["logabsdet"]))
+
+
 @pytest.mark.parametrize("op", list(OUTPUTS))
 def test_run_every_op_then_verify(invoke, stores, scheduler_address, tmp_path, op):
+    """Each op's output: the arrays of the op with their shapes and dtypes, info 0 for the random
+    matrices, results whose LAPACK test ratios (recomputed here) are below 30; verify says OK over
+    all 45 matrices with as many ratios, on a sample of 10 too (for solve from the right-hand sides
+    recorded in the output), and fails once one matrix's result is wrong (the old checks, "30" and
+    "10" anywhere in the output, held for any report of any run)."""
     out = tmp_path / f"{op}.zarr"
     result = invoke(*run_args(stores, out, op, scheduler_address))
     assert result.exit_code == 0, result.output
     assert str(out) in result.output  # the report names the output
 
     group = zarr.open_group(out, mode="r")
+    assert sorted(name for name, _ in group.arrays() if not name.startswith("_")) == sorted(OUTPUTS[op])
     for name, (shape, dtype) in OUTPUTS[op].items():
         assert group[name].shape == shape, name
         assert group[name].dtype == np.dtype(dtype or "float64"), name
     np.testing.assert_array_equal(group["info"][...], 0)  # random matrices are all regular
+    a, b = zarr.open_array(stores[0], mode="r")[...], zarr.open_array(stores[1], mode="r")[...]
+    assert _ratios(op, a, b, group).max() < THRESHOLD
 
     if op == "slogdet":  # the sign of a well-conditioned random matrix is not in doubt
-        a = zarr.open_array(stores[0], mode="r")[...]
         np.testing.assert_array_equal(group["sign"][...], np.linalg.slogdet(a)[0])
     args = ["verify", stores[0], out] + (["--rhs", stores[1]] if op == "solve" else [])
     verified = invoke(*args)
     assert verified.exit_code == 0, verified.output
-    assert str(int(THRESHOLD)) in verified.output
+    lines = verified.stdout.splitlines()
+    assert lines[0] == f"verify {op}: OK - all {COUNT} of {COUNT} matrices in {out}", lines
+    assert f", 0 over {int(THRESHOLD)} (of {COUNT} ratios)" in lines[1], lines
     # a random sample, and (for solve) the right-hand sides recorded in the output
     sampled = invoke("verify", stores[0], out, "--sample", 10, "--seed", 3)
     assert sampled.exit_code == 0, sampled.output
-    assert "10" in sampled.output
+    lines = sampled.stdout.splitlines()
+    assert lines[0] == f"verify {op}: OK - a random sample of 10 of {COUNT} matrices in {out}", lines
+    assert f", 0 over {int(THRESHOLD)} (of 10 ratios)" in lines[1], lines
+    # and verify tells a wrong result: matrix 7's main result off by 1 in one entry
+    name = next(iter(OUTPUTS[op]))
+    wrong = zarr.open_group(out, mode="r+")[name]
+    value = np.array(wrong[7])
+    value.reshape(-1)[-1] += 1
+    wrong[7] = value
+    failed = invoke(*args)
+    assert failed.exit_code == 1 and "verify " + op + ": FAILED" in failed.stdout, failed.output
+    assert "matrix 7: " in failed.stdout and "1 matrix with a test ratio over 30" in failed.stderr
 
 
 def test_verify_exits_1_when_an_output_is_tampered_with(invoke, stores, scheduler_address, tmp_path):

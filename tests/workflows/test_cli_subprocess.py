@@ -39,3 +39,36 @@ def test_console_script_reports_errors_in_one_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.startswith("Error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert "absent.zarr" in proc.stderr
+
+
+def test_a_truncated_chunk_is_one_line_for_verify_and_inspect(invoke, scheduler_address, tmp_path):
+    """An output of 100 chunks whose first inv chunk is truncated: verify's stderr is the one error
+    line. When zarr's read of the block failed, the reads of the other chunks were still pending in
+    its event loop; the process ended with them, and Python printed "Task was destroyed but it is
+    pending!" (and "cannot schedule new futures after interpreter shutdown") for each: 300-500 more
+    lines. inspect of a truncated info chunk: one line naming it (it was a traceback), nothing on
+    stderr."""
+    a, out = tmp_path / "a.zarr", tmp_path / "inv.zarr"
+    assert invoke("generate", a, "-N", 1000, "-n", 8, "--chunk", 10, "--seed", 4).exit_code == 0
+    run = invoke("run", a, out, "--op", "inv", "--scheduler", scheduler_address, "--config", "chunk=10")
+    assert run.exit_code == 0, run.output
+    chunks = sorted((out / "inv" / "c").iterdir(), key=lambda p: int(p.name))
+    assert len(chunks) == 100
+    victim = chunks[0] / "0" / "0"
+    victim.write_bytes(victim.read_bytes()[:7])
+
+    def batchlu(*args):
+        return subprocess.run([sys.executable, "-m", "batchlu", *map(str, args)], env=_env(),
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    proc = batchlu("verify", a, out)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("Error: ") and proc.stderr.count("\n") == 1, proc.stderr[:2000]
+    assert f"unreadable chunk file {victim} " in proc.stderr
+    info = out / "info" / "c" / "0"
+    info.write_bytes(info.read_bytes()[:3])
+    proc = batchlu("inspect", out)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[:2000]
+    lines = [line for line in proc.stdout.splitlines() if "unreadable" in line]
+    assert len(lines) == 1 and lines[0].startswith("  info: Expected readable chunks"), proc.stdout
+    assert f"unreadable chunk file {info} (matrices 0:10)" in lines[0]

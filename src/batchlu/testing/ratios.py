@@ -8,8 +8,16 @@ input, so a float32 answer is judged at float32's epsilon even when checked agai
 Norms are matrix 1-norms (largest column sum of moduli), as LAPACK's ``xLANGE('1', ...)``. Zero norms
 are handled as LAPACK does: a zero ``a`` gives 0 when the residual is zero and ``1/eps`` otherwise
 (``get01``); a zero ``a`` or ``x`` column gives ``1/eps`` (``get02``); a zero ``a`` or ``ainv`` gives
-``1/eps`` (``get03``). NaN or Inf anywhere in a matrix gives a NaN or Inf ratio for that matrix:
-callers that expect non-finite inputs must set those matrices aside (their ``info`` is -1).
+``1/eps`` (``get03``). NaN or Inf anywhere in a matrix (or a result so far off that its residual
+overflows) gives a NaN ratio for that matrix, never a pass (``NaN < 30`` is False): callers that
+expect non-finite inputs must set those matrices aside (their ``info`` is -1).
+
+Scale: each ratio is unchanged when its operands are multiplied by powers of two. Where a norm of
+the batch is not 0 or within ``2^+-256`` (:data:`SAFE_EXPONENT`), each matrix (``a``, ``ainv``,
+``U``, each column of ``x``) is first brought to a largest entry in [0.5, 1) by a power of two
+(:func:`unit_scale`, exact), and ``b`` by the product of those of ``a`` and ``x``. Near the ends of
+float64's range a norm would otherwise overflow (``||A^-1||_1 = inf`` for ``A`` scaled by 1e-308
+made every ``get03`` ratio 0, a wrong inverse included) or sink into subnormals.
 
 All functions accept arrays of shape ``(..., n, n)`` (and ``(..., n)`` or ``(..., n, k)`` for right-hand
 sides) and return float64 of shape ``(...)``.
@@ -25,7 +33,7 @@ import numpy as np
 from batchlu.errors import InputError, InputTypeError
 
 
-__all__ = ["THRESHOLD", "SlogdetRatios", "get01", "get02", "get03", "slogdet_ratios"]
+__all__ = ["THRESHOLD", "SlogdetRatios", "get01", "get02", "get03", "slogdet_ratios", "unit_scale"]
 
 THRESHOLD = 30.0
 
@@ -50,6 +58,51 @@ def _norm1(x: np.ndarray) -> np.ndarray:
     if x.shape[-1] == 0 or x.shape[-2] == 0:
         return np.zeros(x.shape[:-2])
     return np.abs(x).sum(axis=-2).max(axis=-1)
+
+
+def _exponent(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """Per matrix (``axes`` reduced): the ``E`` with the largest real or imaginary part's modulus in
+    ``[2^(E-1), 2^E)``; 0 where ``x`` is all zero, empty or not finite (left as it is)."""
+    parts = np.abs(x) if x.dtype.kind != "c" else np.maximum(np.abs(x.real), np.abs(x.imag))
+    amax = parts.max(axis=axes, initial=0.0)
+    usable = np.isfinite(amax) & (amax > 0)
+    return np.where(usable, np.frexp(np.where(usable, amax, 1.0))[1], 0)
+
+
+def _ldexp(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``x * 2^e`` (``e`` broadcast against ``x``), exact unless it over- or underflows; complex
+    ``x`` part by part."""
+    if x.dtype.kind != "c":
+        return np.ldexp(x, e)
+    out = np.empty(np.broadcast_shapes(x.shape, np.shape(e)), x.dtype)
+    out.real, out.imag = np.ldexp(x.real, e), np.ldexp(x.imag, e)
+    return out
+
+
+def _axes(x: np.ndarray, axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(a % x.ndim for a in axes)
+
+
+def unit_scale(x, axes: tuple[int, ...] = (-2, -1)) -> tuple[np.ndarray, np.ndarray]:
+    """``(x * 2^-E, E)``: each matrix of ``x`` (float64 or complex128; ``axes`` its matrix axes) times
+    the power of two that brings its largest real or imaginary part to [0.5, 1), and ``E`` per
+    matrix. Exact (a power of two moves only the exponent) unless entries far below the largest sink
+    into subnormals, which moves them by less than ``2^-1074`` of the largest. Zero, empty and
+    non-finite matrices keep ``E = 0``."""
+    x = np.asarray(x)
+    e = _exponent(x, axes)
+    return _ldexp(x, np.expand_dims(-e, _axes(x, axes))), e
+
+
+# Norms between 2^-SAFE_EXPONENT and 2^SAFE_EXPONENT (or 0): the ratio's products and sums stay far
+# inside float64's range unscaled, so :func:`unit_scale`'s copies are made only where some is not.
+SAFE_EXPONENT = 256
+
+
+def _safe(norm: np.ndarray) -> bool:
+    """Every norm is 0 or within 2^+-SAFE_EXPONENT (False for NaN and inf)."""
+    tiny, huge = 2.0 ** -SAFE_EXPONENT, 2.0 ** SAFE_EXPONENT
+    return bool(((norm == 0) | ((norm >= tiny) & (norm <= huge))).all())
 
 
 def _square(a: np.ndarray, what: str) -> int:
@@ -85,7 +138,8 @@ def get01(a, lu, piv) -> np.ndarray:
     """``||L U - P A||_1 / (n ||A||_1 eps)`` per matrix (LAPACK ``xGET01``).
 
     ``lu`` and ``piv`` are as returned by :func:`scipy.linalg.lu_factor` (``piv`` 0-based). A zero
-    ``A`` gives 0 if ``L U`` is exactly zero too, else ``1/eps``.
+    ``A`` gives 0 if ``L U`` is exactly zero too, else ``1/eps``. ``A`` and ``U`` are scaled by the
+    power of two of ``A`` (``L`` is scale-free).
     """
     a, lu, piv = np.asarray(a), np.asarray(lu), np.asarray(piv)
     n = _square(a, "a")
@@ -96,16 +150,18 @@ def get01(a, lu, piv) -> np.ndarray:
     if n == 0:
         return np.zeros(a.shape[:-2])
     a64, lu64 = _wide(a), _wide(lu)
-    lower = np.tril(lu64, -1) + np.eye(n, dtype=lu64.dtype)
-    upper = np.triu(lu64)
     perm = _permutation(piv, n)
-    pa = np.take_along_axis(a64, perm[..., :, None], axis=-2)
-    resid = _norm1(lower @ upper - pa)
-    anorm = _norm1(a64)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(all="ignore"):
+        anorm, upper = _norm1(a64), np.triu(lu64)
+        if not _safe(anorm):   # near the ends of float64's range (or not finite): scaled
+            a64, e = unit_scale(a64)
+            anorm, upper = _norm1(a64), _ldexp(upper, -e[..., None, None])
+        pa = np.take_along_axis(a64, perm[..., :, None], axis=-2)
+        lower = np.tril(lu64, -1) + np.eye(n, dtype=lu64.dtype)
+        resid = _norm1(lower @ upper - pa)
         ratio = resid / n / anorm / eps
-    zero = anorm == 0
-    return np.where(zero, np.where(resid == 0, 0.0, 1.0 / eps), ratio)
+    ratio = np.where(anorm == 0, np.where(resid == 0, 0.0, 1.0 / eps), ratio)
+    return np.where(np.isfinite(anorm) & np.isfinite(resid), ratio, np.nan)
 
 
 def get02(a, x, b) -> np.ndarray:
@@ -114,7 +170,8 @@ def get02(a, x, b) -> np.ndarray:
     the other way round), not the least precise of the three.
 
     ``x`` and ``b`` are (..., n) for one right-hand side or (..., n, k) for k of them. A zero ``A`` or a
-    zero column of ``x`` gives ``1/eps``; no right-hand side (k = 0) or n = 0 gives 0.
+    zero column of ``x`` gives ``1/eps``; no right-hand side (k = 0) or n = 0 gives 0. ``A`` and each
+    column ``x_j`` are scaled by their powers of two, ``b_j`` by the product of the two.
     """
     a, x, b = np.asarray(a), np.asarray(x), np.asarray(b)
     n = _square(a, "a")
@@ -130,12 +187,17 @@ def get02(a, x, b) -> np.ndarray:
     if n == 0 or x.shape[-1] == 0:
         return np.zeros(a.shape[:-2])
     a64, x64, b64 = _wide(a), _wide(x), _wide(b)
-    anorm = _norm1(a64)[..., None]
-    rnorm = np.abs(b64 - a64 @ x64).sum(axis=-2)  # (..., k)
-    xnorm = np.abs(x64).sum(axis=-2)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(all="ignore"):
+        anorm, xnorm = _norm1(a64)[..., None], np.abs(x64).sum(axis=-2)   # (..., 1), (..., k)
+        if not (_safe(anorm) and _safe(xnorm)):   # near the ends of float64's range (or not finite)
+            a64, ea = unit_scale(a64)
+            x64, ex = unit_scale(x64, (-2,))   # (..., k): one power of two per column
+            b64 = _ldexp(b64, -(ea[..., None] + ex)[..., None, :])   # b far off A x: inf or 0, failing
+            anorm, xnorm = _norm1(a64)[..., None], np.abs(x64).sum(axis=-2)
+        rnorm = np.abs(b64 - a64 @ x64).sum(axis=-2)  # (..., k)
         col = rnorm / anorm / xnorm / eps
     col = np.where((xnorm == 0) | (anorm == 0), 1.0 / eps, col)
+    col = np.where(np.isfinite(anorm) & np.isfinite(xnorm) & np.isfinite(rnorm), col, np.nan)
     # A NaN column must not be hidden by max: np.max propagates NaN.
     return col.max(axis=-1)
 
@@ -143,7 +205,8 @@ def get02(a, x, b) -> np.ndarray:
 def get03(a, ainv) -> np.ndarray:
     """``||I - AINV A||_1 / (n ||A||_1 ||AINV||_1 eps)`` per matrix (LAPACK ``xGET03``).
 
-    A zero ``A`` or ``AINV`` gives ``1/eps``; n = 0 gives 0.
+    A zero ``A`` or ``AINV`` gives ``1/eps``; n = 0 gives 0. ``A`` and ``AINV`` are scaled by their
+    own powers of two, ``2^-Ea`` and ``2^-Ei``; ``I`` then by ``2^-(Ea+Ei)``.
     """
     a, ainv = np.asarray(a), np.asarray(ainv)
     n = _square(a, "a")
@@ -152,11 +215,17 @@ def get03(a, ainv) -> np.ndarray:
     if n == 0:
         return np.zeros(a.shape[:-2])
     a64, ainv64 = _wide(a), _wide(ainv)
-    anorm, inorm = _norm1(a64), _norm1(ainv64)
-    resid = _norm1(np.eye(n, dtype=a64.dtype) - ainv64 @ a64)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(all="ignore"):
+        anorm, inorm, eye = _norm1(a64), _norm1(ainv64), np.eye(n)
+        if not (_safe(anorm) and _safe(inorm)):   # near the ends of float64's range (or not finite)
+            (a64, ea), (ainv64, ei) = unit_scale(a64), unit_scale(ainv64)
+            anorm, inorm = _norm1(a64), _norm1(ainv64)
+            # I * 2^-(Ea+Ei): 0 or inf only where ||A|| ||AINV|| is out of float64's range (failing)
+            eye = np.where(np.eye(n, dtype=bool), np.ldexp(1.0, -(ea + ei))[..., None, None], 0.0)
+        resid = _norm1(eye - ainv64 @ a64)
         ratio = resid * ((1.0 / anorm) / inorm) / eps / n
-    return np.where((anorm == 0) | (inorm == 0), 1.0 / eps, ratio)
+    ratio = np.where((anorm == 0) | (inorm == 0), 1.0 / eps, ratio)
+    return np.where(np.isfinite(anorm) & np.isfinite(inorm) & np.isfinite(resid), ratio, np.nan)
 
 
 class SlogdetRatios(NamedTuple):
@@ -217,10 +286,7 @@ def slogdet_ratios(a, sign, logabsdet) -> SlogdetRatios:
             # Each matrix brought to a largest entry in [0.5, 1) by a power of two 2^-E (exact), the
             # log of its determinant then shifted back by n E log 2: near 1e-308 U's diagonal would
             # be subnormal (its digits lost) and the inverse for kappa (scale-free) infinite.
-            amax = np.abs(a64).max(axis=(-2, -1)) if n else np.zeros(count)
-            _, big = np.frexp(np.where(np.isfinite(amax) & (amax > 0), amax, 1.0))
-            e = -big[:, None, None]
-            a_s = np.ldexp(a64.real, e) + 1j * np.ldexp(a64.imag, e) if a64.dtype.kind == "c" else np.ldexp(a64, e)
+            a_s, big = unit_scale(a64)
             lu, piv = scipy.linalg.lu_factor(a_s, check_finite=False)
             u = np.diagonal(lu, axis1=-2, axis2=-1)
             mag = np.abs(u)
