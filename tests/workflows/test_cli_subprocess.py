@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -39,3 +40,22 @@ def test_console_script_reports_errors_in_one_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.startswith("Error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert "absent.zarr" in proc.stderr
+
+
+def test_a_busy_dashboard_port_says_nothing(tmp_path):
+    """Two runs at once: the second one's dashboard port is taken. distributed moves the dashboard
+    to a free port, and its 4-line UserWarning about it is not shown."""
+    a = tmp_path / "a.zarr"
+    assert subprocess.run([sys.executable, "-m", "batchlu", "generate", str(a), "-N", "8", "-n", "3"], env=_env(),
+                          capture_output=True, timeout=120).returncode == 0
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "batchlu", "run", str(a), str(tmp_path / "o.zarr"), "--op", "inv",
+                               "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1",
+                               "--config", f"cluster.dashboard-address=127.0.0.1:{port}"],
+                              env=_env(), capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr == "", proc.stderr
+    assert "complete, 8 matrices" in proc.stdout
