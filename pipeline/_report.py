@@ -50,7 +50,7 @@ class Report:
     backends: tuple[str, ...] = ()   # as resolved on the workers
     per_worker: dict[str, int] = dataclasses.field(default_factory=dict)  # matrices per worker
     status: str = "complete"
-    dashboard: str | None = None
+    dashboard: str | None = None   # a cluster that outlives the run (a scheduler or client given); not the embedded one
     codecs: dict[str, str] = dataclasses.field(default_factory=dict)  # GPU runs: array -> where its codec ran, why
 
     @property

@@ -212,11 +212,15 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
     from . import _warmup
 
     t0 = time.perf_counter()
-    if all(value is None for value in connect.values()):
+    embedded = all(value is None for value in connect.values())
+    if embedded:
         # the embedded cluster is built for one backend, decided here once: it is the tasks' too
         opts = opts.replace(backend=_cluster.embedded_backend(opts))
     with _cluster.connect(opts, **connect) as client, _cluster.performance_report(opts.performance_report):
-        report.dashboard = _cluster.dashboard_link(client)
+        dashboard = _cluster.dashboard_link(client)
+        # the report keeps the link of a cluster that outlives the run only: the embedded one stops
+        # when the run returns (the progress line shows its link while it runs)
+        report.dashboard = None if embedded else dashboard
         started = time.perf_counter()
         report.cluster_start = started - t0
         # cpu asks nothing; else one probe of the workers: the tasks get cpu or gpu (gpu fails here,
@@ -248,7 +252,7 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
         total = sum(job.plan.chunk_range(c0, c1)[1] - job.plan.chunk_range(c0, c1)[0]
                     for c0, c1 in tasks)
         bar = _live.progress(futures, total, enabled=show, label=f"batchlu {job.op}",
-                             dashboard=report.dashboard)  # widget in Jupyter, text bar in a terminal
+                             dashboard=dashboard)  # widget in Jupyter, text bar in a terminal
         backends = set(report.backends)
         try:
             for future in as_completed(futures):
