@@ -228,7 +228,7 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
         job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, opts.backend))
         job = _warmup.choose_codecs(client, job)  # GPU runs: where each array's chunks are decoded/encoded
         report.codecs = {name: f"{c.device} ({c.reason})" for name, c in (job.codecs or {}).items()}
-        _warmup.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
+        _warmup.prepare_workers(client, job, opts)  # kernels compiled; GPU: device, allocator, pinned
         submitted = time.perf_counter()
         report.warmup = submitted - started
         if any(c.device == "gpu" for c in (job.codecs or {}).values()):

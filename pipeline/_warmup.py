@@ -1,6 +1,7 @@
 """Before the tasks: decide the backend the tasks run (:func:`resolve_backend`, one probe of the
-workers) and set up the GPU workers for the coming run (device, allocator, kernel warm-up, pinned
-buffers and I/O processes) through :class:`batchlu.pipeline.plugins.GPUSetup`.
+workers) and set up the workers for the coming run: GPU workers (device, allocator, kernel warm-up,
+pinned buffers and I/O processes) through :class:`batchlu.pipeline.plugins.GPUSetup`, CPU workers
+(kernel warm-up: numba's compilation) through :class:`batchlu.pipeline.plugins.HostSetup`.
 
 Kept apart from the cluster (:mod:`batchlu.pipeline._cluster`), which knows nothing of the work
 that will run on it: this module reads the run's :class:`batchlu.pipeline._tasks.Job`.
@@ -13,7 +14,7 @@ import zarr
 from . import _backends
 from ._batches import input_bytes, sub_batches
 from ._config import Options
-from .plugins import GPUSetup, WarmUp
+from .plugins import GPUSetup, HostSetup, WarmUp
 
 __all__ = ["choose_codecs", "prepare_workers", "resolve_backend", "warmup_for"]
 
@@ -58,14 +59,16 @@ def choose_codecs(client, job):
 
 
 def prepare_workers(client, job, options: Options) -> None:
-    """Before the tasks: set up every GPU worker for ``job`` (device, allocator, kernel warm-up,
-    pinned buffers) through the :class:`batchlu.pipeline.plugins.GPUSetup` worker plugin.
+    """Before the tasks: set up every worker for ``job``: on the GPU (device, allocator, kernel
+    warm-up, pinned buffers) through the :class:`batchlu.pipeline.plugins.GPUSetup` worker plugin, on
+    the CPU (the kernels compiled) through :class:`batchlu.pipeline.plugins.HostSetup`.
 
-    Runs only when the tasks run on the GPU (``job.backend``, from :func:`resolve_backend`).
+    ``job.backend`` is the one :func:`resolve_backend` gave; ``auto`` (workers that disagree) sets up none.
     """
-    if job.backend != "gpu":
-        return
-    client.register_plugin(GPUSetup(options, warmup=warmup_for(job)))
+    if job.backend == "gpu":
+        client.register_plugin(GPUSetup(options, warmup=warmup_for(job)))
+    elif job.backend == "cpu":
+        client.register_plugin(HostSetup(warmup_for(job)))
 
 
 def warmup_for(job):
