@@ -275,11 +275,19 @@ def demo(count, size, keep):
             click.echo(f"Stores kept in {root}")
 
 
+class Terminated(SystemExit):
+    """Raised in the main thread by SIGTERM: it unwinds the command as Ctrl-C does (a run records
+    its failure, ``Terminated: SIGTERM``, and gives its output's lock back), then exits 128 + 15."""
+
+    def __str__(self) -> str:
+        return "SIGTERM"
+
+
 def _exit_on_sigterm() -> None:
-    """SIGTERM (``kill``, a SLURM time limit) ends the command as Ctrl-C does: a run records its
-    failure and gives its output's lock back (only SIGKILL leaves a stale lock)."""
+    """SIGTERM (``kill``, a SLURM time limit) ends the command as Ctrl-C does (only SIGKILL leaves
+    a stale lock)."""
     def handler(signum, frame):
-        raise SystemExit(128 + signum)
+        raise Terminated(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
 
@@ -287,7 +295,11 @@ def _exit_on_sigterm() -> None:
 def main(argv=None) -> None:
     """Console entry point ``batchlu``."""
     _exit_on_sigterm()
-    cli.main(args=argv, prog_name="batchlu")
+    try:
+        cli.main(args=argv, prog_name="batchlu")
+    except Terminated as exc:   # one line, as click's "Aborted!" after Ctrl-C
+        click.echo("Aborted! (SIGTERM)", err=True)
+        sys.exit(exc.code)
 
 
 if __name__ == "__main__":
