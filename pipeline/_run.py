@@ -4,6 +4,7 @@ output chunks, and report."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -17,8 +18,8 @@ from ._config import options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
 from ._plan import budget_warning, bytes_per_matrix, make_plan, merge_tasks
 from ._report import Report
-from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
-                     parse_ref)
+from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, naming_full_device,
+                     open_array_info, parse_ref)
 from ._tasks import Job, process_range
 from .errors import BatchluWarning, InputError, ResumeError
 
@@ -34,6 +35,18 @@ def _count_info(path: str) -> InfoCounts:
     return info_counts(info[info != INFO_NOT_COMPUTED])
 
 
+def _naming_a_full_device(func):
+    """A full device while the run writes (a chunk, the ledger, the record): one error that names the
+    output, where the failed write names no file; the output is left for resume."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        output = args[1] if len(args) > 1 else kwargs.get("output", "")
+        with naming_full_device(output, "finish the run with resume (--resume)"):
+            return func(*args, **kwargs)
+    return wrapper
+
+
+@_naming_a_full_device
 @_lock.releases_locks
 def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend=None,
         client=None, scheduler=None, scheduler_file=None, progress=True, config=None) -> Report:

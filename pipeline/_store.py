@@ -6,7 +6,9 @@ fast with a clear :mod:`batchlu.pipeline.errors` error and nothing is written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import os
 import pathlib
 import tempfile
@@ -170,6 +172,24 @@ def check_output_path(output: str | os.PathLike, inputs: list[ArrayRef]) -> str:
         raise OutputError(f"Expected the output location {target} to be writable. "
                           f"Got {err.strerror or err} instead.") from None
     return str(path)
+
+
+FULL_DEVICE = (errno.ENOSPC, errno.EDQUOT)   # "No space left on device", "Disk quota exceeded"
+
+
+@contextlib.contextmanager
+def naming_full_device(path, then: str):
+    """Inside the block, an :class:`OSError` that says the device is full (a write cut short, which
+    names no file) becomes an :class:`OutputError` naming ``path``, the store being written, and what
+    to do ``then`` once there is room."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in FULL_DEVICE:
+            raise
+        where = pathlib.Path(os.fspath(path)).expanduser().resolve()
+        raise OutputError(f"Expected room on the device to write {where}. Got \"{exc.strerror or exc}\" "
+                          f"instead: free some space, then {then}.") from exc
 
 
 def is_zarr_store(path: str) -> bool:

@@ -207,6 +207,51 @@ def test_a_missing_chunk_ends_in_one_line_however_the_cluster_closes(tmp_path):
         assert "matrices 0:5" in _one_error_line(proc.stderr)
 
 
+# ---------------------------------------------------------------------------------------- full device
+def _full_device_under(monkeypatch, root):
+    """Every chunk zarr writes under ``root`` fails as on a full disk (its metadata is still written):
+    ``write()`` raises ENOSPC, an OSError that names no file."""
+    import errno
+    import os as _os
+
+    from zarr.storage import _local
+
+    real = _local._put
+
+    def put(path, value, exclusive=False):
+        if str(path).startswith(str(root)) and path.name != "zarr.json":
+            raise OSError(errno.ENOSPC, _os.strerror(errno.ENOSPC))
+        return real(path, value, exclusive=exclusive)
+
+    monkeypatch.setattr(_local, "_put", put)
+
+
+def test_a_full_device_during_a_run_names_the_output(invoke, source, tmp_path, monkeypatch):
+    out = tmp_path / "o.zarr"
+    run = ("run", source, out, "--op", "inv", "--backend", "cpu", "--workers", 1, "--threads-per-worker", 1,
+           "--config", "cluster.processes=false", "--config", "cluster.dashboard-address=127.0.0.1:0")
+    with monkeypatch.context() as patched:   # the in-process workers write through this process's zarr
+        _full_device_under(patched, out)
+        assert_user_error(invoke(*run), str(out), "No space left on device", "--resume")
+    assert not (tmp_path / "o.zarr.lock").exists()
+    resumed = invoke(*run, "--resume")
+    assert resumed.exit_code == 0 and "complete" in resumed.stdout, resumed.output
+    checked = invoke("verify", source, out)
+    assert checked.exit_code == 0 and "OK" in checked.stdout, checked.output
+
+
+def test_a_full_device_during_generate_names_the_store(invoke, tmp_path, monkeypatch):
+    out = tmp_path / "a.zarr"
+    with monkeypatch.context() as patched:
+        _full_device_under(patched, out)
+        assert_user_error(invoke("generate", out, "-N", 8, "-n", 3, "--chunk", 4), str(out),
+                          "No space left on device", "--overwrite")
+    again = invoke("generate", out, "-N", 8, "-n", 3, "--chunk", 4, "--overwrite")
+    assert again.exit_code == 0, again.output
+    np.testing.assert_array_equal(zarr.open_array(out, mode="r")[...], matrices.generate("random", 3, "float64",
+                                                                                          seed=0, stop=8))
+
+
 # ------------------------------------------------------------------------------------------ overwrite
 def test_overwrite_of_a_store_batchlu_did_not_write_needs_force(invoke, source, tmp_path, scheduler_address):
     out = tmp_path / "mine.zarr"
