@@ -14,6 +14,7 @@ import zarr
 from . import _backends
 from ._batches import input_bytes, sub_batches
 from ._config import Options
+from ._store import native_dtype
 from .plugins import GPUSetup, HostSetup, WarmUp
 
 __all__ = ["choose_codecs", "prepare_workers", "resolve_backend", "warmup_for"]
@@ -85,9 +86,12 @@ def warmup_for(job):
     batch = max((plan.chunk_range(b0, b1)[1] - plan.chunk_range(b0, b1)[0] for b0, b1 in first),
                 default=1)
     sparse = job.symbolic is not None   # a sparse op reads values (N, nnz) of an n x n pattern
-    return WarmUp(op=job.op, dtype=str(source.dtype), n=int(job.symbolic.n if sparse else source.shape[1]),
-                  outputs=tuple(outputs), batch=max(1, batch),
-                  rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]), str(rhs.dtype)),
+    # the dtypes as the tasks read them: native byte order (pipeline._store.native_dtype)
+    return WarmUp(op=job.op, dtype=str(native_dtype(source.dtype)),
+                  n=int(job.symbolic.n if sparse else source.shape[1]), outputs=tuple(outputs),
+                  batch=max(1, batch),
+                  rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]),
+                                                str(native_dtype(rhs.dtype))),
                   settings=job.settings, tail=tuple(int(d) for d in source.shape[1:]) if sparse else None,
                   symbolic=job.symbolic, staging=_staging(job, source, rhs))
 
