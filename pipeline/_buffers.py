@@ -19,6 +19,7 @@ import threading
 import numpy as np
 
 from . import _io_pool
+from ._store import native_dtype
 
 logger = logging.getLogger("batchlu.path")
 
@@ -186,9 +187,9 @@ def _unregister(address: int, nbytes: int) -> None:
 
 def layout_for(op: str, source, rhs, outputs: dict) -> Layout:
     n = source.shape[1:]
-    return Layout(
-        a=(tuple(n), np.dtype(source.dtype)),
-        b=None if rhs is None else (tuple(rhs.shape[1:]), np.dtype(rhs.dtype)),
+    return Layout(   # the inputs are read in native byte order (a Zarr v2 ">f8" too)
+        a=(tuple(n), native_dtype(source.dtype)),
+        b=None if rhs is None else (tuple(rhs.shape[1:]), native_dtype(rhs.dtype)),
         outs=tuple((name, tuple(arr.shape[1:]), np.dtype(arr.dtype)) for name, arr in outputs.items()),
     )
 

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Iterator
 
 from . import _gpu_cluster, _guard
@@ -139,7 +140,11 @@ def _embedded(options: Options, security) -> Iterator:
     restore = _logs.redirect(log)
     try:
         try:
-            cluster = _embedded_cluster(options, security)
+            with warnings.catch_warnings():
+                # a dashboard port in use (another run's): distributed takes a free port and says so
+                # in a 4-line UserWarning; the progress line shows the link it got
+                warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
+                cluster = _embedded_cluster(options, security)
         except BatchluError:
             raise
         except Exception as exc:

@@ -43,6 +43,7 @@ from . import _ops
 from ._batches import BatchIO, PathStats, _read_into, fence, input_bytes, pool_read, pool_write
 from ._buffers import Layout, shared
 from ._io_pool import locate
+from ._store import native_dtype
 
 __all__ = ["DeviceIO", "run_device_batches"]
 
@@ -88,9 +89,9 @@ def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay:
         _run(engine, op, dio, lane, groups, stats, delay, None)
         return
 
-    def buffer(name):   # an input the device decodes alone needs no host buffer
+    def buffer(name):   # an input the device decodes alone needs no host buffer; read in native order
         array = _array(io, name)
-        return (tuple(array.shape[1:]) if name in slotted else (0,), np.dtype(array.dtype))
+        return (tuple(array.shape[1:]) if name in slotted else (0,), native_dtype(array.dtype))
 
     layout = Layout(a=buffer("a"), b=None if "b" not in slotted else buffer("b"),
                     outs=tuple((name, tuple(io.outputs[name].shape[1:]), np.dtype(io.outputs[name].dtype))

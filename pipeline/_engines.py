@@ -23,7 +23,7 @@ import numpy as np
 from . import _io_pool, _ops
 from ._buffers import Layout, Slot, SlotPool, host_allocate, pinned_allocate
 
-__all__ = ["CudaEngine", "HostEngine", "current_engine", "host_engine", "install_engine", "warm_up"]
+__all__ = ["CudaEngine", "HostEngine", "compile_op", "current_engine", "host_engine", "install_engine", "warm_up"]
 
 
 class HostEngine:
@@ -210,6 +210,22 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
 
     ``spec`` is a :class:`batchlu.pipeline.plugins.WarmUp`.
     """
+    layout = compile_op(engine, spec)
+    engine.pool.reserve(layout, int(spec.batch), max(1, int(reserve)))
+    if getattr(spec, "staging", 0):   # the GPU codec path: each of its lanes stages 4 buffers
+        from . import _gpu_codecs
+
+        _gpu_codecs.reserve(4 * min(max(1, int(reserve)), _gpu_codecs.LANES), _gpu_codecs.staging_bytes(int(spec.staging)))
+    processes, threads = _io_pool.io_settings(spec.settings.io_processes, spec.settings.io_threads,
+                                              engine.name, max(1, int(reserve)))
+    if processes and _io_pool.supported():
+        _io_pool.get_pool(processes, threads)
+
+
+def compile_op(engine, spec) -> Layout:
+    """Run ``spec.op`` once on ``engine`` over a few random matrices of the run's dtype and shapes,
+    so that its kernels compile (numba, NVRTC) or load from their disk caches here and not in the
+    first task; returns the run's slot :class:`Layout`. ``spec``: a :class:`batchlu.pipeline.plugins.WarmUp`."""
     n = int(spec.n)
     op = spec.op if spec.symbolic is None else _ops.get_op(spec.op).bind(spec.symbolic, spec.settings)
     layout = Layout(a=(tuple(spec.tail) if spec.tail is not None else (n, n), np.dtype(spec.dtype)),
@@ -227,15 +243,7 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
     slot = Slot(random(*layout.a), None if layout.b is None else random(*layout.b),
                 {name: np.empty((m,) + tail, dtype) for name, tail, dtype in layout.outs})
     engine.run(op, slot)
-    engine.pool.reserve(layout, int(spec.batch), max(1, int(reserve)))
-    if getattr(spec, "staging", 0):   # the GPU codec path: each of its lanes stages 4 buffers
-        from . import _gpu_codecs
-
-        _gpu_codecs.reserve(4 * min(max(1, int(reserve)), _gpu_codecs.LANES), _gpu_codecs.staging_bytes(int(spec.staging)))
-    processes, threads = _io_pool.io_settings(spec.settings.io_processes, spec.settings.io_threads,
-                                              engine.name, max(1, int(reserve)))
-    if processes and _io_pool.supported():
-        _io_pool.get_pool(processes, threads)
+    return layout
 
 
 _HOST_ENGINE = None

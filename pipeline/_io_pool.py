@@ -186,7 +186,9 @@ def open_array(store: str, path: str, mode: str, write_empty: bool = False, engi
 
 
 def read_into(array, start: int, stop: int, out: np.ndarray) -> None:
-    """``out[...] = array[start:stop]``, decoded by zarr straight into ``out`` where zarr allows it."""
+    """``out[...] = array[start:stop]``, decoded by zarr straight into ``out`` where zarr allows it.
+    ``out`` is in native byte order (the slots' layout): zarr swaps a Zarr v2 ``>f8`` array's bytes
+    on the way, as it does for a v3 array stored big-endian."""
     try:
         from zarr.core.buffer import default_buffer_prototype
         buffer = default_buffer_prototype().nd_buffer.from_numpy_array(out)

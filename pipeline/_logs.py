@@ -102,6 +102,16 @@ class WorkerLog(WorkerPlugin):
         self._restore = redirect(self.path)
 
     def teardown(self, worker):
-        if self._restore is not None:
+        # A closing worker tears its plugins down first, then stops its heartbeat, its task threads
+        # and its connections: what it logs meanwhile (a heartbeat to a scheduler already gone, with
+        # its tracebacks) still belongs to the run's log file. Only a plugin taken off a worker that
+        # keeps running gives the terminal back.
+        if self._restore is not None and _running(worker):
             self._restore()
             self._restore = None
+
+
+def _running(worker) -> bool:
+    from distributed.core import Status
+
+    return getattr(worker, "status", None) in (Status.running, Status.paused)

@@ -4,9 +4,9 @@ The time of a run, in three parts that add up to less than its whole (:attr:`Rep
 the checks before the tasks, the output's creation or the resume checks, and closing the cluster):
 
 * ``cluster_start``: connecting to the cluster, or starting the embedded one;
-* ``warmup``: asking the workers which backend they run and setting up the GPU workers for the run
-  (device, allocator, kernel compilation or CuPy's on-disk kernel cache, pinned buffers, I/O
-  processes; :mod:`batchlu.pipeline._warmup`);
+* ``warmup``: asking the workers which backend they run and setting them up for the run: the op's
+  kernels compiled or loaded from their disk caches (numba's on the CPU, CuPy's on the GPU), and on
+  the GPU the device, allocator, pinned buffers and I/O processes (:mod:`batchlu.pipeline._warmup`);
 * ``elapsed``: the compute, from handing the tasks to the cluster to the last result. The rates
   (matrices/s, GB/s) are over this part only, so that a short job's rate is not its start-up's.
 
@@ -50,7 +50,7 @@ class Report:
     backends: tuple[str, ...] = ()   # as resolved on the workers
     per_worker: dict[str, int] = dataclasses.field(default_factory=dict)  # matrices per worker
     status: str = "complete"
-    dashboard: str | None = None
+    dashboard: str | None = None   # a cluster that outlives the run (a scheduler or client given); not the embedded one
     codecs: dict[str, str] = dataclasses.field(default_factory=dict)  # GPU runs: array -> where its codec ran, why
 
     @property

@@ -4,6 +4,7 @@ output chunks, and report."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -17,8 +18,8 @@ from ._config import options as make_options, task_delay
 from ._ops import INFO_NOT_COMPUTED, InfoCounts, get_op, info_counts, output_specs
 from ._plan import budget_warning, bytes_per_matrix, make_plan, merge_tasks
 from ._report import Report
-from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, open_array_info,
-                     parse_ref)
+from ._store import (check_matrices, check_output_path, check_replaceable, check_rhs, naming_full_device,
+                     open_array_info, parse_ref)
 from ._tasks import Job, process_range
 from .errors import BatchluWarning, FencedError, InputChangedError, InputError, ResumeError
 
@@ -34,6 +35,18 @@ def _count_info(path: str) -> InfoCounts:
     return info_counts(info[info != INFO_NOT_COMPUTED])
 
 
+def _naming_a_full_device(func):
+    """A full device while the run writes (a chunk, the ledger, the record): one error that names the
+    output, where the failed write names no file; the output is left for resume."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        output = args[1] if len(args) > 1 else kwargs.get("output", "")
+        with naming_full_device(output, "finish the run with resume (--resume)"):
+            return func(*args, **kwargs)
+    return wrapper
+
+
+@_naming_a_full_device
 @_lock.releases_locks
 def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend=None,
         client=None, scheduler=None, scheduler_file=None, progress=True, config=None) -> Report:
@@ -225,11 +238,15 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
     from . import _warmup
 
     t0 = time.perf_counter()
-    if all(value is None for value in connect.values()):
+    embedded = all(value is None for value in connect.values())
+    if embedded:
         # the embedded cluster is built for one backend, decided here once: it is the tasks' too
         opts = opts.replace(backend=_cluster.embedded_backend(opts))
     with _cluster.connect(opts, **connect) as client, _cluster.performance_report(opts.performance_report):
-        report.dashboard = _cluster.dashboard_link(client)
+        dashboard = _cluster.dashboard_link(client)
+        # the report keeps the link of a cluster that outlives the run only: the embedded one stops
+        # when the run returns (the progress line shows its link while it runs)
+        report.dashboard = None if embedded else dashboard
         started = time.perf_counter()
         report.cluster_start = started - t0
         # cpu asks nothing; else one probe of the workers: the tasks get cpu or gpu (gpu fails here,
@@ -237,7 +254,7 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
         job = dataclasses.replace(job, backend=_warmup.resolve_backend(client, opts.backend))
         job = _warmup.choose_codecs(client, job)  # GPU runs: where each array's chunks are decoded/encoded
         report.codecs = {name: f"{c.device} ({c.reason})" for name, c in (job.codecs or {}).items()}
-        _warmup.prepare_workers(client, job, opts)  # GPU workers: device, allocator, warm-up, pinned
+        _warmup.prepare_workers(client, job, opts)  # kernels compiled; GPU: device, allocator, pinned
         submitted = time.perf_counter()
         report.warmup = submitted - started
         if any(c.device == "gpu" for c in (job.codecs or {}).values()):
@@ -261,7 +278,7 @@ def _submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> Non
         total = sum(job.plan.chunk_range(c0, c1)[1] - job.plan.chunk_range(c0, c1)[0]
                     for c0, c1 in tasks)
         bar = _live.progress(futures, total, enabled=show, label=f"batchlu {job.op}",
-                             dashboard=report.dashboard)  # widget in Jupyter, text bar in a terminal
+                             dashboard=dashboard)  # widget in Jupyter, text bar in a terminal
         backends = set(report.backends)
         try:
             for future in as_completed(futures):

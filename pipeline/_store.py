@@ -6,7 +6,9 @@ fast with a clear :mod:`batchlu.pipeline.errors` error and nothing is written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import os
 import pathlib
 import tempfile
@@ -59,6 +61,13 @@ class ArrayInfo:
                 "chunks": list(self.chunks), "zarr_format": self.zarr_format}
 
 
+def native_dtype(dtype) -> np.dtype:
+    """``dtype`` in this machine's byte order: what every read of an input gives. A Zarr v2 array of
+    ``>f8`` says so in its dtype (v3 keeps the byte order in its ``bytes`` codec and reads native)."""
+    dtype = np.dtype(dtype)
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
 def parse_ref(spec: str | os.PathLike, array: str | None = None) -> ArrayRef:
     """Split ``PATH:ARRAY`` (or take ``array`` separately) into an absolute :class:`ArrayRef`.
 
@@ -109,7 +118,7 @@ def open_array_info(ref: ArrayRef, what: str = "input") -> ArrayInfo:
                 else " It holds no arrays.")
         raise InputError(f"Expected the {what} {ref} to be an array. Got a group instead.{hint}")
     stored = node.shards or node.chunks
-    return ArrayInfo(ref=ref, shape=tuple(node.shape), dtype=np.dtype(node.dtype),
+    return ArrayInfo(ref=ref, shape=tuple(node.shape), dtype=native_dtype(node.dtype),
                      chunks=tuple(node.chunks), read_unit=int(stored[0]) if stored else 1,
                      zarr_format=int(node.metadata.zarr_format))
 
@@ -172,6 +181,24 @@ def check_output_path(output: str | os.PathLike, inputs: list[ArrayRef]) -> str:
     return str(path)
 
 
+FULL_DEVICE = (errno.ENOSPC, errno.EDQUOT)   # "No space left on device", "Disk quota exceeded"
+
+
+@contextlib.contextmanager
+def naming_full_device(path, then: str):
+    """Inside the block, an :class:`OSError` that says the device is full (a write cut short, which
+    names no file) becomes an :class:`OutputError` naming ``path``, the store being written, and what
+    to do ``then`` once there is room."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in FULL_DEVICE:
+            raise
+        where = pathlib.Path(os.fspath(path)).expanduser().resolve()
+        raise OutputError(f"Expected room on the device to write {where}. Got \"{exc.strerror or exc}\" "
+                          f"instead: free some space, then {then}.") from exc
+
+
 def is_zarr_store(path: str) -> bool:
     return os.path.isdir(path) and _is_store(path)
 
@@ -186,9 +213,10 @@ def stored_key(array: zarr.Array, index: int) -> str:
 
 
 def read_range(ref: ArrayRef, array: zarr.Array, start: int, stop: int) -> np.ndarray:
-    """``array[start:stop]``, or a :class:`CorruptInputError` naming the chunk file that fails."""
+    """``array[start:stop]`` in native byte order, or a :class:`CorruptInputError` naming the chunk
+    file that fails."""
     try:
-        return np.asarray(array[start:stop])
+        return np.asarray(array[start:stop]).astype(native_dtype(array.dtype), copy=False)
     except Exception as exc:
         raise unreadable(array, np.arange(start, stop), os.path.join(ref.path, ref.array), exc,
                          CorruptInputError) from None

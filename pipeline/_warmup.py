@@ -1,6 +1,7 @@
 """Before the tasks: decide the backend the tasks run (:func:`resolve_backend`, one probe of the
-workers) and set up the GPU workers for the coming run (device, allocator, kernel warm-up, pinned
-buffers and I/O processes) through :class:`batchlu.pipeline.plugins.GPUSetup`.
+workers) and set up the workers for the coming run: GPU workers (device, allocator, kernel warm-up,
+pinned buffers and I/O processes) through :class:`batchlu.pipeline.plugins.GPUSetup`, CPU workers
+(kernel warm-up: numba's compilation) through :class:`batchlu.pipeline.plugins.HostSetup`.
 
 Kept apart from the cluster (:mod:`batchlu.pipeline._cluster`), which knows nothing of the work
 that will run on it: this module reads the run's :class:`batchlu.pipeline._tasks.Job`.
@@ -13,7 +14,8 @@ import zarr
 from . import _backends
 from ._batches import input_bytes, sub_batches
 from ._config import Options
-from .plugins import GPUSetup, WarmUp
+from ._store import native_dtype
+from .plugins import GPUSetup, HostSetup, WarmUp
 
 __all__ = ["choose_codecs", "prepare_workers", "resolve_backend", "warmup_for"]
 
@@ -58,14 +60,16 @@ def choose_codecs(client, job):
 
 
 def prepare_workers(client, job, options: Options) -> None:
-    """Before the tasks: set up every GPU worker for ``job`` (device, allocator, kernel warm-up,
-    pinned buffers) through the :class:`batchlu.pipeline.plugins.GPUSetup` worker plugin.
+    """Before the tasks: set up every worker for ``job``: on the GPU (device, allocator, kernel
+    warm-up, pinned buffers) through the :class:`batchlu.pipeline.plugins.GPUSetup` worker plugin, on
+    the CPU (the kernels compiled) through :class:`batchlu.pipeline.plugins.HostSetup`.
 
-    Runs only when the tasks run on the GPU (``job.backend``, from :func:`resolve_backend`).
+    ``job.backend`` is the one :func:`resolve_backend` gave; ``auto`` (workers that disagree) sets up none.
     """
-    if job.backend != "gpu":
-        return
-    client.register_plugin(GPUSetup(options, warmup=warmup_for(job)))
+    if job.backend == "gpu":
+        client.register_plugin(GPUSetup(options, warmup=warmup_for(job)))
+    elif job.backend == "cpu":
+        client.register_plugin(HostSetup(warmup_for(job)))
 
 
 def warmup_for(job):
@@ -82,9 +86,12 @@ def warmup_for(job):
     batch = max((plan.chunk_range(b0, b1)[1] - plan.chunk_range(b0, b1)[0] for b0, b1 in first),
                 default=1)
     sparse = job.symbolic is not None   # a sparse op reads values (N, nnz) of an n x n pattern
-    return WarmUp(op=job.op, dtype=str(source.dtype), n=int(job.symbolic.n if sparse else source.shape[1]),
-                  outputs=tuple(outputs), batch=max(1, batch),
-                  rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]), str(rhs.dtype)),
+    # the dtypes as the tasks read them: native byte order (pipeline._store.native_dtype)
+    return WarmUp(op=job.op, dtype=str(native_dtype(source.dtype)),
+                  n=int(job.symbolic.n if sparse else source.shape[1]), outputs=tuple(outputs),
+                  batch=max(1, batch),
+                  rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]),
+                                                str(native_dtype(rhs.dtype))),
                   settings=job.settings, tail=tuple(int(d) for d in source.shape[1:]) if sparse else None,
                   symbolic=job.symbolic, staging=_staging(job, source, rhs))
 

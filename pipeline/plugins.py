@@ -1,4 +1,5 @@
-"""Worker plugins: the per-process GPU setup, done inside each worker and never in the client.
+"""Worker plugins: the per-process setup for a run (GPU: device, allocator, kernels; CPU: kernels),
+done inside each worker and never in the client.
 
 Each ``__init__`` only stores settings (plugins are pickled to the workers); ``setup(worker)`` does
 the imports and the CUDA work there. Register them with ``client.register_plugin(...)``; a plugin of
@@ -18,7 +19,7 @@ from ._config import Options
 from ._logs import WorkerLog
 from .errors import GPUUnavailableError
 
-__all__ = ["GPUSetup", "WarmUp", "WorkerLog"]
+__all__ = ["GPUSetup", "HostSetup", "WarmUp", "WorkerLog"]
 
 logger = logging.getLogger("batchlu.plugins")
 
@@ -108,6 +109,30 @@ class GPUSetup(WorkerPlugin):
         # The engine (its streams and pinned slots) lives as long as the worker process: the next
         # run's GPUSetup finds it and reuses the buffers instead of pinning new ones.
         self.engine = None
+
+
+class HostSetup(WorkerPlugin):
+    """A CPU worker before a run's tasks: runs the ``warmup`` op once on a few random matrices, so
+    that numba compiles the kernels the tasks call (or loads them from its disk cache) here, and the
+    compilation counts as warm-up, not as a task's compute."""
+
+    name = "batchlu-cpu"
+    idempotent = False
+
+    def __init__(self, warmup: WarmUp):
+        self.warmup = warmup
+        self.setup_seconds = None
+
+    def setup(self, worker):
+        import time
+
+        from . import _engines
+
+        started = time.perf_counter()
+        _engines.compile_op(_engines.host_engine(), self.warmup)
+        self.setup_seconds = time.perf_counter() - started
+        logger.info("batchlu: cpu kernels of %s ready on worker %s in %.2f s", self.warmup.op, worker.address,
+                    self.setup_seconds)
 
 
 def _use_rmm_pool(device: int, size: int) -> None:

@@ -35,6 +35,7 @@ from ._run_options import join_array, pipeline_kwargs, run_options, stderr_is_te
 DTYPES = tuple(d.name for d in SUPPORTED_DTYPES)
 KINDS = DENSE_KINDS + SPARSE_KINDS
 DEMO_OP = "inv"
+_AGAIN = "generate it again with --overwrite"   # after a full device (a store marked incomplete)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -122,7 +123,7 @@ def generate(out, count, size, nodes, dim, dtype, chunk, kind, seed, rhs_out, rh
     """Write N random n x n matrices to OUT.zarr (a Zarr v3 array of shape (N, n, n)), or for a sparse
     kind a sparse batch (a Zarr group: indptr, indices, values (N, nnz), rhs)."""
     from batchlu import pipeline
-    from batchlu.pipeline._store import check_replaceable
+    from batchlu.pipeline._store import check_replaceable, naming_full_device
 
     if force and not overwrite:
         raise click.UsageError("--force only goes with --overwrite: add --overwrite, or drop --force.")
@@ -136,9 +137,10 @@ def generate(out, count, size, nodes, dim, dtype, chunk, kind, seed, rhs_out, rh
         if os.path.exists(target) and not overwrite:
             raise click.ClickException(f"Expected {out} not to exist. Got an existing path instead; "
                                        f"pass --overwrite to replace it.")
-        where = pipeline.generate(out, count=count, size=size, nodes=nodes, dim=int(dim), dtype=dtype,
-                                  chunk=chunk, kind=kind, seed=seed, rhs_columns=rhs_columns,
-                                  overwrite=overwrite, force=force, layout=layout)
+        with naming_full_device(out, _AGAIN):
+            where = pipeline.generate(out, count=count, size=size, nodes=nodes, dim=int(dim), dtype=dtype,
+                                      chunk=chunk, kind=kind, seed=seed, rhs_columns=rhs_columns,
+                                      overwrite=overwrite, force=force, layout=layout)
         import zarr
 
         group = zarr.open_group(where, mode="r")
@@ -162,13 +164,15 @@ def generate(out, count, size, nodes, dim, dtype, chunk, kind, seed, rhs_out, rh
                                        f"pass --overwrite to replace it.")
         check_replaceable(target, writer="generate", force=force)
 
-    where = pipeline.generate(out, count=count, size=size, dtype=dtype, chunk=chunk, kind=kind, seed=seed,
-                              overwrite=overwrite, force=force, layout=layout)
+    with naming_full_device(out, _AGAIN):
+        where = pipeline.generate(out, count=count, size=size, dtype=dtype, chunk=chunk, kind=kind, seed=seed,
+                                  overwrite=overwrite, force=force, layout=layout)
     click.echo(f"Wrote {count} {kind} {dtype} matrices of size {size}x{size} to {where}")
     if rhs_out:
-        where = pipeline.generate_rhs(rhs_out, count=count, size=size, k=rhs_columns, dtype=dtype,
-                                      chunk=chunk, seed=seed, overwrite=overwrite, force=force,
-                                      layout=layout)
+        with naming_full_device(rhs_out, _AGAIN):
+            where = pipeline.generate_rhs(rhs_out, count=count, size=size, k=rhs_columns, dtype=dtype,
+                                          chunk=chunk, seed=seed, overwrite=overwrite, force=force,
+                                          layout=layout)
         shape = (count, size) if rhs_columns == 1 else (count, size, rhs_columns)
         click.echo(f"Wrote right-hand sides of shape {shape} to {where}")
 
@@ -275,11 +279,19 @@ def demo(count, size, keep):
             click.echo(f"Stores kept in {root}")
 
 
+class Terminated(SystemExit):
+    """Raised in the main thread by SIGTERM: it unwinds the command as Ctrl-C does (a run records
+    its failure, ``Terminated: SIGTERM``, and gives its output's lock back), then exits 128 + 15."""
+
+    def __str__(self) -> str:
+        return "SIGTERM"
+
+
 def _exit_on_sigterm() -> None:
-    """SIGTERM (``kill``, a SLURM time limit) ends the command as Ctrl-C does: a run records its
-    failure and gives its output's lock back (only SIGKILL leaves a stale lock)."""
+    """SIGTERM (``kill``, a SLURM time limit) ends the command as Ctrl-C does (only SIGKILL leaves
+    a stale lock)."""
     def handler(signum, frame):
-        raise SystemExit(128 + signum)
+        raise Terminated(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
 
@@ -287,7 +299,11 @@ def _exit_on_sigterm() -> None:
 def main(argv=None) -> None:
     """Console entry point ``batchlu``."""
     _exit_on_sigterm()
-    cli.main(args=argv, prog_name="batchlu")
+    try:
+        cli.main(args=argv, prog_name="batchlu")
+    except Terminated as exc:   # one line, as click's "Aborted!" after Ctrl-C
+        click.echo("Aborted! (SIGTERM)", err=True)
+        sys.exit(exc.code)
 
 
 if __name__ == "__main__":

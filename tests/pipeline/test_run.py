@@ -235,11 +235,12 @@ def test_embedded_cluster_with_processes(stores, tmp_path):
     t = time.perf_counter()
     report = pipeline.run(stores["a"], tmp_path / "o.zarr", op="lu", progress=False, config=config)
     check_times(report, time.perf_counter() - t)
-    # starting 2 worker processes takes far more than connecting to them once they run
-    assert report.cluster_start > 0.1 and report.cluster_start > report.warmup
+    # starting 2 worker processes takes time of its own; the warm-up then loads the kernels on them
+    # (numba's compilation, or its disk cache), which may take longer still
+    assert report.cluster_start > 0.1 and report.warmup > 0
     a = np.asarray(zarr.open_array(stores["a"], mode="r")[...])
     check_output(str(tmp_path / "o.zarr"), "lu", a, chunk=9)
-    assert report.dashboard and "127.0.0.1" in report.dashboard
+    assert report.dashboard is None   # the embedded cluster stopped with the run: no link to it
     assert all(w.startswith("tcp://127.0.0.1:") for w in report.per_worker)
     assert sum(report.per_worker.values()) == 53
 
@@ -252,6 +253,7 @@ def test_scheduler_address_and_file(client, stores, tmp_path):
     second = pipeline.run(stores["a"], tmp_path / "o2.zarr", op="inv",
                           scheduler_file=str(tmp_path / "sched.json"), progress=False)
     assert first.status == second.status == "complete"
+    assert first.dashboard == second.dashboard == client.dashboard_link  # a cluster that goes on running
     assert np.array_equal(outputs_of(str(tmp_path / "o1.zarr"))["inv"],
                           outputs_of(str(tmp_path / "o2.zarr"))["inv"], equal_nan=True)
     assert client.status == "running"  # a client passed in, or shared, is never closed

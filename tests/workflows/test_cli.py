@@ -7,6 +7,7 @@ import pytest
 import zarr
 
 from batchlu.testing import matrices
+from batchlu.testing import ratios
 from batchlu.testing.ratios import THRESHOLD
 
 COUNT, SIZE, CHUNK = 45, 6, 20  # chunks of 20, 20 and 5: the chunk size does not divide N
@@ -157,6 +158,42 @@ def test_run_every_op_then_verify(invoke, stores, scheduler_address, tmp_path, o
     failed = invoke(*args)
     assert failed.exit_code == 1 and "verify " + op + ": FAILED" in failed.stdout, failed.output
     assert "matrix 7: " in failed.stdout and "1 matrix with a test ratio over 30" in failed.stderr
+
+
+def _v2_array(path, values, byteorder: str) -> None:
+    """``values`` as a Zarr v2 array whose dtype carries ``byteorder`` (">": ">f8", ">c8", ...)."""
+    dtype = values.dtype.newbyteorder(byteorder)
+    zarr.create_array(path, shape=values.shape, chunks=(CHUNK,) + values.shape[1:], dtype=dtype,
+                      zarr_format=2)[...] = values.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype, io_processes", [("float64", 0), ("complex64", 1)],
+                         ids=["float64-in-the-worker", "complex64-in-an-io-process"])
+def test_a_zarr_v2_big_endian_input_is_read_in_native_order(invoke, scheduler_address, tmp_path, dtype,
+                                                            io_processes):
+    """Zarr v2 keeps the byte order in the dtype (">f8"); such an input was refused ("Got >f8").
+    It is read in native order on each read path (the worker, or its I/O processes): the outputs are
+    right by LAPACK's ratio and bit-identical to those of the same values stored little-endian."""
+    rng = np.random.default_rng(23)
+    a = matrices.generate("random", SIZE, dtype, seed=23, start=0, stop=COUNT)
+    b = rng.standard_normal((COUNT, SIZE, 2)).astype(dtype)
+    outs = {}
+    for order in (">", "<"):
+        _v2_array(tmp_path / f"a{order}.zarr", a, order)
+        _v2_array(tmp_path / f"b{order}.zarr", b, order)
+        outs[order] = tmp_path / f"x{order}.zarr"
+        result = invoke("run", tmp_path / f"a{order}.zarr", outs[order], "--op", "solve", "--rhs",
+                        tmp_path / f"b{order}.zarr", "--scheduler", scheduler_address,
+                        "--config", f"io-processes={io_processes}")
+        assert result.exit_code == 0, result.output
+    big, little = (zarr.open_group(outs[order], mode="r") for order in (">", "<"))
+    for name in ("x", "info"):
+        assert big[name].dtype == little[name].dtype and big[name].dtype.isnative, name
+        np.testing.assert_array_equal(big[name][...].view(np.uint8), little[name][...].view(np.uint8))
+    np.testing.assert_array_equal(big["info"][...], 0)
+    assert ratios.get02(a, big["x"][...], b).max() <= THRESHOLD
+    verified = invoke("verify", tmp_path / "a>.zarr", outs[">"])
+    assert verified.exit_code == 0 and "OK" in verified.stdout, verified.output
 
 
 def test_verify_exits_1_when_an_output_is_tampered_with(invoke, stores, scheduler_address, tmp_path):

@@ -6,6 +6,7 @@ command); options ignored in a context are refused or warned about, never silent
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -153,6 +154,103 @@ def test_a_corrupt_chunk_ends_in_one_line_and_the_worker_log_has_the_rest(tmp_pa
     text = log.read_text()
     # generate's chunks carry zarr's crc32c: the checksum fails before zstd sees the frame
     assert "Traceback" in text and "checksum do not match" in text and "chunks 2:3" in text, text
+
+
+_LOGS_WHILE_CLOSING = """
+import logging, sys
+from distributed.diagnostics.plugin import WorkerPlugin
+from batchlu.pipeline import _cluster
+from batchlu.pipeline._config import options
+
+class LogsWhileClosing(WorkerPlugin):
+    # torn down after batchlu's WorkerLog (registered later): stands for what a closing worker
+    # logs once its plugins are gone (a heartbeat to a scheduler already closed)
+    name = "logs-while-closing"
+
+    def teardown(self, worker):
+        logging.getLogger("distributed.worker").error("logged while the worker closes")
+
+if __name__ == "__main__":
+    settings = options({"cluster.n-workers": 1, "cluster.threads-per-worker": 1,
+                        "cluster.dashboard-address": "127.0.0.1:0", "cluster.log-file": sys.argv[1]})
+    with _cluster.connect(settings) as client:
+        client.register_plugin(LogsWhileClosing())
+"""
+
+
+def test_what_a_closing_worker_logs_goes_to_the_log_file(tmp_path):
+    """A worker tears its plugins down before it stops its heartbeat and its connections: the
+    WorkerLog plugin keeps the run's log file until the worker process ends (it gave stderr back,
+    and a heartbeat failing while the cluster closed printed 31 lines and 2 tracebacks)."""
+    log = tmp_path / "workers.log"
+    script = tmp_path / "closing.py"
+    script.write_text(_LOGS_WHILE_CLOSING)
+    proc = subprocess.run([sys.executable, str(script), str(log)], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "logged while the worker closes" not in proc.stderr, proc.stderr
+    assert "logged while the worker closes" in log.read_text()
+
+
+def test_a_missing_chunk_ends_in_one_line_however_the_cluster_closes(tmp_path):
+    """The run stops at a missing chunk while the other workers still run their tasks (the
+    test-only task delay) and send heartbeats: each time, stderr is the one error line."""
+    a = tmp_path / "a.zarr"
+    assert _cli("generate", a, "-N", 40, "-n", 4, "--chunk", 5).returncode == 0
+    (a / "c" / "0" / "0" / "0").unlink()
+    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")
+    for attempt in range(3):
+        out = tmp_path / f"o{attempt}.zarr"
+        proc = _cli("run", a, out, "--op", "inv", "--backend", "cpu", "--workers", 2, "--threads-per-worker", 1,
+                    "--config", "cluster.dashboard-address=127.0.0.1:0", "--config",
+                    f"cluster.log-file={tmp_path / 'workers.log'}", env=env)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "matrices 0:5" in _one_error_line(proc.stderr)
+
+
+# ---------------------------------------------------------------------------------------- full device
+def _full_device_under(monkeypatch, root):
+    """Every chunk zarr writes under ``root`` fails as on a full disk (its metadata is still written):
+    ``write()`` raises ENOSPC, an OSError that names no file."""
+    import errno
+    import os as _os
+
+    from zarr.storage import _local
+
+    real = _local._put
+
+    def put(path, value, exclusive=False):
+        if str(path).startswith(str(root)) and path.name != "zarr.json":
+            raise OSError(errno.ENOSPC, _os.strerror(errno.ENOSPC))
+        return real(path, value, exclusive=exclusive)
+
+    monkeypatch.setattr(_local, "_put", put)
+
+
+def test_a_full_device_during_a_run_names_the_output(invoke, source, tmp_path, monkeypatch):
+    out = tmp_path / "o.zarr"
+    run = ("run", source, out, "--op", "inv", "--backend", "cpu", "--workers", 1, "--threads-per-worker", 1,
+           "--config", "cluster.processes=false", "--config", "cluster.dashboard-address=127.0.0.1:0")
+    with monkeypatch.context() as patched:   # the in-process workers write through this process's zarr
+        _full_device_under(patched, out)
+        assert_user_error(invoke(*run), str(out), "No space left on device", "--resume")
+    assert not (tmp_path / "o.zarr.lock").exists()
+    resumed = invoke(*run, "--resume")
+    assert resumed.exit_code == 0 and "complete" in resumed.stdout, resumed.output
+    checked = invoke("verify", source, out)
+    assert checked.exit_code == 0 and "OK" in checked.stdout, checked.output
+
+
+def test_a_full_device_during_generate_names_the_store(invoke, tmp_path, monkeypatch):
+    out = tmp_path / "a.zarr"
+    with monkeypatch.context() as patched:
+        _full_device_under(patched, out)
+        assert_user_error(invoke("generate", out, "-N", 8, "-n", 3, "--chunk", 4), str(out),
+                          "No space left on device", "--overwrite")
+    again = invoke("generate", out, "-N", 8, "-n", 3, "--chunk", 4, "--overwrite")
+    assert again.exit_code == 0, again.output
+    np.testing.assert_array_equal(zarr.open_array(out, mode="r")[...], matrices.generate("random", 3, "float64",
+                                                                                          seed=0, stop=8))
 
 
 # ------------------------------------------------------------------------------------------ overwrite

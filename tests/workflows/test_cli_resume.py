@@ -130,13 +130,13 @@ def test_an_input_rewritten_during_the_run_is_one_line_and_no_complete(invoke, s
 
 def test_two_real_processes_and_sigterm(source, scheduler_address, tmp_path):
     """Two ``batchlu run`` processes on one output: the second is refused with one line naming the
-    first; SIGTERM (``kill``, a SLURM time limit) ends the first as Ctrl-C does: status failed, lock
-    given back, so that ``--resume`` starts without a stale-lock warning."""
+    first; SIGTERM (``kill``, a SLURM time limit) ends the first as Ctrl-C does: one line on stderr,
+    status failed, lock given back, so that ``--resume`` starts without a stale-lock warning."""
     out = tmp_path / "o.zarr"
     base = [sys.executable, "-m", "batchlu", "run", str(source), str(out), "--op", "inv",
             "--scheduler", scheduler_address, "--no-progress"]
     first = subprocess.Popen(base + ["--chunk", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.25"))
+                             env=dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="1"))  # alive until killed
     try:
         deadline = time.monotonic() + 120
         done = 0
@@ -159,8 +159,10 @@ def test_two_real_processes_and_sigterm(source, scheduler_address, tmp_path):
             first.kill()
             first.wait()
     assert first.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines() == ["Aborted! (SIGTERM)"], err   # one line, as Ctrl-C's "Aborted!"
     assert not os.path.exists(str(out) + ".lock")
-    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "failed"
+    record = zarr.open_group(str(out), mode="r").attrs["batchlu"]
+    assert record["status"] == "failed" and record["error"] == "Terminated: SIGTERM", record
     resumed = subprocess.run(base + ["--resume"], capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0 and "Warning" not in resumed.stderr, resumed.stderr
     assert "complete" in resumed.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ def test_demo_runs_end_to_end_in_well_under_a_minute(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert "3/3 verify" in proc.stdout
+    assert "dashboard" not in proc.stdout   # its cluster has stopped: no link to it
     assert elapsed < 60, f"batchlu demo took {elapsed:.0f} s"
     assert not list(tmp_path.iterdir())  # the temporary stores were not left in the working folder
 
@@ -72,3 +74,22 @@ def test_a_truncated_chunk_is_one_line_for_verify_and_inspect(invoke, scheduler_
     lines = [line for line in proc.stdout.splitlines() if "unreadable" in line]
     assert len(lines) == 1 and lines[0].startswith("  info: Expected readable chunks"), proc.stdout
     assert f"unreadable chunk file {info} (matrices 0:10)" in lines[0]
+
+
+def test_a_busy_dashboard_port_says_nothing(tmp_path):
+    """Two runs at once: the second one's dashboard port is taken. distributed moves the dashboard
+    to a free port, and its 4-line UserWarning about it is not shown."""
+    a = tmp_path / "a.zarr"
+    assert subprocess.run([sys.executable, "-m", "batchlu", "generate", str(a), "-N", "8", "-n", "3"], env=_env(),
+                          capture_output=True, timeout=120).returncode == 0
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "batchlu", "run", str(a), str(tmp_path / "o.zarr"), "--op", "inv",
+                               "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1",
+                               "--config", f"cluster.dashboard-address=127.0.0.1:{port}"],
+                              env=_env(), capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr == "", proc.stderr
+    assert "complete, 8 matrices" in proc.stdout
