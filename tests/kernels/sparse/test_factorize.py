@@ -147,9 +147,21 @@ def test_zero_pivot_perturbed_and_refined():
     b = np.random.default_rng(0).standard_normal((2, 4))
     factor = plan.factorize(values)
     assert factor.perturbed_pivots().tolist() == [1, 1]
+    # without refinement the perturbed pivot leaves x far from the tolerance: -4, no steps taken
+    x, info = factor.solve(b, refine=0)
+    assert info.tolist() == [INFO_REFINEMENT] * 2 and factor.refine_steps.tolist() == [0, 0]
+    unrefined = factor.last_backward_error.copy()
+    assert np.all(unrefined > 4 * np.finfo(float).eps)
     x, info = factor.solve(b, refine=10)
     assert info.tolist() == [0, 0]
-    assert np.all(factor.backward_error(b, x) <= THRESHOLD * 4 * np.finfo(float).eps)
+    steps = factor.refine_steps
+    assert steps.dtype == np.int32 and steps.shape == (2,) and np.all((steps >= 1) & (steps <= 10)), steps
+    berr = factor.backward_error(b, x)
+    assert np.array_equal(berr, factor.last_backward_error) and np.all(berr < unrefined)
+    assert np.all(berr <= THRESHOLD * 4 * np.finfo(float).eps)
+    # a step stops a matrix once its backward error is at most eps, so one step more changes nothing
+    again, _ = factor.solve(b, refine=int(steps.max()) + 1)
+    assert np.array_equal(again, x) and np.array_equal(factor.refine_steps, steps)
     w = np.linalg.eigvalsh(a)
     assert factor.inertia()[0].tolist() == [(w > 0).sum(), (w < 0).sum(), 0]   # A + E's = A's
     # perturbation off: info names the zero pivot (1-based column of P A P^T), x is NaN
@@ -272,3 +284,4 @@ def test_factor_memory_reused_once_free(engine):
     assert fourth._lanes.__array_interface__["data"][0] == address
     x4, _ = fourth.solve(b)
     assert np.array_equal(x4, x1)
+
