@@ -12,6 +12,8 @@ from batchlu.errors import InputError
 from batchlu.kernels.sparse import INFO_NONFINITE_INPUT, INFO_REFINEMENT
 from batchlu.testing import sparse as gen
 
+from _exact_ldlt import expected_last_zero, last_zero_pivot_batch
+
 THRESHOLD = 30
 
 
@@ -285,3 +287,19 @@ def test_factor_memory_reused_once_free(engine):
     x4, _ = fourth.solve(b)
     assert np.array_equal(x4, x1)
 
+
+
+@pytest.mark.parametrize("band", [True, False], ids=["tridiagonal", "dense"])
+@pytest.mark.parametrize("perturb", [False, True])
+def test_a_last_zero_pivot_is_counted_once(band, perturb):
+    """The last pivot exactly zero (nothing after it to turn NaN): with static pivoting off it counts
+    once as zero, info names its column and the inertia is A's; with it on, it becomes +tau, counted
+    once as perturbed and positive."""
+    plan, values, d = last_zero_pivot_batch(9 if band else 6, 5, seed=21 + band, band=band)
+    factor = plan.factorize(values, perturb=perturb)
+    info, perturbed, inertia = expected_last_zero(d, perturb)
+    pivots = factor.pivots()
+    assert np.array_equal(pivots[:, :-1], d[:, :-1])          # exact: pivots +-1, 2, 4 of integer L
+    assert np.all(pivots[:, -1] > 0) if perturb else np.all(pivots[:, -1] == 0)
+    assert factor.info.tolist() == info and factor.perturbed_pivots().tolist() == perturbed
+    assert factor.inertia().dtype == np.int64 and factor.inertia().tolist() == inertia

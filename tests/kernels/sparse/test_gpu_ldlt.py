@@ -18,6 +18,7 @@ import collections
 import numpy as np
 import pytest
 from _cuda_on_host import HostLaunch, build, compiler
+from _exact_ldlt import expected_last_zero, last_zero_pivot_batch
 
 import batchlu
 from batchlu.errors import InputError
@@ -277,6 +278,21 @@ def test_zero_pivot_perturbed_and_refined(device):
     assert device.host(info).tolist() == [1, 1] and np.isnan(device.host(x)).all()
     assert device.host(off.inertia()).tolist() == [[-1, -1, -1]] * 2  # non-finite pivots follow the zero
 
+
+@pytest.mark.parametrize("band", [True, False], ids=["tridiagonal", "dense"])
+@pytest.mark.parametrize("perturb", [False, True])
+def test_a_last_zero_pivot_is_counted_once(device, band, perturb):
+    """The last pivot exactly zero (nothing after it to turn NaN): counted once, as the CPU does
+    (tests/kernels/sparse/test_factorize.py)."""
+    plan, values, d = last_zero_pivot_batch(9 if band else 6, 5, seed=21 + band, band=band)
+    factor = device.factorize(plan, values, perturb=perturb)
+    info, perturbed, inertia = expected_last_zero(d, perturb)
+    pivots = device.host(factor.pivots())
+    assert np.array_equal(pivots[:, :-1], d[:, :-1])
+    assert np.all(pivots[:, -1] > 0) if perturb else np.all(pivots[:, -1] == 0)
+    assert device.host(factor.info).tolist() == info
+    assert device.host(factor.perturbed_pivots()).tolist() == perturbed
+    assert device.host(factor.inertia()).tolist() == inertia
 
 def test_singular_matrix_later_pivot(device):
     """A structurally full but numerically singular matrix (two equal rows): with perturbation off the
