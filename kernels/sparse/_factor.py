@@ -420,9 +420,11 @@ class Factor(Refining):
         if rows.size < self.batch or np.any(rows != np.arange(self.batch)):
             v, v_off = v[:, rows], v_off[:, rows]
         xt = np.ascontiguousarray(x.transpose(1, 0, 2), dtype=np.float64)       # (n, r, k)
-        ax = s_row @ (v[:, :, None] * xt[plan.a_col]).reshape(v.shape[0], -1)
-        ax += s_col @ (v_off[:, :, None] * xt[plan.a_row[off]]).reshape(off.size, -1)
-        return b - ax.reshape(plan.n, rows.size, -1).transpose(1, 0, 2)
+        k = xt.shape[2]
+        ax = s_row @ (v[:, :, None] * xt[plan.a_col]).reshape(v.shape[0], rows.size * k)
+        if off.size:   # a diagonal-only pattern has no mirrored entries
+            ax += s_col @ (v_off[:, :, None] * xt[plan.a_row[off]]).reshape(off.size, rows.size * k)
+        return b - ax.reshape(plan.n, rows.size, k).transpose(1, 0, 2)
 
     def backward_error(self, b, x) -> np.ndarray:
         """(B,) float64: ``||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf)`` per matrix (the

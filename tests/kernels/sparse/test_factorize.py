@@ -303,3 +303,27 @@ def test_a_last_zero_pivot_is_counted_once(band, perturb):
     assert np.all(pivots[:, -1] > 0) if perturb else np.all(pivots[:, -1] == 0)
     assert factor.info.tolist() == info and factor.perturbed_pivots().tolist() == perturbed
     assert factor.inertia().dtype == np.int64 and factor.inertia().tolist() == inertia
+
+
+@pytest.mark.parametrize("k", [None, 3])
+def test_a_diagonal_only_pattern(k):
+    """A pattern with no entry off the diagonal (no mirrored entries for the residual): solved and
+    refined to a backward error below 30 n eps, inertia by the signs; the NumPy engine's residual
+    failed there ("cannot reshape array of size 0")."""
+    n, count = 11, 6
+    rng = np.random.default_rng(31)
+    values = rng.uniform(0.5, 2.0, (count, n)) * rng.choice([-1.0, 1.0], (count, n))
+    b = rng.standard_normal((count, n) if k is None else (count, n, k))
+    plan = batchlu.sparse.analyze(np.arange(n + 1), np.arange(n), n)
+    factor = plan.factorize(values)
+    x, info = factor.solve(b)
+    assert info.tolist() == [0] * count and x.shape == b.shape and x.dtype == np.float64
+    berr = factor.backward_error(b, x)
+    assert np.array_equal(berr, factor.last_backward_error) and np.all(berr <= THRESHOLD * n * np.finfo(float).eps)
+    a = np.einsum("bi,ij->bij", values, np.eye(n))               # the dense matrices, recomputed
+    x3, b3 = (x[..., None], b[..., None]) if k is None else (x, b)
+    r = np.abs(b3 - a @ x3).max(axis=1)
+    ref = r / (np.abs(values).max(axis=1)[:, None] * np.abs(x3).max(axis=1) + np.abs(b3).max(axis=1))
+    assert np.all(ref <= THRESHOLD * n * np.finfo(float).eps)
+    assert factor.inertia().tolist() == np.stack([(values > 0).sum(1), (values < 0).sum(1), 0 * values[:, 0]],
+                                                 axis=1).tolist()
