@@ -102,6 +102,34 @@ def _ratio(lower, d, c, a):
     return np.abs(recon - c).sum(0).max() / (c.shape[0] * np.abs(a).sum(0).max() * np.finfo(float).eps)
 
 
+def test_the_sparse_modules_import_no_cycle():
+    """kernels/sparse's modules, as their source imports one another (module- and function-level):
+    no cycle; the CPU factor (``_factor``) and the GPU one (``_gpu``) share ``_shared``."""
+    import ast
+    from pathlib import Path
+
+    root = Path(_gpu.__file__).parent
+    modules = {path.stem for path in root.glob("*.py")}
+    graph = {}
+    for name in modules:
+        found = set()
+        for node in ast.walk(ast.parse((root / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                found |= {node.module.split(".")[0]} if node.module else {alias.name for alias in node.names}
+        graph[name] = found & modules - {name}
+    assert "_factor" in graph["__init__"] and "_gpu" in graph["_factor"]    # the graph is read
+    cycles = []
+    for start in sorted(graph):
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        if start in seen:
+            cycles.append(start)
+    assert not cycles, f"modules on an import cycle: {cycles}"
+
+
 # ---------------------------------------------------------------------------------------- the maps
 def test_maps_cover_l_and_a_exactly_once(problem):
     """Every position of Lx is one level's entry exactly once; the supernodes are runs of columns with
@@ -655,7 +683,7 @@ def test_backward_error_kernel_matches_the_reference(host_lib, dtype):
     """ldlt_backward_error gives Refining._berr's values bit for bit: random residuals, solutions and
     right-hand sides with NaN, inf, a zero denominator with and without a residual, and non-finite
     norms of A among them."""
-    from batchlu.kernels.sparse._factor import Refining
+    from batchlu.kernels.sparse._shared import Refining
 
     p = gen.make("saddle", size=60, seed=1)
     plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
@@ -683,7 +711,7 @@ def test_backward_error_kernel_on_the_gpu_matches_cupy():
     operations' values bit for bit."""
     import cupy
 
-    from batchlu.kernels.sparse._factor import Refining
+    from batchlu.kernels.sparse._shared import Refining
 
     p = gen.make("fem-poisson", size=500, seed=1)
     plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
