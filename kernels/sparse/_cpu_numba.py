@@ -422,7 +422,7 @@ def _max_abs(a, kk, nan):
 def backward_errors(r, x, b, anorm, out, lo, hi):
     """``out[i]``: the normwise backward error ``max_k ||r||_inf / (anorm[i] ||x||_inf + ||b||_inf)``
     of matrix ``i`` in ``lo .. hi - 1`` (``r``, ``x``, ``b`` (m, n, k)); as
-    :meth:`batchlu.kernels.sparse._factor.Refining._berr` (NaN where a norm is not finite, ``inf``
+    :meth:`batchlu.kernels.sparse._shared.Refining._berr` (NaN where a norm is not finite, ``inf``
     for a nonzero residual over a zero denominator, 0 for 0 / 0)."""
     nan, inf = np.nan, np.inf
     k = r.shape[2]

@@ -31,8 +31,8 @@ its own thread in the narrow runs' order: ``ldlt_*_wide``); refinement's residua
 float64 (``ldlt_residual``) against the original values, and ``||A||_inf`` comes from
 ``ldlt_row_sums``. Refinement computes every matrix in each step and keeps each one's result by its
 rules (:meth:`Refining._refine_whole_batch`: one synchronisation a step). Pivot rule, ``info``
-codes, inertia and the refinement's stopping rules are the CPU's
-(:mod:`batchlu.kernels.sparse._factor`); the results stay on the device.
+codes, inertia and the refinement's stopping rules are the CPU's, from the module both import
+(:mod:`batchlu.kernels.sparse._shared`); the results stay on the device.
 
 A level's launches are few but the levels many (29-87 at n = 1,000-20,000), so each (plan, device,
 stream, dtype, batch size) gets a :class:`Workspace`: fixed buffers over which the factorization's
@@ -57,7 +57,7 @@ import numpy as np
 from batchlu.errors import BatchIndexError, InputError
 
 from . import _gpu_maps
-from ._factor import Refining, check_pivot_tol, check_values, pivot_codes
+from ._shared import Refining, check_pivot_tol, check_values, pivot_codes
 
 FAMILY = "ldlt"
 KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_wide_panels", "ldlt_forward_external", "ldlt_forward_wide",

@@ -46,7 +46,7 @@ class Plan:
         ``value_src`` are the input entries on or below the diagonal.
     a_row, a_col : (m,) row and column (original numbering, ``a_row >= a_col``) of those entries.
     value_mirror : (m,) for pattern ``"full"``, the input entry mirroring each of them (``(j, i)``),
-        whose value must equal it (:func:`batchlu.kernels.sparse._factor.check_values`); else None.
+        whose value must equal it (:func:`batchlu.kernels.sparse._shared.check_values`); else None.
 
     The per-level index maps of the numeric phase (update triples, solve orders) are built on first
     use by :meth:`schedule` (:mod:`batchlu.kernels.sparse._schedule` documents them).

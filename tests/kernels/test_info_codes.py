@@ -1,8 +1,9 @@
 """``info`` -2 (INFO_NONFINITE_RESULT) on the CPU backend: a finite matrix whose result overflows is
-flagged, never reported as 0, for every op, dtype and both CPU engines, at sizes on both sides of
-their crossovers (n = 6: the engines' own LU; 16: LAPACK in the NumPy engine, the compiled xGETF2
-in the other; 40: LAPACK in both); a right-hand side holding NaN or Inf makes ``solve``'s input
-non-finite (-1).
+flagged, never reported as 0, for every op, dtype and both CPU engines, on each path of theirs
+forced in turn (``PATHS``: the engines' own LU, the compiled engine's lane LU, LAPACK, and the
+crossover tables as shipped; the path fixture checks that the path it names ran); a right-hand side
+holding NaN or Inf makes ``solve``'s input non-finite (-1); entries near the largest float give
+results that are right or flagged.
 
 Issue 16, item 4: 8x8 float64 matrices scaled by 1e-308 gave inf/NaN inverses with info 0.
 """
@@ -17,12 +18,19 @@ import pytest
 from batchlu import kernels
 from batchlu.kernels import _cpu, _cpu_lapack, _cpu_vectorised
 from batchlu.testing import matrices
-from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
+from batchlu.testing.ratios import THRESHOLD, get01, get02, get03, slogdet_ratios
 
-from _overflow import GROUP, check_codes, expected_info, finite, overflow_batch, same
+from _overflow import GROUP, check_codes, expected_info, finite, near_max_batch, overflow_batch, same
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
-SIZES = [6, 16, 40]    # see the module docstring
+# name: (n, _cpu.LAPACK_MIN_N, _cpu.LANES_MIN_N). The tables pick a path by n, dtype and op, and move
+# with measurements (n = 40 is the lane LU, not LAPACK, for getrf and slogdet): each path is forced.
+PATHS = {
+    "own-lu": (6, 1 << 30, None),   # compiled: xGETF2 and substitutions in numba; NumPy: the vectorised LU
+    "lane-lu": (16, None, 1),       # compiled only: getrf and slogdet on the lane LU (the rest by the tables)
+    "lapack": (16, 1, None),        # LAPACK (compiled: through function pointers; NumPy: SciPy's wrappers)
+    "tables": (40, None, None),     # the crossover tables as shipped
+}
 
 
 class _PoisonedNumpy:
@@ -51,10 +59,62 @@ def poisoned(monkeypatch, cpu_engine):
         monkeypatch.setattr(module, "np", _PoisonedNumpy())
 
 
-@pytest.mark.parametrize("n", SIZES)
+class _Path:
+    """A path of ``PATHS`` forced on the engine, and the kernels that ran while it was (``taken``:
+    "own", "lanes", "lapack")."""
+
+    def __init__(self, name: str, engine: str):
+        self.name, self.engine, self.n, self.taken = name, engine, PATHS[name][0], set()
+
+    def spy(self, module, attribute: str, label: str, monkeypatch) -> None:
+        inner = getattr(module, attribute)
+
+        def run(*args):
+            self.taken.add(label)
+            return inner(*args)
+        monkeypatch.setattr(module, attribute, run)
+
+    def check(self, op: str) -> None:
+        """The path named ran for ``op`` (getrf, inv, solve, slogdet)."""
+        want = {"own-lu": "own", "lapack": "lapack"}.get(self.name)
+        if self.name == "lane-lu" and op in ("getrf", "slogdet"):
+            want = "lanes"
+        if want is not None:
+            assert want in self.taken, (self.name, op, self.taken)
+        if self.name == "own-lu":
+            assert self.taken == {"own"}, self.taken
+
+
+@pytest.fixture(params=list(PATHS))
+def path(request, monkeypatch, cpu_engine):
+    """Each path of ``PATHS`` forced in turn, on each CPU engine (the NumPy one has no lane LU)."""
+    name = request.param
+    if name == "lane-lu" and cpu_engine == "numpy":
+        pytest.skip("the NumPy engine has no lane LU")
+    _, lapack_min_n, lanes_min_n = PATHS[name]
+    monkeypatch.setattr(_cpu, "LAPACK_MIN_N", lapack_min_n)
+    monkeypatch.setattr(_cpu, "LANES_MIN_N", lanes_min_n)
+    chosen = _Path(name, cpu_engine)
+    if cpu_engine == "compiled":
+        from batchlu.kernels import _cpu_lanes, _cpu_numba
+
+        run = _cpu_numba._run
+
+        def spy_run(own, lapack_kernel, routines, n, lapack_min_n, *args):
+            chosen.taken.add("lapack" if n >= lapack_min_n else "own")
+            return run(own, lapack_kernel, routines, n, lapack_min_n, *args)
+        monkeypatch.setattr(_cpu_numba, "_run", spy_run)
+        for op in ("getrf", "slogdet"):
+            chosen.spy(_cpu_lanes, op, "lanes", monkeypatch)
+    else:
+        chosen.spy(_cpu_lapack, "factor", "lapack", monkeypatch)
+        chosen.spy(_cpu_vectorised, "factor", "own", monkeypatch)
+    return chosen
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_inv_flags_overflow(dtype, n, poisoned):
-    a = overflow_batch(n, dtype)
+def test_inv_flags_overflow(dtype, path, poisoned):
+    a = overflow_batch(path.n, dtype)
     raw, raw_info = _cpu.inv(a.copy())
     ainv, info = kernels.inv(a)
     assert info.dtype == np.int32 and info.shape == (a.shape[0],)
@@ -63,12 +123,13 @@ def test_inv_flags_overflow(dtype, n, poisoned):
     check_codes(info, a, ainv)
     plain = info[:GROUP] == 0
     assert plain.all() and get03(a[:GROUP], ainv[:GROUP]).max() < THRESHOLD
+    path.check("inv")
 
 
 @pytest.mark.parametrize("k", [None, 3])
-@pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_solve_flags_overflow(dtype, n, k, poisoned):
+def test_solve_flags_overflow(dtype, path, k, poisoned):
+    n = path.n
     a = overflow_batch(n, dtype, seed=5)
     b = matrices.rhs(n, k, dtype, seed=6, stop=a.shape[0])
     b3 = b[..., None] if k is None else b
@@ -79,24 +140,24 @@ def test_solve_flags_overflow(dtype, n, k, poisoned):
     assert same(x, raw.reshape(b.shape))
     check_codes(info, a, x)
     assert get02(a[:GROUP], x[:GROUP], b[:GROUP]).max() < THRESHOLD
+    path.check("solve")
 
 
-@pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_lu_factor_flags_overflow(dtype, n, poisoned):
-    a = overflow_batch(n, dtype, seed=7)
+def test_lu_factor_flags_overflow(dtype, path, poisoned):
+    a = overflow_batch(path.n, dtype, seed=7)
     raw_lu, raw_piv, raw_info = _cpu.getrf(a.copy())
     lu, piv, info = kernels.lu_factor(a)
     np.testing.assert_array_equal(info, expected_info(raw_info, raw_lu))
     assert same(lu, raw_lu) and same(piv, raw_piv)
     check_codes(info, a, lu)
     assert (info[:GROUP] == 0).all() and get01(a[:GROUP], lu[:GROUP], piv[:GROUP]).max() < THRESHOLD
+    path.check("getrf")
 
 
-@pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_slogdet_flags_overflow(dtype, n, poisoned):
-    a = overflow_batch(n, dtype, seed=9)
+def test_slogdet_flags_overflow(dtype, path, poisoned):
+    a = overflow_batch(path.n, dtype, seed=9)
     raw_sign, raw_log, raw_info = _cpu.slogdet(a.copy())
     sign, logabsdet, info = kernels.slogdet(a)
     np.testing.assert_array_equal(info, expected_info(raw_info, raw_sign, raw_log))
@@ -105,6 +166,7 @@ def test_slogdet_flags_overflow(dtype, n, poisoned):
     # singular matrices keep their code and their by-design outputs (sign 0, logabsdet -inf)
     singular = info > 0
     assert singular.any() and (sign[singular] == 0).all() and (logabsdet[singular] == -np.inf).all()
+    path.check("slogdet")
 
 
 def test_issue_example_8x8_float64_scaled_by_1e_308(cpu_engine):

@@ -328,44 +328,77 @@ def test_write_file_writes_every_part_in_order(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == ["0"]
 
 
+def _first_block_header(frame: np.ndarray) -> int:
+    """Where a zstd frame's first block header starts: after the magic number, the frame header
+    descriptor, the window descriptor, the dictionary id and the content size (RFC 8878, 3.1.1.1)."""
+    descriptor = int(frame[4])
+    single, did, fcs_flag = descriptor >> 5 & 1, descriptor & 3, descriptor >> 6
+    return 5 + (1 - single) + (0, 1, 2, 4)[did] + (single, 2, 4, 8)[fcs_flag]
+
+
+def _outcome(check, *args) -> str:
+    """"ok", or the message of the ValueError ``check(*args)`` raised."""
+    try:
+        check(*args)
+    except ValueError as exc:
+        return str(exc)
+    return "ok"
+
+
 @pytest.mark.parametrize("data", ["normal", "rounded", "tiny"])
 def test_zstd_check_many_agrees_with_zstd_check_on_every_frame(data):
     """The vectorised check passes exactly the frames the one-frame check passes, and raises its
-    message for the first frame that fails."""
-    rng = np.random.default_rng()
-    frames, raws = [], []
+    message for the first frame that fails: each of a group's frames in turn cut short, run on by
+    trailing bytes, declaring another size, with a damaged frame header, magic number or block
+    header; and two frames damaged at once."""
+    rng = np.random.default_rng(["normal", "rounded", "tiny"].index(data))
+    frames, wants = [], []
     for level, checksum in [(0, False), (3, True), (19, False), (1, False)]:
-        values = {"normal": _values(int(rng.integers(1, 70_000))), "rounded": np.round(_values(70_000), 2),
-                  "tiny": _values(3)}[data]
-        raws.append(values.tobytes())
-        frames.append(np.frombuffer(numcodecs.Zstd(level=level, checksum=checksum).encode(raws[-1]), np.uint8))
-    offsets, total = _codecs.aligned([f.size for f in frames])
-    buffer = np.full(total + 7, 7, np.uint8)
-    for f, at in zip(frames, offsets):
-        buffer[at:at + f.size] = f
-    sizes = [f.size for f in frames]
-    wants = [len(r) for r in raws]
+        values = {"normal": rng.standard_normal(int(rng.integers(1, 70_000))),
+                  "rounded": np.round(rng.standard_normal(70_000), 2), "tiny": rng.standard_normal(3)}[data]
+        wants.append(values.nbytes)
+        frames.append(np.frombuffer(numcodecs.Zstd(level=level, checksum=checksum).encode(values.tobytes()), np.uint8))
     labels = [f"c/{i}" for i in range(len(frames))]
-    _codecs.zstd_check_many(buffer, offsets, sizes, wants, labels)
+
+    def variants(f, want):
+        """(what, frame bytes, declared size) of frame ``f``: whole, then each fault."""
+        yield "whole", f, want
+        for cut in sorted({1, 3, 5, f.size // 2, f.size - 6}):
+            if 0 < cut < f.size:
+                yield f"cut by {cut}", f[:f.size - cut], want
+        for extra in (1, 4, 9):
+            yield f"{extra} trailing bytes", np.concatenate((f, rng.integers(0, 256, extra, np.uint8))), want
+        yield "another size", f, want + 8
+        for what, at, bits in (("frame header", 4, 0x08), ("magic number", 0, 0xFF),
+                               ("block header", _first_block_header(f), 0x06)):
+            damaged = f.copy()
+            damaged[at] |= bits
+            yield f"damaged {what}", damaged, want
+
+    def group(parts):
+        """The frames packed as the GPU path packs them (aligned, padding poisoned): buffer, offsets, sizes."""
+        sizes = [p.size for p in parts]
+        offsets, total = _codecs.aligned(sizes)
+        buffer = np.full(total + 7, 7, np.uint8)
+        for p, at in zip(parts, offsets):
+            buffer[at:at + p.size] = p
+        return buffer, offsets, sizes
+
+    checked = {"ok": 0, "refused": 0}
     for i in range(len(frames)):
-        for cut in sorted({1, 3, 5, sizes[i] // 2, sizes[i] - 6}):
-            if not 0 < cut < sizes[i]:
-                continue
-            short = list(sizes)
-            short[i] -= cut
-            with pytest.raises(ValueError) as one:
-                _codecs.zstd_check(buffer, offsets[i], short[i], wants[i], labels[i])
-            with pytest.raises(ValueError) as many:
-                _codecs.zstd_check_many(buffer, offsets, short, wants, labels)
-            assert str(many.value) == str(one.value) and labels[i] in str(many.value)
-        wrong = list(wants)
-        wrong[i] += 8
-        with pytest.raises(ValueError, match=f"c/{i} declares {wants[i]} bytes"):
-            _codecs.zstd_check_many(buffer, offsets, sizes, wrong, labels)
-        damaged = buffer.copy()
-        damaged[offsets[i] + 4] |= 0x08
-        with pytest.raises(ValueError, match=f"c/{i} has a damaged zstd frame header"):
-            _codecs.zstd_check_many(damaged, offsets, sizes, wants, labels)
+        for what, part, want in variants(frames[i], wants[i]):
+            parts = frames[:i] + [part] + frames[i + 1:]
+            buffer, offsets, sizes = group(parts)
+            declared = wants[:i] + [want] + wants[i + 1:]
+            one = _outcome(_codecs.zstd_check, buffer, offsets[i], sizes[i], want, labels[i])
+            many = _outcome(_codecs.zstd_check_many, buffer, offsets, sizes, declared, labels)
+            assert many == one, (what, labels[i])
+            assert (one == "ok") == (what == "whole") and (one == "ok" or labels[i] in one), (what, one)
+            checked["ok" if one == "ok" else "refused"] += 1
+            if what != "whole" and i + 1 < len(frames):   # a later frame cut short too: the first is named
+                buffer, offsets, sizes = group(parts[:-1] + [frames[-1][:-3]])
+                assert _outcome(_codecs.zstd_check_many, buffer, offsets, sizes, declared, labels) == one
+    assert checked["ok"] == len(frames) and checked["refused"] >= 10 * len(frames), checked
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

@@ -12,6 +12,8 @@ from batchlu.errors import InputError
 from batchlu.kernels.sparse import INFO_NONFINITE_INPUT, INFO_REFINEMENT
 from batchlu.testing import sparse as gen
 
+from _exact_ldlt import expected_last_zero, last_zero_pivot_batch
+
 THRESHOLD = 30
 
 
@@ -147,9 +149,21 @@ def test_zero_pivot_perturbed_and_refined():
     b = np.random.default_rng(0).standard_normal((2, 4))
     factor = plan.factorize(values)
     assert factor.perturbed_pivots().tolist() == [1, 1]
+    # without refinement the perturbed pivot leaves x far from the tolerance: -4, no steps taken
+    x, info = factor.solve(b, refine=0)
+    assert info.tolist() == [INFO_REFINEMENT] * 2 and factor.refine_steps.tolist() == [0, 0]
+    unrefined = factor.last_backward_error.copy()
+    assert np.all(unrefined > 4 * np.finfo(float).eps)
     x, info = factor.solve(b, refine=10)
     assert info.tolist() == [0, 0]
-    assert np.all(factor.backward_error(b, x) <= THRESHOLD * 4 * np.finfo(float).eps)
+    steps = factor.refine_steps
+    assert steps.dtype == np.int32 and steps.shape == (2,) and np.all((steps >= 1) & (steps <= 10)), steps
+    berr = factor.backward_error(b, x)
+    assert np.array_equal(berr, factor.last_backward_error) and np.all(berr < unrefined)
+    assert np.all(berr <= THRESHOLD * 4 * np.finfo(float).eps)
+    # a step stops a matrix once its backward error is at most eps, so one step more changes nothing
+    again, _ = factor.solve(b, refine=int(steps.max()) + 1)
+    assert np.array_equal(again, x) and np.array_equal(factor.refine_steps, steps)
     w = np.linalg.eigvalsh(a)
     assert factor.inertia()[0].tolist() == [(w > 0).sum(), (w < 0).sum(), 0]   # A + E's = A's
     # perturbation off: info names the zero pivot (1-based column of P A P^T), x is NaN
@@ -272,3 +286,44 @@ def test_factor_memory_reused_once_free(engine):
     assert fourth._lanes.__array_interface__["data"][0] == address
     x4, _ = fourth.solve(b)
     assert np.array_equal(x4, x1)
+
+
+
+@pytest.mark.parametrize("band", [True, False], ids=["tridiagonal", "dense"])
+@pytest.mark.parametrize("perturb", [False, True])
+def test_a_last_zero_pivot_is_counted_once(band, perturb):
+    """The last pivot exactly zero (nothing after it to turn NaN): with static pivoting off it counts
+    once as zero, info names its column and the inertia is A's; with it on, it becomes +tau, counted
+    once as perturbed and positive."""
+    plan, values, d = last_zero_pivot_batch(9 if band else 6, 5, seed=21 + band, band=band)
+    factor = plan.factorize(values, perturb=perturb)
+    info, perturbed, inertia = expected_last_zero(d, perturb)
+    pivots = factor.pivots()
+    assert np.array_equal(pivots[:, :-1], d[:, :-1])          # exact: pivots +-1, 2, 4 of integer L
+    assert np.all(pivots[:, -1] > 0) if perturb else np.all(pivots[:, -1] == 0)
+    assert factor.info.tolist() == info and factor.perturbed_pivots().tolist() == perturbed
+    assert factor.inertia().dtype == np.int64 and factor.inertia().tolist() == inertia
+
+
+@pytest.mark.parametrize("k", [None, 3])
+def test_a_diagonal_only_pattern(k):
+    """A pattern with no entry off the diagonal (no mirrored entries for the residual): solved and
+    refined to a backward error below 30 n eps, inertia by the signs; the NumPy engine's residual
+    failed there ("cannot reshape array of size 0")."""
+    n, count = 11, 6
+    rng = np.random.default_rng(31)
+    values = rng.uniform(0.5, 2.0, (count, n)) * rng.choice([-1.0, 1.0], (count, n))
+    b = rng.standard_normal((count, n) if k is None else (count, n, k))
+    plan = batchlu.sparse.analyze(np.arange(n + 1), np.arange(n), n)
+    factor = plan.factorize(values)
+    x, info = factor.solve(b)
+    assert info.tolist() == [0] * count and x.shape == b.shape and x.dtype == np.float64
+    berr = factor.backward_error(b, x)
+    assert np.array_equal(berr, factor.last_backward_error) and np.all(berr <= THRESHOLD * n * np.finfo(float).eps)
+    a = np.einsum("bi,ij->bij", values, np.eye(n))               # the dense matrices, recomputed
+    x3, b3 = (x[..., None], b[..., None]) if k is None else (x, b)
+    r = np.abs(b3 - a @ x3).max(axis=1)
+    ref = r / (np.abs(values).max(axis=1)[:, None] * np.abs(x3).max(axis=1) + np.abs(b3).max(axis=1))
+    assert np.all(ref <= THRESHOLD * n * np.finfo(float).eps)
+    assert factor.inertia().tolist() == np.stack([(values > 0).sum(1), (values < 0).sum(1), 0 * values[:, 0]],
+                                                 axis=1).tolist()

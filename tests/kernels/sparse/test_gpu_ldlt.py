@@ -18,6 +18,7 @@ import collections
 import numpy as np
 import pytest
 from _cuda_on_host import HostLaunch, build, compiler
+from _exact_ldlt import expected_last_zero, last_zero_pivot_batch
 
 import batchlu
 from batchlu.errors import InputError
@@ -99,6 +100,34 @@ def _random_indefinite(n, count, seed, density=0.08):
 def _ratio(lower, d, c, a):
     recon = (lower.toarray() * d) @ lower.toarray().T
     return np.abs(recon - c).sum(0).max() / (c.shape[0] * np.abs(a).sum(0).max() * np.finfo(float).eps)
+
+
+def test_the_sparse_modules_import_no_cycle():
+    """kernels/sparse's modules, as their source imports one another (module- and function-level):
+    no cycle; the CPU factor (``_factor``) and the GPU one (``_gpu``) share ``_shared``."""
+    import ast
+    from pathlib import Path
+
+    root = Path(_gpu.__file__).parent
+    modules = {path.stem for path in root.glob("*.py")}
+    graph = {}
+    for name in modules:
+        found = set()
+        for node in ast.walk(ast.parse((root / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                found |= {node.module.split(".")[0]} if node.module else {alias.name for alias in node.names}
+        graph[name] = found & modules - {name}
+    assert "_factor" in graph["__init__"] and "_gpu" in graph["_factor"]    # the graph is read
+    cycles = []
+    for start in sorted(graph):
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        if start in seen:
+            cycles.append(start)
+    assert not cycles, f"modules on an import cycle: {cycles}"
 
 
 # ---------------------------------------------------------------------------------------- the maps
@@ -277,6 +306,21 @@ def test_zero_pivot_perturbed_and_refined(device):
     assert device.host(info).tolist() == [1, 1] and np.isnan(device.host(x)).all()
     assert device.host(off.inertia()).tolist() == [[-1, -1, -1]] * 2  # non-finite pivots follow the zero
 
+
+@pytest.mark.parametrize("band", [True, False], ids=["tridiagonal", "dense"])
+@pytest.mark.parametrize("perturb", [False, True])
+def test_a_last_zero_pivot_is_counted_once(device, band, perturb):
+    """The last pivot exactly zero (nothing after it to turn NaN): counted once, as the CPU does
+    (tests/kernels/sparse/test_factorize.py)."""
+    plan, values, d = last_zero_pivot_batch(9 if band else 6, 5, seed=21 + band, band=band)
+    factor = device.factorize(plan, values, perturb=perturb)
+    info, perturbed, inertia = expected_last_zero(d, perturb)
+    pivots = device.host(factor.pivots())
+    assert np.array_equal(pivots[:, :-1], d[:, :-1])
+    assert np.all(pivots[:, -1] > 0) if perturb else np.all(pivots[:, -1] == 0)
+    assert device.host(factor.info).tolist() == info
+    assert device.host(factor.perturbed_pivots()).tolist() == perturbed
+    assert device.host(factor.inertia()).tolist() == inertia
 
 def test_singular_matrix_later_pivot(device):
     """A structurally full but numerically singular matrix (two equal rows): with perturbation off the
@@ -639,7 +683,7 @@ def test_backward_error_kernel_matches_the_reference(host_lib, dtype):
     """ldlt_backward_error gives Refining._berr's values bit for bit: random residuals, solutions and
     right-hand sides with NaN, inf, a zero denominator with and without a residual, and non-finite
     norms of A among them."""
-    from batchlu.kernels.sparse._factor import Refining
+    from batchlu.kernels.sparse._shared import Refining
 
     p = gen.make("saddle", size=60, seed=1)
     plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)
@@ -667,7 +711,7 @@ def test_backward_error_kernel_on_the_gpu_matches_cupy():
     operations' values bit for bit."""
     import cupy
 
-    from batchlu.kernels.sparse._factor import Refining
+    from batchlu.kernels.sparse._shared import Refining
 
     p = gen.make("fem-poisson", size=500, seed=1)
     plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n)

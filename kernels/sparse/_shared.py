@@ -1,0 +1,210 @@
+"""What the two backends' factors share: :class:`batchlu.kernels.sparse._factor.Factor` (CPU) and
+:class:`batchlu.kernels.sparse._gpu.GpuFactor` (CuPy) import it, and neither imports the other.
+
+The checks of the values and of the pivot threshold, the ``info`` codes and inertia from the pivots'
+counts (the codes are listed in :mod:`batchlu.kernels.sparse._factor`), and :class:`Refining`, the
+right-hand sides' checks, backward errors and iterative refinement of ``solve``, written over an
+array module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from batchlu.errors import InputError, InputTypeError
+from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK, INFO_REFINEMENT
+
+__all__ = ["DTYPES", "Refining", "check_pivot_tol", "check_values", "pivot_codes"]
+
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def check_values(plan, values, xp=np):
+    """``values`` as a (B, nnz) array of ``xp`` of a supported dtype; True when one matrix was given."""
+    values = xp.asarray(values)
+    if values.dtype not in DTYPES:
+        raise InputTypeError(f"Expected values of dtype float32 or float64. "
+                             f"Got {values.dtype} instead.")
+    single = values.ndim == 1
+    if single:
+        values = values[None]
+    if values.ndim != 2 or values.shape[1] != plan.nnz:
+        raise InputError(f"Expected values of shape (B, nnz) = (B, {plan.nnz}), one row per matrix in "
+                         f"the pattern's entry order. Got shape {values.shape if not single else values.shape[1:]} instead.")
+    mirror = getattr(plan, "value_mirror", None)
+    if mirror is not None and values.size:
+        # pattern "full": both triangles given, and the lower one is what is factored, so they must
+        # agree to within the factorization's own backward error, max(n, 64) eps max|a_ij| (an
+        # assembled B^T D B differs from its transpose by rounding); NaN/Inf aside: info -1 there
+        low, high = values[:, plan.value_src], values[:, mirror]
+        eps = float(np.finfo(values.dtype).eps)
+        finite = xp.isfinite(low) & xp.isfinite(high)
+        scale = xp.where(finite, xp.abs(low), 0).max(axis=1, keepdims=True) if low.shape[1] else 0
+        differ = finite & (xp.abs(low - high) > max(plan.n, 64) * eps * scale)
+        if bool(differ.any()):
+            m, e = (int(v) for v in np.unravel_index(int(xp.argmax(differ)), differ.shape))
+            i, j = int(plan.a_row[e]), int(plan.a_col[e])
+            raise InputError(f"Expected symmetric values for pattern 'full' (entry ({i}, {j}) equal to "
+                             f"({j}, {i}) to within max(n, 64) eps max|a|). Got matrix {m} of the batch with {low[m, e].item()!r} at ({i}, {j}) and "
+                             f"{high[m, e].item()!r} at ({j}, {i}) instead; pass only the lower triangle "
+                             f"(pattern 'lower') to factor that one.")
+    return values, single
+
+
+def check_pivot_tol(pivot_tol, dtype) -> float:
+    """The pivot threshold's factor: ``pivot_tol``, or ``sqrt(eps)`` of ``dtype`` when None."""
+    if pivot_tol is None:
+        return float(np.sqrt(np.finfo(dtype).eps))
+    if not isinstance(pivot_tol, (int, float, np.floating)) or not pivot_tol >= 0:
+        raise InputError(f"Expected pivot_tol to be a number >= 0 or None. Got {pivot_tol!r} instead.")
+    return float(pivot_tol)
+
+
+def pivot_codes(n: int, first_zero, negative, zero, nonfinite, finite, xp=np):
+    """``(info, inertia)`` from the pivots' counts per matrix (both backends). An exactly zero pivot
+    gives ``info`` k > 0 (static pivoting off, or on with a threshold of 0: ``||A|| = 0``); a NaN or
+    infinite pivot of a finite matrix (after such a zero, or an overflow) makes the counts
+    meaningless: inertia -1, and ``info`` -2 where no zero pivot explains it. -1 for a non-finite
+    matrix."""
+    info = xp.where(first_zero < n, first_zero + 1, INFO_OK).astype(np.int32)
+    info = xp.where((info == INFO_OK) & (nonfinite > 0), INFO_NONFINITE_RESULT, info).astype(np.int32)
+    info = xp.where(finite, info, INFO_NONFINITE_INPUT).astype(np.int32)
+    inertia = xp.stack([n - negative - zero - nonfinite, negative, zero], axis=1).astype(np.int64)
+    inertia = xp.where(((nonfinite > 0) | ~finite)[:, None], -1, inertia)
+    return info, inertia
+
+
+class Refining:
+    """What :class:`Factor` (NumPy) and :class:`batchlu.kernels.sparse._gpu.GpuFactor` (CuPy, or
+    NumPy in the host tests) share, written over the array module ``self.xp``: the right-hand
+    sides' checks, the backward errors and :meth:`solve`'s iterative refinement. A subclass gives
+    ``_first(b)`` (the solution of every matrix, (B, n, k)), ``_correction(r, rows)`` (the
+    solutions of the matrices ``rows`` for their right-hand sides ``r[rows]``, (len(rows), n, k)),
+    ``_residual(b, x, rows)`` (float64) and ``info``, ``anorm``, ``dtype``, ``batch``, ``single``.
+    """
+
+    xp = np
+    # refine every matrix of the batch in each step and choose the results per matrix (no gather of
+    # the active ones, no synchronisation but one a step): the device's way; the host refines the
+    # active matrices only
+    whole_batch = False
+
+    def _out(self, x):
+        return x[0] if self.single else x
+
+    def _check_rhs(self, b, what="b"):
+        b = self.xp.asarray(b)
+        if b.dtype.kind not in "fiu":
+            raise InputTypeError(f"Expected a real {what}. Got dtype {b.dtype} instead.")
+        n, count = self.plan.n, self.batch
+        shape = b.shape
+        if self.single:
+            b = b[None]
+        if b.shape == (count, n):
+            return b[:, :, None], True
+        if b.ndim == 3 and b.shape[:2] == (count, n):
+            return b, False
+        want = f"({n},) or ({n}, k)" if self.single else f"({count}, {n}) or ({count}, {n}, k)"
+        raise InputError(f"Expected {what} of shape {want}. Got shape {shape} instead.")
+
+    def _berr(self, r, x, b, rows):
+        """Per matrix of ``rows``: the normwise backward error from its residual ``r``, solution
+        ``x`` and right-hand side ``b`` (each (len(rows), n, k), in the order of ``rows``)."""
+        xp = self.xp
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rn = xp.abs(r).max(axis=1)                                # (m, k)
+            xn = xp.abs(x.astype(np.float64)).max(axis=1)
+            bn = xp.abs(b.astype(np.float64)).max(axis=1)
+            den = self.anorm[rows][:, None] * xn + bn
+            be = xp.where(den > 0, rn / xp.where(den > 0, den, 1), xp.where(rn > 0, np.inf, 0.0))
+            be = xp.where(xp.isfinite(rn) & xp.isfinite(den), be, np.nan)
+        return be.max(axis=1) if be.shape[1] else xp.zeros(len(rows))
+
+    def _refine_whole_batch(self, b3, info, steps, refine, eps):
+        """:meth:`solve`'s first solution and refinement steps with every matrix computed in each
+        step (``steps`` counted in place): the rules and bits of the active-matrices form, as each
+        matrix's solve, residual and backward error do not depend on the others."""
+        xp = self.xp
+        rows = xp.arange(self.batch, dtype=np.int64)
+        b64 = b3.astype(np.float64)
+        x = self._first(b3)
+        live = info == INFO_OK
+        r = self._residual(b64, x, rows)
+        berr = xp.where(live, self._berr(r, x, b64, rows), np.nan)
+        for _ in range(refine):
+            active = live & ~(berr <= eps)
+            if not bool(active.any()):
+                break
+            x_try = x + self._correction(r, rows)
+            r_try = self._residual(b64, x_try, rows)
+            new = self._berr(r_try, x_try, b64, rows)
+            live = active & ~(new >= berr)      # NaN before, or lower now
+            x = xp.where(live[:, None, None], x_try, x)
+            r = xp.where(live[:, None, None], r_try, r)
+            berr = xp.where(live, new, berr)
+            steps += active
+        return x, berr
+
+    def solve(self, b, refine: int = 2, tol: float | None = None):
+        """Solve ``A x = b`` per matrix, then up to ``refine`` steps of iterative refinement.
+
+        ``b`` is (B, n) or (B, n, k). Each step computes the residual ``b - A x`` in float64 against
+        the original A, solves for the correction with the factors and keeps it if it lowers the
+        backward error; a matrix stops once its backward error is at most its dtype's epsilon or a
+        step did not lower it (slow progress goes on: the KKT kinds in float32 gain a factor 2-4 a
+        step after heavy static pivoting).
+        Returns ``(x, info)``: ``x`` in the factor's dtype, shaped as ``b``; ``info`` (B,) int32 as
+        in the module docstring, -4 where the backward error is still above ``tol`` (default
+        ``n * eps``). The last backward errors and step counts stay in ``last_backward_error`` and
+        ``refine_steps``.
+        """
+        xp = self.xp
+        if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 0:
+            raise InputError(f"Expected refine to be an integer >= 0. Got {refine!r} instead.")
+        b3, vector = self._check_rhs(b)
+        count, n = self.batch, self.plan.n
+        eps = float(np.finfo(self.dtype).eps)
+        tol = max(n, 1) * eps if tol is None else float(tol)
+        info = xp.where((self.info == INFO_OK) & ~xp.isfinite(b3).all(axis=(1, 2)), INFO_NONFINITE_INPUT,
+                        self.info).astype(np.int32)
+        steps = xp.zeros(count, np.int32)
+        if n == 0 or b3.shape[2] == 0 or count == 0:
+            x = xp.zeros(b3.shape, self.dtype)
+            berr = xp.zeros(count)
+        elif self.whole_batch:
+            x, berr = self._refine_whole_batch(b3, info, steps, refine, eps)
+        else:
+            b64 = b3.astype(np.float64)
+            x = self._first(b3)
+            rows = xp.flatnonzero(info == INFO_OK).astype(np.int64)
+            berr = xp.full(count, np.nan)
+            r = xp.zeros(b3.shape, np.float64)          # the residuals of the matrices in rows
+            if rows.size:
+                r[rows] = self._residual(b64[rows], x[rows], rows)
+                berr[rows] = self._berr(r[rows], x[rows], b64[rows], rows)
+            for _ in range(refine):
+                active = rows[~(berr[rows] <= eps)]
+                if active.size == 0:
+                    break
+                x_try = x[active] + self._correction(r, active)
+                r_try = self._residual(b64[active], x_try, active)
+                new = self._berr(r_try, x_try, b64[active], active)
+                better = ~(new >= berr[active])   # NaN before, or lower now
+                keep = active[better]
+                x[keep] = x_try[better]
+                r[keep] = r_try[better]
+                berr[keep] = new[better]
+                steps[active] += 1
+                rows = keep
+        if n and b3.shape[2] and count:
+            finite_x = xp.isfinite(x).all(axis=(1, 2))
+            info = xp.where((info == INFO_OK) & ~finite_x, INFO_NONFINITE_RESULT, info).astype(np.int32)
+            info = xp.where((info == INFO_OK) & ~(berr <= tol), INFO_REFINEMENT, info).astype(np.int32)
+            # a non-finite pivot (the factorization's -2) leaves no x worth keeping, finite or not
+            bad = (info == INFO_NONFINITE_INPUT) | (info > 0) | (self.info == INFO_NONFINITE_RESULT)
+            x = xp.where(bad[:, None, None], np.nan, x).astype(x.dtype, copy=False)
+            berr = xp.where(bad, np.nan, berr)
+        self.refine_steps = self._out(steps)
+        self.last_backward_error = self._out(berr)
+        x = x[:, :, 0] if vector else x
+        return self._out(x), self._out(info)
