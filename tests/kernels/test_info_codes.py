@@ -20,7 +20,7 @@ from batchlu.kernels import _cpu, _cpu_lapack, _cpu_vectorised
 from batchlu.testing import matrices
 from batchlu.testing.ratios import THRESHOLD, get01, get02, get03, slogdet_ratios
 
-from _overflow import GROUP, check_codes, expected_info, finite, near_max_batch, overflow_batch, same
+from _overflow import GROUP, check_codes, expected_info, finite, overflow_batch, same
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 # name: (n, _cpu.LAPACK_MIN_N, _cpu.LANES_MIN_N). The tables pick a path by n, dtype and op, and move
