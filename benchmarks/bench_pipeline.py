@@ -142,6 +142,7 @@ def timed(fn) -> float:
 
 
 DRY_RUN = False  # --dry-run-cpu / --host-noop: a CPU LocalCluster instead of GPUs
+EXTRA: dict = {}  # --config KEY=VALUE: more batchlu.* settings for every batchlu run
 
 
 def run_batchlu(client, src, out, budget, codec="zstd", io=("auto", "auto"), codec_device="auto",
@@ -152,7 +153,8 @@ def run_batchlu(client, src, out, budget, codec="zstd", io=("auto", "auto"), cod
     report = pipeline.run(str(src), str(out), op="inv", backend=backend, client=client, progress=False,
                           overwrite=True, config={"memory-budget": budget, "output-codec": codec,
                                                   "io-processes": io[0], "io-threads": io[1],
-                                                  "codec-device": codec_device, "output-layout": layout})
+                                                  "codec-device": codec_device, "output-layout": layout,
+                                                  **EXTRA})
     assert report.status == "complete" and report.backends == (backend,), report
     return report
 
@@ -307,6 +309,8 @@ def main(argv=None):
     parser.add_argument("--dir", default="/tmp/batchlu-bench")
     parser.add_argument("--threads", default="4,8,16", help="dask-cupy threads per worker to try")
     parser.add_argument("--batchlu-threads", default="4", help="batchlu threads per worker to try")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="another batchlu.* setting for the batchlu runs (repeatable), e.g. output-checksum=none")
     parser.add_argument("--budget", default=None,
                         help="batchlu memory budget (batch size; default: batchlu.memory-budget's)")
     parser.add_argument("--codecs", default="zstd,none",
@@ -333,6 +337,7 @@ def main(argv=None):
                         help="no GPU: CPU workers, batchlu with a no-op compute, and the I/O floor")
     parser.add_argument("--dry-run-cpu", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    EXTRA.update(item.split("=", 1) for item in args.config)
     if args.budget is None:
         from batchlu import pipeline
 
