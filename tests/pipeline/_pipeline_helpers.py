@@ -98,3 +98,17 @@ def sigkill(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     assert proc.returncode == -signal.SIGKILL
+
+
+def require_nvcomp() -> None:
+    """Skip a GPU codec test where nvCOMP's library does not load (fail instead with
+    ``BATCHLU_REQUIRE_NVCOMP=1``, as on the GPU machine)."""
+    import pytest
+
+    from batchlu.pipeline import _nvcomp
+
+    why = _nvcomp.missing()
+    if why is not None:
+        if os.environ.get("BATCHLU_REQUIRE_NVCOMP") == "1":
+            pytest.fail(f"BATCHLU_REQUIRE_NVCOMP=1 but {why}")
+        pytest.skip(why)

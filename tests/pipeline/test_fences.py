@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import outputs_of, sigkill, start_script, wait_for_chunks
+from _pipeline_helpers import outputs_of, require_nvcomp, sigkill, start_script, wait_for_chunks
 
 from batchlu import kernels, pipeline
 from batchlu.pipeline import _io_pool, _lock, _ops, _output, _plan, _run, _tasks, errors
@@ -128,14 +128,10 @@ def test_device_batch_loop_checks_before_each_write_and_each_record(tmp_path):
     """The GPU codec path's loop: a group's files start only after a passed check, and a group is
     recorded (one group behind the writes) only after another."""
     pytest.importorskip("cupy")
-    from batchlu.pipeline import _codecs, _device_batches, _engines, _nvcomp
+    from batchlu.pipeline import _codecs, _device_batches, _engines
     from batchlu.testing.ratios import THRESHOLD, get03
 
-    why = _nvcomp.missing()
-    if why is not None:
-        if os.environ.get("BATCHLU_REQUIRE_NVCOMP") == "1":
-            pytest.fail(f"BATCHLU_REQUIRE_NVCOMP=1 but {why}")
-        pytest.skip(why)
+    require_nvcomp()
     count, n, chunk = 24, 5, 4
     a = generate("random", n, "float64", seed=65, start=0, stop=count)
     src = zarr.create_array(str(tmp_path / "a.zarr"), shape=a.shape, dtype=a.dtype, chunks=(chunk, n, n))

@@ -26,7 +26,7 @@ from batchlu.pipeline._config import TESTING_TASK_DELAY
 from batchlu.pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
 from batchlu.pipeline.errors import CorruptInputError
 from batchlu.testing.ratios import THRESHOLD, get01
-from _pipeline_helpers import complete_flags, complete_flags_once_created, wait_partly_complete
+from _pipeline_helpers import complete_flags, complete_flags_once_created, require_nvcomp, wait_partly_complete
 from test_codecs import LAYOUTS, OUTPUTS
 
 pytestmark = pytest.mark.gpu
@@ -36,13 +36,7 @@ RNG = np.random.default_rng()
 @pytest.fixture(autouse=True)
 def _nvcomp():
     pytest.importorskip("cupy")
-    from batchlu.pipeline import _nvcomp
-
-    why = _nvcomp.missing()
-    if why is not None:
-        if os.environ.get("BATCHLU_REQUIRE_NVCOMP") == "1":
-            pytest.fail(f"BATCHLU_REQUIRE_NVCOMP=1 but {why}")
-        pytest.skip(why)
+    require_nvcomp()
 
 
 def _lane():
@@ -80,20 +74,25 @@ def test_frames_written_by_zarr_decode_on_the_gpu(tmp_path, layout):
         assert got.get().tobytes() == x[start:stop].tobytes()
 
 
-@pytest.mark.parametrize("layout", sorted(OUTPUTS))
-def test_frames_encoded_on_the_gpu_read_back_with_zarr_and_repeat(tmp_path, layout):
-    import cupy
-
+def _output_array(path, layout: str, x, fill):
+    """An empty array shaped like ``x`` in output layout ``layout`` (:data:`test_codecs.OUTPUTS`)."""
     spec = dict(OUTPUTS[layout])
     codec, crc = spec.pop("codec", "zstd"), spec.pop("crc", False)
     compressors = _codecs.zarr_compressors(codec)
     if crc:
         compressors = [compressors, zarr.codecs.Crc32cCodec()]
+    return zarr.create_array(str(path), shape=x.shape, dtype=x.dtype, fill_value=fill, compressors=compressors,
+                             **spec)
+
+
+@pytest.mark.parametrize("layout", sorted(OUTPUTS))
+def test_frames_encoded_on_the_gpu_read_back_with_zarr_and_repeat(tmp_path, layout):
+    import cupy
+
     x = RNG.standard_normal((16, 5, 5))
     stores = []
     for name in ("one.zarr", "two.zarr"):
-        array = zarr.create_array(str(tmp_path / name), shape=x.shape, dtype=x.dtype, fill_value=np.nan,
-                                  compressors=compressors, **spec)
+        array = _output_array(tmp_path / name, layout, x, np.nan)
         stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
         unit = stored.unit
         for lo in range(0, 16, unit):   # one batch per stored object, the last one partial
@@ -121,14 +120,8 @@ def test_encode_waits_for_values_still_in_the_making_on_the_callers_stream(tmp_p
     import cupy
 
     spin = cupy.RawKernel(SPIN, "spin")
-    spec = dict(OUTPUTS[layout])
-    codec, crc = spec.pop("codec", "zstd"), spec.pop("crc", False)
-    compressors = _codecs.zarr_compressors(codec)
-    if crc:
-        compressors = [compressors, zarr.codecs.Crc32cCodec()]
     x = RNG.standard_normal((16, 5, 5))
-    array = zarr.create_array(str(tmp_path / "out.zarr"), shape=x.shape, dtype=x.dtype, fill_value=0.0,
-                              compressors=compressors, **spec)
+    array = _output_array(tmp_path / "out.zarr", layout, x, 0.0)
     stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
     unit = stored.unit
     producer = cupy.cuda.Stream(non_blocking=True)

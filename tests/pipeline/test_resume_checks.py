@@ -145,22 +145,31 @@ def test_resume_makes_a_missing_array_again_while_nothing_is_complete(client, st
     assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
 
 
-def test_resume_of_an_output_recording_output_compressor_keeps_its_codec(client, stores, tmp_path):
-    """An output of a batchlu from before batchlu.output-compressor became output-codec records its
-    codec as ``output_compressor``: a resume (asking for the default, zstd) makes a missing array
-    again with the recorded codec, and records it under today's name."""
+def _resume_an_older_output(stores, client, tmp_path, config: dict, as_older):
+    """An lu output of ``stores["a"]`` written with ``config``, its recorded settings edited by
+    ``as_older`` as an older batchlu wrote them, every record forgotten and ``piv`` deleted, then
+    resumed; beside it a clean run of today's defaults. Returns the two paths and the resumed group."""
     out, clean = tmp_path / "o.zarr", tmp_path / "clean.zarr"
     pipeline.run(stores["a"], clean, op="lu", client=client, progress=False, config={"chunk": 10})
-    pipeline.run(stores["a"], out, op="lu", client=client, progress=False,
-                 config={"chunk": 10, "output-codec": "lz4"})
+    pipeline.run(stores["a"], out, op="lu", client=client, progress=False, config={"chunk": 10, **config})
     settings = dict(pipeline._output.read_provenance(str(out))["settings"])
-    settings["output_compressor"] = settings.pop("output_codec")   # as the older batchlu wrote it
+    as_older(settings)
     pipeline._output.update(str(out), settings=settings)
     _forget(out, slice(None))
     shutil.rmtree(out / "piv")
     report = pipeline.run(stores["a"], out, op="lu", resume=True, client=client, progress=False)
     assert report.status == "complete" and report.processed == 53
-    group = zarr.open_group(str(out), mode="r")
+    return out, clean, zarr.open_group(str(out), mode="r")
+
+
+def test_resume_of_an_output_recording_output_compressor_keeps_its_codec(client, stores, tmp_path):
+    """An output of a batchlu from before batchlu.output-compressor became output-codec records its
+    codec as ``output_compressor``: a resume (asking for the default, zstd) makes a missing array
+    again with the recorded codec, and records it under today's name."""
+    def as_older(settings):
+        settings["output_compressor"] = settings.pop("output_codec")   # as the older batchlu wrote it
+
+    out, clean, group = _resume_an_older_output(stores, client, tmp_path, {"output-codec": "lz4"}, as_older)
     assert [type(c).__name__ for c in group["piv"].compressors] == ["LZ4", "Crc32cCodec"]   # made again as
     assert [type(c).__name__ for c in group["lu"].compressors] == ["LZ4", "Crc32cCodec"]    # it was made
     recorded = pipeline._output.read_provenance(str(out))["settings"]
@@ -220,18 +229,10 @@ def test_a_resume_refused_for_its_input_keeps_the_records_of_damaged_chunks(clie
 def test_resume_of_an_output_from_before_output_checksums_keeps_its_arrays_without(client, stores, tmp_path):
     """An output whose record names no output_checksum was written without crc32c: a resume makes a
     missing array again as the others were made (no checksum) and records that it has none."""
-    out, clean = tmp_path / "o.zarr", tmp_path / "clean.zarr"
-    pipeline.run(stores["a"], clean, op="lu", client=client, progress=False, config={"chunk": 10})
-    pipeline.run(stores["a"], out, op="lu", client=client, progress=False,
-                 config={"chunk": 10, "output-checksum": "none"})
-    settings = dict(pipeline._output.read_provenance(str(out))["settings"])
-    assert settings.pop("output_checksum") == "none"   # as a batchlu before the setting wrote it
-    pipeline._output.update(str(out), settings=settings)
-    _forget(out, slice(None))
-    shutil.rmtree(out / "piv")
-    report = pipeline.run(stores["a"], out, op="lu", resume=True, client=client, progress=False)
-    assert report.status == "complete" and report.processed == 53
-    group = zarr.open_group(str(out), mode="r")
+    def as_older(settings):
+        assert settings.pop("output_checksum") == "none"   # as a batchlu before the setting wrote it
+
+    out, clean, group = _resume_an_older_output(stores, client, tmp_path, {"output-checksum": "none"}, as_older)
     assert [type(c).__name__ for c in group["piv"].compressors] == ["ZstdCodec"]
     assert [type(c).__name__ for c in group["lu"].compressors] == ["ZstdCodec"]
     assert [type(c).__name__ for c in zarr.open_group(str(clean), mode="r")["lu"].compressors] == \
