@@ -15,7 +15,7 @@ from batchlu import kernels
 from batchlu.testing import matrices
 from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
 
-from _overflow import GROUP, check_codes, expected_info, finite, overflow_batch, same
+from _overflow import GROUP, check_codes, check_near_max, expected_info, finite, overflow_batch, same
 
 pytestmark = pytest.mark.gpu
 
@@ -123,6 +123,25 @@ def test_slogdet_flags_overflow(dtype, n):
     singular = info > 0
     assert singular.any() and (sign[singular] == 0).all() and (logabsdet[singular] == -np.inf).all()
 
+
+
+def _call(op: str, *args):
+    """``kernels.<op>`` on device copies of ``args`` (``_api``'s two poisoned runs but for
+    ``lu_solve``); host results as a tuple."""
+    if op == "lu_solve":
+        return (kernels.lu_solve(*(cupy.asarray(x) for x in args)).get(),)
+    return _api(op, *args)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_entries_near_the_largest_float_are_right_or_flagged(dtype, n):
+    """The CPU's test (tests/kernels/test_info_codes.py) on the GPU's paths: entries near the largest
+    float give right results with info 0, or -2 with non-finite ones. The CPU got both wrong: the
+    reciprocal of a complex pivot with both parts above half the largest float came out 0 (Smith's
+    division forms |d|^2 / max(|re|, |im|), as the GPU's ``recip_`` and ``div_`` do in
+    kernels/cuda/common.cuh), and an inverse or solution from overflowed factors came out finite."""
+    check_near_max(_call, n, dtype)
 
 def test_issue_example_8x8_float64_scaled_by_1e_308():
     rng = np.random.default_rng(16)
