@@ -291,13 +291,14 @@ def _getf2(f, piv, sfmin):
 
 
 @_inline
-def _all_finite(f):
-    """Every entry of the factors ``f`` is finite. An inverse or a solution computed from factors
-    that overflowed means nothing, even where it comes out finite (1 / inf is 0)."""
+def _pivots_finite(f):
+    """Every pivot (diagonal entry) of the factors ``f`` is finite. An inverse or a solution from
+    factors with an infinite pivot means nothing, even where it comes out finite (1 / inf is 0); an
+    overflow elsewhere in the factors reaches the result as Inf or NaN, and there the result's own
+    check flags it."""
     finite = True
-    for c in range(f.shape[0]):
-        for r in range(f.shape[1]):
-            finite &= _finite(f[c, r])
+    for i in range(f.shape[0]):
+        finite &= _finite(f[i, i])
     return finite
 
 
@@ -445,7 +446,7 @@ def _log_det(f, piv):
 # and the compiler assuming that LAPACK may change the scratch buffers).
 #
 # getrf, inv, solve and slogdet apply ``batchlu.kernels._info``'s rule as they write their results: a
-# finite input whose result is not finite gets INFO_NONFINITE_RESULT, and so does one whose factors
+# finite input whose result is not finite gets INFO_NONFINITE_RESULT, and so does one whose pivots
 # overflowed, for inv and solve (NaN results: 1 / inf is 0, and a finite result means nothing); for
 # solve a right-hand side holding NaN or Inf makes the input non-finite (INFO_NONFINITE_INPUT, NaN
 # x); the API then skips its own passes over the results (``_cpu.flags_results``).
@@ -505,7 +506,7 @@ def _inv_own(a, out, info, sfmin, lo, hi):
     piv = np.empty(n, np.int32)
     for b in range(lo, hi):
         code = _own_getrf(a, b, f, piv, sfmin)
-        if code == 0 and not _all_finite(f):
+        if code == 0 and not _pivots_finite(f):
             code = INFO_NONFINITE_RESULT
         if code == 0:
             _invert(f, piv, g, sfmin)
@@ -541,7 +542,7 @@ def _inv_lapack(fgetrf, fgetri, a, ar, out, outr, info, small, sfmin, big, lo, h
     work = np.empty(lwork[0], a.dtype)
     for b in range(lo, hi):
         code, by_lapack = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin, big)
-        if code == 0 and not _all_finite(f):
+        if code == 0 and not _pivots_finite(f):
             code = INFO_NONFINITE_RESULT
         if code == 0:
             if by_lapack:
@@ -678,7 +679,7 @@ def _solve_own(a, b, x, info, sfmin, lo, hi):
                 finite &= _finite(v)
         if not finite:
             code = INFO_NONFINITE_INPUT
-        if code == 0 and k > 0 and not _all_finite(f):
+        if code == 0 and k > 0 and not _pivots_finite(f):
             code = INFO_NONFINITE_RESULT
         if code == 0:
             _substitute(f, piv, g, sfmin)
@@ -718,7 +719,7 @@ def _solve_lapack(fgetrf, fgetrs, a, ar, b, x, info, small, sfmin, big, lo, hi):
                 finite &= _finite(v)
         if not finite:
             code = INFO_NONFINITE_INPUT
-        if code == 0 and k > 0 and not _all_finite(f):
+        if code == 0 and k > 0 and not _pivots_finite(f):
             code = INFO_NONFINITE_RESULT
         if code == 0:
             if by_lapack:
