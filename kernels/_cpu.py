@@ -22,7 +22,13 @@ Two engines compute the same LAPACK factorization (``lu`` and ``piv`` mean what 
 
 One exception to the size rule in both: OpenBLAS's ``xGETRF`` loses subnormal intermediates, so a
 matrix with a nonzero entry below ``tiny / eps`` (~2e-292 in float64), or whose LAPACK ``U`` has a
-subnormal pivot, is factored by the engine's own LU, which follows reference LAPACK there.
+subnormal pivot, is factored by the engine's own LU, which follows reference LAPACK there. So is a
+complex matrix whose ``U`` has a pivot with both parts nonzero and one above half the largest float:
+OpenBLAS's reciprocal of it (as NumPy's and numba's complex division) forms ``|d|^2 / max(|re|,
+|im|)``, which overflows, and comes out 0, leaving a column of ``L`` zero and finite, wrong factors;
+the engines' own LU divides by a pivot with a part above a quarter of the largest float (a margin
+for rounding), both scaled by a power of two (exact). The solves and
+inverses from such factors stay off OpenBLAS's ``xGETRS`` / ``xGETRI`` too.
 
 Functions take arrays normalised by ``batchlu.kernels._api``: C-contiguous (B, n, n), a supported dtype,
 B >= 1, n >= 1. Matrices holding NaN or Inf are set aside up front (``info == -1``, NaN results,
@@ -39,6 +45,7 @@ import numpy as np
 from batchlu.errors import ConfigError, DependencyError, InputError
 
 from . import _cpu_lapack, _cpu_vectorised
+from ._info import INFO_NONFINITE_RESULT
 
 
 __all__ = ["compiled_available", "flags_results", "getrf", "getrs", "inv", "lanes_range", "lapack_min_n",
@@ -202,10 +209,13 @@ def _factor_rows(engine, work: np.ndarray, piv: np.ndarray, rows: np.ndarray) ->
         work[sel], piv[sel] = sub, sub_piv
 
 
-def _subnormal_pivot(lu: np.ndarray) -> np.ndarray:
-    """Per matrix: a nonzero diagonal entry of ``lu`` below ``tiny`` (a subnormal pivot)."""
-    d = np.abs(np.diagonal(lu, axis1=-2, axis2=-1))
-    return np.any((d != 0) & (d < np.finfo(d.dtype).tiny), axis=1)
+def _unsafe_pivot(lu: np.ndarray) -> np.ndarray:
+    """Per matrix: a diagonal entry of ``lu`` that OpenBLAS scales by a wrong reciprocal: nonzero
+    below ``tiny`` (subnormal; the reciprocal overflows), or complex with a part above a quarter of the
+    largest float (``_cpu_vectorised.huge``: from half of it on, the reciprocal comes out 0)."""
+    d = np.diagonal(lu, axis1=-2, axis2=-1)
+    m = np.abs(d)
+    return np.any(((m != 0) & (m < np.finfo(m.dtype).tiny)) | _cpu_vectorised.huge(d), axis=1)
 
 
 def _substitute_rows(engine, lu, piv, b, x, rows: np.ndarray) -> None:
@@ -242,8 +252,8 @@ def getrf(a: np.ndarray):
                 lapack = np.zeros_like(finite)
             work[~finite] = np.eye(n, dtype=a.dtype)
             _factor_rows(_cpu_lapack, work, p, lapack)
-            # A subnormal pivot: OpenBLAS scaled by its reciprocal. Redo that matrix with NumPy.
-            redo = lapack & _subnormal_pivot(work)
+            # A subnormal or huge pivot: OpenBLAS scaled by a wrong reciprocal. Redo that matrix with NumPy.
+            redo = lapack & _unsafe_pivot(work)
             work[redo] = a[part][redo]
             _factor_rows(_cpu_vectorised, work, p, ~lapack | redo)
             work[~finite] = np.nan
@@ -268,12 +278,18 @@ def getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * (n + b.shape[-1])):
             lu_p, piv_p, b_p, x_p = lu[part], piv[part], b[part].astype(lu.dtype, copy=False), x[part]
-            # A subnormal diagonal of U: OpenBLAS's xGETRS scales by its reciprocal, which overflows;
+            # A subnormal or huge diagonal of U: OpenBLAS's xGETRS scales by a wrong reciprocal of it;
             # those matrices go through the vectorised substitution, which divides (as xTRSM).
-            slow = _subnormal_pivot(lu_p) if engine is _cpu_lapack else np.ones(len(lu_p), bool)
+            slow = _unsafe_pivot(lu_p) if engine is _cpu_lapack else np.ones(len(lu_p), bool)
             _substitute_rows(_cpu_lapack, lu_p, piv_p, b_p, x_p, ~slow)
             _substitute_rows(_cpu_vectorised, lu_p, piv_p, b_p, x_p, slow)
     return x
+
+
+def _overflowed_factors(info: np.ndarray, lu: np.ndarray) -> np.ndarray:
+    """``info`` with -2 where it was 0 and the factors ``lu`` are not finite: an inverse or solution
+    computed from them means nothing, even where it comes out finite (1 / inf is 0); NaN there."""
+    return np.where((info == 0) & ~_finite(lu), np.int32(INFO_NONFINITE_RESULT), info).astype(np.int32)
 
 
 def _on_good(info: np.ndarray, shape: tuple, dtype, compute) -> np.ndarray:
@@ -297,8 +313,16 @@ def solve(a: np.ndarray, b: np.ndarray):
         compiled.solve(a, np.ascontiguousarray(b, a.dtype), x, info, lapack_min_n("solve", a.dtype))
         return x, info
     lu, piv, info = getrf(a)
+    if b.shape[-1]:          # no right-hand side, no x: info stays the factorization's
+        info = _overflowed_factors(info, lu)
     x = _on_good(info, b.shape, a.dtype, lambda sel: getrs(lu[sel], piv[sel], b[sel]))
     return x, info
+
+
+def _inverse_from_factors(lu: np.ndarray, piv: np.ndarray) -> np.ndarray:
+    """``A^-1`` from ``getrf``'s factors, as ``getrs`` of the identity."""
+    n = lu.shape[-1]
+    return getrs(lu, piv, np.broadcast_to(np.eye(n, dtype=lu.dtype), lu.shape))
 
 
 def _inverse_small(a: np.ndarray, lu: np.ndarray, piv: np.ndarray) -> np.ndarray:
@@ -306,12 +330,19 @@ def _inverse_small(a: np.ndarray, lu: np.ndarray, piv: np.ndarray) -> np.ndarray
 
     It factors again with NumPy's LAPACK; should that find an exact zero pivot our LU did not (the
     rounding differs), the inverses come from our LU instead, so ``info`` stays the factorization's.
+    So do those whose factors have a pivot OpenBLAS gets wrong (``_unsafe_pivot``).
     """
+    unsafe = _unsafe_pivot(lu)
+    if unsafe.any():
+        out = np.empty_like(lu)
+        out[unsafe] = _inverse_from_factors(lu[unsafe], piv[unsafe])
+        if not unsafe.all():
+            out[~unsafe] = _inverse_small(a[~unsafe], lu[~unsafe], piv[~unsafe])
+        return out
     try:
         return np.linalg.inv(a)
     except np.linalg.LinAlgError:
-        n = a.shape[-1]
-        return getrs(lu, piv, np.broadcast_to(np.eye(n, dtype=a.dtype), a.shape))
+        return _inverse_from_factors(lu, piv)
 
 
 def inv(a: np.ndarray):
@@ -323,9 +354,18 @@ def inv(a: np.ndarray):
         compiled.inv(a, ainv, info, lapack_min_n("inv", a.dtype))
         return ainv, info
     lu, piv, info = getrf(a)
+    info = _overflowed_factors(info, lu)
     if _engine(a.shape[-1]) is _cpu_lapack:
         def compute(sel):
-            return _cpu_lapack.invert(lu[sel], piv[sel])
+            unsafe = _unsafe_pivot(lu[sel])    # OpenBLAS's xGETRI would scale by a wrong reciprocal
+            if not unsafe.any():
+                return _cpu_lapack.invert(lu[sel], piv[sel])
+            rows = np.arange(len(info))[sel]
+            out = np.empty((len(rows),) + a.shape[1:], a.dtype)
+            out[unsafe] = _inverse_from_factors(lu[rows[unsafe]], piv[rows[unsafe]])
+            if not unsafe.all():
+                out[~unsafe] = _cpu_lapack.invert(lu[rows[~unsafe]], piv[rows[~unsafe]])
+            return out
     else:
         def compute(sel):
             return _inverse_small(a[sel], lu[sel], piv[sel])

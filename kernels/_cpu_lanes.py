@@ -12,8 +12,9 @@ The algorithm is LAPACK's blocked right-looking LU (``xGETRF``) with panels of `
 
 1. each panel is factored column by column as ``xGETF2`` does: the pivot is the first entry of
    largest ``|re| + |im|`` (``IxAMAX``), its whole row is swapped in, the column below is scaled by
-   the pivot's reciprocal (divided by a pivot below ``sfmin``; a zero pivot leaves its column as it
-   is, and the factorization goes on); one pass over the rows scales column j, updates the panel's
+   the pivot's reciprocal (divided by a pivot below ``sfmin``, and by a complex one whose reciprocal
+   would come out 0, ``_cpu_numba.huge_pivot``; a zero pivot leaves its column as it is, and the
+   factorization goes on); one pass over the rows scales column j, updates the panel's
    later columns and searches column j + 1 for its pivot;
 2. the rows of the panel right of it are solved with its unit lower triangle (``xTRSM``);
 3. the trailing matrix takes the panel's rank-NB update (``xGEMM``) in register tiles of 4 x 4
@@ -37,7 +38,7 @@ from numba import njit
 
 from ._cpu_simd import (vabs, vadd, vfma, vfnma, vload, vmul, vsel_gt, vsplat, vstore, vsub,
                         vtranspose, vtranspose_join, vtranspose_split)
-from ._cpu_numba import store_slogdet
+from ._cpu_numba import huge_pivot, huge_quotient, store_slogdet
 from ._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT
 
 __all__ = ["NB", "getrf", "slogdet"]
@@ -400,6 +401,8 @@ def _search_complex(F, G, n, ld, j, rows):
 
 @_jit
 def _reciprocals_complex(F, G, d0, rec, rec_im, sfmin):
+    """:func:`_reciprocals` of complex pivots (formed in complex128); a lane whose pivot is below
+    ``sfmin`` or ``_cpu_numba.huge_pivot`` (1 / d would come out 0) divides instead, as it returns."""
     W = 64 // F.itemsize
     tiny = False
     for lane in range(W):
@@ -407,6 +410,10 @@ def _reciprocals_complex(F, G, d0, rec, rec_im, sfmin):
         if d == 0:
             rec[lane] = 1
             rec_im[lane] = 0
+        elif huge_pivot(d):
+            rec[lane] = 1
+            rec_im[lane] = 0
+            tiny = True
         elif abs(d) >= sfmin:
             q = 1 / d
             rec[lane] = q.real
@@ -420,14 +427,18 @@ def _reciprocals_complex(F, G, d0, rec, rec_im, sfmin):
 
 @_jit
 def _divide_tiny_complex(F, G, n, ld, j, sfmin):
+    """Rows below j of column j divided by the pivot, in the lanes whose nonzero pivot is below
+    ``sfmin`` or ``_cpu_numba.huge_pivot``."""
     W = 64 // F.itemsize
     d0 = (j * ld + j) * W
     for lane in range(W):
         d = complex(F[d0 + lane], G[d0 + lane])
-        if d != 0 and abs(d) < sfmin:
+        huge = huge_pivot(d)
+        if huge or (d != 0 and abs(d) < sfmin):
             for i in range(j + 1, n):
                 o = (i * ld + j) * W + lane
-                q = complex(F[o], G[o]) / d
+                x = complex(F[o], G[o])
+                q = huge_quotient(x, d) if huge else x / d
                 F[o] = q.real
                 G[o] = q.imag
 

@@ -34,7 +34,7 @@ from numba.extending import get_cython_function_address
 from . import _cpu_threads
 from ._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT
 
-__all__ = ["getrf", "getrs", "inv", "lapack", "slogdet", "solve"]
+__all__ = ["getrf", "getrs", "huge_pivot", "huge_quotient", "inv", "lapack", "slogdet", "solve", "store_slogdet"]
 
 _vp = types.voidptr
 _SIGNATURES = {
@@ -145,6 +145,29 @@ def _finite(x):
     return (x.real - x.real) + (x.imag - x.imag) == 0.0
 
 
+# numba divides complex numbers as CPython does (Smith's algorithm), forming |d|^2 / max(|re|, |im|):
+# for a d with both parts nonzero and one above half the largest float64, that overflows and 1 / d
+# comes out 0 (and x / d too): a whole column of L zero and U not eliminated, with finite factors.
+# (1 / d of complex64 is formed in complex128: no overflow there.) A pivot with a part above a
+# quarter of the largest float (a margin for rounding) divides instead, numerator and denominator
+# scaled by 1/8 first (exact): Smith's denominator stays below a quarter of the largest float, so
+# its reciprocal is normal and the quotient keeps its digits.
+_BIG = float(np.finfo(np.float64).max) / 4
+
+
+@_inline
+def huge_pivot(d):
+    """``d`` is a complex number whose reciprocal numba's division may not form (see ``_BIG``);
+    never for a real ``d``."""
+    return d.imag != 0 and d.real != 0 and max(abs(d.real), abs(d.imag)) > _BIG
+
+
+@_inline
+def huge_quotient(x, d):
+    """``x / d`` for a :func:`huge_pivot` ``d``."""
+    return (x * 0.125) / (d * 0.125)
+
+
 @_inline
 def _check(ar, b, small):
     """Matrix ``b``, as the real parts (and imaginary parts) in row ``b`` of ``ar``: (finite, fit
@@ -230,7 +253,8 @@ def _load_checked(a, b, f):
 def _getf2(f, piv, sfmin):
     """LU with partial pivoting of the column-major ``f`` in place, 0-based ``piv``: LAPACK's
     ``xGETF2`` (the first largest ``|re| + |im|`` pivots; the column is scaled by the pivot's
-    reciprocal, or divided by a pivot below ``sfmin``; a zero pivot leaves its column, and goes on)."""
+    reciprocal, or divided by a pivot below ``sfmin`` or :func:`huge_pivot`; a zero pivot leaves its
+    column, and goes on)."""
     n = f.shape[0]
     for j in range(n):
         p = j
@@ -250,7 +274,10 @@ def _getf2(f, piv, sfmin):
             break
         pivot = f[j, j]
         if pivot != 0:
-            if abs(pivot) >= sfmin:
+            if huge_pivot(pivot):
+                for i in range(j + 1, n):
+                    f[j, i] = huge_quotient(f[j, i], pivot)
+            elif abs(pivot) >= sfmin:
                 r = 1 / pivot
                 for i in range(j + 1, n):
                     f[j, i] *= r
@@ -261,6 +288,18 @@ def _getf2(f, piv, sfmin):
             u = f[c, j]
             for i in range(j + 1, n):
                 f[c, i] -= f[j, i] * u
+
+
+@_inline
+def _pivots_finite(f):
+    """Every pivot (diagonal entry) of the factors ``f`` is finite. An inverse or a solution from
+    factors with an infinite pivot means nothing, even where it comes out finite (1 / inf is 0); an
+    overflow elsewhere in the factors reaches the result as Inf or NaN, and there the result's own
+    check flags it."""
+    finite = True
+    for i in range(f.shape[0]):
+        finite &= _finite(f[i, i])
+    return finite
 
 
 @_inline
@@ -283,11 +322,13 @@ def _own_getrf(a, b, f, piv, sfmin):
 
 
 @_inline
-def _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin):
-    """Matrix ``b`` of ``a`` factored in ``f`` by LAPACK or, where OpenBLAS would lose subnormal
-    intermediates (a nonzero part below ``small``, or a subnormal pivot in its ``U``), by
-    :func:`_getf2`; 0-based ``piv``, and LAPACK's 1-based ones in ``ipiv`` when LAPACK's factors
-    are kept. Returns (info, by LAPACK)."""
+def _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin, big):
+    """Matrix ``b`` of ``a`` factored in ``f`` by LAPACK or, where OpenBLAS would get it wrong, by
+    :func:`_getf2`: it loses subnormal intermediates (a nonzero part below ``small``, or a
+    subnormal pivot in its ``U``), and a pivot with a part above ``big`` (:func:`_limits`: complex
+    only) gets a zero reciprocal from it, as from numba's division (``_BIG``); 0-based
+    ``piv``, and LAPACK's 1-based ones in ``ipiv`` when LAPACK's factors are kept. Returns (info,
+    by LAPACK)."""
     n = f.shape[0]
     finite, fit = _check(ar, b, small)
     if not finite:
@@ -295,13 +336,14 @@ def _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin):
     _load(a, b, f)
     if fit:
         fgetrf(ni.ctypes, ni.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes, status.ctypes)
-        subnormal = False
+        unsafe = False
         for i in range(n):
             piv[i] = ipiv[i] - 1
             d = _mag(f[i, i])              # |d| <= d < 2 |d|: the modulus only near sfmin
             if d != 0 and d < 2 * sfmin:
-                subnormal |= abs(f[i, i]) < sfmin
-        if not subnormal:
+                unsafe |= abs(f[i, i]) < sfmin
+            unsafe |= max(abs(f[i, i].real), abs(f[i, i].imag)) > big
+        if not unsafe:
             return _first_zero_pivot(f), True
         _load(a, b, f)
     _getf2(f, piv, sfmin)
@@ -313,7 +355,7 @@ def _substitute(f, piv, g, sfmin):
     """``g`` (k, n), right-hand sides as rows, := ``A^-1`` applied to each, from the factors in
     ``f`` and 0-based ``piv``: ``xGETRS``'s interchanges, unit-lower and upper solves, column by
     column (contiguous), skipping zeros in the first solve as ``xTRSM`` does. Diagonal entries at
-    or above ``sfmin`` are applied as products with their reciprocals."""
+    or above ``sfmin`` are applied as products with their reciprocals, :func:`huge_pivot` ones divide."""
     k, n = g.shape
     for c in range(k):
         for i in range(n):
@@ -329,7 +371,9 @@ def _substitute(f, piv, g, sfmin):
                     g[c, i] -= xj * f[j, i]
         for j in range(n - 1, -1, -1):
             d = f[j, j]
-            if abs(d) >= sfmin:
+            if huge_pivot(d):
+                xj = huge_quotient(g[c, j], d)
+            elif abs(d) >= sfmin:
                 xj = g[c, j] * (1 / d)
             else:
                 xj = g[c, j] / d
@@ -358,7 +402,10 @@ def _invert(f, piv, y, sfmin):
             for c in range(n):
                 y[i, c] -= uij * y[j, c]
         d = f[i, i]
-        if abs(d) >= sfmin:
+        if huge_pivot(d):
+            for c in range(n):
+                y[i, c] = huge_quotient(y[i, c], d)
+        elif abs(d) >= sfmin:
             r = 1 / d
             for c in range(n):
                 y[i, c] *= r
@@ -399,9 +446,10 @@ def _log_det(f, piv):
 # and the compiler assuming that LAPACK may change the scratch buffers).
 #
 # getrf, inv, solve and slogdet apply ``batchlu.kernels._info``'s rule as they write their results: a
-# finite input whose result is not finite gets INFO_NONFINITE_RESULT, and for solve a right-hand
-# side holding NaN or Inf makes the input non-finite (INFO_NONFINITE_INPUT, NaN x); the API then
-# skips its own passes over the results (``_cpu.flags_results``).
+# finite input whose result is not finite gets INFO_NONFINITE_RESULT, and so does one whose pivots
+# overflowed, for inv and solve (NaN results: 1 / inf is 0, and a finite result means nothing); for
+# solve a right-hand side holding NaN or Inf makes the input non-finite (INFO_NONFINITE_INPUT, NaN
+# x); the API then skips its own passes over the results (``_cpu.flags_results``).
 
 
 @_jit
@@ -427,7 +475,7 @@ def _getrf_own(a, lu, lur, piv, info, sfmin, lo, hi):
 
 
 @_jit
-def _getrf_lapack(fgetrf, a, ar, lu, lur, piv, info, small, sfmin, lo, hi):
+def _getrf_lapack(fgetrf, a, ar, lu, lur, piv, info, small, sfmin, big, lo, hi):
     n = a.shape[-1]
     f = np.empty((n, n), a.dtype)
     p = np.empty(n, np.int32)
@@ -435,7 +483,7 @@ def _getrf_lapack(fgetrf, a, ar, lu, lur, piv, info, small, sfmin, lo, hi):
     ni = np.full(1, n, np.int32)
     status = np.zeros(1, np.int32)
     for b in range(lo, hi):
-        code, _ = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, p, ni, status, small, sfmin)
+        code, _ = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, p, ni, status, small, sfmin, big)
         if code < 0:
             for i in range(n):
                 piv[b, i] = i
@@ -458,6 +506,8 @@ def _inv_own(a, out, info, sfmin, lo, hi):
     piv = np.empty(n, np.int32)
     for b in range(lo, hi):
         code = _own_getrf(a, b, f, piv, sfmin)
+        if code == 0 and not _pivots_finite(f):
+            code = INFO_NONFINITE_RESULT
         if code == 0:
             _invert(f, piv, g, sfmin)
             finite = True
@@ -476,7 +526,7 @@ def _inv_own(a, out, info, sfmin, lo, hi):
 
 
 @_jit
-def _inv_lapack(fgetrf, fgetri, a, ar, out, outr, info, small, sfmin, lo, hi):
+def _inv_lapack(fgetrf, fgetri, a, ar, out, outr, info, small, sfmin, big, lo, hi):
     n = a.shape[-1]
     f = np.empty((n, n), a.dtype)
     g = np.empty((n, n), a.dtype)
@@ -491,7 +541,9 @@ def _inv_lapack(fgetrf, fgetri, a, ar, out, outr, info, small, sfmin, lo, hi):
     lwork[0] = max(1, int(work[0].real))
     work = np.empty(lwork[0], a.dtype)
     for b in range(lo, hi):
-        code, by_lapack = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin)
+        code, by_lapack = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin, big)
+        if code == 0 and not _pivots_finite(f):
+            code = INFO_NONFINITE_RESULT
         if code == 0:
             if by_lapack:
                 fgetri(ni.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes, work.ctypes, lwork.ctypes,
@@ -546,7 +598,7 @@ def _slogdet_own(a, sign, logabsdet, info, sfmin, lo, hi):
 
 
 @_jit
-def _slogdet_lapack(fgetrf, a, ar, sign, logabsdet, info, small, sfmin, lo, hi):
+def _slogdet_lapack(fgetrf, a, ar, sign, logabsdet, info, small, sfmin, big, lo, hi):
     n = a.shape[-1]
     f = np.empty((n, n), a.dtype)
     ipiv = np.empty(n, np.int32)
@@ -554,7 +606,7 @@ def _slogdet_lapack(fgetrf, a, ar, sign, logabsdet, info, small, sfmin, lo, hi):
     ni = np.full(1, n, np.int32)
     status = np.zeros(1, np.int32)
     for b in range(lo, hi):
-        code, _ = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin)
+        code, _ = _lapack_getrf(fgetrf, a, ar, b, f, ipiv, piv, ni, status, small, sfmin, big)
         s, total = _log_det(f, piv) if code == 0 else (1.0, 0.0)
         store_slogdet(b, code, s, total, sign, logabsdet, info)
 
@@ -579,11 +631,12 @@ def _getrs_own(lu, piv, b, x, sfmin, lo, hi):
 
 
 @_jit
-def _getrs_lapack(fgetrs, lu, piv, b, x, lo, hi):
+def _getrs_lapack(fgetrs, lu, piv, b, x, sfmin, big, lo, hi):
     n = lu.shape[-1]
     k = b.shape[-1]
     f = np.empty((n, n), lu.dtype)
     g = np.empty((k, n), lu.dtype)
+    p = np.empty(n, np.int32)
     ipiv = np.empty(n, np.int32)
     ni = np.full(1, n, np.int32)
     ki = np.full(1, k, np.int32)
@@ -591,12 +644,19 @@ def _getrs_lapack(fgetrs, lu, piv, b, x, lo, hi):
     trans = np.full(1, ord("N"), np.uint8)
     for m in range(lo, hi):
         _load(lu, m, f)
+        unsafe = False     # a diagonal entry OpenBLAS's reciprocal gets wrong (see _lapack_getrf)
         for i in range(n):
             ipiv[i] = piv[m, i] + 1
+            p[i] = piv[m, i]
+            d = f[i, i]
+            unsafe |= (d != 0 and abs(d) < sfmin) or max(abs(d.real), abs(d.imag)) > big
             for c in range(k):
                 g[c, i] = b[m, i, c]
-        fgetrs(trans.ctypes, ni.ctypes, ki.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes, g.ctypes,
-               ni.ctypes, status.ctypes)
+        if unsafe:
+            _substitute(f, p, g, sfmin)
+        else:
+            fgetrs(trans.ctypes, ni.ctypes, ki.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes, g.ctypes,
+                   ni.ctypes, status.ctypes)
         for i in range(n):
             for c in range(k):
                 x[m, i, c] = g[c, i]
@@ -619,6 +679,8 @@ def _solve_own(a, b, x, info, sfmin, lo, hi):
                 finite &= _finite(v)
         if not finite:
             code = INFO_NONFINITE_INPUT
+        if code == 0 and k > 0 and not _pivots_finite(f):
+            code = INFO_NONFINITE_RESULT
         if code == 0:
             _substitute(f, piv, g, sfmin)
             for i in range(n):
@@ -636,7 +698,7 @@ def _solve_own(a, b, x, info, sfmin, lo, hi):
 
 
 @_jit
-def _solve_lapack(fgetrf, fgetrs, a, ar, b, x, info, small, sfmin, lo, hi):
+def _solve_lapack(fgetrf, fgetrs, a, ar, b, x, info, small, sfmin, big, lo, hi):
     n = a.shape[-1]
     k = b.shape[-1]
     f = np.empty((n, n), a.dtype)
@@ -648,7 +710,7 @@ def _solve_lapack(fgetrf, fgetrs, a, ar, b, x, info, small, sfmin, lo, hi):
     status = np.zeros(1, np.int32)
     trans = np.full(1, ord("N"), np.uint8)
     for m in range(lo, hi):
-        code, by_lapack = _lapack_getrf(fgetrf, a, ar, m, f, ipiv, piv, ni, status, small, sfmin)
+        code, by_lapack = _lapack_getrf(fgetrf, a, ar, m, f, ipiv, piv, ni, status, small, sfmin, big)
         finite = True
         for i in range(n):
             for c in range(k):
@@ -657,6 +719,8 @@ def _solve_lapack(fgetrf, fgetrs, a, ar, b, x, info, small, sfmin, lo, hi):
                 finite &= _finite(v)
         if not finite:
             code = INFO_NONFINITE_INPUT
+        if code == 0 and k > 0 and not _pivots_finite(f):
+            code = INFO_NONFINITE_RESULT
         if code == 0:
             if by_lapack:
                 fgetrs(trans.ctypes, ni.ctypes, ki.ctypes, f.ctypes, ni.ctypes, ipiv.ctypes,
@@ -686,10 +750,14 @@ def _flat_real(a):
 
 
 def _limits(dtype):
-    """``small`` (a matrix with a nonzero part below it stays away from OpenBLAS) and ``sfmin``
-    (LAPACK's safe minimum: a pivot below it divides instead of scaling by its reciprocal)."""
+    """``small`` (a matrix with a nonzero part below it stays away from OpenBLAS), ``sfmin``
+    (LAPACK's safe minimum: a pivot below it divides instead of scaling by its reciprocal) and
+    ``big`` (complex only: a pivot with a part above half the largest float gets a zero reciprocal
+    from OpenBLAS, which forms |d|^2 / max(|re|, |im|) in the input's precision; a quarter, for a
+    margin; inf for real)."""
     fi = np.finfo(dtype)
-    return float(fi.tiny / fi.eps), float(fi.tiny)
+    big = float(fi.max) / 4 if np.dtype(dtype).kind == "c" else np.inf
+    return float(fi.tiny / fi.eps), float(fi.tiny), big
 
 
 def _run(own, lapack_kernel, routines, n: int, lapack_min_n: int, args_own, args_lapack) -> None:
@@ -703,38 +771,38 @@ def _run(own, lapack_kernel, routines, n: int, lapack_min_n: int, args_own, args
 def getrf(a, lu, piv, info, lapack_min_n: int) -> None:
     """``lu``, 0-based ``piv`` and ``info`` of every matrix of ``a`` (B, n, n); -2 where ``lu`` of a
     finite matrix is not finite."""
-    small, sfmin = _limits(a.dtype)
+    small, sfmin, big = _limits(a.dtype)
     ar, lur = _flat_real(a), _flat_real(lu)
     _run(_getrf_own, _getrf_lapack, [lapack(a.dtype, "getrf")], a.shape[-1], lapack_min_n,
-         (a, lu, lur, piv, info, sfmin), (a, ar, lu, lur, piv, info, small, sfmin))
+         (a, lu, lur, piv, info, sfmin), (a, ar, lu, lur, piv, info, small, sfmin, big))
 
 
 def inv(a, out, info, lapack_min_n: int) -> None:
     """``out`` = the inverse of each matrix, NaN where ``info`` != 0; -2 where it is not finite."""
-    small, sfmin = _limits(a.dtype)
+    small, sfmin, big = _limits(a.dtype)
     ar = _flat_real(a)
     _run(_inv_own, _inv_lapack, [lapack(a.dtype, "getrf"), lapack(a.dtype, "getri")], a.shape[-1],
-         lapack_min_n, (a, out, info, sfmin), (a, ar, out, _flat_real(out), info, small, sfmin))
+         lapack_min_n, (a, out, info, sfmin), (a, ar, out, _flat_real(out), info, small, sfmin, big))
 
 
 def slogdet(a, sign, logabsdet, info, lapack_min_n: int) -> None:
     """Sign and log|det| of each matrix (0 / -inf where singular, NaN where not finite)."""
-    small, sfmin = _limits(a.dtype)
+    small, sfmin, big = _limits(a.dtype)
     ar = _flat_real(a)
     _run(_slogdet_own, _slogdet_lapack, [lapack(a.dtype, "getrf")], a.shape[-1], lapack_min_n,
-         (a, sign, logabsdet, info, sfmin), (a, ar, sign, logabsdet, info, small, sfmin))
+         (a, sign, logabsdet, info, sfmin), (a, ar, sign, logabsdet, info, small, sfmin, big))
 
 
 def getrs(lu, piv, b, x, lapack_min_n: int) -> None:
     """``x`` (B, n, k) with ``A x = b`` from ``getrf``'s ``lu`` and 0-based ``piv``."""
     _run(_getrs_own, _getrs_lapack, [lapack(lu.dtype, "getrs")], lu.shape[-1], lapack_min_n,
-         (lu, piv, b, x, _limits(lu.dtype)[1]), (lu, piv, b, x))
+         (lu, piv, b, x, _limits(lu.dtype)[1]), (lu, piv, b, x, *_limits(lu.dtype)[1:]))
 
 
 def solve(a, b, x, info, lapack_min_n: int) -> None:
     """``x`` (B, n, k) with ``a x = b``, NaN where ``info`` != 0; ``info`` -1 also where ``b`` holds
     NaN or Inf, -2 where ``x`` is not finite."""
-    small, sfmin = _limits(a.dtype)
+    small, sfmin, big = _limits(a.dtype)
     ar = _flat_real(a)
     _run(_solve_own, _solve_lapack, [lapack(a.dtype, "getrf"), lapack(a.dtype, "getrs")], a.shape[-1],
-         lapack_min_n, (a, b, x, info, sfmin), (a, ar, b, x, info, small, sfmin))
+         lapack_min_n, (a, b, x, info, sfmin), (a, ar, b, x, info, small, sfmin, big))

@@ -6,7 +6,7 @@ Every step works on the whole batch at once: the Python loops run over the n col
 of columns), never over matrices, so a batch of tiny matrices costs a few NumPy calls per column
 instead of one LAPACK call (microseconds of Python each) per matrix. Panels are factored column by
 column exactly as LAPACK's ``xGETF2`` does (pivot = first entry of largest ``|re| + |im|``, as
-``IxAMAX``; scale by the reciprocal of the pivot unless it is tiny; a zero pivot leaves its column
+``IxAMAX``; scale by the reciprocal of the pivot unless it is tiny or :func:`huge`; a zero pivot leaves its column
 unscaled and the factorization goes on), and trailing matrices are updated with batched matrix
 products. The order of the floating-point operations differs from the LAPACK library SciPy links,
 so ``lu`` agrees with SciPy's to rounding, and ``piv`` agrees exactly unless two pivot candidates tie
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["factor", "substitute"]
+__all__ = ["factor", "huge", "substitute"]
 
 _PANEL = 16   # columns per panel: trailing updates are batched products of this depth
 
@@ -31,18 +31,33 @@ def _magnitude(x: np.ndarray) -> np.ndarray:
     return np.abs(x)
 
 
+def huge(d: np.ndarray) -> np.ndarray:
+    """Elementwise: a complex ``d`` with both parts nonzero and one above a quarter of the largest
+    float. NumPy's complex division (Smith's algorithm; OpenBLAS's reciprocal of a pivot alike)
+    forms ``|d|^2 / max(|re|, |im|)``, which overflows from half the largest float on (a quarter
+    leaves a margin for rounding): ``1 / d`` and ``x / d`` come out 0. Always False for real ``d``."""
+    if d.dtype.kind != "c":
+        return np.zeros(d.shape, bool)
+    quarter = np.finfo(d.dtype).max / 4
+    return (np.maximum(np.abs(d.real), np.abs(d.imag)) > quarter) & (d.real != 0) & (d.imag != 0)
+
+
 def _divide(x: np.ndarray, d: np.ndarray) -> np.ndarray:
     """``x / d``, elementwise with broadcasting. NumPy's complex division forms ``1 / |d|``-sized
     intermediates, which overflow for a ``d`` below sfmin (subnormal) even where the quotient is
-    small: there numerator and denominator are first scaled by one power of two (exact), 2^64 in
-    single precision, 2^128 in double, which brings any nonzero ``d`` into the normal range."""
+    small, and ``|d|^2``-sized ones, which overflow for a :func:`huge` ``d``: there numerator and
+    denominator are first scaled by one power of two (exact), 2^64 in single precision, 2^128 in
+    double, which brings any nonzero ``d`` into the normal range; 1/8 for a huge ``d``, which keeps
+    the reciprocal of Smith's denominator normal."""
     if x.dtype.kind != "c":
         return x / d
     real = np.finfo(x.dtype)
     tiny = np.abs(d) < real.tiny
-    if not tiny.any():
+    big = huge(d)
+    if not (tiny.any() or big.any()):
         return x / d
-    scale = np.where(tiny, real.dtype.type(2.0 ** (64 if real.bits == 32 else 128)), 1)
+    scale = np.where(tiny, real.dtype.type(2.0 ** (64 if real.bits == 32 else 128)),
+                     np.where(big, real.dtype.type(0.125), real.dtype.type(1)))
     return (x * scale) / (d * scale)
 
 
@@ -67,7 +82,7 @@ def factor(a: np.ndarray, piv: np.ndarray) -> None:
             # A zero pivot means the whole column below is zero: it stays unscaled, as in LAPACK.
             safe = np.where(pivot == 0, 1, pivot)[:, None]
             col = a[:, j + 1:, j]
-            tiny = np.abs(pivot) < sfmin
+            tiny = (np.abs(pivot) < sfmin) | huge(pivot)     # these divide: 1 / pivot would not do
             if tiny.any():
                 col[...] = np.where(tiny[:, None], _divide(col, safe), col * (1 / safe))
             else:

@@ -6,7 +6,9 @@ is not finite (``INFO_NONFINITE_RESULT``).
 - ``INFO_NONFINITE_INPUT`` (-1): the input (the matrix; for ``solve`` also its right-hand side)
   holds NaN or Inf; its results are NaN;
 - ``INFO_NONFINITE_RESULT`` (-2): the input is finite but the result is not (overflow); the results
-  are kept as computed and hold an Inf or NaN;
+  are kept as computed and hold an Inf or NaN. Also where the LU factors that ``inv`` or ``solve``
+  (with a right-hand side) works from overflowed: their results are NaN, as a finite result of
+  infinite factors means nothing (1 / inf is 0);
 - ``INFO_MISSING_INPUT`` (-3): set by the pipeline, never by the kernels: the matrix's input chunk is
   missing from its store and the run was told to go on (``batchlu.missing-chunks: fill``); results
   as for -1;

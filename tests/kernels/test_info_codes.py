@@ -18,9 +18,9 @@ import pytest
 from batchlu import kernels
 from batchlu.kernels import _cpu, _cpu_lapack, _cpu_vectorised
 from batchlu.testing import matrices
-from batchlu.testing.ratios import THRESHOLD, get01, get02, get03, slogdet_ratios
+from batchlu.testing.ratios import THRESHOLD, get01, get02, get03
 
-from _overflow import GROUP, check_codes, expected_info, finite, overflow_batch, same
+from _overflow import GROUP, check_codes, check_near_max, expected_info, finite, overflow_batch, same
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 # name: (n, _cpu.LAPACK_MIN_N, _cpu.LANES_MIN_N). The tables pick a path by n, dtype and op, and move
@@ -236,3 +236,61 @@ def test_solve_without_right_hand_sides_is_not_flagged_for_its_factors(cpu_engin
     assert x.shape == (8, 4, 0)
     np.testing.assert_array_equal(info, raw_info)
     assert not (info == -2).any()
+
+
+def _call(op: str, *args):
+    """``kernels.<op>(*args)`` as a tuple."""
+    out = getattr(kernels, op)(*args)
+    return out if isinstance(out, tuple) else (out,)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_entries_near_the_largest_float_are_right_or_flagged(dtype, path, poisoned):
+    """Fresh random matrices with entries near the largest float (1.7e308 in double precision;
+    ``_overflow.near_max_batch``, the checks in ``check_near_max``): every result with info 0 is
+    right, checked with LAPACK's ratios, and every other one is -2 with a non-finite result.
+
+    The developers' note of issue 38: ``slogdet`` of complex128 entries near 1.7e308 gave info 0,
+    logabsdet 4255.95 against an exact 4257.08 and a wrong sign. The reciprocal of a complex pivot
+    with both parts above half the largest float came out 0 (Smith's division, in numba, NumPy and
+    OpenBLAS alike, forms |d|^2 / max(|re|, |im|)): a column of L zero, U not eliminated, finite
+    and wrong factors, for every op on every path (complex64 too, on NumPy's and LAPACK's). And in
+    real and complex alike, an inverse or solution from factors that overflowed came out finite
+    (1 / inf is 0) with info 0."""
+    check_near_max(_call, path.n, dtype)
+    for op in ("slogdet", "getrf", "inv", "solve"):
+        path.check(op)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_inverse_and_solution_of_overflowed_factors_are_minus_two(dtype, path, poisoned):
+    """Fresh random matrices whose LU overflows to an infinite pivot (a 2 x 2 block near the largest
+    float, its Schur complement w - l y of one sign beyond it) beside a plain block: the inverse and
+    the solution came out finite (1 / inf is 0) and wrong, with info 0. They are -2 and NaN; the
+    factors and the determinant are -2 as computed; a solve without right-hand sides is not flagged."""
+    n, count = path.n, 24
+    rng = np.random.default_rng([40, n])
+    top = float(np.finfo(dtype).max)
+    a = np.zeros((count, n, n))
+    a[:, 2:, 2:] = rng.uniform(-1, 1, (count, n - 2, n - 2)) + 4 * np.eye(n - 2)
+    sign = rng.choice([-1.0, 1.0], (count, 2))
+    x = rng.uniform(0.5, 0.9, count) * top * sign[:, 0]
+    y = rng.uniform(0.7, 0.95, count) * top * sign[:, 1]
+    a[:, 0, 0], a[:, 1, 0] = x, -x * rng.uniform(0.8, 1.0, count)          # pivot x, l in [-1, -0.8]
+    a[:, 0, 1], a[:, 1, 1] = y, y * rng.uniform(0.7, 1.0, count)          # w - l y beyond the largest float
+    a = a.astype(dtype)
+    assert np.isfinite(a).all()
+    b = matrices.rhs(n, None, dtype, seed=41, stop=count)
+
+    for op, args in (("inv", (a,)), ("solve", (a, b))):
+        *results, info = getattr(kernels, op)(*args)
+        assert info.tolist() == [-2] * count, (op, info)
+        assert np.isnan(results[0]).all(), op
+    lu, _, info = kernels.lu_factor(a)
+    assert info.tolist() == [-2] * count and not finite(lu).any()
+    sign, logabsdet, info = kernels.slogdet(a)
+    assert info.tolist() == [-2] * count and not np.isfinite(logabsdet).any()
+    x, info = kernels.solve(a, np.ones((count, n, 0), dtype))
+    assert x.shape == (count, n, 0) and (info == 0).all()
+    for op in ("getrf", "inv", "solve", "slogdet"):
+        path.check(op)
