@@ -31,7 +31,7 @@ import warnings
 import numpy as np
 
 from . import _nvcomp
-from .errors import FrameError
+from .errors import ConfigError, FrameError
 
 
 __all__ = ["CODEC_DEVICES", "Choice", "Frames", "OUTPUT_CHECKSUMS", "OUTPUT_CODECS", "Read", "Stored", "choose",
@@ -274,7 +274,7 @@ def zarr_compressors(codec: str, checksum: str = "none"):
     import zarr
 
     if checksum not in OUTPUT_CHECKSUMS:
-        raise ValueError(f"Expected an output checksum in {', '.join(OUTPUT_CHECKSUMS)}. Got {checksum!r} instead.")
+        raise ConfigError(f"Expected batchlu.output-checksum in {', '.join(OUTPUT_CHECKSUMS)}. Got {checksum!r} instead.")
     name, _, level = codec.partition(":")
     if name == "none":
         compressor = None

@@ -272,7 +272,7 @@ def test_cli_report_html_output_codec_and_gpu_error(matrices, tmp_path, monkeypa
                                       "--report", str(html), "--output-codec", "none", "--workers", "1",
                                       "--config", "cluster.dashboard-address=127.0.0.1:0"])
     assert result.exit_code == 0, result.output
-    assert "dashboard http://127.0.0.1:" in result.output
+    assert "dashboard" not in result.output   # the embedded cluster has stopped: no link to it
     assert html.stat().st_size > 10_000 and "<html" in html.read_text()[:2000].lower()
     assert [c["name"] for c in zarr.open_array(str(out), path="inv").metadata.to_dict()["codecs"]] == \
         ["bytes", "crc32c"]   # no compressor; the checksum (batchlu.output-checksum)
