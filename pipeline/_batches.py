@@ -1,22 +1,23 @@
-"""The batch loop: a task's batches read -> compute -> write -> record, the three stages overlapping.
+"""The host path's stages of the batch loop (:mod:`batchlu.pipeline._loop`): a unit is one batch, read
+into one of a pair of host slots, computed there in place, written from there.
 
-    reader thread   read batch i+1 from Zarr into slot (i+1) % 2 (zarr decodes its chunks in threads)
-    this thread     batch i: the engine computes slot i % 2 in place (on the GPU: copy in, kernels,
-                    copy back, on the thread's own CUDA stream)
-    writer thread   write batch i-1 from slot (i-1) % 2 to Zarr, then record its chunks complete
-                    (each only while the output's lock still names the run: :func:`fence`)
+    read      the chunks the batch needs looked up in the store (:mod:`batchlu.pipeline._missing`),
+              then the input (and right-hand side) decoded into the slot, and each output chunk's
+              input digest taken (:mod:`batchlu.pipeline._fingerprint`)
+    compute   the engine on the slot (on the GPU: copy in, kernels, copy back, on the thread's own
+              CUDA stream), in pieces that fit its memory
+    write     every output from the slot to Zarr
 
 The slots are a pair borrowed from the engine's pool (:mod:`batchlu.pipeline._buffers`); the engine
 (:mod:`batchlu.pipeline._engines`) is the only thing CPU and GPU do differently.
 
-With I/O processes (``batchlu.io-processes``, on by default on GPU workers), the reader and writer
-threads only send requests: the worker's :class:`batchlu.pipeline._io_pool.IOPool` children decode the input
+With I/O processes (``batchlu.io-processes``, on by default on GPU workers), the read and write
+stages only send requests: the worker's :class:`batchlu.pipeline._io_pool.IOPool` children decode the input
 chunks straight into the slot (shared memory, page-locked on the GPU) and encode the outputs straight
 from it, so that Zarr's CPU work is spread over several processes while this process keeps one GPU,
 its streams and the bookkeeping (the chunks are recorded complete here, after every write returned).
-Either way, the reader thread first asks the store whether every chunk of the batch is there
-(:mod:`batchlu.pipeline._missing`), so a missing chunk is caught before any process reads it as
-the fill value.
+Either way, the store is asked whether every chunk of the batch is there, so a missing chunk is
+caught before its matrices are used as the fill value.
 
 A task that covers one output chunk is one batch; then reading, computing and writing overlap across
 the worker's tasks in flight (its threads), each on its own CUDA stream. A task of several chunks
@@ -29,17 +30,16 @@ releases the engine's cached memory, halves the piece and retries, down to one m
 from __future__ import annotations
 
 import dataclasses
-import threading
+import os
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import _io_pool, _ops
+from . import _fingerprint, _io_pool, _ops, _store
 from ._buffers import Slot, layout_for, shared
+from ._loop import PathStats, Record, Stages, Unit, run_loop
 
-__all__ = ["BatchIO", "PathStats", "fence", "input_bytes", "pool_read", "pool_write", "run_batches", "split_requests", "sub_batches"]
+__all__ = ["BatchIO", "input_bytes", "pool_read", "pool_write", "run_batches", "split_requests", "sub_batches"]
 
 
 def input_bytes(source, rhs=None) -> int:
@@ -62,71 +62,49 @@ def sub_batches(plan, c0: int, c1: int) -> list[tuple[int, int]]:
 
 @dataclasses.dataclass
 class BatchIO:
-    """Where a task reads and writes: open Zarr arrays plus the completion hook.
+    """Where a task reads and writes, and what its read stage takes: open Zarr arrays for the input
+    ``source``, the right-hand side ``rhs`` (or None) and each output.
 
-    ``on_read(start, stop, a, b, missing)`` is called (in the reader thread) once the inputs of
-    matrices ``[start, stop)`` are in the slot (``a``, ``b``), before they are computed (the pipeline
-    takes their checksums there; ``missing`` is what ``missing`` returned); ``mark(start, stop)``
-    is called (in the writer thread, in order) once every output of those matrices is written;
-    ``read_error(array, start, stop, exc)`` turns a failed read into a clear error (e.g. naming the
-    corrupt chunk file).
-    ``missing(start, stop)`` runs (in the reader
-    thread) before each read, whether this process or an I/O process then reads: it raises on a
-    chunk missing from the store, or returns the mask of matrices whose outputs get ``info`` -3
-    (:meth:`batchlu.pipeline._tasks.TaskIO.missing`), or None.
-    ``fence()`` runs (in the writer thread) before a batch's outputs are written and again before
-    they are recorded complete: it raises (:class:`batchlu.pipeline.errors.FencedError`) once
-    another run took the output, and the task then writes nothing more (:func:`fence`).
+    ``lookup(start, stop, found=None)`` asks the store for the chunks matrices ``[start, stop)`` need
+    (:class:`batchlu.pipeline._missing.Lookup`): it raises on a missing one, or returns the mask of
+    matrices whose outputs get ``info`` -3, or None. ``digest_chunk`` (the output's chunk) has the
+    read stage take each output chunk's input digest for the ledger (None: none).
 
-    With ``pool`` (a :class:`batchlu.pipeline._io_pool.IOPool`), the reads and writes run in its I/O
-    processes, straight between the Zarr stores and the slot buffers; ``where`` then gives the
-    ``(store, array path)`` of ``"a"``, ``"b"`` and of every output. The arrays above still give the
-    shapes and dtypes, and the in-process fallback when a slot is not in shared memory.
+    ``where`` gives the ``(store, array path)`` of ``"a"``, ``"b"`` and of every output: a chunk
+    that fails to read is named by its file there (:func:`batchlu.pipeline._store.unreadable`).
+    With ``pool`` (a :class:`batchlu.pipeline._io_pool.IOPool`) too, the reads and writes run in its
+    I/O processes, straight between the Zarr stores and the slot buffers; the arrays above still give
+    the shapes and dtypes, and the in-process fallback when a slot is not in shared memory.
     """
 
     source: object
     rhs: object | None
     outputs: dict[str, object]
-    mark: object = None
-    read_error: object = None
     pool: object = None
     where: dict | None = None
-    missing: object = None
-    on_read: object = None
-    fence: object = None
+    lookup: object = None
+    digest_chunk: int | None = None
+
+    def array(self, name: str):
+        """The array ``name``: ``"a"``, ``"b"`` or an output's name."""
+        return self.source if name == "a" else self.rhs if name == "b" else self.outputs[name]
+
+    def unreadable(self, name: str, start: int, stop: int, exc: BaseException) -> None:
+        """Raise :class:`batchlu.pipeline.errors.CorruptInputError` naming the chunk file of
+        ``name`` that fails among matrices ``[start, stop)`` (re-read here one by one), where
+        ``where`` names its store; else return (the caller raises ``exc``)."""
+        if self.where and name in self.where:
+            raise _store.unreadable(self.array(name), np.arange(start, stop), os.path.join(*self.where[name]),
+                                    exc) from None
 
 
-def fence(io: BatchIO) -> None:
-    """The fence of both batch loops: call before every write of a batch's outputs and before every
-    record of its chunks (raises if the output is no longer the run's; see :class:`BatchIO`)."""
-    if io.fence is not None:
-        io.fence()
-
-
-@dataclasses.dataclass
-class PathStats(_ops.InfoTally):
-    matrices: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    pieces: int = 0          # kernel launches (batch pieces) run
-    oom_splits: int = 0      # pieces halved after an out-of-memory error
-    read_s: float = 0.0
-    compute_s: float = 0.0
-    write_s: float = 0.0
-    wall_s: float = 0.0
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-
-def _read_into(array, start: int, stop: int, out: np.ndarray, read_error) -> None:
-    """``out[:] = array[start:stop]``, decoded by zarr straight into ``out`` where zarr allows it."""
+def read_into(io: BatchIO, name: str, start: int, stop: int, out: np.ndarray) -> None:
+    """``out[:] = array[start:stop]`` of input ``name``, decoded by zarr straight into ``out`` where
+    zarr allows it; a chunk that fails is named (:meth:`BatchIO.unreadable`)."""
     try:
-        _io_pool.read_into(array, start, stop, out)
+        _io_pool.read_into(io.array(name), start, stop, out)
     except Exception as exc:
-        if read_error is not None:
-            read_error(array, start, stop, exc)
+        io.unreadable(name, start, stop, exc)
         raise
 
 
@@ -174,30 +152,23 @@ def split_requests(array, start: int, stop: int, parts: int, writing: bool = Fal
 
 
 def pool_read(io: BatchIO, jobs: list, start: int, stop: int, parts: int = 1, meanwhile=None):
-    """Read matrices ``[start, stop)`` of each ``(array, (store, path), out)`` of ``jobs`` through the
-    I/O processes, each input cut by :func:`split_requests` into ``parts`` requests, all sent at
-    once; a failed read goes through ``read_error`` (which re-reads here to name the corrupt chunk
-    file). ``meanwhile()`` runs while they are read (see :func:`_pool_requests`); returns its value."""
+    """Read matrices ``[start, stop)`` of each ``(name, out)`` of ``jobs`` (``"a"`` or ``"b"``)
+    through the I/O processes, each input cut by :func:`split_requests` into ``parts`` requests, all
+    sent at once; a failed read re-reads here to name the corrupt chunk file
+    (:meth:`BatchIO.unreadable`). ``meanwhile()`` runs while they are read (see
+    :func:`_pool_requests`); returns its value."""
     calls, owners = [], []
-    for array, where, out in jobs:
-        for lo, hi in split_requests(array, start, stop, parts):
-            calls.append(lambda w=where, o=out[lo - start:hi - start], lo=lo, hi=hi: io.pool.read(*w, lo, hi, o))
-            owners.append(array)
+    for name, out in jobs:
+        for lo, hi in split_requests(io.array(name), start, stop, parts):
+            calls.append(lambda w=io.where[name], o=out[lo - start:hi - start], lo=lo, hi=hi: io.pool.read(*w, lo, hi, o))
+            owners.append(name)
     failures, value = _pool_requests(calls, meanwhile)
     if failures:
         index, exc = failures[0]
-        if io.read_error is not None and not isinstance(exc, _io_pool.IOProcessError):
-            io.read_error(owners[index], start, stop, exc)
+        if not isinstance(exc, _io_pool.IOProcessError):
+            io.unreadable(owners[index], start, stop, exc)
         raise exc
     return value
-
-
-def _pool_read(io: BatchIO, start: int, stop: int, slot: Slot, meanwhile=None):
-    """Both inputs of a batch read by the I/O processes at once (:func:`pool_read`, returning what
-    ``meanwhile()`` returned), a request each: the worker's many tasks in flight keep the processes
-    busy."""
-    return pool_read(io, [(io.source, io.where["a"], slot.a)] + ([] if slot.b is None else [(io.rhs, io.where["b"], slot.b)]),
-              start, stop, meanwhile=meanwhile)
 
 
 def pool_write(io: BatchIO, names: list[str], start: int, stop: int, values: dict, parts: int = 1) -> None:
@@ -211,130 +182,104 @@ def pool_write(io: BatchIO, names: list[str], start: int, stop: int, values: dic
         raise failures[0][1]
 
 
-def _pool_write(io: BatchIO, start: int, stop: int, slot: Slot) -> None:
-    pool_write(io, list(slot.outs), start, stop, slot.outs)
+class HostRead:
+    """The read stage: batch ``unit`` into its slot (``slots[unit.index % 2]``), its gaps looked up
+    and its chunks' input digests taken (see the module docstring)."""
+
+    def __init__(self, io: BatchIO, slots):
+        self.io = io
+        self.slots = slots
+        self.pooled = io.pool is not None and all(shared(slot) for slot in slots)
+
+    def __call__(self, unit: Unit) -> None:
+        io, start, stop = self.io, unit.start, unit.stop
+        slot = self.slots[unit.index % 2].view(stop - start)
+        lookup = None if io.lookup is None else (lambda: io.lookup(start, stop))
+        if self.pooled:
+            # the store is asked while the I/O processes read: the answer comes before the values
+            # are used (a missing chunk reads as the fill value, and is failed or marked later)
+            jobs = [("a", slot.a)] + ([] if slot.b is None else [("b", slot.b)])
+            unit.gaps = pool_read(io, jobs, start, stop, meanwhile=lookup)
+        else:
+            unit.gaps = lookup() if lookup is not None else None
+            read_into(io, "a", start, stop, slot.a)
+            if slot.b is not None:
+                read_into(io, "b", start, stop, slot.b)
+        if io.digest_chunk is not None:
+            unit.digests = _fingerprint.chunk_digests(io.digest_chunk, start, stop, slot.a, slot.b, unit.gaps)
+        unit.inputs = (slot.a, slot.b)
+        unit.bytes_in = slot.a.nbytes + (0 if slot.b is None else slot.b.nbytes)
 
 
-def _compute(engine, op: str, slot: Slot, piece: int, stats: PathStats) -> int:
-    """Run ``slot`` in pieces of at most ``piece`` matrices; halve a piece on out-of-memory.
+class HostCompute:
+    """The compute stage: the engine on the unit's slot in place, in pieces that fit its memory (a
+    piece halved on out-of-memory, the next batch starting from the size that worked); the matrices
+    of missing chunks then marked (``missing-chunks: fill``)."""
 
-    Returns the piece size that worked, so that the next batch starts from it.
-    """
-    m = slot.a.shape[0]
-    start = 0
-    while start < m:
-        size = min(piece, m - start)
-        part = Slot(slot.a[start:start + size], None if slot.b is None else slot.b[start:start + size],
-                    {k: v[start:start + size] for k, v in slot.outs.items()})
-        try:
-            engine.run(op, part)
-        except engine.oom_errors:
-            if size == 1:
-                raise
-            engine.release()
-            piece = max(1, size // 2)
-            stats.oom_splits += 1
-            continue
-        stats.pieces += 1
-        start += size
-    return piece
+    def __init__(self, engine, op, slots, piece: int, stats: PathStats):
+        self.engine, self.op, self.slots, self.piece, self.stats = engine, op, slots, piece, stats
+
+    def __call__(self, unit: Unit) -> None:
+        slot = self.slots[unit.index % 2].view(unit.stop - unit.start)
+        m, start = slot.a.shape[0], 0
+        while start < m:
+            size = min(self.piece, m - start)
+            part = Slot(slot.a[start:start + size], None if slot.b is None else slot.b[start:start + size],
+                        {k: v[start:start + size] for k, v in slot.outs.items()})
+            try:
+                self.engine.run(self.op, part)
+            except self.engine.oom_errors:
+                if size == 1:
+                    raise
+                self.engine.release()
+                self.piece = max(1, size // 2)
+                self.stats.oom_splits += 1
+                continue
+            self.stats.pieces += 1
+            start += size
+        if unit.gaps is not None:
+            _ops.mark_missing(slot.outs, unit.gaps)
+        unit.outputs = slot.outs
+        unit.info = slot.outs.get("info")
 
 
-def run_batches(engine, op: str, io: BatchIO, batches: list[tuple[int, int]], *,
+class HostWrite:
+    """The write stage: every output of the unit from its slot to Zarr (by the I/O processes where
+    the slot is in shared memory), fenced first (:meth:`batchlu.pipeline._loop.Record.check`)."""
+
+    def __init__(self, io: BatchIO, pooled: bool, record: Record):
+        self.io, self.pooled, self.record = io, pooled, record
+
+    def __call__(self, unit: Unit) -> None:
+        self.record.check()
+        if self.pooled:
+            pool_write(self.io, list(unit.outputs), unit.start, unit.stop, unit.outputs)
+        else:
+            for name, out in unit.outputs.items():
+                self.io.outputs[name][unit.start:unit.stop] = out
+
+
+def run_batches(engine, op: str, io: BatchIO, batches: list[tuple[int, int]], *, record: Record | None = None,
                 delay: float = 0.0) -> PathStats:
-    """Run ``op`` over matrix ranges ``batches`` (each a whole number of output chunks or shards).
+    """Run ``op`` over matrix ranges ``batches`` (each a whole number of output chunks or shards)
+    on the host path's stages, recording each complete through ``record`` (None: nothing recorded).
 
-    Reads, compute and writes overlap as described in the module docstring. Returns the counts
-    of the ``info`` values written, the bytes moved and the time each stage took. ``delay`` sleeps
-    before each batch (``batchlu-testing.task-delay``: only for tests that interrupt a run).
+    Returns the counts of the ``info`` values written, the bytes moved and the time each stage
+    took. ``delay`` sleeps before each batch (``batchlu-testing.task-delay``: only for tests that
+    interrupt a run).
     """
     stats = PathStats()
     if not batches:
         return stats
     t_start = time.perf_counter()
+    record = record or Record()
     layout = layout_for(op, io.source, io.rhs, io.outputs)
     largest = max(stop - start for start, stop in batches)
-    with engine.pool.borrow(layout, largest) as slots:
-        _run(engine, op, io, batches, largest, slots, stats, delay)
-    stats.wall_s = time.perf_counter() - t_start
-    return stats
-
-
-def _run(engine, op, io, batches, largest, slots, stats, delay) -> None:
-    layout = layout_for(op, io.source, io.rhs, io.outputs)
     fit = engine.device_fit(layout.bytes_per_matrix() * 2)
     piece = largest if fit is None else max(1, min(largest, fit))
-    lock = threading.Lock()
-    pooled = io.pool is not None and all(shared(slot) for slot in slots)
-
-    def read(index: int):
-        """Read batch ``index`` into its slot; returns the mask of matrices in missing chunks, or None."""
-        start, stop = batches[index]
-        slot = slots[index % 2].view(stop - start)
-        t = time.perf_counter()
-        if pooled:
-            # the store is asked while the I/O processes read: the answer comes before the values
-            # are used (a missing chunk reads as the fill value, and is failed or marked below)
-            gaps = _pool_read(io, start, stop, slot, None if io.missing is None else lambda: io.missing(start, stop))
-        else:
-            gaps = io.missing(start, stop) if io.missing is not None else None
-            _read_into(io.source, start, stop, slot.a, io.read_error)
-            if io.rhs is not None:
-                _read_into(io.rhs, start, stop, slot.b, io.read_error)
-        if io.on_read is not None:
-            io.on_read(start, stop, slot.a, slot.b, gaps)
-        with lock:
-            stats.read_s += time.perf_counter() - t
-            stats.bytes_in += slot.a.nbytes + (0 if slot.b is None else slot.b.nbytes)
-        return gaps
-
-    def write(index: int) -> None:
-        start, stop = batches[index]
-        slot = slots[index % 2].view(stop - start)
-        t = time.perf_counter()
-        fence(io)
-        if pooled:
-            _pool_write(io, start, stop, slot)
-        else:
-            for name, out in slot.outs.items():
-                io.outputs[name][start:stop] = out
-        if io.mark is not None:
-            fence(io)
-            io.mark(start, stop)
-        with lock:
-            stats.write_s += time.perf_counter() - t
-            stats.bytes_out += sum(v.nbytes for v in slot.outs.values())
-
-    with ThreadPoolExecutor(1, thread_name_prefix="batchlu-read") as reader, \
-            ThreadPoolExecutor(1, thread_name_prefix="batchlu-write") as writer:
-        pending_read = reader.submit(read, 0)
-        writes: deque = deque()
-        try:
-            for i, (start, stop) in enumerate(batches):
-                gaps = pending_read.result()
-                # slot (i + 1) % 2's input was consumed by batch i - 1's compute: refill it now
-                if i + 1 < len(batches):
-                    pending_read = reader.submit(read, i + 1)
-                # slot i % 2's outputs were last used by batch i - 2's write: wait for that one
-                while writes and writes[0][0] <= i - 2:
-                    writes.popleft()[1].result()
-                slot = slots[i % 2].view(stop - start)
-                if delay:
-                    time.sleep(delay)
-                t = time.perf_counter()
-                piece = _compute(engine, op, slot, piece, stats)
-                if gaps is not None:   # batchlu.missing-chunks: fill
-                    _ops.mark_missing(slot.outs, gaps)
-                stats.compute_s += time.perf_counter() - t
-                stats.matrices += stop - start
-                if "info" in slot.outs:
-                    stats.add_info(slot.outs["info"])
-                writes.append((i, writer.submit(write, i)))
-            while writes:
-                writes.popleft()[1].result()
-        finally:
-            # on an error, let the reads and writes in flight finish (what is written is marked
-            # complete only if the write got that far), then re-raise
-            pending_read.cancel()
-            for _, future in writes:
-                future.cancel()
+    with engine.pool.borrow(layout, largest) as slots:
+        read = HostRead(io, slots)
+        stages = Stages(read, HostCompute(engine, op, slots, piece, stats), HostWrite(io, read.pooled, record), record)
+        run_loop(stages, [[batch] for batch in batches], stats, delay)
+    stats.wall_s = time.perf_counter() - t_start
+    return stats

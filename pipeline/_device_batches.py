@@ -1,22 +1,21 @@
-"""The batch loop of the GPU codec path: stored frames in, stored frames out, the values on the device.
+"""The GPU codec path's stages of the batch loop (:mod:`batchlu.pipeline._loop`): stored frames in,
+stored frames out, the values on the device. A unit is a group of consecutive batches.
 
-    reader thread   batch i+1: read its frames, copy them to the GPU, decode there (nvCOMP), hash the
-                    decoded input (XXH3-64 per output chunk, on the GPU), on the lane's read stream
-    this thread     batch i: the kernels, on the engine's stream of this thread
-    writer thread   batch i-1: encode every output on the GPU, copy the frames back, start writing
-                    them as chunk files or shards (the I/O threads), then wait for batch i-2's
-                    files and record its chunks complete (each only while the output's lock
-                    still names the run: :func:`batchlu.pipeline._batches.fence`)
+    read      the group's frames read, copied to the GPU and decoded there (nvCOMP), and each output
+              chunk's input hashed (XXH3-64, on the GPU), on the lane's read stream
+    compute   the kernels, on the engine's stream of this thread
+    write     every output encoded on the GPU, the frames copied back, and their chunk files or
+              shards started in the I/O threads; the group is recorded complete once they are
+              written, while the next group encodes
 
-The same three stages as :mod:`batchlu.pipeline._batches`, with the device arrays handed from one to
-the next instead of host slots, over groups of consecutive batches of up to
-``batchlu.device-batch-bytes`` of input: nvCOMP decodes and encodes across frames, so one call over a
-group's many chunks keeps the GPU busy where one chunk's frames (one 32 MiB frame, say) would not.
-The kernels still run once per batch (one output chunk), as on the host path, so a chunk's results
-never depend on which group it was computed in. An input whose codec the client sent to the host
-(:mod:`batchlu.pipeline._codecs`) is read as there (the I/O processes decode the group's chunks into
-a pinned slot, a request per I/O thread of theirs) and copied to the device; an output sent to the host is copied
-back into the slot and written by the I/O processes while the next group computes.
+The groups hold up to ``batchlu.device-batch-bytes`` of input: nvCOMP decodes and encodes across
+frames, so one call over a group's many chunks keeps the GPU busy where one chunk's frames (one
+32 MiB frame, say) would not. The kernels still run once per batch (one output chunk), as on the
+host path, so a chunk's results never depend on which group it was computed in. An input whose codec
+the client sent to the host (:mod:`batchlu.pipeline._codecs`) is read as there (the I/O processes
+decode the group's chunks into a pinned slot, a request per I/O thread of theirs) and copied to the
+device; an output sent to the host is copied back into the slot and written by the I/O processes
+while the next group computes.
 
 With ``codec-device auto``, an input of large frames (chunks over ``AUTO_FRAME_BYTES``) goes group
 by group: a group of compressed frames is decoded by the I/O processes, one of frames stored nearly
@@ -32,17 +31,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from . import _ops
-from ._batches import BatchIO, PathStats, _read_into, fence, input_bytes, pool_read, pool_write
+from ._batches import BatchIO, input_bytes, pool_read, pool_write, read_into
 from ._buffers import Layout, shared
 from ._io_pool import locate
+from ._loop import PathStats, Record, Stages, Unit, run_loop
 from ._store import native_dtype
 
 __all__ = ["DeviceIO", "run_device_batches"]
@@ -54,18 +52,20 @@ logger = logging.getLogger("batchlu.path")
 class DeviceIO:
     """A :class:`batchlu.pipeline._batches.BatchIO` plus where each array's codec runs: ``stored``
     maps ``"a"``, ``"b"`` and output names to a :class:`batchlu.pipeline._codecs.Stored` (GPU) or
-    None (host); ``digests(start, values)`` receives the digest of each output chunk's input."""
+    None (host)."""
 
     io: BatchIO
     stored: dict
     chunk: int
-    digests: object = None
     group_bytes: int = 0   # input bytes per group of batches (0: one batch per group)
     routed: frozenset = frozenset()   # inputs whose groups of compressed large frames the host decodes
 
 
 def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, int]], *,
-                       delay: float = 0.0) -> PathStats:
+                       record: Record | None = None, delay: float = 0.0) -> PathStats:
+    """Run ``op`` over matrix ranges ``batches`` (each one output chunk or more) on the GPU codec
+    path's stages, recording each group complete through ``record`` (None: nothing recorded); as
+    :func:`batchlu.pipeline._batches.run_batches`."""
     stats = PathStats()
     if not batches:
         return stats
@@ -73,20 +73,28 @@ def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, 
 
     with _gpu_codecs.borrow(engine.device) as lane:   # the worker's other tasks wait for a lane here
         t_start = time.perf_counter()
-        _run_lane(engine, op, dio, lane, batches, stats, delay)
+        _run_lane(engine, op, dio, lane, batches, stats, delay, record or Record())
         stats.wall_s = time.perf_counter() - t_start
     return stats
 
 
-def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay: float) -> None:
+def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay: float, record: Record) -> None:
     io = dio.io
     per = input_bytes(io.source, io.rhs)
     groups = group_batches(batches, per, dio.group_bytes)
     host_outputs = [name for name in io.outputs if dio.stored.get(name) is None]
     slotted = [name for name in ("a", "b") if _array(io, name) is not None
                and (dio.stored.get(name) is None or _routed(dio, name))]
+
+    def run(slots) -> None:
+        with ThreadPoolExecutor(1, thread_name_prefix="batchlu-host-write") as host_writer:
+            stages = Stages(DeviceRead(engine, dio, lane, slots), DeviceCompute(engine, op, io),
+                            DeviceWrite(engine, dio, lane, slots, host_writer, record), record,
+                            unrecorded=1, read_ahead=0)
+            run_loop(stages, groups, stats, delay)
+
     if not (slotted or host_outputs):
-        _run(engine, op, dio, lane, groups, stats, delay, None)
+        run(None)
         return
 
     def buffer(name):   # an input the device decodes alone needs no host buffer; read in native order
@@ -101,7 +109,7 @@ def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay:
     fit = max(dio.chunk, dio.group_bytes // max(1, per) // dio.chunk * dio.chunk)
     largest = max(fit, max(g[-1][1] - g[0][0] for g in groups))
     with engine.pool.borrow(layout, largest) as slots:
-        _run(engine, op, dio, lane, groups, stats, delay, slots)
+        run(slots)
 
 
 def _routed(dio: DeviceIO, name: str) -> bool:
@@ -125,7 +133,7 @@ def group_batches(batches: list[tuple[int, int]], matrix_bytes: int, limit: int)
 
 
 def _array(io: BatchIO, name: str):
-    return io.source if name == "a" else io.rhs if name == "b" else io.outputs[name]
+    return io.array(name)
 
 
 def _input(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int, slot):
@@ -146,14 +154,13 @@ def _host_read(dio: DeviceIO, name: str, start: int, stop: int, slot, meanwhile=
     (:func:`batchlu.pipeline._batches.pool_read`, ``meanwhile()`` run while they read), else by zarr
     in this process (after ``meanwhile()``). Returns the buffer and what ``meanwhile`` returned."""
     io = dio.io
-    array = _array(io, name)
     buffer = (slot.a if name == "a" else slot.b)[:stop - start]
     if io.pool is not None and io.where and shared(slot):
-        value = pool_read(io, [(array, io.where[name], buffer)], start, stop, io.pool.processes * io.pool.threads,
+        value = pool_read(io, [(name, buffer)], start, stop, io.pool.processes * io.pool.threads,
                           meanwhile=meanwhile)
     else:
         value = meanwhile() if meanwhile is not None else None
-        _read_into(array, start, stop, buffer, io.read_error)
+        read_into(io, name, start, stop, buffer)
     return buffer, value
 
 
@@ -181,10 +188,13 @@ def _device_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, 
     except FrameError as exc:
         logger.warning("batchlu: GPU decode of matrices %d:%d failed (%s); reading them through zarr",
                        start, stop, exc)
-        if io.read_error is not None:
-            io.read_error(array, start, stop, exc)   # raises CorruptInputError naming the file
+        try:
+            host = np.ascontiguousarray(array[start:stop])
+        except Exception as again:
+            io.unreadable(name, start, stop, again)   # raises CorruptInputError naming the file
+            raise
         # zarr reads it: use zarr's values, and ask the store for the gaps (None)
-        return _to_device(engine, lane, np.ascontiguousarray(array[start:stop])), None
+        return _to_device(engine, lane, host), None
 
 
 def _routed_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, parity: int, slot):
@@ -203,7 +213,7 @@ def _routed_read(engine, dio: DeviceIO, lane, name: str, start: int, stop: int, 
         return _device_read(engine, dio, lane, name, start, stop, parity)
     # the store is asked while the host reads (a missing chunk reads as the fill value): its answer
     # comes back with the values, and the caller fails or marks those matrices
-    lookup = None if dio.io.missing is None else (lambda: _missing.find(_array(dio.io, name), start, stop))
+    lookup = None if dio.io.lookup is None else (lambda: _missing.find(_array(dio.io, name), start, stop))
     host, gaps = _host_read(dio, name, start, stop, slot, lookup)
     return _to_device(engine, lane, host), gaps or []
 
@@ -228,112 +238,80 @@ def _digests(chunk: int, start: int, stop: int, a, b, missing) -> np.ndarray:
     return _fingerprint.fold_chunks(chunk, digests, missing)
 
 
-def _run(engine, op, dio, lane, groups, stats, delay, slots) -> None:
-    import cupy
+class DeviceRead:
+    """The read stage: group ``unit``'s inputs on the device, its gaps, and its chunks' input
+    digests (see the module docstring)."""
 
-    io = dio.io
-    lock = threading.Lock()
-    shapes = {name: tuple(arr.shape[1:]) for name, arr in io.outputs.items()}
+    def __init__(self, engine, dio: DeviceIO, lane, slots):
+        self.engine, self.dio, self.lane, self.slots = engine, dio, lane, slots
+        io = dio.io
+        self.host_inputs = any(dio.stored.get(name) is None for name in ("a", "b") if _array(io, name) is not None)
 
-    host_inputs = any(dio.stored.get(name) is None for name in ("a", "b") if _array(io, name) is not None)
+    def __call__(self, unit: Unit) -> None:
+        import cupy
 
-    def read(index: int):
-        start, stop = groups[index][0][0], groups[index][-1][1]
-        t = time.perf_counter()
+        engine, dio, lane, io = self.engine, self.dio, self.lane, self.dio.io
+        start, stop, parity = unit.start, unit.stop, unit.index % 2
         # the store is asked before a host read; the GPU decode finds the gaps itself as it reads
-        gaps = io.missing(start, stop) if io.missing is not None and host_inputs else None
-        slot = None if slots is None else slots[index % 2]
-        a, found_a = _input(engine, dio, lane, "a", start, stop, index % 2, slot)
-        b, found_b = (None, None) if io.rhs is None else _input(engine, dio, lane, "b", start, stop, index % 2, slot)
-        if io.missing is not None and not host_inputs:
-            gaps = io.missing(start, stop, {"a": found_a, "b": found_b})
-        with cupy.cuda.Device(engine.device), lane.read_stream:
-            digests = _digests(dio.chunk, start, stop, a, b, gaps)
-        if dio.digests is not None:
-            dio.digests(start, digests)
-        with lock:
-            stats.read_s += time.perf_counter() - t
-            stats.bytes_in += a.nbytes + (0 if b is None else b.nbytes)
-        return a, b, gaps
+        gaps = io.lookup(start, stop) if io.lookup is not None and self.host_inputs else None
+        slot = None if self.slots is None else self.slots[parity]
+        a, found_a = _input(engine, dio, lane, "a", start, stop, parity, slot)
+        b, found_b = (None, None) if io.rhs is None else _input(engine, dio, lane, "b", start, stop, parity, slot)
+        if io.lookup is not None and not self.host_inputs:
+            gaps = io.lookup(start, stop, {"a": found_a, "b": found_b})
+        if io.digest_chunk is not None:
+            with cupy.cuda.Device(engine.device), lane.read_stream:
+                unit.digests = _digests(io.digest_chunk, start, stop, a, b, gaps)
+        unit.inputs, unit.gaps = (a, b), gaps
+        unit.bytes_in = a.nbytes + (0 if b is None else b.nbytes)
 
-    def compute(index: int, a, b) -> dict:
-        """The kernels, once per batch of the group (see the module docstring)."""
-        g0 = groups[index][0][0]
-        return engine.run_device(op, a, b, shapes, [(start - g0, stop - g0) for start, stop in groups[index]])
 
-    files: deque = deque()   # (start, stop, futures): groups whose files the I/O threads are writing
+class DeviceCompute:
+    """The compute stage: the kernels once per batch of the group (see the module docstring), the
+    matrices of missing chunks then marked (``missing-chunks: fill``)."""
 
-    def settle(keep: int) -> None:
-        """Wait for the file writes of all but the last ``keep`` groups, then record those complete."""
-        while len(files) > keep:
-            start, stop, futures = files.popleft()
-            for future in futures:
-                future.result()
-            if io.mark is not None:
-                fence(io)
-                io.mark(start, stop)
+    def __init__(self, engine, op, io: BatchIO):
+        self.engine, self.op = engine, op
+        self.shapes = {name: tuple(arr.shape[1:]) for name, arr in io.outputs.items()}
 
-    def write(index: int, outs: dict) -> None:
-        """Encode group ``index``'s outputs and start writing their files; then wait for the previous
-        group's files and record it complete (the I/O threads write one group while the GPU encodes
-        the next). An output whose codec runs on the host is copied back into the slot and written
-        by the I/O processes (or zarr here) in the background the same way."""
-        start, stop = groups[index][0][0], groups[index][-1][1]
-        t = time.perf_counter()
-        fence(io)   # before the first file of the group is written
+    def __call__(self, unit: Unit) -> None:
+        import cupy
+
+        a, b = unit.inputs
+        g0 = unit.start
+        outs = self.engine.run_device(self.op, a, b, self.shapes, [(lo - g0, hi - g0) for lo, hi in unit.batches])
+        if unit.gaps is not None:
+            _mark_missing_device(outs, unit.gaps)
+        unit.outputs = outs
+        unit.info = cupy.asnumpy(outs["info"]) if "info" in outs else None
+
+
+class DeviceWrite:
+    """The write stage: encode the group's outputs and start writing their files (the record stage
+    waits for them, the I/O threads writing one group while the GPU encodes the next). An output
+    whose codec runs on the host is copied back into the slot and written by the I/O processes (or
+    zarr here) in the background the same way. Fenced first."""
+
+    def __init__(self, engine, dio: DeviceIO, lane, slots, host_writer, record: Record):
+        self.engine, self.dio, self.lane, self.slots = engine, dio, lane, slots
+        self.host_writer, self.record = host_writer, record
+
+    def __call__(self, unit: Unit) -> None:
+        import cupy
+
+        dio, lane, outs = self.dio, self.lane, unit.outputs
+        start, stop, parity = unit.start, unit.stop, unit.index % 2
+        self.record.check()   # before the first file of the group is written
         coded = [(dio.stored[name], value) for name, value in outs.items() if dio.stored.get(name) is not None]
-        futures = lane.encode(coded, start, index % 2) if coded else []
+        unit.writes = lane.encode(coded, start, parity) if coded else []
         host = [name for name in outs if dio.stored.get(name) is None]
         if host:
-            values = {name: slots[index % 2].outs[name][:stop - start] for name in host}
-            with cupy.cuda.Device(engine.device), lane.write_stream:
+            values = {name: self.slots[parity].outs[name][:stop - start] for name in host}
+            with cupy.cuda.Device(self.engine.device), lane.write_stream:
                 for name in host:
                     outs[name].get(stream=lane.write_stream, out=values[name])
             lane.write_stream.synchronize()
-            futures.append(host_writer.submit(_host_write, io, host, start, stop, values))
-        files.append((start, stop, futures))
-        settle(1)
-        with lock:
-            stats.write_s += time.perf_counter() - t
-            stats.bytes_out += sum(v.nbytes for v in outs.values())
-
-    with ThreadPoolExecutor(1, thread_name_prefix="batchlu-read") as reader, \
-            ThreadPoolExecutor(1, thread_name_prefix="batchlu-write") as writer, \
-            ThreadPoolExecutor(1, thread_name_prefix="batchlu-host-write") as host_writer:
-        pending = reader.submit(read, 0)
-        writes: deque = deque()
-        try:
-            for i, group in enumerate(groups):
-                start, stop = group[0][0], group[-1][1]
-                a, b, gaps = pending.result()
-                if i + 1 < len(groups):
-                    while writes and writes[0][0] <= i - 1:   # bound the groups alive on the device
-                        writes.popleft()[1].result()
-                    pending = reader.submit(read, i + 1)
-                if delay:
-                    time.sleep(delay)
-                t = time.perf_counter()
-                outs = compute(i, a, b)
-                del a, b
-                if gaps is not None:   # batchlu.missing-chunks: fill
-                    _mark_missing_device(outs, gaps)
-                if "info" in outs:
-                    stats.add_info(cupy.asnumpy(outs["info"]))
-                stats.compute_s += time.perf_counter() - t
-                stats.matrices += stop - start
-                writes.append((i, writer.submit(write, i, outs)))
-                del outs
-            while writes:
-                writes.popleft()[1].result()
-            t = time.perf_counter()
-            writer.submit(settle, 0).result()
-            stats.write_s += time.perf_counter() - t
-        finally:
-            pending.cancel()
-            for _, future in writes:
-                future.cancel()
-            for _, _, futures in files:   # a failed task: let the files in flight finish, record none
-                wait(futures)
+            unit.writes.append(self.host_writer.submit(_host_write, dio.io, host, start, stop, values))
 
 
 def _host_write(io: BatchIO, names: list[str], start: int, stop: int, values: dict) -> None:

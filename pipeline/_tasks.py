@@ -1,8 +1,10 @@
 """What runs on a worker: one task = a run of whole output chunks, processed batch by batch as
 read (and checksum the input read) → compute → write every output → record the chunks complete,
-through the batch loop (:mod:`batchlu.pipeline._batches`) with the engine of the task's backend
-(:mod:`batchlu.pipeline._backends`). The task records live here: :class:`Job` (what to do),
-:class:`TaskIO` (the task's arrays) and :class:`TaskResult` (what it reports back).
+through the batch loop (:mod:`batchlu.pipeline._loop`) on the stages of the task's path (the host's,
+:mod:`batchlu.pipeline._batches`, or the GPU codecs', :mod:`batchlu.pipeline._device_batches`) with the
+engine of the task's backend (:mod:`batchlu.pipeline._backends`). The task records live here:
+:class:`Job` (what to do) and :class:`TaskResult` (what it reports back); the task's arrays are a
+:class:`batchlu.pipeline._task_io.TaskIO`.
 
 Before a batch is read, the chunks it needs are looked up in the input's store
 (:mod:`batchlu.pipeline._missing`): a missing one stops the task with a
@@ -24,15 +26,14 @@ import dataclasses
 import logging
 import os
 
-import numpy as np
-
-from . import _backends, _fingerprint, _io_pool, _ledger, _missing
+from . import _backends, _io_pool
 from ._batches import BatchIO, run_batches, sub_batches
 from ._config import Options
-from ._io_pool import open_array
+from ._loop import Record
 from ._ops import InfoTally, get_op
 from ._plan import Plan
-from ._store import ArrayRef, read_range
+from ._store import ArrayRef
+from ._task_io import TaskIO
 from .errors import BatchluError, FencedError
 
 logger = logging.getLogger("batchlu.tasks")
@@ -81,66 +82,6 @@ class TaskResult(InfoTally):
     error: BaseException | None = None   # an error raised on purpose in the task: the client raises it
 
 
-class TaskIO:
-    """The task's Zarr arrays (opened once per worker process, see
-    :func:`batchlu.pipeline._io_pool.open_array`): read a batch, write a batch, record chunks."""
-
-    def __init__(self, job: Job):
-        self.job = job
-        engine = job.settings.io_engine  # batchlu.io-engine: the codec pipeline (pipeline._io_engines)
-        self.input = open_array(job.input.path, job.input.array, "r", engine=engine)
-        self.rhs = open_array(job.rhs.path, job.rhs.array, "r", engine=engine) if job.rhs is not None else None
-        # write_empty: a chunk whose values all equal the fill value (the NaN inverses of a chunk of
-        # singular matrices) is stored too, so that resume can check every complete chunk is there
-        self.out = {name: open_array(job.output, name, "r+", write_empty=True, engine=engine)
-                    for name in job.outputs}
-
-    def missing(self, start: int, stop: int, found: dict | None = None) -> np.ndarray | None:
-        """Look up the chunks matrices ``[start, stop)`` need, in the input and the right-hand side:
-        None when all are stored, else (``fill``) the mask of the matrices in missing chunks;
-        ``error`` raises :class:`batchlu.pipeline.errors.MissingChunkError`. ``found`` maps ``"a"`` /
-        ``"b"`` to the gaps the GPU codec path already found while reading them (the same shard
-        indexes and chunk sizes); an array not in it is looked up in the store."""
-        rows = None
-        for name, ref, array, what in (("a", self.job.input, self.input, "input"),
-                                       ("b", self.job.rhs, self.rhs, "right-hand side")):
-            if array is None:
-                continue
-            where = os.path.join(ref.path, ref.array) if ref.array else ref.path
-            known = (found or {}).get(name)
-            gaps = known if known is not None else _missing.find(array, start, stop)
-            mask = _missing.judge(gaps, where, start, stop, self.job.settings.missing_chunks, what)
-            if mask is not None:
-                rows = mask if rows is None else rows | mask
-        return rows
-
-    def read(self, start: int, stop: int):
-        a = read_range(self.job.input, self.input, start, stop)
-        b = read_range(self.job.rhs, self.rhs, start, stop) if self.rhs is not None else None
-        return a, b
-
-    def fence(self) -> None:
-        """Raise :class:`batchlu.pipeline.errors.FencedError` unless the output's lock still names
-        the job's run (no check for a job without a fence)."""
-        if self.job.fence is not None:
-            self.job.fence.check()
-
-    def write(self, start: int, stop: int, results: dict) -> int:
-        self.fence()
-        written = 0
-        for name, array in self.out.items():
-            value = np.asarray(results[name])
-            array[start:stop] = value
-            written += value.nbytes
-        return written
-
-    def mark(self, c0: int, c1: int, digests) -> None:
-        """Record chunks ``[c0, c1)`` complete with the digests of their inputs, ``digests`` (as
-        :func:`batchlu.pipeline._ledger.mark`, on the cached arrays)."""
-        _ledger.mark_arrays(open_array(self.job.output, _ledger.DIGESTS, "r+"),
-                            open_array(self.job.output, _ledger.NAME, "r+"), c0, c1, digests)
-
-
 def _worker_address() -> str:
     try:
         from distributed import get_worker
@@ -174,37 +115,21 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
     io = TaskIO(job)
     plan = job.plan
     ranges = [plan.chunk_range(b0, b1) for b0, b1 in sub_batches(plan, c0, c1)]
-    refs = {id(io.input): job.input}
-    if io.rhs is not None:
-        refs[id(io.rhs)] = job.rhs
-
-    digests = {}  # batch start -> digests of its chunks' inputs, from the reader to the writer
-
-    def on_read(start: int, stop: int, a, b, missing=None) -> None:
-        digests[start] = _fingerprint.chunk_digests(plan.chunk, start, stop, a, b, missing)
-
-    def mark(start: int, stop: int) -> None:
-        io.mark(start // plan.chunk, -(-stop // plan.chunk), digests.pop(start))
-
-    def read_error(array, start, stop, exc):
-        read_range(refs[id(array)], array, start, stop)  # raises CorruptInputError naming the file
-
     where = {"a": (job.input.path, job.input.array), **{name: (job.output, name) for name in io.out}}
     if job.rhs is not None:
         where["b"] = (job.rhs.path, job.rhs.array)
-    batch_io = BatchIO(io.input, io.rhs, io.out, mark=mark, read_error=read_error,
-                       pool=io_pool_for(job, engine), where=where, missing=io.missing,
-                       on_read=on_read, fence=io.fence)
+    batch_io = BatchIO(io.input, io.rhs, io.out, pool=io_pool_for(job, engine), where=where, lookup=io.missing,
+                       digest_chunk=plan.chunk)
+    record = Record(ledger=io, fence=job.fence, chunk=plan.chunk)
     stored = {name: c.stored for name, c in (job.codecs or {}).items() if c.device == "gpu"}
     if engine.name == "gpu" and stored:
         from ._device_batches import DeviceIO, run_device_batches
 
-        dio = DeviceIO(batch_io, stored, plan.chunk, digests=digests.__setitem__,
-                       group_bytes=job.settings.device_batch_bytes,
+        dio = DeviceIO(batch_io, stored, plan.chunk, group_bytes=job.settings.device_batch_bytes,
                        routed=frozenset(name for name, c in job.codecs.items() if c.route))
-        stats = run_device_batches(engine, job.compute_op(), dio, ranges, delay=job.task_delay)
+        stats = run_device_batches(engine, job.compute_op(), dio, ranges, record=record, delay=job.task_delay)
     else:
-        stats = run_batches(engine, job.compute_op(), batch_io, ranges, delay=job.task_delay)
+        stats = run_batches(engine, job.compute_op(), batch_io, ranges, record=record, delay=job.task_delay)
     address = _worker_address()
     return TaskResult(c0, c1, matrices=stats.matrices, **stats.counts._asdict(), bytes_in=stats.bytes_in,
                       bytes_out=stats.bytes_out, seconds=stats.wall_s, read_s=stats.read_s,

@@ -112,3 +112,24 @@ def require_nvcomp() -> None:
         if os.environ.get("BATCHLU_REQUIRE_NVCOMP") == "1":
             pytest.fail(f"BATCHLU_REQUIRE_NVCOMP=1 but {why}")
         pytest.skip(why)
+
+
+class _Ledger:
+    def __init__(self, marks: list):
+        self.marks = marks
+
+    def mark(self, c0: int, c1: int, digests) -> None:
+        self.marks.append((c0, c1))
+
+
+class _Check:
+    def __init__(self, check):
+        self.check = check
+
+
+def recording(marks: list, check=None):
+    """A record stage (:class:`batchlu.pipeline._loop.Record`) that appends each range it records to
+    ``marks`` (in matrices: a chunk of 1), fenced by ``check()`` (None: unfenced)."""
+    from batchlu.pipeline._loop import Record
+
+    return Record(ledger=_Ledger(marks), fence=None if check is None else _Check(check))

@@ -21,6 +21,9 @@ from batchlu.pipeline._batches import BatchIO, run_batches, split_requests, sub_
 from batchlu.pipeline._engines import HostEngine
 from batchlu.pipeline._ops import output_specs
 from batchlu.pipeline._plan import Plan
+from batchlu.pipeline.errors import CorruptInputError
+
+from _pipeline_helpers import recording
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 # Fill of the output stores: no kernel result equals it (NaN, 0 and -inf are results of bad matrices),
@@ -64,9 +67,9 @@ def test_host_path_matches_kernels(tmp_path, op, dtype):
     outs = _outputs(tmp_path, op, n, dtype, count, chunk, dtype if b is not None else None,
                     2 if b is not None else None)
     marks = []
-    io = BatchIO(src, rhs, outs, mark=lambda s, e: marks.append((s, e)))
+    io = BatchIO(src, rhs, outs)
     ranges = _ranges(count, chunk, 2)
-    stats = run_batches(HostEngine(), op, io, ranges)
+    stats = run_batches(HostEngine(), op, io, ranges, record=recording(marks))
 
     assert marks == ranges  # every batch recorded, in order, after its writes
     assert stats.matrices == count
@@ -189,8 +192,8 @@ def test_out_of_memory_on_one_matrix_raises(tmp_path):
     outs = _outputs(tmp_path, "inv", 3, "float64", 8, 4)
     marks = []
     with pytest.raises(MemoryError):
-        run_batches(_OOMEngine(limit=0), "inv", BatchIO(src, None, outs, mark=lambda s, e: marks.append(s)),
-                    _ranges(8, 4, 1))
+        run_batches(_OOMEngine(limit=0), "inv", BatchIO(src, None, outs), _ranges(8, 4, 1),
+                    record=recording(marks))
     assert marks == []  # nothing recorded complete
     assert (outs["inv"][...] == FILL).all()  # nothing written
 
@@ -227,23 +230,18 @@ def test_concurrent_tasks_borrow_one_pair_each(tmp_path):
     np.testing.assert_array_equal(outs["inv"][...], kernels.inv(a)[0])
 
 
-def test_read_error_hook_and_nothing_marked(tmp_path):
+def test_a_corrupt_chunk_is_named_and_nothing_after_it_recorded(tmp_path):
     a = generate("random", 4, "float64", seed=10, start=0, stop=16)
     src = _store(tmp_path, "a.zarr", a, 4)
     # corrupt the third chunk file
     (tmp_path / "a.zarr" / "c" / "2" / "0" / "0").write_bytes(b"not zstd")
     outs = _outputs(tmp_path, "inv", 4, "float64", 16, 4)
-    marks, seen = [], []
-
-    def read_error(array, start, stop, exc):
-        seen.append((start, stop))
-        raise ValueError(f"Expected readable chunks. Got a corrupt one in {start}:{stop} instead.")
-
-    with pytest.raises(ValueError, match="corrupt one in 8:12"):
-        run_batches(HostEngine(), "inv", BatchIO(src, None, outs, mark=lambda s, e: marks.append(s),
-                                                 read_error=read_error), _ranges(16, 4, 1))
-    assert seen == [(8, 12)]
-    assert 8 not in marks and 12 not in marks
+    marks = []
+    where = {"a": (str(tmp_path / "a.zarr"), "")}
+    with pytest.raises(CorruptInputError, match=r"unreadable chunk file .*a\.zarr/c/2/0/0 \(matrices 8:12\)"):
+        run_batches(HostEngine(), "inv", BatchIO(src, None, outs, where=where), _ranges(16, 4, 1),
+                    record=recording(marks))
+    assert (8, 12) not in marks and (12, 16) not in marks
     assert (outs["inv"][8:][...] == FILL).all()
 
 
@@ -298,7 +296,7 @@ def test_pool_read_spreads_a_batch_over_the_processes(tmp_path):
             return done
 
     out = np.full((32, 4, 4), np.nan)
-    pool_read(BatchIO(src, None, {}, pool=Pool()), [(src, ("a.zarr", ""), out)], 3, 35, Pool.processes)
+    pool_read(BatchIO(src, None, {}, pool=Pool(), where={"a": ("a.zarr", "")}), [("a", out)], 3, 35, Pool.processes)
     assert Pool.calls == [(3, 10), (10, 25), (25, 35)]   # 7 chunks touched: 2, 3, 2
     assert out.tobytes() == a[3:35].tobytes()
 
@@ -339,7 +337,8 @@ def test_pool_read_waits_for_its_reads_when_the_lookup_beside_them_fails(tmp_pat
 
     out = np.full((20, 4, 4), np.nan)
     with pytest.raises(RuntimeError, match="chunk 1 missing"):
-        pool_read(BatchIO(src, None, {}, pool=Pool()), [(src, ("a.zarr", ""), out)], 0, 20, 2, meanwhile=lookup)
+        pool_read(BatchIO(src, None, {}, pool=Pool(), where={"a": ("a.zarr", "")}), [("a", out)], 0, 20, 2,
+                  meanwhile=lookup)
     assert order[0] == ("lookup", None) and sorted(order[1:]) == [("read", 0), ("read", 10)]
     assert out.tobytes() == a.tobytes()   # both reads had finished when the error came
 

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import outputs_of, require_nvcomp, sigkill, start_script, wait_for_chunks
+from _pipeline_helpers import outputs_of, recording, require_nvcomp, sigkill, start_script, wait_for_chunks
 
 from batchlu import kernels, pipeline
 from batchlu.pipeline import _io_pool, _lock, _ops, _output, _plan, _run, _tasks, errors
@@ -100,10 +100,10 @@ def _loop_io(tmp_path, taken_at, pool):
         if len(checks) == 2 * taken_at + 1:   # batch taken_at's write passed its check: take over now
             _take_over(lock.path)
 
-    io = BatchIO(src, None, outs, mark=lambda s, e: marks.append((s, e)), fence=check,
-                 pool=pool, where=where if pool is not None else None)
+    io = BatchIO(src, None, outs, pool=pool, where=where if pool is not None else None)
     with pytest.raises(errors.FencedError, match="another run took the output"):
-        run_batches(HostEngine(), "inv", io, [(s, s + chunk) for s in range(0, count, chunk)])
+        run_batches(HostEngine(), "inv", io, [(s, s + chunk) for s in range(0, count, chunk)],
+                    record=recording(marks, check))
     return outs, marks, a
 
 
@@ -156,11 +156,12 @@ def test_device_batch_loop_checks_before_each_write_and_each_record(tmp_path):
         if len(checks) == 4:   # group 2's write passed its check: take over now
             _take_over(lock.path)
 
-    io = BatchIO(src, None, outs, mark=lambda s, e: marks.append((s, e)), fence=check)
+    io = BatchIO(src, None, outs)
     dio = _device_batches.DeviceIO(io, stored, chunk)   # group_bytes 0: a group per batch
     with pytest.raises(errors.FencedError, match="another run took the output"):
         _device_batches.run_device_batches(_engines.CudaEngine(0, threads=2), "inv", dio,
-                                           [(s, s + chunk) for s in range(0, count, chunk)])
+                                           [(s, s + chunk) for s in range(0, count, chunk)],
+                                           record=recording(marks, check))
     # group 0 recorded; groups 1 and 2 written (their checks passed) but not recorded; nothing later written
     assert marks == [(0, 4)]
     inv, info = outs["inv"][...], outs["info"][...]

@@ -365,7 +365,7 @@ def test_routed_reads_and_host_writes_give_the_device_paths_bits(tmp_path, monke
                 for spec in output_specs("lu", n, "float64")}
         where = {"a": (str(tmp_path / "a.zarr"), ""), **{k: (str(tmp_path / f"{mode}.zarr"), k) for k in outs}}
         io = _batches.BatchIO(array, None, outs, pool=pool if mode == "routed" else None, where=where,
-                              missing=lambda s, e, found=None: seen.append((s, e, found)) and None)
+                              lookup=lambda s, e, found=None: seen.append((s, e, found)) and None)
         dio = _device_batches.DeviceIO(io, {"a": choice.stored}, chunk, group_bytes=4 * chunk * n * n * 8,
                                        routed=frozenset({"a"}))
         assert _device_batches._routed(dio, "a") == (mode == "routed")
@@ -381,7 +381,7 @@ def test_routed_reads_and_host_writes_give_the_device_paths_bits(tmp_path, monke
     # a chunk missing from a group the host reads: found by asking the store before the read
     os.remove(tmp_path / "a.zarr" / "c" / "0" / "0" / "0")
     io = _batches.BatchIO(array, None, {}, pool=pool, where={"a": (str(tmp_path / "a.zarr"), "")},
-                          missing=lambda s, e, found=None: None)
+                          lookup=lambda s, e, found=None: None)
     dio = _device_batches.DeviceIO(io, {"a": choice.stored}, chunk, routed=frozenset({"a"}))
     layout = _device_batches.Layout(a=((n, n), np.dtype("float64")), b=None, outs=())
     with engine.pool.borrow(layout, 4 * chunk) as pair, _gpu_codecs.borrow(0) as lane:

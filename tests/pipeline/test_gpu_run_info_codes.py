@@ -104,7 +104,7 @@ def test_cuda_engine_marks_missing_and_counts_overflow(tmp_path, pooled):
                                           fill_value=-7777 if spec.dtype.kind in "iu" else np.nan)
             for spec in output_specs("inv", N, np.float64)}
     io = _batches.BatchIO(src, None, outs,
-                           missing=lambda s, e: _missing.check(src, source, s, e, "fill"))
+                           lookup=lambda s, e, found=None: _missing.check(src, source, s, e, "fill"))
     if pooled:
         io.pool = _io_pool.get_pool(1, 1)
         io.where = {"a": (source, ""), **{name: (str(tmp_path / "out.zarr"), name) for name in outs}}

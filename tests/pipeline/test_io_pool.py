@@ -19,7 +19,7 @@ import zarr
 
 from batchlu import kernels
 from batchlu import pipeline
-from _pipeline_helpers import complete_flags as _complete, wait_partly_complete
+from _pipeline_helpers import complete_flags as _complete, recording, wait_partly_complete
 from batchlu.testing.matrices import generate, rhs as make_rhs
 from batchlu.pipeline import _io_pool
 from batchlu.pipeline._config import TESTING_TASK_DELAY
@@ -243,10 +243,9 @@ def test_data_path_through_io_processes_matches_in_process(pool, tmp_path, op):
                                                  fill_value=-7 if spec.dtype.kind == "i" else np.nan)
             where[spec.name] = (str(tmp_path / f"{mode}.zarr"), spec.name)
         marks = []
-        io = BatchIO(src, rhs, outs, mark=lambda s, e: marks.append((s, e)), pool=pool if mode == "pool" else None,
-                     where=dict(where))
+        io = BatchIO(src, rhs, outs, pool=pool if mode == "pool" else None, where=dict(where))
         ranges = [(s, min(s + 2 * chunk, count)) for s in range(0, count, 2 * chunk)]
-        stats = run_batches(HostEngine(), op, io, ranges)
+        stats = run_batches(HostEngine(), op, io, ranges, record=recording(marks))
         assert marks == ranges and stats.matrices == count
         results[mode] = {name: np.asarray(arr[...]) for name, arr in outs.items()}
     want = dict(zip(("lu", "piv", "info") if op == "lu" else ("x", "info"),
@@ -268,18 +267,12 @@ def test_corrupt_chunk_through_io_processes_names_the_file_and_marks_nothing(poo
             "info": group.create_array("info", shape=(16,), dtype="int32", chunks=(4,), fill_value=-7)}
     where = {"a": (str(tmp_path / "a.zarr"), ""), "inv": (str(tmp_path / "o.zarr"), "inv"),
              "info": (str(tmp_path / "o.zarr"), "info")}
-    marks, seen = [], []
-
-    def read_error(array, start, stop, exc):
-        seen.append((array is src, start, stop))
-        raise ValueError(f"Expected readable chunks. Got a corrupt one in {start}:{stop} instead.")
-
-    io = BatchIO(src, None, outs, mark=lambda s, e: marks.append(s), read_error=read_error, pool=pool,
-                 where=where)
-    with pytest.raises(ValueError, match="corrupt one in 8:12"):
-        run_batches(HostEngine(), "inv", io, [(s, s + 4) for s in range(0, 16, 4)])
-    assert seen == [(True, 8, 12)]
-    assert 8 not in marks and 12 not in marks
+    marks = []
+    io = BatchIO(src, None, outs, pool=pool, where=where)
+    with pytest.raises(pipeline.errors.CorruptInputError,
+                       match=r"unreadable chunk file .*a\.zarr/c/2/0/0 \(matrices 8:12\)"):
+        run_batches(HostEngine(), "inv", io, [(s, s + 4) for s in range(0, 16, 4)], record=recording(marks))
+    assert (8, 12) not in marks and (12, 16) not in marks
     assert np.isnan(outs["inv"][8:][...]).all() and (outs["info"][8:][...] == -7).all()
 
 
