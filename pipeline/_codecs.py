@@ -56,18 +56,32 @@ EMPTY = 2**64 - 1   # a shard index entry of a chunk that is not stored
 IOV_MAX = 1024      # buffers one preadv call may take (Linux's limit)
 
 
-def crc32c(data, crc: int = 0) -> int:
-    """CRC-32C of ``data`` (bytes-like), continuing ``crc``: the value zarr's ``crc32c`` codec appends,
-    computed with the library that codec uses (``google_crc32c`` since zarr 3.1.4; the same values
-    as the ``crc32c`` package older zarr took)."""
-    import google_crc32c
+def _crc32c_extend():
+    """``extend(crc, data)`` of the CRC-32C library at hand: the ``crc32c`` package where it is
+    installed (it releases the GIL, so the I/O threads checksum in parallel), else ``google_crc32c``
+    (zarr's codec's own library, which holds the GIL). Both give the same values."""
+    global _EXTEND
+    if _EXTEND is None:
+        try:
+            import crc32c as package
+            _EXTEND = lambda crc, data: package.crc32c(data, crc)
+        except ImportError:
+            import google_crc32c
+            _EXTEND = google_crc32c.extend
+    return _EXTEND
 
+
+_EXTEND = None
+
+
+def crc32c(data, crc: int = 0) -> int:
+    """CRC-32C of ``data`` (bytes-like), continuing ``crc``: the value zarr's ``crc32c`` codec appends."""
     # read in place (no copy: 6x faster); google_crc32c takes bytes and NumPy arrays, not memoryviews
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     elif not isinstance(data, bytes):
         data = np.frombuffer(memoryview(data).cast("B"), np.uint8)
-    return int(google_crc32c.extend(crc, data))
+    return int(_crc32c_extend()(crc, data))
 
 
 @dataclasses.dataclass(frozen=True)

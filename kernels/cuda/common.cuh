@@ -120,15 +120,30 @@ __device__ __forceinline__ double real_part(double a) { return a; }
 __device__ __forceinline__ float real_part(c64 a) { return a.re; }
 __device__ __forceinline__ double real_part(c128 a) { return a.re; }
 
-// Robust complex division (Smith's algorithm): no overflow for operands near 1e+-150 in double.
+// Complex division by Smith's algorithm. Its denominator b.re + b.im * r (|r| <= 1) overflows where a
+// part of b is above half the largest float, and the quotient then comes out 0: such a b (a part above a
+// quarter of it, a margin for rounding) is divided as b / 8 and the quotient scaled by 1 / 8 (powers of two,
+// exact). The test is one compare on a branch the warp takes together almost always.
+template <typename R> __device__ __forceinline__ R huge_part();
+template <> __device__ __forceinline__ float huge_part<float>() { return 0x1p126f; }
+template <> __device__ __forceinline__ double huge_part<double>() { return 0x1p1022; }
 template <typename C, typename R>
-__device__ __forceinline__ C cdiv_(C a, C b) {
+__device__ __forceinline__ C smith_div_(C a, C b) {
     if (fabs(b.re) >= fabs(b.im)) {
         R r = b.im / b.re, d = b.re + b.im * r;
         return {(a.re + a.im * r) / d, (a.im - a.re * r) / d};
     }
     R r = b.re / b.im, d = b.im + b.re * r;
     return {(a.re * r + a.im) / d, (a.im * r - a.re) / d};
+}
+template <typename C, typename R>
+__device__ __forceinline__ C cdiv_(C a, C b) {
+    if (fmax(fabs(b.re), fabs(b.im)) > huge_part<R>()) {
+        const R s = R(0.125);
+        const C q = smith_div_<C, R>(a, C{b.re * s, b.im * s});
+        return {q.re * s, q.im * s};
+    }
+    return smith_div_<C, R>(a, b);
 }
 __device__ __forceinline__ float div_(float a, float b) { return a / b; }
 __device__ __forceinline__ double div_(double a, double b) { return a / b; }
@@ -167,7 +182,7 @@ template <typename T, int CC> __host__ __device__ constexpr int rows_stride() {
 // div_(one, x) takes three; rounding within a few ulps of div_'s.
 __device__ __forceinline__ float recip_(float x) { return 1.0f / x; }
 __device__ __forceinline__ double recip_(double x) { return 1.0 / x; }
-template <typename C> __device__ __forceinline__ C crecip_(C b) {
+template <typename C> __device__ __forceinline__ C smith_recip_(C b) {
     if (fabs(b.re) >= fabs(b.im)) {
         const auto r = b.im / b.re;
         const auto t = 1 / (b.re + b.im * r);
@@ -176,6 +191,16 @@ template <typename C> __device__ __forceinline__ C crecip_(C b) {
     const auto r = b.re / b.im;
     const auto t = 1 / (b.im + b.re * r);
     return {r * t, -t};
+}
+// A part of b above a quarter of the largest float: 1 / b = (1 / (b / 8)) / 8, as cdiv_.
+template <typename C> __device__ __forceinline__ C crecip_(C b) {
+    using R = decltype(b.re);
+    if (fmax(fabs(b.re), fabs(b.im)) > huge_part<R>()) {
+        const R s = R(0.125);
+        const C q = smith_recip_(C{b.re * s, b.im * s});
+        return {q.re * s, q.im * s};
+    }
+    return smith_recip_(b);
 }
 __device__ __forceinline__ c64 recip_(c64 x) { return crecip_(x); }
 __device__ __forceinline__ c128 recip_(c128 x) { return crecip_(x); }

@@ -461,6 +461,30 @@ def _files(root) -> dict[str, bytes]:
             for d, _, names in os.walk(root) for f in names if f != "zarr.json"}
 
 
+@pytest.mark.parametrize("library", ["crc32c", "google_crc32c"])
+def test_crc32c_gives_zarrs_value_with_either_library(monkeypatch, library):
+    """_codecs.crc32c with the GIL-free ``crc32c`` package and, where it is not installed, with
+    ``google_crc32c`` (zarr's codec's own): zarr's trailer value on fresh random bytes, whole and
+    continued across pieces of odd lengths, from bytes, arrays and memoryviews alike."""
+    import sys
+
+    import google_crc32c
+
+    pytest.importorskip(library)
+    if library == "google_crc32c":   # as on a machine without the crc32c package
+        monkeypatch.setitem(sys.modules, "crc32c", None)
+    monkeypatch.setattr(_codecs, "_EXTEND", None)
+    data = np.random.default_rng().integers(0, 256, 100_003, dtype=np.uint8)
+    want = int.from_bytes(google_crc32c.Checksum(data.tobytes()).digest(), "big")
+    assert _codecs.crc32c(data) == _codecs.crc32c(data.tobytes()) == _codecs.crc32c(memoryview(data)) == want
+    crc = 0
+    for lo, hi in [(0, 1), (1, 4097), (4097, 50_000), (50_000, 100_003)]:
+        crc = _codecs.crc32c(data[lo:hi], crc)
+    assert crc == want
+    used = _codecs._crc32c_extend()
+    assert (used is google_crc32c.extend) == (library == "google_crc32c")
+
+
 @pytest.mark.parametrize("layout", sorted(CHECKSUMMED))
 def test_the_host_writer_appends_crc32c_trailers_as_zarr_does(tmp_path, layout):
     """The chunk and shard writer of the GPU codec lane (write_chunks) with zarr's crc32c codec last:
