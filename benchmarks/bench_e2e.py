@@ -36,9 +36,10 @@ their runs are done (``--keep`` keeps them and the last output of each impl).
   ``batchlu.run(IN, OUT, op="inv", client=c)`` and the script's graph computed on that client, in
   turns, each twice per input (``run`` 1 and 2).
 
-Before the first timed run of each (n, dtype), the CLI and the script run once, untimed, on a small
-input of that n and dtype: the first run on a machine compiles batchlu's kernels into their disk
-caches (numba on the CPU, NVRTC on the GPU; a minute on a 2-core VM), which a user pays once.
+Before the first timed run of each (n, dtype), the CLI runs once, untimed, on a small input of that n
+and dtype: the first run on a machine compiles batchlu's kernels into their disk caches (numba on
+the CPU, NVRTC on the GPU; a minute on a 2-core VM), which a user pays once. (It also brings the
+libraries the script imports into the page cache.)
 
 Every output is checked before its time is trusted: LAPACK's inverse ratio (dget03,
 ``batchlu.testing.ratios.get03``) on 64 matrices drawn at random, below 30, and its shape and dtype
@@ -538,14 +539,6 @@ def client_child(device: str) -> None:
 
 # ---- the benchmark --------------------------------------------------------------------------------
 
-def warm_up(inp: Input, impls: list[str], run_one) -> None:
-    """One untimed run of the CLI and of the script on a small input of ``inp``'s n and dtype."""
-    for impl in [i for i in ("batchlu-cli", "script") if any(x.startswith(i.split("-")[0]) for x in impls)]:
-        result = run_one(impl)
-        print(f"# warm-up {impl} n={inp.n} {inp.dtype}: {result['wall_s']:.1f} s"
-              + ("" if result.get("ok") else f" (failed: {result.get('error')})"), flush=True)
-
-
 def summary(records: list[dict]) -> str:
     """Per (size, n, dtype, data): the median wall time of the ok runs of the CLI and of the script,
     script / CLI (> 1: batchlu is faster), the CLI's compute time (its report's); then the client
@@ -706,14 +699,14 @@ def _point(args, inp: Input, data_dir: Path, work: Path, script: Path, cli: str,
             shutil.rmtree(target, ignore_errors=True)
         return result
 
-    if (inp.n, inp.dtype) not in warmed:
-        warmed.add((inp.n, inp.dtype))
-        small = dataclasses.replace(inp, size=str(WARM_BYTES), data="random",
-                                    count=max(1, WARM_BYTES // (inp.n * inp.n * np.dtype(inp.dtype).itemsize)))
-        warm_src = work / small.name
-        write_input(warm_src, small)
-        warm_up(small, args.impls, lambda impl: run_one(impl, warm_src))
-        shutil.rmtree(warm_src, ignore_errors=True)
+    if (inp.n, inp.dtype) not in warmed and {"batchlu-cli", "batchlu-client"} & set(args.impls):
+        warmed.add((inp.n, inp.dtype))   # the first run on a machine compiles the kernels into their disk caches
+        small = make_input("random", inp.n, inp.dtype, str(WARM_BYTES), inp.chunks, inp.seed)
+        write_input(work / small.name, small)
+        result = run_one("batchlu-cli", work / small.name)
+        print(f"# warm-up batchlu-cli n={inp.n} {inp.dtype}: {result['wall_s']:.1f} s"
+              + ("" if result["ok"] else f" (failed: {result.get('error')})"), flush=True)
+        shutil.rmtree(work / small.name, ignore_errors=True)
 
     base = {"data": inp.data, "n": inp.n, "dtype": inp.dtype, "bytes": inp.nbytes, "count": inp.count,
             "size": inp.size, "chunks": chunks, "chunks_setting": inp.chunks, "input_zstd_ratio": round(ratio, 3)}
