@@ -34,7 +34,7 @@ their runs are done (``--keep`` keeps them and the last output of each impl).
   smallest and the second of ``--sizes``): one child process keeps one client up (``LocalCluster()``
   on the CPU, ``LocalCUDACluster()`` on the GPU, defaults) for the whole call and times
   ``batchlu.run(IN, OUT, op="inv", client=c)`` and the script's graph computed on that client, in
-  turns, each twice per input (``run`` 1 and 2).
+  turns, each twice per input (``run`` 1 and 2). The child ends before the larger inputs run.
 
 Before the first timed run of each (n, dtype), the CLI runs once, untimed, on a small input of that n
 and dtype: the first run on a machine compiles batchlu's kernels into their disk caches (numba on
@@ -635,6 +635,8 @@ def main(argv=None) -> list[dict]:
                         inp = make_input(data, n, dtype, size, args.chunks, args.seed)
                         _point(args, inp, data_dir, work, script, cli, env, clients, client_sizes, warmed,
                                device, lambda rec: _record(rec, records, out, command, device_label, commit))
+            if parse_bytes(size) >= max(client_sizes, default=0):
+                clients.close()   # its cluster's workers idle no more beside the larger runs
     finally:
         clients.close()
         if args.keep:
