@@ -447,7 +447,7 @@ class ClientCase:
         self.log_file = self.log.open("w")
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--client-child", self.device],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log_file,
-                                     text=True, env=self.env, cwd=self.cwd)
+                                     text=True, env=self.env, cwd=self.cwd, start_new_session=True)
         ready = self._reply()
         print(f"# client case: {ready.get('cluster', '?')} up in {ready.get('start_s', float('nan')):.1f} s",
               flush=True)
@@ -477,7 +477,7 @@ class ClientCase:
                 self.proc.stdin.close()
                 self.proc.wait(timeout=120)
             except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
+                os.killpg(self.proc.pid, signal.SIGKILL)   # its cluster's workers too
             self.proc = None
             self.log_file.close()
 
@@ -656,7 +656,8 @@ def _record(rec: dict, records: list, out: Path, command: str, device_label: str
     status = "ok" if rec["ok"] else f"FAILED: {rec.get('error')}"
     compute = f", compute {rec['compute_s']:.2f} s" if rec.get("compute_s") is not None else ""
     print(f"{rec['impl']:<15} {rec['data']:<13} n={rec['n']:<4} {rec['dtype']:<8} {rec['bytes']:>14,} B "
-          f"run {rec['run']}: {rec['wall_s']:.2f} s{compute}, load {rec['load']}; {status}", flush=True)
+          f"run {rec['run']}: {rec['wall_s'] if rec['wall_s'] is None else format(rec['wall_s'], '.2f')} s{compute}, "
+          f"load {rec['load']}; {status}", flush=True)
 
 
 def _point(args, inp: Input, data_dir: Path, work: Path, script: Path, cli: str, env: dict,
@@ -675,7 +676,10 @@ def _point(args, inp: Input, data_dir: Path, work: Path, script: Path, cli: str,
         target = work / f"out-{impl}.zarr"
         shutil.rmtree(target, ignore_errors=True)
         if impl in CLIENT_IMPLS:
-            result = clients.run(impl, source, target)
+            try:
+                result = clients.run(impl, source, target)
+            except RuntimeError as err:     # the child died or hung: this run fails, the next starts another
+                result = {"wall_s": None, "error": str(err)[-1500:]}
             ok = "error" not in result
         else:
             cmd = [cli, "run", str(source), str(target), "--op", "inv"] if impl == "batchlu-cli" \
@@ -716,7 +720,7 @@ def _point(args, inp: Input, data_dir: Path, work: Path, script: Path, cli: str,
 
     def keep(impl, run, result):
         rec = {"impl": impl, **base, "run": run, **{f: result.get(f) for f in fields}}
-        rec["wall_s"] = round(rec["wall_s"], 3)
+        rec["wall_s"], rec["compute_s"] = (None if x is None else round(x, 3) for x in (rec["wall_s"], rec["compute_s"]))
         record(rec)
 
     for rep in range(1, args.repeat + 1):
