@@ -18,7 +18,8 @@ def small(tmp_path):
 
 def test_unreachable_scheduler_leaves_no_output(small, tmp_path, client):
     out = tmp_path / "out.zarr"
-    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
+    # nothing listens on port 9: 2 s to give up instead of batchlu.connect-timeout's 30
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s", "batchlu.connect-timeout": "2s"}), \
             pytest.raises(OSError, match="127.0.0.1:9"):
         pipeline.run(small, str(out), op="inv", progress=False, scheduler="tcp://127.0.0.1:9")
     assert not out.exists()
