@@ -64,7 +64,7 @@ def test_inputs_are_plain_zarr_reproducible_and_reused(bench, tmp_path, data, dt
         assert inp.nbytes / bench.stored_bytes(path) > 2   # zstd takes it down substantially
 
 
-def test_the_check_refuses_a_wrong_inverse_and_the_script_on_zarrs_own_chunks(bench, tmp_path):
+def test_the_check_refuses_a_wrong_inverse_and_the_script_on_zarrs_own_chunks(bench, tmp_path, monkeypatch):
     """The user's script inverts whatever blocks the input's chunks make: on zarr's own guess, which
     cuts the matrices (4 MB of float64 8 x 8: chunks (3906, 4, 4)), it inverts 4 x 4 pieces without a
     word and its output fails the check; on chunks of whole matrices it passes. (Where zarr's guess
@@ -73,6 +73,9 @@ def test_the_check_refuses_a_wrong_inverse_and_the_script_on_zarrs_own_chunks(be
     import dask.array as da
     import zarr
 
+    # dask probes ``import sparse`` (pydata/sparse) for its chunk types; in the whole suite that name
+    # finds the test folder tests/kernels/sparse (tests/ has no packages): as where it is not installed
+    monkeypatch.setitem(sys.modules, "sparse", None)
     def script(src, out):
         x = da.from_zarr(str(src))
         with dask.config.set(scheduler="sync"):
