@@ -69,13 +69,14 @@ def test_the_check_refuses_a_wrong_inverse_and_the_script_on_zarrs_own_chunks(be
     cuts the matrices (4 MB of float64 8 x 8: chunks (3906, 4, 4)), it inverts 4 x 4 pieces without a
     word and its output fails the check; on chunks of whole matrices it passes. (Where zarr's guess
     makes the pieces oblong, 1 MB: (977, 4, 8), the script stops on a LinAlgError instead.)"""
+    # dask.array probes ``import sparse`` (pydata/sparse) for its chunk types as it is imported; in the
+    # whole suite that name finds the test folder tests/kernels/sparse (tests/ has no packages): here
+    # it is unimportable, as where pydata/sparse is not installed
+    monkeypatch.setitem(sys.modules, "sparse", None)
     import dask
     import dask.array as da
     import zarr
 
-    # dask probes ``import sparse`` (pydata/sparse) for its chunk types; in the whole suite that name
-    # finds the test folder tests/kernels/sparse (tests/ has no packages): as where it is not installed
-    monkeypatch.setitem(sys.modules, "sparse", None)
     def script(src, out):
         x = da.from_zarr(str(src))
         with dask.config.set(scheduler="sync"):
