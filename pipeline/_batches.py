@@ -66,7 +66,7 @@ class BatchIO:
     ``source``, the right-hand side ``rhs`` (or None) and each output.
 
     ``lookup(start, stop, found=None)`` asks the store for the chunks matrices ``[start, stop)`` need
-    (:class:`batchlu.pipeline._missing.Lookup`): it raises on a missing one, or returns the mask of
+    (:meth:`batchlu.pipeline._task_io.TaskIO.missing`): it raises on a missing one, or returns the mask of
     matrices whose outputs get ``info`` -3, or None. ``digest_chunk`` (the output's chunk) has the
     read stage take each output chunk's input digest for the ledger (None: none).
 
