@@ -23,7 +23,7 @@ import numpy as np
 
 from batchlu.errors import InputError, InputTypeError, LinAlgError
 
-from . import _info
+from . import _dask, _info
 from ._validate import check_dtype, check_piv, check_rhs, check_square
 
 
@@ -114,6 +114,8 @@ def lu_factor(a, *, check: bool = False, stream=None):
     Returns ``lu`` (..., n, n), ``piv`` (..., n) int32 (0-based, as :func:`scipy.linalg.lu_factor`)
     and ``info`` (...) int32 (-2 where the factors of a finite matrix overflowed).
     """
+    if _dask.any_dask(a):   # lazy: dask arrays back (kernels/_dask.py)
+        return _dask.lu_factor(a, check=check, stream=stream)
     xp, backend, a, dtype, n, batch = _prepare_a(a, "lu_factor")
     lu, piv, info = _getrf(xp, backend, a, dtype, n, batch, stream, flag=True)
     if check:
@@ -134,6 +136,8 @@ def lu_solve(lu, piv, b, *, stream=None):
     on the device, like the solve, and the call does not wait for the GPU: each matrix with an
     out-of-range pivot gets an all-NaN ``x``.
     """
+    if _dask.any_dask(lu, piv, b):   # lazy: dask arrays back (kernels/_dask.py)
+        return _dask.lu_solve(lu, piv, b, stream=stream)
     xp, backend = _backend(lu, piv, b)
     lu, piv, b = (_as_array(x, xp) for x in (lu, piv, b))
     dtype = check_dtype(lu.dtype, "lu")
@@ -170,6 +174,8 @@ def inv(a, *, check: bool = False, stream=None):
 
     Returns ``ainv`` and ``info`` (-2 where the inverse of a finite matrix is not finite).
     """
+    if _dask.any_dask(a):   # lazy: dask arrays back (kernels/_dask.py)
+        return _dask.inv(a, check=check, stream=stream)
     xp, backend, a, dtype, n, batch = _prepare_a(a, "inv")
     if n == 0 or 0 in batch:
         ainv, info = xp.empty(a.shape, dtype), xp.zeros(batch, np.int32)
@@ -191,6 +197,8 @@ def solve(a, b, *, check: bool = False, stream=None):
     in ``numpy.result_type(a, b)``. A right-hand side holding NaN or Inf counts as a non-finite input
     (info -1, ``x`` all NaN); a finite input whose ``x`` is not finite gets info -2.
     """
+    if _dask.any_dask(a, b):   # lazy: dask arrays back (kernels/_dask.py)
+        return _dask.solve(a, b, check=check, stream=stream)
     xp, backend = _backend(a, b)
     a, b = _as_array(a, xp), _as_array(b, xp)
     check_dtype(a.dtype, "a")
@@ -223,6 +231,8 @@ def slogdet(a, *, check: bool = False, stream=None):
     matrix whose sign or logabsdet comes out non-finite (its factors overflowed) gets info -2.
     Returns ``sign``, ``logabsdet`` and ``info``.
     """
+    if _dask.any_dask(a):   # lazy: dask arrays back (kernels/_dask.py)
+        return _dask.slogdet(a, check=check, stream=stream)
     xp, backend, a, dtype, n, batch = _prepare_a(a, "slogdet")
     real = np.empty(0, dtype).real.dtype
     if n == 0 or 0 in batch:

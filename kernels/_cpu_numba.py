@@ -375,6 +375,8 @@ def _substitute(f, piv, g, sfmin):
                 xj = huge_quotient(g[c, j], d)
             elif abs(d) >= sfmin:
                 xj = g[c, j] * (1 / d)
+            elif d == 0:   # a zero pivot: x / 0 as inf/NaN (numba's complex division would raise)
+                xj = g[c, j] * np.inf
             else:
                 xj = g[c, j] / d
             g[c, j] = xj

@@ -24,6 +24,14 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import pytest  # noqa: E402
 
+# dask.array probes for the pydata ``sparse`` package as it is first imported. Once pytest has put
+# tests/kernels on sys.path, that name finds the test folder tests/kernels/sparse and the probe fails;
+# imported here, before any test folder is on the path, dask finds the real package or none.
+try:
+    import dask.array  # noqa: E402,F401
+except ImportError:
+    pass
+
 REQUIRE_GPU = "BATCHLU_REQUIRE_GPU"
 REQUIRE_GPUS = "BATCHLU_REQUIRE_GPUS"
 MARKERS = {"gpu": 1, "multi_gpu": 2}  # marker -> GPUs the test needs

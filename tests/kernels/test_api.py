@@ -305,3 +305,22 @@ def test_unsupported_dtype(op, dtype):
     for name in ("float32", "float64", "complex64", "complex128"):
         assert name in str(err.value)
     assert np.dtype(dtype).name in str(err.value)
+
+
+@pytest.mark.parametrize("n", [7, 40, 400])   # the compiled substitution, and LAPACK's getrs above
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lu_solve_of_a_singular_matrix_gives_inf_or_nan_in_its_own_x(dtype, n, cpu_engine):
+    """A zero pivot (U[1, 1] = 0) divides by zero in its own x only: no exception (numba's complex
+    division raised ZeroDivisionError), its neighbours' x unchanged and backward stable."""
+    a = matrices.generate("random", n, dtype, seed=n, start=0, stop=6)
+    a[3, :, 1] = 0
+    b = matrices.rhs(n, 3, dtype, seed=n + 1, start=0, stop=6)
+    lu, piv, info = kernels.lu_factor(a)
+    assert info[3] > 0 and (np.delete(info, 3) == 0).all()
+    x = kernels.lu_solve(lu, piv, b)
+    assert x.shape == b.shape and x.dtype == dtype
+    assert not np.isfinite(x[3]).all()
+    good = np.delete(np.arange(6), 3)
+    alone = kernels.lu_solve(lu[good], piv[good], b[good])
+    assert x[good].tobytes() == alone.tobytes()
+    assert get02(a[good], x[good], b[good]).max() < THRESHOLD

@@ -32,5 +32,6 @@ def test_example_notebook_runs_on_cpu(monkeypatch):
     assert "batchlu inv: complete, 600 matrices" in text
     assert "backend cpu -> cpu" in text
     assert "dget03" in text or "ratio" in text  # the verify summary
+    assert "info equal to the run's: True" in text  # the lazy inverse on a dask array
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) == 1  # the throughput plot
