@@ -115,7 +115,7 @@ def lu_factor(a, *, check: bool = False, stream=None):
     and ``info`` (...) int32 (-2 where the factors of a finite matrix overflowed).
     """
     if _dask.any_dask(a):   # lazy: dask arrays back (kernels/_dask.py)
-        return _dask.lu_factor(a, check=check, stream=stream)
+        return _dask.lu_factor(a, lu_factor, check=check, stream=stream)
     xp, backend, a, dtype, n, batch = _prepare_a(a, "lu_factor")
     lu, piv, info = _getrf(xp, backend, a, dtype, n, batch, stream, flag=True)
     if check:
@@ -137,7 +137,7 @@ def lu_solve(lu, piv, b, *, stream=None):
     out-of-range pivot gets an all-NaN ``x``.
     """
     if _dask.any_dask(lu, piv, b):   # lazy: dask arrays back (kernels/_dask.py)
-        return _dask.lu_solve(lu, piv, b, stream=stream)
+        return _dask.lu_solve(lu, piv, b, lu_solve, stream=stream)
     xp, backend = _backend(lu, piv, b)
     lu, piv, b = (_as_array(x, xp) for x in (lu, piv, b))
     dtype = check_dtype(lu.dtype, "lu")
@@ -175,7 +175,7 @@ def inv(a, *, check: bool = False, stream=None):
     Returns ``ainv`` and ``info`` (-2 where the inverse of a finite matrix is not finite).
     """
     if _dask.any_dask(a):   # lazy: dask arrays back (kernels/_dask.py)
-        return _dask.inv(a, check=check, stream=stream)
+        return _dask.inv(a, inv, check=check, stream=stream)
     xp, backend, a, dtype, n, batch = _prepare_a(a, "inv")
     if n == 0 or 0 in batch:
         ainv, info = xp.empty(a.shape, dtype), xp.zeros(batch, np.int32)
@@ -198,7 +198,7 @@ def solve(a, b, *, check: bool = False, stream=None):
     (info -1, ``x`` all NaN); a finite input whose ``x`` is not finite gets info -2.
     """
     if _dask.any_dask(a, b):   # lazy: dask arrays back (kernels/_dask.py)
-        return _dask.solve(a, b, check=check, stream=stream)
+        return _dask.solve(a, b, solve, check=check, stream=stream)
     xp, backend = _backend(a, b)
     a, b = _as_array(a, xp), _as_array(b, xp)
     check_dtype(a.dtype, "a")
@@ -232,7 +232,7 @@ def slogdet(a, *, check: bool = False, stream=None):
     Returns ``sign``, ``logabsdet`` and ``info``.
     """
     if _dask.any_dask(a):   # lazy: dask arrays back (kernels/_dask.py)
-        return _dask.slogdet(a, check=check, stream=stream)
+        return _dask.slogdet(a, slogdet, check=check, stream=stream)
     xp, backend, a, dtype, n, batch = _prepare_a(a, "slogdet")
     real = np.empty(0, dtype).real.dtype
     if n == 0 or 0 in batch:

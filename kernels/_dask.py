@@ -88,47 +88,16 @@ def _gufunc(block, signature: str, dtypes, a, *rest):
     return tuple(out) if isinstance(out, (tuple, list)) else out
 
 
-# ---- the blocks: module-level functions, so that any scheduler can pickle them ------------------
+# ---- the ops: ``block`` is the in-memory op of batchlu.kernels._api (a module-level function, which
+# any scheduler pickles by name), handed in by it so that this module does not import it back ------
 
-def _lu_factor_block(a):
-    from ._api import lu_factor
-
-    return lu_factor(a)
-
-
-def _lu_solve_block(lu, piv, b):
-    from ._api import lu_solve
-
-    return lu_solve(lu, piv, b)
-
-
-def _inv_block(a):
-    from ._api import inv
-
-    return inv(a)
-
-
-def _solve_block(a, b):
-    from ._api import solve
-
-    return solve(a, b)
-
-
-def _slogdet_block(a):
-    from ._api import slogdet
-
-    return slogdet(a)
-
-
-# ---- the ops -------------------------------------------------------------------------------------
-
-def lu_factor(a, *, check: bool = False, stream=None):
+def lu_factor(a, block, *, check: bool = False, stream=None):
     _refuse("lu_factor", check, stream)
     a, dtype, _ = _square(a)
-    return _gufunc(_lu_factor_block, "(i,i)->(i,i),(i),()", (dtype, np.int32, np.int32), a)
+    return _gufunc(block, "(i,i)->(i,i),(i),()", (dtype, np.int32, np.int32), a)
 
 
-def lu_solve(lu, piv, b, *, stream=None):
+def lu_solve(lu, piv, b, block, *, stream=None):
     _refuse("lu_solve", False, stream)
     lu, dtype, n = _square(lu, "lu")
     piv, b = _dask_array(piv, "piv"), _dask_array(b, "b")
@@ -142,16 +111,16 @@ def lu_solve(lu, piv, b, *, stream=None):
     out = check_dtype(np.result_type(dtype, b.dtype), "the result")
     piv, b = _along(_whole(piv, 1), lu, 1), _along(_whole(b, 1 if vector else 2), lu, 1 if vector else 2)
     signature = "(i,i),(i),(i)->(i)" if vector else "(i,i),(i),(i,k)->(i,k)"
-    return _gufunc(_lu_solve_block, signature, (out,), lu, piv, b)
+    return _gufunc(block, signature, (out,), lu, piv, b)
 
 
-def inv(a, *, check: bool = False, stream=None):
+def inv(a, block, *, check: bool = False, stream=None):
     _refuse("inv", check, stream)
     a, dtype, _ = _square(a)
-    return _gufunc(_inv_block, "(i,i)->(i,i),()", (dtype, np.int32), a)
+    return _gufunc(block, "(i,i)->(i,i),()", (dtype, np.int32), a)
 
 
-def solve(a, b, *, check: bool = False, stream=None):
+def solve(a, b, block, *, check: bool = False, stream=None):
     _refuse("solve", check, stream)
     a, dtype, n = _square(a)
     b = _dask_array(b, "b")
@@ -159,10 +128,10 @@ def solve(a, b, *, check: bool = False, stream=None):
     out = check_dtype(np.result_type(dtype, b.dtype), "the result")
     b = _along(_whole(b, 1 if vector else 2), a, 1 if vector else 2)
     signature = "(i,i),(i)->(i),()" if vector else "(i,i),(i,k)->(i,k),()"
-    return _gufunc(_solve_block, signature, (out, np.int32), a, b)
+    return _gufunc(block, signature, (out, np.int32), a, b)
 
 
-def slogdet(a, *, check: bool = False, stream=None):
+def slogdet(a, block, *, check: bool = False, stream=None):
     _refuse("slogdet", check, stream)
     a, dtype, _ = _square(a)
-    return _gufunc(_slogdet_block, "(i,i)->(),(),()", (dtype, _real(dtype), np.int32), a)
+    return _gufunc(block, "(i,i)->(),(),()", (dtype, _real(dtype), np.int32), a)
