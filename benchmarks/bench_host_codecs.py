@@ -31,7 +31,7 @@ many caller threads as there are cores (the worker's threads), or the whole arra
 * ``zarrs``: the zarrs codec pipeline for zarr-python (Rust; ``codec_pipeline.strict``, so nothing
   falls back to zarr's pipeline unnoticed), where it is installed; else the record says why not.
   Its writes are timed too, but ``batchlu.io-engine: zarrs`` writes through zarr's pipeline (zarrs
-  0.2.3 drops chunks of fill values despite ``write_empty_chunks``: ``pipeline/_io_engines.py``);
+  0.2.3 drops chunks of fill values despite ``write_empty_chunks``: ``pipeline/store/_io_engines.py``);
 * ``processes PxT + zarrs``: the I/O pool with zarrs in its children.
 
 The page cache is warm: the input was just written or read in full before the runs, and each
@@ -61,7 +61,6 @@ import numpy as np
 
 from bench_pipeline import DATA_KINDS, device_name, generate, timed
 
-FUSED = "zarr.core.codec_pipeline.FusedCodecPipeline"
 ZARRS = "zarrs.ZarrsCodecPipeline"
 
 
@@ -71,9 +70,11 @@ def variants(cores: int) -> list[dict]:
     of ``engine``, ``pool`` (P, T: I/O processes) or ``callers`` (threads of this process sending
     requests; 0: one call for the whole array), ``zarr`` (the zarr configuration of the process and
     of its I/O children) and a ``name``."""
+    from batchlu.pipeline.tuning import FUSED_PIPELINE
+
     half = (max(1, cores // 2), 2 if cores > 1 else 1)  # batchlu's default pool on a GPU worker
     zarrs = {"codec_pipeline.path": ZARRS, "codec_pipeline.strict": True}
-    fused = {"codec_pipeline.path": FUSED, "codec_pipeline.max_workers": cores}
+    fused = {"codec_pipeline.path": FUSED_PIPELINE, "codec_pipeline.max_workers": cores}
     wide = {"codec_pipeline.batch_size": cores, "async.concurrency": 2 * cores, "threading.max_workers": 2 * cores}
     out = [dict(name=f"processes {half[0]}x{half[1]}", engine="processes", pool=half, zarr={}),
            dict(name=f"zarrs {cores} callers", engine="zarrs", callers=cores, zarr=zarrs),
@@ -176,7 +177,7 @@ def run_variant(variant: dict, src: Path, work: Path, repeat: int, per: int, crc
     for key, value in variant["zarr"].items():  # already in force through ZARR_*; made sure here
         zarr.config.set({key: value})
     arr = io_pool.open_array(str(src), "", "r")
-    pipeline = type(arr._async_array.codec_pipeline).__name__
+    pipeline = type(io_pool.codec_pipeline(arr)).__name__
     count, n, chunk = arr.shape[0], arr.shape[1], arr.chunks[0]
     raw = io_pool.shared_buffer(arr.nbytes)
     buf = raw[:arr.nbytes].view(np.float64).reshape(arr.shape)
@@ -232,7 +233,7 @@ def run_variant(variant: dict, src: Path, work: Path, repeat: int, per: int, crc
     codec = numcodecs.Zstd(level=0)
 
     def frame(i):
-        return (out_store / "inv" / stored.metadata.encode_chunk_key((i, 0, 0))).read_bytes()
+        return (out_store / "inv" / io_pool.chunk_key(stored, (i, 0, 0))).read_bytes()
 
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as ex:
         back = list(ex.map(lambda i: zlib.crc32(codec.decode(frame(i))), range(-(-count // chunk))))

@@ -24,16 +24,12 @@ import numpy as np
 from batchlu.errors import InputError, InputTypeError, LinAlgError
 
 from . import _dask, _info
-from ._validate import check_dtype, check_piv, check_rhs, check_square
-
-
-def _is_cupy(x) -> bool:
-    return type(x).__module__.split(".")[0] == "cupy"
+from ._validate import check_dtype, check_piv, check_rhs, check_square, is_cupy
 
 
 def _backend(*arrays):
     """Pick the backend from the array types, importing CuPy only when a CuPy array is given."""
-    kinds = {_is_cupy(x) for x in arrays}
+    kinds = {is_cupy(x) for x in arrays}
     if len(kinds) > 1:
         raise InputTypeError("Expected all arrays to be NumPy arrays or all to be CuPy arrays. "
                              "Got a mix of both instead.")

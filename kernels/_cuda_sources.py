@@ -1,24 +1,23 @@
 """The CUDA sources of ``kernels/cuda`` as text, without CuPy: one ``.cu`` file per kernel family,
 and the ``.cuh`` headers they include.
 
-CuPy keeps each compiled module in its on-disk kernel cache (``CUPY_CACHE_DIR``, default
-``~/.cupy/kernel_cache``), under a key made of the text compiled, the options and the compiler,
-not of the files that text includes: a header edited under an unchanged ``.cu`` would load the
-module compiled from the old header. :func:`compiled_text` therefore ends the text with a digest of
-every header (:func:`headers_tag`), so that any change to a header compiles afresh, and an
-unchanged tree loads from the cache in every later process and run.
+The GPU runtime keeps each compiled module in an on-disk cache (``kernels/_gpu/_nvrtc.py``), under
+a key made of the text compiled, the names, the options and the compiler, not of the files that
+text includes: a header edited under an unchanged ``.cu`` would load the module compiled from the
+old header. :func:`compiled_text` therefore ends the text with a digest of every header
+(:func:`headers_tag`), so that any change to a header compiles afresh, and an unchanged tree loads
+from the cache in every later process and run.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from pathlib import Path
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 
-__all__ = ["CUDA_DIR", "compiled_text", "disk_cache_reused", "families", "headers_tag", "read"]
+__all__ = ["CUDA_DIR", "compiled_text", "families", "headers_tag", "read"]
 
 
 def families() -> tuple[str, ...]:
@@ -42,14 +41,7 @@ def headers_tag(folder: Path = CUDA_DIR) -> str:
 
 
 def compiled_text(code: str, folder: Path = CUDA_DIR) -> str:
-    """``code`` as handed to NVRTC: followed by :func:`headers_tag`, so that CuPy's cache key
-    changes whenever a header does."""
+    """``code`` as handed to NVRTC: followed by :func:`headers_tag`, so that the cache key changes
+    whenever a header does."""
     return (code if code.endswith("\n") else code + "\n") + headers_tag(folder)
 
-
-def disk_cache_reused(cupy_version: str) -> bool:
-    """Whether CuPy of ``cupy_version`` loads modules compiled with name expressions (ours) from its
-    on-disk cache: from 14.2 on (cupy/cupy#10177, the mangled names stored beside the binary);
-    before, it compiles them again in every process, whatever the cache holds."""
-    numbers = [int(x) for x in re.findall(r"\d+", cupy_version)[:2]]
-    return tuple(numbers + [0] * (2 - len(numbers))) >= (14, 2)

@@ -1,4 +1,5 @@
-"""Input checks shared by every backend. Messages read "Expected X. Got Y instead."."""
+"""Input checks shared by every backend, and which array library an input belongs to (:func:`is_cupy`,
+the one place NumPy and CuPy arrays are told apart). Messages read "Expected X. Got Y instead."."""
 
 from __future__ import annotations
 
@@ -10,6 +11,20 @@ from batchlu.errors import InputError, InputTypeError
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64),
                     np.dtype(np.complex64), np.dtype(np.complex128))
 _NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+
+
+def is_cupy(x) -> bool:
+    """Whether ``x`` is a CuPy array, told by its type alone: CuPy is not imported for it."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def array_module(x):
+    """NumPy, or CuPy for a CuPy array (imported only then)."""
+    if is_cupy(x):
+        import cupy
+
+        return cupy
+    return np
 
 
 def check_dtype(dtype, what: str = "a") -> np.dtype:

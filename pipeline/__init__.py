@@ -11,10 +11,10 @@
 """
 
 from . import errors
-from ._config import ClusterOptions, Options, options
 from ._ops import DENSE_OPS, OPS, SPARSE_OPS
-from ._report import Report
-from ._run import run
+from .client._report import Report
+from .client._run import run
+from .config._settings import ClusterOptions, Options, options
 from .generate import generate, generate_rhs
 from .inspect import inspect
 from .verify import VerifyReport, verify

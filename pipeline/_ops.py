@@ -3,7 +3,7 @@ computed with :mod:`kernels` (NumPy or CuPy arrays alike); the ``info`` categori
 
 The dense ops (``lu``, ``inv``, ``solve``, ``slogdet``) read matrices (N, n, n). The sparse ops
 (``ldlt-solve``, ``ldlt-inertia``) read the ``values`` (N, nnz) of a sparse batch (a Zarr group, see
-:mod:`batchlu.pipeline._sparse`); their compute needs the pattern's symbolic analysis, so the task
+:mod:`batchlu.pipeline.store._sparse`); their compute needs the pattern's symbolic analysis, so the task
 runs them as a :class:`BoundOp` (the op, the :class:`batchlu.kernels.sparse.Plan` and the settings),
 which every place that takes an op name also takes."""
 
@@ -16,6 +16,7 @@ import numpy as np
 
 from batchlu.kernels._info import (INFO_MISSING_INPUT, INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK,
                                   INFO_REFINEMENT)
+from batchlu.kernels._validate import array_module
 
 from .errors import ConfigError
 
@@ -80,20 +81,45 @@ class OutputSpec:
         return int(np.prod(self.tail, dtype=np.int64)) * self.dtype.itemsize
 
 
-def _lu_outputs(n, dtype, rhs_dtype, k, nan, real):
-    return [OutputSpec("lu", (n, n), dtype, nan), OutputSpec("piv", (n,), np.dtype(np.int32), -1)]
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One array an op writes, as the op table declares it: its name; its shape after N, of ``"n"``
+    (the matrix order), ``"k"`` (the right-hand sides' columns, absent where they are vectors) and
+    numbers; its dtype, ``"input"`` (the input's), ``"real"`` (the input's real type), ``"result"``
+    (NumPy's result type of the input and the right-hand sides) or a NumPy dtype name; its fill."""
+
+    name: str
+    tail: tuple = ()
+    dtype: str = "input"
+    fill: object = "nan"
+
+    def spec(self, n: int, dtype: np.dtype, rhs_dtype, k: int | None) -> OutputSpec:
+        """The array for matrices of order ``n`` and ``dtype``, right-hand sides of ``rhs_dtype`` with
+        ``k`` columns (None: vectors)."""
+        tail = tuple(n if d == "n" else k if d == "k" else d for d in self.tail if d != "k" or k is not None)
+        if self.dtype == "input":
+            out = dtype
+        elif self.dtype == "real":
+            out = np.empty(0, dtype).real.dtype
+        elif self.dtype == "result":
+            out = np.result_type(dtype, rhs_dtype)
+        else:
+            out = np.dtype(self.dtype)
+        return OutputSpec(self.name, tail, out, float("nan") if self.fill == "nan" else self.fill)
+
+    def describe(self) -> str:
+        """``lu (N,n,n)``, ``x (N,n) or (N,n,k)``, ``piv (N,n) int32``: as the command line's help and
+        the README give it (the input's dtype unsaid)."""
+        def shape(tail):
+            return "(" + ",".join(("N",) + tuple(str(d) for d in tail)) + ("," if not tail else "") + ")"
+
+        text = f"{self.name} {shape(tuple(d for d in self.tail if d != 'k'))}"
+        if "k" in self.tail:
+            text += f" or {shape(self.tail)}"
+        return text + ("" if self.dtype in ("input", "result") else f" {self.dtype}")
 
 
-def _inv_outputs(n, dtype, rhs_dtype, k, nan, real):
-    return [OutputSpec("inv", (n, n), dtype, nan)]
-
-
-def _solve_outputs(n, dtype, rhs_dtype, k, nan, real):
-    return [OutputSpec("x", (n,) if k is None else (n, k), np.result_type(dtype, rhs_dtype), nan)]
-
-
-def _slogdet_outputs(n, dtype, rhs_dtype, k, nan, real):
-    return [OutputSpec("sign", (), dtype, nan), OutputSpec("logabsdet", (), real, nan)]
+INFO_OUTPUT = Output("info", (), "int32", int(INFO_NOT_COMPUTED))
 
 
 # The test ratios ``batchlu verify`` judges each op's results by (name -> one float per matrix), from
@@ -125,42 +151,39 @@ def _slogdet_ratios(a, out, b):
 
 def _sparse_ratios(a, out, b):
     raise TypeError("Expected the dense ops' ratios. Got a sparse op, whose backward error needs its "
-                    "pattern: batchlu.pipeline._verify_sparse computes it.")
-
-
-def _ldlt_solve_outputs(n, dtype, rhs_dtype, k, nan, real):
-    return [OutputSpec("x", (n,) if k is None else (n, k), dtype, nan),
-            OutputSpec("berr", (), np.dtype(np.float64), nan),
-            OutputSpec("perturbed", (), np.dtype(np.int32), -1)]
-
-
-def _ldlt_inertia_outputs(n, dtype, rhs_dtype, k, nan, real):
-    return [OutputSpec("inertia", (3,), np.dtype(np.int64), -1),
-            OutputSpec("perturbed", (), np.dtype(np.int32), -1)]
+                    "pattern: batchlu.pipeline.verify._sparse_rules computes it.")
 
 
 @dataclasses.dataclass(frozen=True)
 class Op:
-    """One op: the :mod:`batchlu.kernels` function that computes a batch, the arrays it writes (before
-    ``info``, in that function's return order; the first is its main result), whether it takes
-    right-hand sides, and the test ratios ``batchlu verify`` judges its results by, with the name its
-    summary gives them (its other rules: :mod:`batchlu.pipeline._verify_rules`)."""
+    """One op: the :mod:`batchlu.kernels` function that computes a batch, the arrays it writes
+    (:class:`Output`, before ``info``, in that function's return order; the first is its main
+    result), whether it takes right-hand sides, and the test ratios ``batchlu verify`` judges its
+    results by, with the name its summary gives them (its other rules:
+    :mod:`batchlu.pipeline.verify._rules`)."""
 
     name: str
     kernel: str
-    results: tuple[str, ...]
+    writes: tuple[Output, ...]
     needs_rhs: bool
-    _outputs: object = dataclasses.field(repr=False, compare=False)
     _ratios: object = dataclasses.field(repr=False, compare=False)
     sparse: bool = False   # reads a sparse batch's values (N, nnz); computed as a BoundOp
     ratio_name: str = ""   # what verify's summary calls the ratios (empty: the op has none)
 
+    @property
+    def results(self) -> tuple[str, ...]:
+        """The names of the arrays the op's kernel returns before ``info``."""
+        return tuple(out.name for out in self.writes)
+
     def outputs(self, n: int, dtype, rhs_dtype=None, k: int | None = None) -> list[OutputSpec]:
         """The arrays the op writes, ``info`` last, in the order they are created and written."""
         dtype = np.dtype(dtype)
-        real = np.empty(0, dtype).real.dtype
-        specs = self._outputs(n, dtype, rhs_dtype, k, float("nan"), real)
-        return specs + [OutputSpec("info", (), np.dtype(np.int32), int(INFO_NOT_COMPUTED))]
+        return [out.spec(n, dtype, rhs_dtype, k) for out in self.writes + (INFO_OUTPUT,)]
+
+    def describe_outputs(self) -> str:
+        """The arrays the op writes, ``info`` last, in one line: what ``batchlu run --help`` and the
+        README's table of outputs say (``inv (N,n,n), info (N,) int32``)."""
+        return ", ".join(out.describe() for out in self.writes + (INFO_OUTPUT,))
 
     def compute(self, a, b=None) -> dict:
         """One batch through :mod:`batchlu.kernels`; arrays stay on the device they came in on."""
@@ -201,34 +224,26 @@ class BoundOp:
         if self.op.kernel == "ldlt_solve":
             x, info = factor.solve(b, refine=s.sparse_refine)
             # a non-finite right-hand side makes the whole matrix's outputs those of -1
-            xp = _array_module(info)
+            xp = array_module(info)
             perturbed = xp.where(info == INFO_NONFINITE_INPUT, -1, factor.perturbed_pivots()).astype(np.int32)
             return {"x": x, "berr": factor.last_backward_error, "perturbed": perturbed, "info": info}
         return {"inertia": factor.inertia(), "perturbed": factor.perturbed_pivots(), "info": factor.info}
 
 
-def _array_module(x):
-    """NumPy, or CuPy for a CuPy array (imported only then)."""
-    if type(x).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        return cupy
-    return np
-
-
-# The one table of ops: the CLI's choices, the outputs, the compute and verify all read it.
+# The one table of ops: the CLI's choices and help, the outputs, the compute and verify all read it.
+_PERTURBED = Output("perturbed", (), "int32", -1)
 OP_TABLE = {op.name: op for op in (
-    Op("lu", "lu_factor", ("lu", "piv"), needs_rhs=False, _outputs=_lu_outputs, _ratios=_lu_ratios,
-       ratio_name="dget01"),
-    Op("inv", "inv", ("inv",), needs_rhs=False, _outputs=_inv_outputs, _ratios=_inv_ratios, ratio_name="dget03"),
-    Op("solve", "solve", ("x",), needs_rhs=True, _outputs=_solve_outputs, _ratios=_solve_ratios,
+    Op("lu", "lu_factor", (Output("lu", ("n", "n")), Output("piv", ("n",), "int32", -1)), needs_rhs=False,
+       _ratios=_lu_ratios, ratio_name="dget01"),
+    Op("inv", "inv", (Output("inv", ("n", "n")),), needs_rhs=False, _ratios=_inv_ratios, ratio_name="dget03"),
+    Op("solve", "solve", (Output("x", ("n", "k"), "result"),), needs_rhs=True, _ratios=_solve_ratios,
        ratio_name="dget02"),
-    Op("slogdet", "slogdet", ("sign", "logabsdet"), needs_rhs=False, _outputs=_slogdet_outputs,
+    Op("slogdet", "slogdet", (Output("sign"), Output("logabsdet", (), "real")), needs_rhs=False,
        _ratios=_slogdet_ratios, ratio_name="slogdet (logabsdet, sign; n eps units)"),
-    Op("ldlt-solve", "ldlt_solve", ("x", "berr", "perturbed"), needs_rhs=True, _outputs=_ldlt_solve_outputs,
-       _ratios=_sparse_ratios, sparse=True, ratio_name="backward error (n eps units)"),
-    Op("ldlt-inertia", "ldlt_inertia", ("inertia", "perturbed"), needs_rhs=False,
-       _outputs=_ldlt_inertia_outputs, _ratios=_sparse_ratios, sparse=True),
+    Op("ldlt-solve", "ldlt_solve", (Output("x", ("n", "k")), Output("berr", (), "float64"), _PERTURBED),
+       needs_rhs=True, _ratios=_sparse_ratios, sparse=True, ratio_name="backward error (n eps units)"),
+    Op("ldlt-inertia", "ldlt_inertia", (Output("inertia", (3,), "int64", -1), _PERTURBED), needs_rhs=False,
+       _ratios=_sparse_ratios, sparse=True),
 )}
 OPS = tuple(OP_TABLE)
 DENSE_OPS = tuple(name for name, op in OP_TABLE.items() if not op.sparse)

@@ -20,7 +20,7 @@ Determinism: ``batch == chunk``, so every kernels call covers exactly one output
 the tasks are. The CPU backend's results for complex dtypes depend on the batch's size and
 composition in the last bit (NumPy's SIMD and scalar loops round complex products differently), so
 a chunk computed inside a larger batch would differ from the same chunk recomputed alone on resume.
-The batch loop cuts a task into its batches (:func:`batchlu.pipeline._batches.sub_batches`).
+The batch loop cuts a task into its batches (:func:`batchlu.pipeline.worker._batches.sub_batches`).
 
 A matrix larger than the budget (n = 4096 complex128 takes 1 GiB for ``inv`` with its workspace,
 against the default 256 MiB) still runs, one matrix per batch: :func:`budget_warning` says so, with

@@ -16,11 +16,13 @@ import shutil
 import numpy as np
 import zarr
 
-from ._guard import check_not_bootstrapping
-from ._config import options as make_options
-from ._output import remove, version
-from ._store import SUPPORTED_DTYPES, check_output_path, check_replaceable
-from .errors import ConfigError, OutputError, OutputExistsError
+from .cluster._guard import check_not_bootstrapping
+from .config._choices import OUTPUT_LAYOUTS
+from .config._settings import options as make_options
+from .errors import ConfigError, OutputError
+from .output._group import grid, version
+from .store._arrays import SUPPORTED_DTYPES
+from .store._files import check_output_path, check_replaceable, occupied, refuse_occupied, remove
 
 __all__ = ["generate", "generate_rhs", "generate_sparse"]
 
@@ -86,9 +88,6 @@ def _check_room(out: str, shape: tuple, dtype: np.dtype, chunk: int, kind: str) 
     return max(1, int(available // need))
 
 
-LAYOUTS = ("chunks", "sharded")
-
-
 def _compressors() -> list:
     """zstd (zarr's default), then zarr's crc32c codec: every chunk carries its CRC-32C, so that a
     damaged one fails to read (and the GPU decodes lz4 and zstd frames only with a checksum)."""
@@ -96,27 +95,21 @@ def _compressors() -> list:
 
 
 def _layout(layout: str, chunk: int, tail: tuple, dtype: np.dtype) -> dict:
-    """zarr's ``chunks=`` / ``shards=`` and ``compressors=`` for ``layout``: one chunk of ``chunk``
-    matrices, or one shard of them in inner chunks of about 256 KiB (what nvCOMP decodes fastest,
-    docs/performance.md)."""
-    from ._output import inner_chunk
-
-    if layout not in LAYOUTS:
-        raise ConfigError(f"Expected layout to be one of {', '.join(LAYOUTS)}. Got {layout!r} instead.")
-    if layout == "chunks":
-        return {"chunks": (chunk,) + tail, "compressors": _compressors()}
-    inner = inner_chunk(chunk, int(np.prod(tail, dtype=np.int64)) * dtype.itemsize)
-    return {"chunks": (inner,) + tail, "shards": (chunk,) + tail, "compressors": _compressors()}
+    """zarr's ``chunks=`` / ``shards=`` (:func:`batchlu.pipeline.output._group.grid`) and
+    ``compressors=`` for ``layout``: one chunk of ``chunk`` matrices, or one shard of them in inner
+    chunks of about 256 KiB (what nvCOMP decodes fastest, docs/performance.md)."""
+    if layout not in OUTPUT_LAYOUTS:
+        raise ConfigError(f"Expected layout to be one of {', '.join(OUTPUT_LAYOUTS)}. Got {layout!r} instead.")
+    return {**grid(layout, chunk, tail, int(np.prod(tail, dtype=np.int64)) * dtype.itemsize),
+            "compressors": _compressors()}
 
 
 def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, attrs: dict, *,
            kind: str, overwrite: bool, force: bool, layout: str = "chunks") -> str:
     out = check_output_path(path, [])
-    exists = os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out))
-    if exists and not overwrite:
-        raise OutputExistsError(f"Expected {out} not to exist. Got an existing path instead; pass "
-                                f"overwrite=True (--overwrite) to replace it.")
-    if exists:
+    if not overwrite:
+        refuse_occupied(out, "pass overwrite=True (--overwrite) to replace it")
+    elif occupied(out):
         check_replaceable(out, writer="generate", force=force)
     count, tail = shape[0], shape[1:]
     if chunk is None:
@@ -155,11 +148,12 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
 
 
 def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="random", seed=0,
-             overwrite=False, force=False, layout="chunks", nodes=None, dim=2, rhs_columns=1) -> str:
+             overwrite=False, force=False, layout="chunks", nodes=None, dim=2, rhs_columns=1, delta=None) -> str:
     """Write ``count`` matrices of size ``size`` to a Zarr v3 array (count, size, size) at ``path``.
 
-    The sparse kinds (``fem-poisson``, ``fem-elasticity``, ``saddle``, ``power-grid``) write a sparse
-    batch instead: see :func:`generate_sparse` (``nodes``, ``dim`` and ``rhs_columns`` are theirs).
+    The sparse kinds (``fem-poisson``, ``fem-elasticity``, ``saddle``, ``power-grid``, ``kkt``) write a
+    sparse batch instead: see :func:`generate_sparse` (``nodes``, ``dim``, ``rhs_columns`` and ``delta``
+    are theirs).
 
     ``kind`` is ``random``, ``illcond`` or ``singular-mix`` (see :mod:`batchlu.testing.matrices`); the same
     ``seed`` gives the same matrices. ``chunk`` is the chunk length along N (default: about
@@ -174,9 +168,11 @@ def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="rando
     if kind in sparse.KINDS:
         return generate_sparse(path, count=count, kind=kind, size=size, nodes=nodes, dim=dim, dtype=dtype,
                                chunk=chunk, seed=seed, rhs_columns=rhs_columns, overwrite=overwrite, force=force,
-                               layout=layout)
+                               layout=layout, delta=delta)
     if size is None:
         raise ConfigError(f"Expected size (the matrix order n) for kind {kind!r}. Got none instead.")
+    if delta is not None:
+        raise ConfigError(f"Expected delta only with kind kkt. Got delta={delta!r} with kind {kind!r} instead.")
     if nodes is not None:
         raise ConfigError(f"Expected nodes only with a sparse kind ({', '.join(sparse.KINDS)}). "
                           f"Got nodes={nodes!r} with kind {kind!r} instead.")
@@ -228,10 +224,11 @@ def _check_build_memory(kind: str, nodes, size, dim) -> None:
 
 
 def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="float64", chunk=None, seed=0,
-                    rhs_columns=1, overwrite=False, force=False, layout="chunks") -> str:
-    """Write a sparse batch (:mod:`batchlu.pipeline._sparse`) of ``count`` matrices of ``kind`` (see
+                    rhs_columns=1, overwrite=False, force=False, layout="chunks", delta=None) -> str:
+    """Write a sparse batch (:mod:`batchlu.pipeline.store._sparse`) of ``count`` matrices of ``kind`` (see
     :mod:`batchlu.testing.sparse`) with about ``size`` unknowns or ``nodes`` mesh nodes / buses, and
     right-hand sides ``rhs`` of shape (count, n) (``rhs_columns`` 1) or (count, n, rhs_columns).
+    ``delta`` is the ``kkt`` kind's regularization (None: 1e-8).
 
     The pattern is the lower triangle; the group's attributes say so (``sparse.pattern``) with the
     matrices' kind (``spd`` or ``sym-indef``). ``overwrite``, ``force`` and ``seed`` as for
@@ -245,15 +242,13 @@ def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="f
     if dtype.kind != "f":
         raise ConfigError(f"Expected dtype float32 or float64 for the sparse kind {kind}. Got {dtype} instead.")
     out = check_output_path(path, [])
-    exists = os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out))
-    if exists and not overwrite:
-        raise OutputExistsError(f"Expected {out} not to exist. Got an existing path instead; pass "
-                                f"overwrite=True (--overwrite) to replace it.")
-    if exists:
+    if not overwrite:
+        refuse_occupied(out, "pass overwrite=True (--overwrite) to replace it")
+    elif occupied(out):
         check_replaceable(out, writer="generate", force=force)
     _check_build_memory(kind, nodes, size, dim)
     try:
-        problem = sparse.make(kind, nodes=nodes, size=size, dim=dim, seed=seed)
+        problem = sparse.make(kind, nodes=nodes, size=size, dim=dim, seed=seed, delta=delta)
     except MemoryError:  # a limit the estimate could not see (ulimit, a cgroup)
         raise OutputError(f"Expected the memory to build the {kind} pattern ({dim}-D). Got a "
                           f"MemoryError instead; a smaller size fits.") from None

@@ -7,13 +7,14 @@ import os
 import numpy as np
 import zarr
 
-from . import _ledger
-from . import _verify_record as _record
 from ._ops import INFO_NOT_COMPUTED, info_counts
-from ._output import ATTR
-from ._pending_reads import settle_reads
-from ._store import is_zarr_store, parse_ref, unreadable
 from .errors import InputError, InputNotFoundError
+from .output import _ledger
+from .output._group import ATTR
+from .store._arrays import parse_ref, unreadable
+from .store._files import is_zarr_store
+from .store._zarr import settle_reads
+from .verify import _record
 
 __all__ = ["inspect"]
 
@@ -57,7 +58,7 @@ def _names(value) -> list[str]:
 def _ledger_chunk(record: dict, group: zarr.Group, complete: np.ndarray | None, lines: list) -> int | None:
     """Matrices per chunk for reading the ledger: the recorded plan's chunk where it agrees with the
     stored ``info`` and the ledger (else None: the counts then cover every matrix). Where the record
-    does not describe the stored arrays (:mod:`batchlu.pipeline._verify_record`), one line says so."""
+    does not describe the stored arrays (:mod:`batchlu.pipeline.verify._record`), one line says so."""
     plan = record.get("plan")
     chunk = plan.get("chunk") if isinstance(plan, dict) else None
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:

@@ -15,8 +15,9 @@ import os
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ._config import Options
-from ._logs import WorkerLog
+from .cluster._devices import gpu_missing
+from .cluster._logs import WorkerLog
+from .config._settings import Options
 from .errors import GPUUnavailableError
 
 __all__ = ["GPUSetup", "HostSetup", "WarmUp", "WorkerLog"]
@@ -58,8 +59,8 @@ class GPUSetup(WorkerPlugin):
     * warm-up: runs the ``warmup`` op once on a few random matrices, so NVRTC compiles before the
       first task and compile time never counts as a task's;
     * pinned buffers: reserves one pair of page-locked slots per worker thread for that batch size
-      (see :class:`batchlu.pipeline._buffers.SlotPool`); tasks borrow them and give them back;
-    * I/O processes: starts the worker's pool of :mod:`batchlu.pipeline._io_pool` (``batchlu.io-processes``),
+      (see :class:`batchlu.pipeline.worker._buffers.SlotPool`); tasks borrow them and give them back;
+    * I/O processes: starts the worker's pool of :mod:`batchlu.pipeline.worker._io_pool` (``batchlu.io-processes``),
       which reads into and writes from those pinned buffers.
 
     On a worker without a GPU (a CPU worker of a mixed cluster, ``backend="auto"``) it does nothing
@@ -79,15 +80,13 @@ class GPUSetup(WorkerPlugin):
         import time
 
         started = time.perf_counter()
-        try:
-            import cupy
-
-            if int(cupy.cuda.runtime.getDeviceCount()) < 1:
-                raise RuntimeError("no CUDA device")
-        except Exception as exc:
-            logger.info("batchlu: no GPU on worker %s (%s); GPU setup skipped", worker.address, exc)
+        why = gpu_missing()
+        if why is not None:
+            logger.info("batchlu: no GPU on worker %s (%s); GPU setup skipped", worker.address, why)
             return
-        from . import _engines
+        import cupy
+
+        from .worker import _engines
 
         device = 0   # the worker's own GPU (see above)
         cupy.cuda.Device(device).use()
@@ -126,7 +125,7 @@ class HostSetup(WorkerPlugin):
     def setup(self, worker):
         import time
 
-        from . import _engines
+        from .worker import _engines
 
         started = time.perf_counter()
         _engines.compile_op(_engines.host_engine(), self.warmup)

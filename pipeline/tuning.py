@@ -16,7 +16,8 @@ I/O processes: :func:`io_settings` gives the ``(processes, threads)`` of a worke
 ``batchlu.io-processes`` / ``batchlu.io-threads`` settings (None: ``auto``); :class:`IOPool`,
 :func:`shared_buffer`, :func:`read_into`, :func:`open_array`, :func:`tune_malloc` and :func:`supported`
 are the pool and its buffers themselves (``benchmarks/bench_host_codecs.py`` times them against
-zarr's own codec pipelines).
+zarr's own codec pipelines, which :data:`FUSED_PIPELINE` names and :func:`codec_pipeline` tells
+apart; :func:`chunk_key` names a chunk's file).
 
 Integrity checks (``benchmarks/bench_resume_checks.py`` times them):
 
@@ -36,18 +37,22 @@ from collections.abc import Callable
 import numpy as np
 import zarr
 
-from . import _backends, _fingerprint, _ledger, _output, _tasks
-from ._config import options
-from ._engines import HostEngine
-from ._fingerprint import FRESH_SECONDS
-from ._io_pool import IOPool, io_settings, open_array, read_into, shared_buffer, supported, tune_malloc
 from ._ops import output_specs
 from ._plan import Plan
-from ._store import ArrayRef
+from .config._settings import options
 from .errors import ResumeError
+from .output import _fingerprint, _group, _ledger
+from .output._fingerprint import FRESH_SECONDS
+from .store._arrays import ArrayRef
+from .store._zarr import FUSED_PIPELINE, chunk_key, codec_pipeline
+from .worker import _backends
+from .worker import _tasks
+from .worker._engines import HostEngine
+from .worker._io_pool import IOPool, io_settings, open_array, read_into, supported, tune_malloc
+from .worker._shared_memory import shared_buffer
 
-__all__ = ["FRESH_SECONDS", "HostEngine", "IOPool", "ResumeChecks", "io_settings", "open_array", "read_into",
-           "shared_buffer", "supported", "tune_malloc", "register_engine",
+__all__ = ["FRESH_SECONDS", "FUSED_PIPELINE", "HostEngine", "IOPool", "ResumeChecks", "chunk_key", "codec_pipeline",
+           "io_settings", "open_array", "read_into", "register_engine", "shared_buffer", "supported", "tune_malloc",
            "without_input_checksums"]
 
 
@@ -60,7 +65,7 @@ def register_engine(backend: str, factory: Callable[[], object]) -> Callable[[],
 @contextlib.contextmanager
 def without_input_checksums():
     """Inside: tasks in this process mark their chunks complete without taking and storing the digests
-    of the input (see :mod:`batchlu.pipeline._fingerprint`). For measuring what the checksums cost;
+    of the input (see :mod:`batchlu.pipeline.output._fingerprint`). For measuring what the checksums cost;
     a resume of an output written so is refused (it has no checksums to compare)."""
     def no_digests(chunk, start, stop, a, b=None, missing=None):
         return None
@@ -91,7 +96,7 @@ class ResumeChecks:
 
     def __init__(self, output: str):
         self.output = str(output)
-        self.record = _output.read_provenance(self.output)
+        self.record = _group.read_provenance(self.output)
         if self.record is None or not self.record.get("plan"):
             raise ResumeError(f"Expected a batchlu output with a plan at {self.output}. Got "
                               f"{'none' if self.record is None else 'an output without a plan'} instead.")
@@ -109,7 +114,7 @@ class ResumeChecks:
     def stored(self) -> None:
         """Read the ledger; check the output arrays and that every complete chunk is stored."""
         self.complete = _ledger.read(self.output)
-        _output.check_stored(self.output, self.group, self.specs, self.plan, self.complete)
+        _group.check_stored(self.output, self.group, self.specs, self.plan, self.complete)
 
     def input(self) -> int:
         """Check the input against the completed chunks' checksums, as resume does (reading every

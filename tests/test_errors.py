@@ -52,12 +52,12 @@ def test_no_error_class_is_defined_outside_the_hierarchy_module():
 # invariant (a bug in batchlu, which the CLI shows with its traceback rather than as a user error).
 _NOT_IN_THE_HIERARCHY = {
     ("src/batchlu/__init__.py", "AttributeError"): "the module __getattr__ protocol",
-    ("pipeline/_config.py", "ValueError"): "bare, caught by its own parser, which raises ConfigError",
-    ("pipeline/plugins.py", "RuntimeError"): "caught at once: a worker without a GPU skips the GPU set-up",
-    ("pipeline/_io_pool.py", "RuntimeError"): "internal: callers check supported() and never use a closed pool",
-    ("pipeline/_io_pool.py", "ValueError"): "internal: the batch loop sends only shared buffers and reads/writes",
-    ("pipeline/_engines.py", "TypeError"): "internal: the kernels' return dtypes",
-    ("pipeline/_lock.py", "RuntimeError"): "internal: acquire outside releases_locks",
+    ("pipeline/config/_parsers.py", "ValueError"): "bare, caught by its own parser, which raises ConfigError",
+    ("pipeline/worker/_io_pool.py", "RuntimeError"): "internal: callers check supported() and never use a closed pool",
+    ("pipeline/worker/_io_pool.py", "ValueError"): "internal: the batch loop sends only shared buffers",
+    ("pipeline/worker/_io_child.py", "ValueError"): "internal: the pool sends only reads and writes",
+    ("pipeline/worker/_engines.py", "TypeError"): "internal: the kernels' return dtypes",
+    ("pipeline/output/_lock.py", "RuntimeError"): "internal: acquire outside releases_locks",
     ("pipeline/_ops.py", "TypeError"): "internal: a sparse op used as a dense one",
 }
 

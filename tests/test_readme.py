@@ -1,5 +1,6 @@
 """The README cannot drift from the product: every shipped setting is in its configuration table, every
-command-line flag in its synopsis, and its Python example runs as a script."""
+command-line flag in its synopsis, every op's outputs as the op table gives them, and its Python
+example runs as a script."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import click
 import pytest
 import yaml
 
+from batchlu.pipeline._ops import OP_TABLE
 from batchlu.workflows.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +34,7 @@ def _leaf_keys(mapping, prefix="batchlu") -> list[str]:
 
 
 def test_every_shipped_setting_is_in_the_configuration_table():
-    shipped = yaml.safe_load((ROOT / "pipeline" / "batchlu.yaml").read_text())["batchlu"]
+    shipped = yaml.safe_load((ROOT / "pipeline" / "config" / "batchlu.yaml").read_text())["batchlu"]
     rows = [line for line in _section("Configuration").splitlines() if line.startswith("| `batchlu.")]
     documented = {re.match(r"\| `([^`]+)`", row).group(1) for row in rows}
     keys = _leaf_keys(shipped)
@@ -53,8 +55,17 @@ def _leaf_values(mapping, prefix="batchlu") -> dict:
     return values
 
 
+@pytest.mark.parametrize("op", sorted(OP_TABLE))
+def test_the_outputs_table_quotes_the_op_table(op):
+    """The README's table of outputs, and ``batchlu run --help``, say what each op writes as the op
+    table declares it (:meth:`batchlu.pipeline._ops.Op.describe_outputs`)."""
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([\w-]+)` \| `([^`]+)` \|", _section("Outputs"), re.M)}
+    assert rows.get(op) == OP_TABLE[op].describe_outputs(), f"README's outputs of {op}: {rows.get(op)!r}"
+    assert f"{op} -> {OP_TABLE[op].describe_outputs()}" in " ".join(cli.commands["run"].help.split())
+
+
 def test_the_configuration_table_gives_the_shipped_defaults():
-    shipped = _leaf_values(yaml.safe_load((ROOT / "pipeline" / "batchlu.yaml").read_text())["batchlu"])
+    shipped = _leaf_values(yaml.safe_load((ROOT / "pipeline" / "config" / "batchlu.yaml").read_text())["batchlu"])
     rows = [line for line in _section("Configuration").splitlines() if line.startswith("| `batchlu.")]
     documented = dict(re.match(r"\| `([^`]+)` \| `([^`]*)` \|", row).groups() for row in rows)
     for key, value in shipped.items():

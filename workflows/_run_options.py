@@ -6,12 +6,12 @@ Everything ``batchlu run`` accepts beyond its two paths lives here, in three tab
 * ``RUN_OPTIONS``     -- what to compute and how to treat an existing output;
 * ``CLUSTER_OPTIONS`` -- where to run (an existing scheduler, or the embedded default);
 * ``CONFIG_OPTIONS``  -- shortcuts for ``batchlu.*`` keys of ``dask.config``, derived from the settings
-  table (:data:`batchlu.pipeline._config.SETTINGS`: a setting with a ``flag`` gets one, with its help
+  table (:data:`batchlu.pipeline.config._settings.SETTINGS`: a setting with a ``flag`` gets one, with its help
   and a click type from its parser); ``--config KEY=VALUE`` sets any other key. ``OLD_FLAGS``: a
   renamed setting's old flag (its ``old_flag``), hidden, sets its old key (read with a warning).
 
 To add a run or cluster option, add one row to the table it belongs to (and, for a cluster option, one
-line in :func:`pipeline_kwargs`); to give a setting a flag, give its field in ``pipeline/_config.py`` a
+line in :func:`pipeline_kwargs`); to give a setting a flag, give its field in ``pipeline/config/_settings.py`` a
 ``flag`` and ``help``. The command in ``cli.py`` never lists options itself.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import click
 import yaml
 
-from batchlu.pipeline import _config as settings
+from batchlu.pipeline.config import _parsers, _settings
 from batchlu.pipeline._ops import OP_TABLE, OPS
 
 
@@ -66,28 +66,28 @@ class ConfigOption:
 
 
 def _click_type(parse) -> click.ParamType:
-    """The click type of a setting's flag, from its parser (:mod:`batchlu.pipeline._config`); the
+    """The click type of a setting's flag, from its parser (:mod:`batchlu.pipeline.config._parsers`); the
     parser checks the value again when the run's Options are built."""
-    if isinstance(parse, settings.Size):
+    if isinstance(parse, _parsers.Size):
         return ByteSize()
-    if isinstance(parse, settings.Integer):
+    if isinstance(parse, _parsers.Integer):
         return click.IntRange(min=parse.minimum)
-    if isinstance(parse, settings.OneOf):
+    if isinstance(parse, _parsers.OneOf):
         return click.Choice(parse.choices)
-    if isinstance(parse, settings.InputFile):
+    if isinstance(parse, _parsers.InputFile):
         return click.Path(dir_okay=False, exists=True)
-    if isinstance(parse, settings.NewFile):
+    if isinstance(parse, _parsers.NewFile):
         return click.Path(dir_okay=False)
     return click.STRING
 
 
-# One flag per setting of the table that names one (batchlu.pipeline._config.SETTINGS), in its order.
+# One flag per setting of the table that names one (batchlu.pipeline.config._settings.SETTINGS), in its order.
 CONFIG_OPTIONS: tuple[ConfigOption, ...] = tuple(
-    ConfigOption(row.flag, row.name, _click_type(row.parse), row.help) for row in settings.SETTINGS if row.flag)
+    ConfigOption(row.flag, row.name, _click_type(row.parse), row.help) for row in _settings.SETTINGS if row.flag)
 # A renamed setting's old flag: hidden, it sets the old key, which the settings read with a warning.
 OLD_FLAGS: tuple[ConfigOption, ...] = tuple(
     ConfigOption(row.old_flag, f"batchlu.{row.old_key}", _click_type(row.parse), None, hidden=True)
-    for row in settings.SETTINGS if row.old_flag)
+    for row in _settings.SETTINGS if row.old_flag)
 
 
 def _config_pair(ctx, param, values):
@@ -129,7 +129,7 @@ RUN_OPTIONS = (
 CLUSTER_OPTIONS = (
     click.option("--scheduler", metavar="ADDRESS", default=None,
                  help="Address of a running Dask scheduler, e.g. tcp://10.0.0.1:8786; it must answer "
-                      f"within batchlu.connect-timeout ({settings.BY_KEY['connect-timeout'].default:g}s)."),
+                      f"within batchlu.connect-timeout ({_settings.BY_KEY['connect-timeout'].default:g}s)."),
     click.option("--scheduler-file", type=click.Path(dir_okay=False, exists=True), default=None,
                  help="Scheduler file written by `dask scheduler --scheduler-file`."),
 )
@@ -194,16 +194,16 @@ def _check_known(config: dict) -> None:
     from batchlu.pipeline.errors import ConfigError
 
     try:
-        settings.check_keys(config)
+        _settings.check_keys(config)
     except ConfigError as exc:
         raise click.UsageError(f"--config: {exc}") from None
 
 
 # Settings of the embedded cluster only: with --scheduler / --scheduler-file the cluster's own workers
 # run the tasks, and these would be ignored.
-EMBEDDED_ONLY = tuple(row.name for row in settings.SETTINGS if row.embedded_only)
+EMBEDDED_ONLY = tuple(row.name for row in _settings.SETTINGS if row.embedded_only)
 # Settings fixed when the output is created: --resume keeps the output's own (their old keys too).
-FIXED_AT_CREATION = {key: row.fixed_at_creation for row in settings.SETTINGS if row.fixed_at_creation
+FIXED_AT_CREATION = {key: row.fixed_at_creation for row in _settings.SETTINGS if row.fixed_at_creation
                      for key in (row.name, f"batchlu.{row.old_key}" if row.old_key else None) if key}
 
 

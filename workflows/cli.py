@@ -2,8 +2,8 @@
 
     batchlu generate OUT.zarr --count N --size n [--dtype ...] [--chunk C] [--kind ...] [--seed S]
                               [--rhs-out B.zarr --rhs-columns K] [--overwrite [--force]]
-    batchlu generate OUT.zarr --count N --kind fem-poisson|fem-elasticity|saddle|power-grid
-                              (--size n | --nodes M) [--dim 2|3] [--rhs-columns K] [...]
+    batchlu generate OUT.zarr --count N --kind fem-poisson|fem-elasticity|saddle|power-grid|kkt
+                              (--size n | --nodes M) [--dim 2|3] [--delta D] [--rhs-columns K] [...]
     batchlu run IN.zarr OUT.zarr --op lu|inv|solve|slogdet|ldlt-solve|ldlt-inertia [...]
                               (options: workflows/_run_options.py)
     batchlu verify IN.zarr OUT.zarr [--sample K] [--rhs B.zarr]
@@ -27,6 +27,8 @@ import warnings
 import click
 
 from batchlu.kernels._validate import SUPPORTED_DTYPES
+from batchlu.pipeline._ops import OP_TABLE
+from batchlu.pipeline.config._choices import OUTPUT_LAYOUTS
 from batchlu.testing.matrices import KINDS as DENSE_KINDS
 from batchlu.testing.sparse import KINDS as SPARSE_KINDS
 
@@ -97,6 +99,9 @@ def cli(ctx, traceback):
               help="Sparse kinds: mesh nodes (FEM) or buses (power-grid) instead of --size.")
 @click.option("--dim", type=click.Choice(("2", "3")), default="2", show_default=True,
               help="Sparse FEM kinds: 2-D or 3-D mesh.")
+@click.option("--delta", type=click.FloatRange(min=0.0), default=None,
+              help="--kind kkt: the regularization delta of the constraint block [[K, B^T], [B, -delta I]] "
+                   "(default 1e-8; the tests cover 1e-4, 1e-6, 1e-8 and 1e-10).")
 @click.option("--dtype", type=click.Choice(DTYPES), default="float64", show_default=True)
 @click.option("--chunk", type=click.IntRange(min=1), default=None,
               help="Matrices per Zarr chunk (default: chosen from the matrix size).")
@@ -104,43 +109,43 @@ def cli(ctx, traceback):
               help="random; illcond (condition ~1e12 in double precision); singular-mix (some exactly "
                    "singular, zero, NaN and Inf matrices mixed in). Sparse batches (a Zarr group with "
                    "the pattern, values and rhs, for --op ldlt-solve / ldlt-inertia): fem-poisson, "
-                   "fem-elasticity (SPD), saddle, power-grid (symmetric indefinite).")
+                   "fem-elasticity (SPD), saddle, power-grid, kkt (symmetric indefinite).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Same seed, same matrices (any chunk can be regenerated alone).")
 @click.option("--rhs-out", metavar="B.zarr", default=None,
               help="Also write right-hand sides for `batchlu run --op solve --rhs B.zarr`.")
 @click.option("--rhs-columns", "-k", type=click.IntRange(min=1), default=1, show_default=True,
               help="Columns per right-hand side: 1 gives B of shape (N, n), k > 1 gives (N, n, k).")
-@click.option("--layout", type=click.Choice(("chunks", "sharded")), default="chunks", show_default=True,
+@click.option("--layout", type=click.Choice(OUTPUT_LAYOUTS), default="chunks", show_default=True,
               help="chunks: one Zarr chunk per --chunk matrices; sharded: one shard per --chunk matrices, "
                    "in inner chunks of about 256 KiB (what the GPU codecs decode fastest).")
 @click.option("--overwrite", is_flag=True,
               help="Replace OUT.zarr (and B.zarr) if they exist and batchlu generate wrote them.")
 @click.option("--force", is_flag=True,
               help="With --overwrite: replace them even if batchlu generate did not write them.")
-def generate(out, count, size, nodes, dim, dtype, chunk, kind, seed, rhs_out, rhs_columns, layout, overwrite,
-             force):
+def generate(out, count, size, nodes, dim, delta, dtype, chunk, kind, seed, rhs_out, rhs_columns, layout,
+             overwrite, force):
     """Write N random n x n matrices to OUT.zarr (a Zarr v3 array of shape (N, n, n)), or for a sparse
     kind a sparse batch (a Zarr group: indptr, indices, values (N, nnz), rhs)."""
     from batchlu import pipeline
-    from batchlu.pipeline._store import check_replaceable, naming_full_device
+    from batchlu.pipeline.store._files import check_replaceable, naming_full_device, refuse_occupied
 
     if force and not overwrite:
         raise click.UsageError("--force only goes with --overwrite: add --overwrite, or drop --force.")
+    if delta is not None and kind != "kkt":
+        raise click.UsageError(f"--delta only goes with --kind kkt. Got --kind {kind} instead.")
     if kind in SPARSE_KINDS:
         if (size is None) == (nodes is None):
             raise click.UsageError(f"--kind {kind} needs exactly one of --size and --nodes.")
         if rhs_out:
             raise click.UsageError(f"--kind {kind} writes its right-hand sides into OUT.zarr (array rhs): "
                                    f"drop --rhs-out.")
-        target = str(pathlib.Path(out).expanduser().resolve())
-        if os.path.exists(target) and not overwrite:
-            raise click.ClickException(f"Expected {out} not to exist. Got an existing path instead; "
-                                       f"pass --overwrite to replace it.")
+        if not overwrite:
+            refuse_occupied(str(pathlib.Path(out).expanduser().resolve()), "pass --overwrite to replace it", name=out)
         with naming_full_device(out, _AGAIN):
             where = pipeline.generate(out, count=count, size=size, nodes=nodes, dim=int(dim), dtype=dtype,
                                       chunk=chunk, kind=kind, seed=seed, rhs_columns=rhs_columns,
-                                      overwrite=overwrite, force=force, layout=layout)
+                                      overwrite=overwrite, force=force, layout=layout, delta=delta)
         import zarr
 
         group = zarr.open_group(where, mode="r")
@@ -159,9 +164,8 @@ def generate(out, count, size, nodes, dim, dtype, chunk, kind, seed, rhs_out, rh
                                    f"path instead: {a} and {b}.")
     for path in filter(None, (out, rhs_out)):  # both checked before either is written
         target = str(pathlib.Path(path).expanduser().resolve())
-        if os.path.exists(target) and not overwrite:
-            raise click.ClickException(f"Expected {path} not to exist. Got an existing path instead; "
-                                       f"pass --overwrite to replace it.")
+        if not overwrite:
+            refuse_occupied(target, "pass --overwrite to replace it", name=path)
         check_replaceable(target, writer="generate", force=force)
 
     with naming_full_device(out, _AGAIN):
@@ -178,24 +182,30 @@ def generate(out, count, size, nodes, dim, dtype, chunk, kind, seed, rhs_out, rh
 
 
 # ------------------------------------------------------------------------------------------------- run
-@cli.command(short_help="LU-factor, invert, solve or slogdet every matrix of a store.")
+def _outputs_per_op() -> str:
+    """The arrays each op writes, one line per op, from the op table (the README's table of outputs
+    quotes the same lines)."""
+    width = max(len(name) for name in OP_TABLE)
+    lines = [f"{name:<{width}} -> {op.describe_outputs()}" for name, op in OP_TABLE.items()]
+    return "\n".join(["Outputs per op:"] + [f"  {line}" for line in lines])
+
+
+_RUN_HELP = f"""Compute --op for every matrix of IN.zarr and write the results to the Zarr group OUT.zarr.
+
+\b
+{_outputs_per_op()}
+
+The ldlt ops read a sparse batch (batchlu generate --kind fem-poisson ...): IN.zarr is its group, and
+ldlt-solve takes the group's rhs unless --rhs is given. Without --scheduler/--scheduler-file, runs on a
+local cluster sized to this machine."""
+
+
+@cli.command(short_help="LU-factor, invert, solve or slogdet every matrix of a store.", help=_RUN_HELP)
 @click.argument("input", metavar="IN.zarr[:ARRAY]")
 @click.argument("output", metavar="OUT.zarr")
 @run_options
 def run(input, output, **params):
-    """Compute --op for every matrix of IN.zarr and write the results to the Zarr group OUT.zarr.
-
-    \b
-    Outputs per op:  lu      -> lu (N,n,n), piv (N,n) int32, info (N,) int32
-                     inv     -> inv, info
-                     solve   -> x, info
-                     slogdet -> sign, logabsdet, info
-                     ldlt-solve   -> x, berr (N,) float64, perturbed (N,) int32, info
-                     ldlt-inertia -> inertia (N,3) int64, perturbed, info
-    The ldlt ops read a sparse batch (batchlu generate --kind fem-poisson ...): IN.zarr is its group,
-    and ldlt-solve takes the group's rhs unless --rhs is given.
-    Without --scheduler/--scheduler-file, runs on a local cluster sized to this machine.
-    """
+    """``batchlu run``: its help is :data:`_RUN_HELP`, the arrays each op writes from the op table."""
     from batchlu import pipeline
 
     kwargs = pipeline_kwargs(params)
@@ -224,8 +234,7 @@ def verify(input, output, array, rhs, sample, seed):
     incomplete output is never OK. The error line says what failed.
     """
     from batchlu import pipeline
-    from batchlu.pipeline._ops import OP_TABLE
-    from batchlu.pipeline._output import read_provenance
+    from batchlu.pipeline.output._group import read_provenance
 
     if rhs:
         op = (read_provenance(os.path.abspath(output)) or {}).get("op")

@@ -6,14 +6,12 @@ compilation of ``kernels/cuda``.
   ``"blu::getrf_small<float, 8>"``;
 * :func:`smem_optin` and :func:`smem_per_sm` are device attributes, queried once per device;
 * :func:`kernel` returns a compiled kernel of a family: ``kernels/cuda/<family>.cu`` is compiled by
-  NVRTC through ``cupy.RawModule`` at first use, once per compute capability (CuPy loads the module
-  on each device and keeps the binary in its on-disk cache, ``CUPY_CACHE_DIR``, so that a later
-  process or run loads it instead of compiling it again); a failed compilation raises
-  :class:`KernelCompileError` with NVRTC's log. The text compiled ends with a digest of the headers
-  (:func:`batchlu.kernels._cuda_sources.compiled_text`), which CuPy's cache key does not cover
-  otherwise. CuPy before 14.2 never reads that cache for modules compiled with name expressions,
-  as ours are: every process compiles again (``_cuda_sources.disk_cache_reused`` says which CuPy
-  does; the first compilation logs a warning where it does not);
+  NVRTC at first use, once per compute capability, with our own options (``-ftz=false``: CuPy's
+  ``RawModule(code=...)`` appends ``-ftz=true``, which flushed single-precision subnormals) and kept
+  in an on-disk cache that a later process or run loads instead of compiling again
+  (:mod:`._nvrtc`); a failed compilation raises :class:`KernelCompileError` with NVRTC's log. The
+  text compiled ends with a digest of the headers
+  (:func:`batchlu.kernels._cuda_sources.compiled_text`), so that an edited header compiles afresh;
 * :func:`source_override` compiles a family from another text for the duration of a ``with`` block
   (A/B timings of an edit, see ``batchlu.kernels.tuning``).
 """
@@ -27,10 +25,11 @@ import logging
 import numpy as np
 
 from ...errors import ConfigError, InputError, KernelCompileError
-from .._cuda_sources import CUDA_DIR, compiled_text, disk_cache_reused, families, read as _read
+from .._cuda_sources import CUDA_DIR, compiled_text, families, read as _read
+from . import _nvrtc
 
 logger = logging.getLogger("batchlu.kernels")
-OPTIONS = ("-std=c++17", f"-I{CUDA_DIR}")
+OPTIONS = _nvrtc.OPTIONS
 MAX_N = 1024  # getri (one thread per column) and getrs (the right-hand sides in shared memory)
 
 # The C++ scalar type of each dtype (common.cuh): bit for bit the NumPy/CuPy layouts.
@@ -103,7 +102,6 @@ def check_n(n: int) -> None:
 # ---- sources and compilation --------------------------------------------------------------------
 
 _OVERRIDES: dict[str, str] = {}
-_WARNED: list[bool] = []
 
 
 def source(family: str) -> str:
@@ -132,27 +130,29 @@ def source_override(family: str, text: str):
 
 @functools.lru_cache(maxsize=None)
 def _module(arch: str, family: str, code: str, names: tuple[str, ...]):
+    """(the loaded module of ``family`` compiled from ``code`` with ``names``, name -> lowered name)."""
     import cupy
 
-    if not disk_cache_reused(cupy.__version__) and not _WARNED:
-        _WARNED.append(True)
-        logger.warning("batchlu: CuPy %s compiles batchlu's kernels again in every process (its disk "
-                       "cache skips modules with name expressions before CuPy 14.2); install "
-                       "cupy >= 14.2 so that runs after the first load them from CUPY_CACHE_DIR",
-                       cupy.__version__)
-    module = cupy.RawModule(code=compiled_text(code), name_expressions=names, options=OPTIONS)
+    text = compiled_text(code)
     try:
-        module.compile()
-    except cupy.cuda.compiler.CompileException as err:
-        log = err.get_message() if hasattr(err, "get_message") else str(err)
+        path, lowered = _nvrtc.binary(text, names, arch)
+        module = cupy.RawModule(path=str(path))
+        try:
+            module.compile()
+        except cupy.cuda.driver.CUDADriverError:      # a binary the driver refuses: compile it again
+            path, lowered = _nvrtc.binary(text, names, arch, fresh=True)
+            module = cupy.RawModule(path=str(path))
+            module.compile()
+    except KernelCompileError as err:   # NVRTC's error and log (_nvrtc), named here
         what = "kernels/cuda" if code is _read(family) else "an override of kernels/cuda"
-        raise KernelCompileError(f"Compiling {what}/{family}.cu for {names} failed:\n{log}") from err
-    return module
+        raise KernelCompileError(f"Compiling {what}/{family}.cu for {names} failed:\n{err}") from None
+    return module, lowered
 
 
 @functools.lru_cache(maxsize=None)
 def _function(arch: str, family: str, code: str, name: str, names: tuple[str, ...]):
-    return _module(arch, family, code, names).get_function(name)
+    module, lowered = _module(arch, family, code, names)
+    return module.get_function(lowered[name])
 
 
 def kernel(family: str, name: str, names=None, smem: int = 0):
@@ -173,7 +173,7 @@ def kernel(family: str, name: str, names=None, smem: int = 0):
 
 
 def compile_kernels(family: str, names) -> None:
-    """Compile (or load from CuPy's disk cache) the instantiations ``names`` of ``family`` together."""
+    """Compile (or load from the disk cache) the instantiations ``names`` of ``family`` together."""
     names = tuple(names)
     kernel(family, names[0], names)
 
@@ -190,4 +190,4 @@ def kernel_global(family: str, name: str, symbol: str):
     for instrumented sources (``benchmarks/bench_rows_latency.py``)."""
     import cupy
 
-    return _module(_arch(cupy.cuda.runtime.getDevice()), family, source(family), (name,)).get_global(symbol)
+    return _module(_arch(cupy.cuda.runtime.getDevice()), family, source(family), (name,))[0].get_global(symbol)

@@ -2,14 +2,14 @@
 
 :func:`digests` returns the XXH3-64 (xxHash's, seed 0) of each range, the values the ``xxhash``
 package gives for the same bytes on the host; the pipeline's GPU codec path uses it for the
-checksums of the input chunks it decodes on the device (see :mod:`batchlu.pipeline._xxh3`).
+checksums of the input chunks it decodes on the device (see :mod:`batchlu.pipeline.output._xxh3`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from batchlu.pipeline import _xxh3
+from batchlu.pipeline.output import _xxh3
 
 from ._runtime import kernel
 
@@ -21,7 +21,7 @@ NAMES = ("blu::xxh3_blocks", "blu::xxh3_lanes")  # compiled together
 def digests(buffer, offsets, lengths) -> np.ndarray:
     """XXH3-64 of ``buffer``'s bytes ``[offsets[r], offsets[r] + lengths[r])`` for each ``r`` (uint64,
     on the host), computed on the current stream; ``buffer`` is a C-contiguous CuPy array. A range of
-    at most :data:`batchlu.pipeline._xxh3.SHORT` bytes, or not on 4-byte boundaries, is copied to the
+    at most :data:`batchlu.pipeline.output._xxh3.SHORT` bytes, or not on 4-byte boundaries, is copied to the
     host and hashed there."""
     import cupy
     import xxhash

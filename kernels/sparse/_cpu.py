@@ -184,6 +184,13 @@ class Dense:
         out._lt = None if self._lt is None else self._lt[rows]
         return out
 
+    def adopt(self, i: int, other: Dense, j: int) -> None:
+        """Take ``other``'s factors of its matrix ``j`` for matrix ``i`` of the block."""
+        self.panel[i], self.wt[i] = other.panel[j], other.wt[j]
+        for mine, theirs in zip(self.inv + self.inv_t, other.inv + other.inv_t):
+            mine[i] = theirs[j]
+        self._lt = None
+
     def write_back(self, lx: np.ndarray) -> None:
         """Store L and D of the supernode in ``lx`` (nnz(L), b) at their CSC positions."""
         nb = self.panel.shape[0]

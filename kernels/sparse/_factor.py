@@ -13,7 +13,10 @@ factor (:mod:`batchlu.kernels.sparse._gpu`) shares are in :mod:`batchlu.kernels.
 * -2 (``INFO_NONFINITE_RESULT``): finite input, but a pivot (inertia -1) or the solution is not
   finite (overflow);
 * -4 (``INFO_REFINEMENT``): :meth:`Factor.solve` only: after the refinement steps the normwise
-  backward error is still above ``tol`` (default ``n * eps`` of the dtype); ``x`` is the best iterate.
+  backward error is still above ``tol`` (default ``n * eps`` of the dtype), and, with the default
+  pivot threshold after perturbed pivots, after the second attempt at ``eps ||A||_inf`` too, or
+  where that attempt had to perturb a pivot (below rounding: singular to working precision; see
+  :meth:`Refining.solve`); ``x`` is the best iterate.
 """
 
 from __future__ import annotations
@@ -22,15 +25,12 @@ import numpy as np
 
 from batchlu.errors import BatchIndexError, InputError
 
+from .._validate import is_cupy
 from . import _cpu
-from ._shared import DTYPES, Refining, check_pivot_tol, check_values, pivot_codes
+from ._shared import DTYPES, Refining, check_pivot_tol, check_values, pivot_codes, retry_pivot_tol
 
 __all__ = ["DTYPES", "Factor", "Refining", "check_pivot_tol", "check_values", "factorize", "inf_norms",
            "pivot_codes"]
-
-
-def _is_cupy(x) -> bool:
-    return type(x).__module__.split(".")[0] == "cupy"
 
 
 def _compiled():
@@ -61,22 +61,29 @@ def inf_norms(plan, values: np.ndarray) -> np.ndarray:
 
 
 def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = None):
-    if _is_cupy(values):
+    if is_cupy(values):
         from . import _gpu
 
         return _gpu.factorize(plan, values, perturb=perturb, pivot_tol=pivot_tol)
     values, single = check_values(plan, values)
     dtype = values.dtype
+    retry_tol = retry_pivot_tol(pivot_tol, perturb, dtype)
     pivot_tol = check_pivot_tol(pivot_tol, dtype)
+    return _factorize(plan, values, single, inf_norms(plan, values), float(pivot_tol), bool(perturb), retry_tol,
+                      _compiled())
+
+
+def _factorize(plan, values, single, anorm, pivot_tol, perturb, retry_tol, compiled):
+    """:func:`factorize` of checked ``values`` with their norms ``anorm``, on the compiled engine
+    ``compiled`` (:mod:`._cpu_numba`) or, where None, the NumPy one."""
     from . import _supernodal
 
+    dtype = values.dtype
     count = values.shape[0]
     finite = np.isfinite(values).all(axis=1)
-    anorm = inf_norms(plan, values)
-    tau = (float(pivot_tol) * np.nan_to_num(anorm, nan=0.0, posinf=0.0)).astype(dtype)
+    tau = (pivot_tol * np.nan_to_num(anorm, nan=0.0, posinf=0.0)).astype(dtype)
     blocks = []
     lanes = None
-    compiled = _compiled()
     if compiled is not None:
         lanes, (first_zero, perturbed, negative, zero, nonfinite) = compiled.factorize(plan, values, tau, perturb)
         width = compiled.LANES
@@ -99,8 +106,8 @@ def factorize(plan, values, *, perturb: bool = True, pivot_tol: float | None = N
             blocks.append((s, e, lx, dense))
     info, inertia = pivot_codes(plan.n, first_zero, negative, zero, nonfinite, finite)
     perturbed[~finite] = -1
-    return Factor(plan, values, blocks, info, perturbed.astype(np.int32), inertia, anorm,
-                  float(pivot_tol), bool(perturb), single, lanes)
+    return Factor(plan, values, blocks, info, perturbed.astype(np.int32), inertia, anorm, pivot_tol, perturb, single,
+                  lanes, retry_tol)
 
 
 class Factor(Refining):
@@ -113,7 +120,7 @@ class Factor(Refining):
     backend = "cpu"
 
     def __init__(self, plan, values, blocks, info, perturbed, inertia, anorm, pivot_tol, perturb, single,
-                 lanes=None):
+                 lanes=None, retry_tol=None):
         self.plan = plan
         self.dtype = values.dtype
         self.values = values             # kept for the residuals of iterative refinement
@@ -126,6 +133,9 @@ class Factor(Refining):
         self.pivot_tol = pivot_tol
         self.perturb = perturb
         self.single = single
+        self.retry_tol = retry_tol       # the second attempt's threshold factor (solve), or None
+        self._tried = np.zeros(values.shape[0], bool)     # given a second attempt
+        self._retried = np.zeros(values.shape[0], bool)   # ... and holding its factors now
         self._complete = False           # wide supernodes written back into Lx (see _written)
         self._spmv = None                # see _incidence
         self.refine_steps = None         # per matrix, of the last solve
@@ -180,6 +190,34 @@ class Factor(Refining):
                 data[plan.colptr[:-1]] = 1
                 return sp.csc_array((data, plan.rowind, plan.colptr), shape=(plan.n, plan.n)), d
         raise BatchIndexError(f"Expected an index in [0, {self.batch}). Got {index} instead.")
+
+    # -------------------------------------------------------------------------------- second attempt
+    def _refactor(self, rows: np.ndarray, pivot_tol: float) -> Factor:
+        """The matrices ``rows`` factored again with the threshold factor ``pivot_tol``, on this
+        factor's engine."""
+        compiled = None
+        if self._lanes is not None:
+            from . import _cpu_numba as compiled
+        return _factorize(self.plan, self.values[rows], False, self.anorm[rows], float(pivot_tol), True, None,
+                          compiled)
+
+    def _adopt(self, rows: np.ndarray, other: Factor, src: np.ndarray) -> None:
+        """Take ``other``'s factors of its matrices ``src`` for this factor's matrices ``rows``."""
+        if rows.size == self.batch and np.array_equal(src, np.arange(other.batch)):   # all of them: its storage
+            self._blocks, self._lanes, self._complete = other._blocks, other._lanes, other._complete
+            return
+        if self._lanes is not None:
+            width = self._lanes.shape[2]
+            self._lanes[rows // width, :, rows % width] = other._lanes[src // width, :, src % width]
+            return
+        mine, theirs = self._written(), other._written()
+        starts, their_starts = [s for s, *_ in mine], [s for s, *_ in theirs]
+        for r, j in zip(rows.tolist(), src.tolist()):
+            s, _, lx, dense = mine[np.searchsorted(starts, r, side="right") - 1]
+            t, _, their_lx, their_dense = theirs[np.searchsorted(their_starts, j, side="right") - 1]
+            lx[:, r - s] = their_lx[:, j - t]
+            for first, f in dense.items():
+                f.adopt(r - s, their_dense[first], j - t)
 
     # -------------------------------------------------------------------------------------- solve
     def _solve(self, r: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:

@@ -57,7 +57,7 @@ import numpy as np
 from batchlu.errors import BatchIndexError, InputError
 
 from . import _gpu_maps
-from ._shared import Refining, check_pivot_tol, check_values, pivot_codes
+from ._shared import Refining, check_pivot_tol, check_values, pivot_codes, retry_pivot_tol
 
 FAMILY = "ldlt"
 KERNELS = ("ldlt_external", "ldlt_panel", "ldlt_wide_panels", "ldlt_forward_external", "ldlt_forward_wide",
@@ -243,6 +243,7 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     values, single = check_values(plan, values, xp)
     values = xp.ascontiguousarray(values)
     dtype = values.dtype
+    retry_tol = retry_pivot_tol(pivot_tol, perturb, dtype)
     pivot_tol = check_pivot_tol(pivot_tol, dtype)
     arrays = device_arrays(plan, xp)
     count, n = values.shape[0], plan.n
@@ -271,7 +272,8 @@ def factorize_with(plan, values, *, perturb: bool, pivot_tol: float | None, xp, 
     info, inertia = pivot_codes(n, first_zero, negative, zero, nonfinite, finite, xp)
     perturbed[~finite] = -1
     return GpuFactor(plan, values, lx, arrays, info, perturbed.astype(np.int32), inertia, anorm,
-                     float(pivot_tol), bool(perturb), single, xp, launch, None if space is None else (space, token))
+                     float(pivot_tol), bool(perturb), single, xp, launch, None if space is None else (space, token),
+                     retry_tol, recorded)
 
 
 def _initial(arrays, values, lx, flag) -> None:
@@ -458,7 +460,7 @@ class GpuFactor(Refining):
     whole_batch = True
 
     def __init__(self, plan, values, lx, arrays, info, perturbed, inertia, anorm, pivot_tol, perturb, single,
-                 xp, launch, space=None):
+                 xp, launch, space=None, retry_tol=None, recorded=False):
         self.plan = plan
         self.dtype = values.dtype
         self.values = values             # kept for the residuals of iterative refinement
@@ -474,6 +476,10 @@ class GpuFactor(Refining):
         self.xp = xp
         self._launch = launch
         self._space = space              # (Workspace, token) whose recorded solves this factor uses, or None
+        self._recorded = recorded        # factored with recording wanted (the second attempt's too)
+        self.retry_tol = retry_tol       # the second attempt's threshold factor (solve), or None
+        self._tried = xp.zeros(values.shape[0], bool)     # given a second attempt
+        self._retried = xp.zeros(values.shape[0], bool)   # ... and holding its factors now
         self.refine_steps = None         # per matrix, of the last solve
         self.last_backward_error = None  # per matrix, of the last solve
 
@@ -507,6 +513,24 @@ class GpuFactor(Refining):
         d = data[plan.colptr[:-1]].copy()
         data[plan.colptr[:-1]] = 1
         return sp.csc_array((data, plan.rowind, plan.colptr), shape=(plan.n, plan.n)), d
+
+    # -------------------------------------------------------------------------------- second attempt
+    def _refactor(self, rows, pivot_tol: float) -> GpuFactor:
+        """The matrices ``rows`` factored again with the threshold factor ``pivot_tol``, the same launcher:
+        recorded (on this batch size's workspace, its graphs replayed) when they are the whole batch,
+        launch by launch otherwise (no new graphs for a one-off batch size)."""
+        return factorize_with(self.plan, self.values[rows], perturb=True, pivot_tol=float(pivot_tol), xp=self.xp,
+                              launch=self._launch, recorded=self._recorded and rows.size == self.batch)
+
+    def _adopt(self, rows, other: GpuFactor, src) -> None:
+        """Take ``other``'s factors of its matrices ``src`` for this factor's matrices ``rows``; a
+        workspace holding this factor's old ones is told they are not current (new token)."""
+        if rows.size == self.batch and other.batch == self.batch:     # all of them, in order: its copy
+            self.lx = other.lx
+        else:
+            self.lx[:, rows] = other.lx[:, src]
+        if self._space is not None:
+            self._space = (self._space[0], object())
 
     # -------------------------------------------------------------------------------------- solve
     def _solve(self, r, rows):

@@ -123,8 +123,11 @@ class Plan:
         Static pivoting (``perturb``, the default): a pivot with ``|d| < pivot_tol * ||A||_inf``
         becomes ``+-pivot_tol * ||A||_inf`` (its sign kept, +1 for 0) and is counted per matrix
         (:meth:`Factor.perturbed_pivots`). ``pivot_tol`` defaults to the square root of the dtype's
-        machine epsilon. Without ``perturb``, an exactly zero pivot gives ``info = k`` (1-based
-        column of C) and that matrix's solutions are NaN.
+        machine epsilon; with that default, :meth:`Factor.solve` gives a matrix that refinement
+        leaves above its tolerance after perturbed pivots a second attempt at ``eps * ||A||_inf``
+        (:meth:`Factor.retried`); a ``pivot_tol`` given is kept as it is. Without ``perturb``, an
+        exactly zero pivot gives ``info = k`` (1-based column of C) and that matrix's solutions are
+        NaN.
         """
         from ._factor import factorize
 

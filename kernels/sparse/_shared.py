@@ -1,10 +1,10 @@
 """What the two backends' factors share: :class:`batchlu.kernels.sparse._factor.Factor` (CPU) and
 :class:`batchlu.kernels.sparse._gpu.GpuFactor` (CuPy) import it, and neither imports the other.
 
-The checks of the values and of the pivot threshold, the ``info`` codes and inertia from the pivots'
-counts (the codes are listed in :mod:`batchlu.kernels.sparse._factor`), and :class:`Refining`, the
-right-hand sides' checks, backward errors and iterative refinement of ``solve``, written over an
-array module.
+The checks of the values and of the pivot threshold (and the second attempt's threshold), the
+``info`` codes and inertia from the pivots' counts (the codes are listed in
+:mod:`batchlu.kernels.sparse._factor`), and :class:`Refining`, the right-hand sides' checks, backward
+errors, iterative refinement and the second attempt of ``solve``, written over an array module.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 from batchlu.errors import InputError, InputTypeError
 from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT, INFO_OK, INFO_REFINEMENT
 
-__all__ = ["DTYPES", "Refining", "check_pivot_tol", "check_values", "pivot_codes"]
+__all__ = ["DTYPES", "Refining", "check_pivot_tol", "check_values", "pivot_codes", "retry_pivot_tol"]
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -60,6 +60,23 @@ def check_pivot_tol(pivot_tol, dtype) -> float:
     return float(pivot_tol)
 
 
+def retry_pivot_tol(pivot_tol, perturb: bool, dtype) -> float | None:
+    """The threshold factor of :meth:`Refining.solve`'s second attempt: ``eps`` of ``dtype`` where the
+    first used the default (``pivot_tol`` None, static pivoting on), else None (no second attempt:
+    a threshold the caller chose is kept).
+
+    The default ``sqrt(eps) ||A||_inf`` bounds the growth of L, which unregularized saddle points
+    need (a zero pivot replaced by ``eps ||A||`` leaves ``O(1)`` cancellation in later pivots), but it
+    replaces the legitimate pivots ``-delta`` of a regularized KKT matrix whose constraints are
+    dependent, and refinement cannot undo a perturbation many times the pivot. ``eps ||A||_inf``
+    replaces only pivots at rounding level. Neither threshold solves every kind (docs/design.md,
+    sparse LDL^T, has the measurement); the first that does is kept.
+    """
+    if pivot_tol is not None or not perturb:
+        return None
+    return float(np.finfo(dtype).eps)
+
+
 def pivot_codes(n: int, first_zero, negative, zero, nonfinite, finite, xp=np):
     """``(info, inertia)`` from the pivots' counts per matrix (both backends). An exactly zero pivot
     gives ``info`` k > 0 (static pivoting off, or on with a threshold of 0: ``||A|| = 0``); a NaN or
@@ -80,7 +97,11 @@ class Refining:
     sides' checks, the backward errors and :meth:`solve`'s iterative refinement. A subclass gives
     ``_first(b)`` (the solution of every matrix, (B, n, k)), ``_correction(r, rows)`` (the
     solutions of the matrices ``rows`` for their right-hand sides ``r[rows]``, (len(rows), n, k)),
-    ``_residual(b, x, rows)`` (float64) and ``info``, ``anorm``, ``dtype``, ``batch``, ``single``.
+    ``_residual(b, x, rows)`` (float64) and ``info``, ``anorm``, ``dtype``, ``batch``, ``single``;
+    for the second attempt ``retry_tol`` (None: none), the per-matrix ``_perturbed``, ``_inertia``,
+    ``_tried`` and ``_retried`` (bool), ``_refactor(rows, pivot_tol)`` (a factor of the same backend
+    for the matrices ``rows`` alone, that threshold) and ``_adopt(rows, other, src)`` (take the
+    factors of ``other``'s matrices ``src`` for the matrices ``rows``).
     """
 
     xp = np
@@ -145,6 +166,11 @@ class Refining:
             steps += active
         return x, berr
 
+    def retried(self):
+        """(B,) bool: the matrices that :meth:`solve` factored again with the second attempt's
+        threshold (see :func:`retry_pivot_tol`) and whose new factors this factor now holds."""
+        return self._out(self._retried.copy())
+
     def solve(self, b, refine: int = 2, tol: float | None = None):
         """Solve ``A x = b`` per matrix, then up to ``refine`` steps of iterative refinement.
 
@@ -153,18 +179,66 @@ class Refining:
         backward error; a matrix stops once its backward error is at most its dtype's epsilon or a
         step did not lower it (slow progress goes on: the KKT kinds in float32 gain a factor 2-4 a
         step after heavy static pivoting).
+
+        With the default pivot threshold, a matrix that ends above ``tol`` after perturbed pivots
+        gets a second attempt: it is factored again with the threshold ``eps ||A||_inf``
+        (:func:`retry_pivot_tol`), solved and refined the same way. The second attempt is taken
+        where it perturbed no pivot (it factored A itself, no nearby matrix) and ends at ``tol`` or
+        below, or above it but lower than the first; this factor then takes its factors (so
+        :meth:`pivots`, :meth:`perturbed_pivots`, :meth:`inertia` and later solves are theirs;
+        :meth:`retried` says which). A pivot below ``eps ||A||_inf`` is rounding: such a matrix is
+        singular to working precision and keeps the first attempt's result, -4 included. A matrix
+        gets one second attempt per factor.
+
         Returns ``(x, info)``: ``x`` in the factor's dtype, shaped as ``b``; ``info`` (B,) int32 as
         in the module docstring, -4 where the backward error is still above ``tol`` (default
-        ``n * eps``). The last backward errors and step counts stay in ``last_backward_error`` and
-        ``refine_steps``.
+        ``n * eps``). The last backward errors and step counts (of the attempt kept) stay in
+        ``last_backward_error`` and ``refine_steps``.
         """
-        xp = self.xp
         if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 0:
             raise InputError(f"Expected refine to be an integer >= 0. Got {refine!r} instead.")
         b3, vector = self._check_rhs(b)
+        eps = float(np.finfo(self.dtype).eps)
+        tol = max(self.plan.n, 1) * eps if tol is None else float(tol)
+        x, info, berr, steps = self._attempt(b3, refine, tol)
+        if self.retry_tol is not None:
+            self._second_attempt(b3, refine, tol, x, info, berr, steps)
+        self.refine_steps = self._out(steps)
+        self.last_backward_error = self._out(berr)
+        x = x[:, :, 0] if vector else x
+        return self._out(x), self._out(info)
+
+    def _second_attempt(self, b3, refine, tol, x, info, berr, steps) -> None:
+        """:meth:`solve`'s retry, in place on its results: the matrices refinement left above ``tol``
+        after perturbed pivots, not tried before, factored again with :attr:`retry_tol`
+        (``_refactor``), solved the same way, and taken where no pivot was perturbed and they end at
+        ``info`` 0 or with a lower backward error (their factors then adopted: ``_adopt``)."""
+        xp = self.xp
+        want = (info == INFO_REFINEMENT) & (self._perturbed > 0) & ~self._tried
+        if not bool(want.any()):
+            return
+        rows = xp.flatnonzero(want).astype(np.int64)
+        self._tried[rows] = True
+        second = self._refactor(rows, self.retry_tol)
+        x2, info2, berr2, steps2 = second._attempt(b3[rows], refine, tol)
+        better = (second._perturbed == 0) & ((info2 == INFO_OK) | (berr2 < berr[rows]))
+        if not bool(better.any()):
+            return
+        src = xp.flatnonzero(better).astype(np.int64)
+        keep = rows[src]
+        x[keep], info[keep], berr[keep], steps[keep] = x2[src], info2[src], berr2[src], steps2[src]
+        self._adopt(keep, second, src)
+        self.info[keep] = second.info[src]
+        self._perturbed[keep] = second._perturbed[src]
+        self._inertia[keep] = second._inertia[src]
+        self._retried[keep] = True
+
+    def _attempt(self, b3, refine, tol):
+        """One attempt of :meth:`solve` with this factor's factors: ``(x, info, berr, steps)`` for
+        the right-hand sides ``b3`` (B, n, k), x NaN where info says so."""
+        xp = self.xp
         count, n = self.batch, self.plan.n
         eps = float(np.finfo(self.dtype).eps)
-        tol = max(n, 1) * eps if tol is None else float(tol)
         info = xp.where((self.info == INFO_OK) & ~xp.isfinite(b3).all(axis=(1, 2)), INFO_NONFINITE_INPUT,
                         self.info).astype(np.int32)
         steps = xp.zeros(count, np.int32)
@@ -204,7 +278,4 @@ class Refining:
             bad = (info == INFO_NONFINITE_INPUT) | (info > 0) | (self.info == INFO_NONFINITE_RESULT)
             x = xp.where(bad[:, None, None], np.nan, x).astype(x.dtype, copy=False)
             berr = xp.where(bad, np.nan, berr)
-        self.refine_steps = self._out(steps)
-        self.last_backward_error = self._out(berr)
-        x = x[:, :, 0] if vector else x
-        return self._out(x), self._out(info)
+        return x, info, berr, steps

@@ -21,7 +21,7 @@ def test_the_scripts_are_there():
     assert {p.name for p in SCRIPTS} == {
         "bench_kernels.py", "bench_pipeline.py", "bench_host_io.py", "bench_blocked_sweep.py",
         "bench_kernel_ab.py", "bench_resume_checks.py",
-        "bench_cpu.py", "bench_cpu_crossover.py", "bench_host_codecs.py", "bench_sparse.py",
+        "bench_cpu.py", "bench_cpu_crossover.py", "bench_host_codecs.py", "bench_sparse.py", "bench_sparse_pivoting.py",
         "bench_small_n.py", "bench_rows_sweep.py", "bench_getrs.py", "bench_rows_latency.py", "bench_e2e.py",
         "bench_dask_api.py"}
     for path in SOURCES:  # the rest are private helper modules, named so
@@ -88,8 +88,8 @@ def test_no_path_hacks_and_no_private_batchlu_names(path):
 
 @pytest.mark.parametrize("source", [
     "from batchlu.pipeline import _fingerprint\n",
-    "from batchlu.pipeline._io_pool import io_settings\n",
-    "import batchlu.pipeline._tasks\n",
+    "from batchlu.pipeline.worker._io_pool import io_settings\n",
+    "import batchlu.pipeline.worker._tasks\n",
     "from batchlu import pipeline\npipeline._output.check_stored()\n",
     "import batchlu as b\nb.pipeline._ledger.read('x')\n",
     "import sys\nsys.path.insert(0, '.')\n",

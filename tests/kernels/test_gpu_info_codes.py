@@ -132,15 +132,8 @@ def _call(op: str, *args):
     return _api(op, *args)
 
 
-# Single precision: CuPy compiles with -ftz=true, and the subnormal reciprocal of a pivot above 2^126
-# is flushed to 0 (docs/design.md, known gaps): wrong factors with info 0. Strict, so that the fix shows.
-_FTZ = pytest.mark.xfail(strict=True, reason="single precision: a pivot's subnormal reciprocal is flushed "
-                                            "to 0 (-ftz=true); a known gap, docs/design.md")
-
-
 @pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("dtype", [np.float64, np.complex128, pytest.param(np.float32, marks=_FTZ),
-                                   pytest.param(np.complex64, marks=_FTZ)])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_entries_near_the_largest_float_are_right_or_flagged(dtype, n):
     """The CPU's test (tests/kernels/test_info_codes.py) on the GPU's paths: entries near the largest
     float give right results with info 0, or -2 with non-finite ones. The CPU got both wrong: the

@@ -95,7 +95,7 @@ def test_regular_install_owns_only_batchlu_and_leaves_other_top_levels_alone(ins
 @pytest.mark.slow
 def test_plain_install_runs_from_the_repository_root(installed, tmp_path):
     """A plain ``pip install .`` (not editable), then ``batchlu generate`` / ``run`` / ``verify`` started
-    from the repository root, with an I/O process per worker (``python -m batchlu.pipeline._io_child``,
+    from the repository root, with an I/O process per worker (``python -m batchlu.pipeline.worker._io_child``,
     whose ``sys.path`` starts with the working directory): every process imports the installed
     package, not a folder of the checkout (a ``batchlu/`` folder at the root shadowed it: every I/O process died with
     ``ModuleNotFoundError: batchlu.pipeline``)."""

@@ -25,7 +25,7 @@ def assert_nothing_complete(path) -> None:
     path = str(path)
     if not os.path.exists(path):
         return
-    record = pipeline._output.read_provenance(path)
+    record = pipeline.output._group.read_provenance(path)
     if record is None:  # not even a group: nothing that looks like an output
         return
     assert record["status"] != "complete"
@@ -105,7 +105,7 @@ def require_nvcomp() -> None:
     ``BATCHLU_REQUIRE_NVCOMP=1``, as on the GPU machine)."""
     import pytest
 
-    from batchlu.pipeline import _nvcomp
+    from batchlu.pipeline.codecs import _nvcomp
 
     why = _nvcomp.missing()
     if why is not None:
@@ -128,8 +128,8 @@ class _Check:
 
 
 def recording(marks: list, check=None):
-    """A record stage (:class:`batchlu.pipeline._loop.Record`) that appends each range it records to
+    """A record stage (:class:`batchlu.pipeline.worker._loop.Record`) that appends each range it records to
     ``marks`` (in matrices: a chunk of 1), fenced by ``check()`` (None: unfenced)."""
-    from batchlu.pipeline._loop import Record
+    from batchlu.pipeline.worker._loop import Record
 
     return Record(ledger=_Ledger(marks), fence=None if check is None else _Check(check))

@@ -11,7 +11,8 @@ import dask.config
 import pytest
 
 from batchlu import pipeline
-from batchlu.pipeline import _config, errors
+from batchlu.pipeline import errors
+from batchlu.pipeline.config import _parsers, _settings
 
 
 def test_defaults_from_yaml():
@@ -72,7 +73,7 @@ def test_config_must_be_a_mapping():
 
 
 def test_task_delay_is_a_test_only_setting_outside_the_batchlu_namespace():
-    from batchlu.pipeline._config import TESTING_TASK_DELAY, known_keys, task_delay
+    from batchlu.pipeline.config._settings import TESTING_TASK_DELAY, known_keys, task_delay
 
     assert not [key for key in known_keys() if "delay" in key]
     assert not [name for name in pipeline.options().as_dict() if "delay" in name]
@@ -96,7 +97,7 @@ def _shipped():
 
     import yaml
 
-    return yaml.safe_load(pathlib.Path(_config.__file__).with_name("batchlu.yaml").read_text())["batchlu"]
+    return yaml.safe_load(pathlib.Path(_settings.__file__).with_name("batchlu.yaml").read_text())["batchlu"]
 
 
 def _leaf_fields(cls, prefix=""):
@@ -112,8 +113,8 @@ def _leaf_fields(cls, prefix=""):
 
 
 def test_every_shipped_key_is_one_row_and_every_field_one_key():
-    keys = [row.key for row in _config.SETTINGS]
-    fields = [row.field for row in _config.SETTINGS]
+    keys = [row.key for row in _settings.SETTINGS]
+    fields = [row.field for row in _settings.SETTINGS]
     assert len(keys) == len(set(keys)) and len(fields) == len(set(fields))
     assert sorted(keys) == sorted(_leaf_keys(_shipped()))
     assert sorted(fields) == sorted(_leaf_fields(pipeline.Options))
@@ -124,7 +125,7 @@ def test_options_of_no_override_hold_the_yaml_values():
     shipped = _shipped()
     built = pipeline.options({})
     assert built == pipeline.Options() == pipeline.options()
-    for row in _config.SETTINGS:
+    for row in _settings.SETTINGS:
         value = shipped
         for part in row.key.split("."):
             value = value[part]
@@ -141,7 +142,7 @@ def test_no_default_is_written_in_python():
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(_config))
+    tree = ast.parse(inspect.getsource(_settings))
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     for name in ("Options", "ClusterOptions"):
         fields = [node for node in classes[name].body if isinstance(node, ast.AnnAssign)
@@ -174,7 +175,7 @@ def test_options_built_directly_are_checked_too():
 
 def test_a_setting_must_ship_a_default():
     with pytest.raises(errors.ConfigError, match="batchlu.yaml to ship a default for batchlu.made-up"):
-        _config.setting("made-up", _config.Boolean())
+        _settings.setting("made-up", _parsers.Boolean())
 
 
 # ------------------------------------------ a renamed setting: output-codec, formerly output-compressor

@@ -20,10 +20,14 @@ import zarr
 from _pipeline_helpers import outputs_of, recording, require_nvcomp, sigkill, start_script, wait_for_chunks
 
 from batchlu import kernels, pipeline
-from batchlu.pipeline import _io_pool, _lock, _ops, _output, _plan, _run, _tasks, errors
-from batchlu.pipeline._batches import BatchIO, run_batches
-from batchlu.pipeline._engines import HostEngine
-from batchlu.pipeline._store import parse_ref
+from batchlu.pipeline import _ops, _plan, errors
+from batchlu.pipeline.client import _submit
+from batchlu.pipeline.worker import _io_pool
+from batchlu.pipeline.output import _group, _lock
+from batchlu.pipeline.worker import _tasks
+from batchlu.pipeline.worker._batches import BatchIO, run_batches
+from batchlu.pipeline.worker._engines import HostEngine
+from batchlu.pipeline.store._arrays import parse_ref
 from batchlu.testing.matrices import generate
 
 FILL, INT_FILL = 2.0 ** 100, -7777   # no kernel result equals them: an element never written shows
@@ -128,7 +132,10 @@ def test_device_batch_loop_checks_before_each_write_and_each_record(tmp_path):
     """The GPU codec path's loop: a group's files start only after a passed check, and a group is
     recorded (one group behind the writes) only after another."""
     pytest.importorskip("cupy")
-    from batchlu.pipeline import _codecs, _device_batches, _engines
+    from batchlu.pipeline.worker import _engines
+    from batchlu.pipeline.output import _group
+    from batchlu.pipeline.codecs import _choice
+    from batchlu.pipeline.worker import _device_batches
     from batchlu.testing.ratios import THRESHOLD, get03
 
     require_nvcomp()
@@ -137,14 +144,14 @@ def test_device_batch_loop_checks_before_each_write_and_each_record(tmp_path):
     src = zarr.create_array(str(tmp_path / "a.zarr"), shape=a.shape, dtype=a.dtype, chunks=(chunk, n, n))
     src[...] = a
     group = zarr.open_group(str(tmp_path / "o.zarr"), mode="w")
-    zstd = _codecs.zarr_compressors("zstd")   # batchlu's default output codec, which the GPU encodes
+    zstd = _group.compressors("zstd")   # batchlu's default output codec, which the GPU encodes
     outs = {"inv": group.create_array("inv", shape=a.shape, dtype="float64", chunks=(chunk, n, n),
                                       fill_value=FILL, compressors=zstd),
             "info": group.create_array("info", shape=(count,), dtype="int32", chunks=(chunk,),
                                        fill_value=INT_FILL, compressors=zstd)}
-    stored = {"a": _codecs.choose(src, "gpu", gpu=True, nvcomp=None, reading=True).stored}
+    stored = {"a": _choice.choose(src, "gpu", gpu=True, nvcomp=None, reading=True).stored}
     for name, array in outs.items():
-        choice = _codecs.choose(array, "gpu", gpu=True, nvcomp=None)
+        choice = _choice.choose(array, "gpu", gpu=True, nvcomp=None)
         stored[name] = choice.stored if choice.device == "gpu" else None
     assert stored["a"] is not None and stored["inv"] is not None   # the GPU decodes and encodes
     lock = _lock.OutputLock(str(tmp_path / "o.zarr")).acquire()
@@ -178,7 +185,7 @@ def test_fenced_task_returns_the_error_writes_nothing_and_logs_one_line(tmp_path
     specs = _ops.output_specs("inv", n, np.float64)
     plan = _plan.make_plan(count, 4096, memory_budget=1 << 20, max_tasks=1, input_chunk=chunk, chunk=chunk)
     settings = pipeline.Options(io_processes=0)
-    _output.create(out, {"status": "running"}, specs, plan, settings.output_codec, settings.output_layout)
+    _group.create(out, {"status": "running"}, specs, plan, settings.output_codec, settings.output_layout)
     lock = _lock.OutputLock(out).acquire()
     job = _tasks.Job(op="inv", input=parse_ref(str(tmp_path / "a.zarr")), rhs=None, output=out,
                      outputs=tuple(s.name for s in specs), plan=plan, backend="cpu", settings=settings,
@@ -302,17 +309,17 @@ def test_run_records_no_status_once_its_lock_is_taken(client, stores, tmp_path, 
     record says complete) leaves the record as it was."""
     out = tmp_path / "o.zarr"
     lock_file = str(out) + ".lock"
-    real, box = _run._submit, {}
+    real, box = _submit.submit, {}
 
     def submit_then_lose_the_lock(*args, **kwargs):
         real(*args, **kwargs)
         _take_over(lock_file)
         box["record"] = (out / "zarr.json").read_bytes()
 
-    monkeypatch.setattr(_run, "_submit", submit_then_lose_the_lock)
+    monkeypatch.setattr(_submit, "submit", submit_then_lose_the_lock)
     with pytest.raises(errors.FencedError, match="another run took the output"):
         pipeline.run(stores["a"], out, op="inv", client=client, progress=False)
     assert (out / "zarr.json").read_bytes() == box["record"]
-    assert _output.read_provenance(str(out))["status"] == "running"
+    assert _group.read_provenance(str(out))["status"] == "running"
     assert json.loads(open(lock_file).read()) == FOREIGN
     os.remove(lock_file)

@@ -104,7 +104,7 @@ def test_the_sparse_build_estimate_bounds_a_real_build():
 
     from batchlu.testing import sparse
 
-    for kind, dim in (("fem-poisson", 2), ("saddle", 3), ("power-grid", 2)):
+    for kind, dim in (("fem-poisson", 2), ("saddle", 3), ("power-grid", 2), ("kkt", 2)):
         tracemalloc.start()
         sparse.make(kind, size=20000, dim=dim)
         peak = tracemalloc.get_traced_memory()[1]
@@ -145,7 +145,7 @@ def test_generate_bad_arguments(tmp_path, kwargs, pattern):
 def test_chunks_of_zero_matrices_are_stored(tmp_path):
     """singular-mix holds zero matrices: in one-matrix chunks they equal the fill value, and zarr
     would skip them; then ``batchlu run`` would refuse the input for missing chunks."""
-    from batchlu.pipeline import _missing
+    from batchlu.pipeline.store import _missing
 
     out = pipeline.generate(tmp_path / "z.zarr", count=40, size=3, chunk=1, kind="singular-mix", seed=1)
     arr = zarr.open_array(out, mode="r")
@@ -178,3 +178,38 @@ def test_generated_arrays_carry_crc32c_so_a_flipped_byte_is_named(client, tmp_pa
     open(victim, "wb").write(bytes(data))
     with pytest.raises(errors.CorruptInputError, match=f"unreadable chunk file {victim} \\(matrices 10:20\\)"):
         pipeline.run(a, tmp_path / "o.zarr", op="inv", client=client, progress=False)
+
+
+def test_generate_kkt_with_its_delta(tmp_path):
+    """kind kkt: a sparse batch on one pattern, a fresh matrix per sample, -delta on the constraint
+    rows' diagonal, the known inertia, the values those of batchlu.testing.sparse whatever the chunks."""
+    from batchlu.testing import sparse
+
+    path = pipeline.generate(tmp_path / "k.zarr", count=5, kind="kkt", size=120, delta=1e-10, chunk=2, seed=3)
+    group = zarr.open_group(path, mode="r")
+    problem = sparse.make("kkt", size=120, seed=3, delta=1e-10)
+    assert group.attrs["sparse"] == {"pattern": "lower", "kind": "sym-indef", "n": problem.n,
+                                     "inertia": list(problem.inertia)}
+    info = group.attrs["batchlu_generate"]
+    assert info["kind"] == "kkt" and "delta 1e-10" in info["description"] and "dependent" in info["description"]
+    values = group["values"][...]
+    assert values.shape == (5, problem.nnz) and np.array_equal(values, problem.values(0, 5, seed=3))
+    assert len({v.tobytes() for v in values}) == 5
+    assert np.array_equal(group["indptr"][...], problem.indptr) and group["rhs"].shape == (5, problem.n)
+    rows = np.repeat(np.arange(problem.n), np.diff(problem.indptr))
+    diagonal = values[:, rows == problem.indices]
+    assert np.all(diagonal[:, problem.inertia[0]:] == -1e-10) and np.all(diagonal[:, :problem.inertia[0]] > 0)
+    default = pipeline.generate(tmp_path / "d.zarr", count=2, kind="kkt", size=120, seed=3)
+    assert "delta 1e-08" in zarr.open_group(default, mode="r").attrs["batchlu_generate"]["description"]
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    (dict(kind="saddle", size=60, delta=1e-8), "delta only with kind kkt"),
+    (dict(kind="random", size=3, delta=1e-8), "delta only with kind kkt"),
+    (dict(kind="kkt", size=60, delta=-1.0), "delta to be a finite number >= 0"),
+    (dict(kind="kkt", size=60, delta=float("inf")), "delta to be a finite number >= 0"),
+])
+def test_generate_refuses_a_bad_delta(tmp_path, kwargs, pattern):
+    with pytest.raises(errors.ConfigError, match=pattern):
+        pipeline.generate(tmp_path / "x.zarr", count=2, **kwargs)
+    assert not (tmp_path / "x.zarr").exists()

@@ -21,9 +21,11 @@ import pytest
 import zarr
 
 from batchlu import pipeline
-from batchlu.pipeline import _codecs
-from batchlu.pipeline._config import TESTING_TASK_DELAY
-from batchlu.pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
+from batchlu.pipeline.output import _group
+from batchlu.pipeline.codecs import _choice
+from batchlu.pipeline.config._settings import TESTING_TASK_DELAY
+from batchlu.pipeline.cluster._devices import visible_gpus
+from batchlu.pipeline.cluster._gpu_cluster import make_gpu_cluster
 from batchlu.pipeline.errors import CorruptInputError
 from batchlu.testing.ratios import THRESHOLD, get01
 from _pipeline_helpers import complete_flags, complete_flags_once_created, require_nvcomp, wait_partly_complete
@@ -40,9 +42,9 @@ def _nvcomp():
 
 
 def _lane():
-    from batchlu.pipeline import _gpu_codecs
+    from batchlu.pipeline.codecs import _gpu
 
-    return _gpu_codecs.lane(0)
+    return _gpu.lane(0)
 
 
 def test_device_xxh3_is_xxhashs():
@@ -67,7 +69,7 @@ def test_frames_written_by_zarr_decode_on_the_gpu(tmp_path, layout):
     x = RNG.standard_normal((40, 5, 5))
     array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, **LAYOUTS[layout])
     array[:] = x
-    stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
+    stored = _choice.choose(array, "gpu", gpu=True, nvcomp=None).stored
     for start, stop in ((0, stored.unit), (stored.unit, 40), (0, 40)):
         got, gaps = _lane().decode(stored, start, stop, 0)
         assert gaps == []
@@ -78,7 +80,7 @@ def _output_array(path, layout: str, x, fill):
     """An empty array shaped like ``x`` in output layout ``layout`` (:data:`test_codecs.OUTPUTS`)."""
     spec = dict(OUTPUTS[layout])
     codec, crc = spec.pop("codec", "zstd"), spec.pop("crc", False)
-    compressors = _codecs.zarr_compressors(codec)
+    compressors = _group.compressors(codec)
     if crc:
         compressors = [compressors, zarr.codecs.Crc32cCodec()]
     return zarr.create_array(str(path), shape=x.shape, dtype=x.dtype, fill_value=fill, compressors=compressors,
@@ -93,7 +95,7 @@ def test_frames_encoded_on_the_gpu_read_back_with_zarr_and_repeat(tmp_path, layo
     stores = []
     for name in ("one.zarr", "two.zarr"):
         array = _output_array(tmp_path / name, layout, x, np.nan)
-        stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
+        stored = _choice.choose(array, "gpu", gpu=True, nvcomp=None).stored
         unit = stored.unit
         for lo in range(0, 16, unit):   # one batch per stored object, the last one partial
             for write in _lane().encode([(stored, cupy.asarray(x[lo:lo + unit]))], lo, lo // unit % 2):
@@ -122,7 +124,7 @@ def test_encode_waits_for_values_still_in_the_making_on_the_callers_stream(tmp_p
     spin = cupy.RawKernel(SPIN, "spin")
     x = RNG.standard_normal((16, 5, 5))
     array = _output_array(tmp_path / "out.zarr", layout, x, 0.0)
-    stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
+    stored = _choice.choose(array, "gpu", gpu=True, nvcomp=None).stored
     unit = stored.unit
     producer = cupy.cuda.Stream(non_blocking=True)
     for lo in range(0, 16, unit):
@@ -228,16 +230,18 @@ def test_a_frame_nvcomp_refuses_is_read_through_zarr(tmp_path, monkeypatch):
     bytes; zarr's values are used."""
     import cupy
 
-    from batchlu.pipeline import _batches, _device_batches, _engines, _gpu_codecs
+    from batchlu.pipeline.worker import _batches, _device_batches
+    from batchlu.pipeline.worker import _engines
+    from batchlu.pipeline.codecs import _gpu
 
     x = RNG.standard_normal((24, 6, 6))
     array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, chunks=(8, 6, 6))
     array[:] = x
-    stored = _codecs.choose(array, "gpu", gpu=True, nvcomp=None).stored
-    lane = _gpu_codecs.lane(0)
+    stored = _choice.choose(array, "gpu", gpu=True, nvcomp=None).stored
+    lane = _gpu.lane(0)
 
     def refuse(*args, **kwargs):
-        raise _gpu_codecs.FrameError("simulated")
+        raise _gpu.FrameError("simulated")
 
     monkeypatch.setattr(lane, "decode", refuse)
     io = _batches.BatchIO(array, None, {})
@@ -314,19 +318,19 @@ def test_killed_worker_restarted_by_its_nanny_gives_the_same_bits(inputs, tmp_pa
 def test_staging_buffers_reserved_at_warm_up_are_what_lanes_take():
     """Warm-up pins the lanes' staging buffers once per process (pinning is slow): a lane growing its
     buffer takes a spare, and reserving again counts what the lanes hold."""
-    from batchlu.pipeline import _gpu_codecs
+    from batchlu.pipeline.codecs import _gpu
 
     size = 3 << 20
-    _gpu_codecs.reserve(2, size)
-    spares = len(_gpu_codecs._SPARES)
+    _gpu.reserve(2, size)
+    spares = len(_gpu._SPARES)
     assert spares >= 2
-    lane = _gpu_codecs.Lane(0)
-    _gpu_codecs._LANES.add(lane)
+    lane = _gpu.Lane(0)
+    _gpu._LANES.add(lane)
     view = lane._read[0].get(size - 5)
-    assert view.nbytes == size - 5 and len(_gpu_codecs._SPARES) == spares - 1
+    assert view.nbytes == size - 5 and len(_gpu._SPARES) == spares - 1
     view[:] = 7   # writable host memory
-    _gpu_codecs.reserve(2, size)   # the lane's buffer counts: nothing new is pinned
-    assert len(_gpu_codecs._SPARES) == spares - 1
+    _gpu.reserve(2, size)   # the lane's buffer counts: nothing new is pinned
+    assert len(_gpu._SPARES) == spares - 1
 
 
 def test_routed_reads_and_host_writes_give_the_device_paths_bits(tmp_path, monkeypatch):
@@ -335,18 +339,20 @@ def test_routed_reads_and_host_writes_give_the_device_paths_bits(tmp_path, monke
     the I/O processes from the slot. Both give the bits of the device-only path (outputs written by
     zarr here), every element written; a chunk missing from a group read on the host is found by
     asking the store."""
-    from batchlu.pipeline import _batches, _device_batches, _engines, _gpu_codecs, _io_pool
-    from batchlu.pipeline._missing import Gap
+    from batchlu.pipeline.worker import _batches, _device_batches
+    from batchlu.pipeline.worker import _engines, _io_pool
+    from batchlu.pipeline.codecs import _gpu
+    from batchlu.pipeline.store._missing import Gap
     from batchlu.pipeline._ops import output_specs
     from batchlu.testing.matrices import generate as matrices
 
-    monkeypatch.setattr(_codecs, "AUTO_FRAME_BYTES", 1024)   # these 400 KiB frames count as large
+    monkeypatch.setattr(_choice, "AUTO_FRAME_BYTES", 1024)   # these 400 KiB frames count as large
     count, n, chunk = 400, 32, 50
     x = matrices("random", n, "float64", seed=31, start=0, stop=count)
     x[:count // 2] = np.round(x[:count // 2], 2)   # the first groups compress (ratio about 3), the rest not
     array = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, chunks=(chunk, n, n))
     array[:] = x
-    choice = _codecs.choose(array, "auto", gpu=True, nvcomp=None, reading=True)
+    choice = _choice.choose(array, "auto", gpu=True, nvcomp=None, reading=True)
     assert choice.device == "gpu" and choice.route
     engine = _engines.CudaEngine(0, threads=2)
     pool = _io_pool.get_pool(2, 2)
@@ -384,7 +390,7 @@ def test_routed_reads_and_host_writes_give_the_device_paths_bits(tmp_path, monke
                           lookup=lambda s, e, found=None: None)
     dio = _device_batches.DeviceIO(io, {"a": choice.stored}, chunk, routed=frozenset({"a"}))
     layout = _device_batches.Layout(a=((n, n), np.dtype("float64")), b=None, outs=())
-    with engine.pool.borrow(layout, 4 * chunk) as pair, _gpu_codecs.borrow(0) as lane:
+    with engine.pool.borrow(layout, 4 * chunk) as pair, _gpu.borrow(0) as lane:
         value, found = _device_batches._input(engine, dio, lane, "a", 0, 4 * chunk, 0, pair[0])
     assert found == [Gap("c/0/0/0", None, 0, chunk)]
     assert value.get()[chunk:].tobytes() == x[chunk:4 * chunk].tobytes()

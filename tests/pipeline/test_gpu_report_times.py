@@ -10,7 +10,7 @@ import time
 import pytest
 
 from batchlu import pipeline
-from batchlu.pipeline._gpu_cluster import visible_gpus
+from batchlu.pipeline.cluster._devices import visible_gpus
 
 pytestmark = pytest.mark.gpu
 

@@ -13,8 +13,11 @@ import pytest
 import zarr
 
 from batchlu import pipeline
-from batchlu.pipeline import _batches, _engines, _missing, errors
-from batchlu.pipeline._gpu_cluster import visible_gpus
+from batchlu.pipeline.worker import _batches
+from batchlu.pipeline import errors
+from batchlu.pipeline.worker import _engines
+from batchlu.pipeline.store import _missing
+from batchlu.pipeline.cluster._devices import visible_gpus
 from batchlu.pipeline._ops import output_specs
 from batchlu.testing import matrices
 
@@ -92,7 +95,7 @@ def test_gpu_run_missing_chunk_error_and_fill(tmp_path):
 def test_cuda_engine_marks_missing_and_counts_overflow(tmp_path, pooled):
     """The data path alone on the GPU: -3 for a missing chunk (filled), -2 counted, with the reads
     done here or by an I/O process."""
-    from batchlu.pipeline import _io_pool
+    from batchlu.pipeline.worker import _io_pool
 
     a = _overflow("inv", np.float64, seed=4)
     source = _write(tmp_path / "a.zarr", a)

@@ -11,7 +11,7 @@ import pytest
 import zarr
 
 from batchlu import pipeline
-from batchlu.pipeline._gpu_cluster import visible_gpus
+from batchlu.pipeline.cluster._devices import visible_gpus
 from batchlu.pipeline.errors import BatchluWarning
 from batchlu.testing import matrices
 

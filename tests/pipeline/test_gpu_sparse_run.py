@@ -14,7 +14,7 @@ import zarr
 from _pipeline_helpers import outputs_of
 
 from batchlu import pipeline
-from batchlu.pipeline._gpu_cluster import visible_gpus
+from batchlu.pipeline.cluster._devices import visible_gpus
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""``batchlu.io-engine`` (batchlu.pipeline._io_engines): the setting, the codec pipeline each engine
+"""``batchlu.io-engine`` (batchlu.pipeline.store._io_engines): the setting, the codec pipeline each engine
 opens arrays with, and bit-identical reads and writes against zarr's default pipeline (the present
 path), in this process, through the I/O processes and in whole runs."""
 
@@ -10,7 +10,9 @@ import zarr
 
 from batchlu import pipeline
 from batchlu.errors import BatchluError
-from batchlu.pipeline import _io_engines, _io_pool
+from batchlu.pipeline.worker import _io_pool, _shared_memory
+from batchlu.pipeline.store import _io_engines
+from batchlu.pipeline.store._zarr import codec_pipeline
 from batchlu.pipeline.errors import ConfigError, CorruptInputError
 from batchlu.testing.matrices import generate
 
@@ -51,7 +53,7 @@ def _same_bits(x, y) -> bool:
 
 
 def _shared(like: np.ndarray) -> np.ndarray:
-    raw = _io_pool.shared_buffer(like.nbytes)
+    raw = _shared_memory.shared_buffer(like.nbytes)
     out = raw[:like.nbytes].view(like.dtype).reshape(like.shape)
     out[...] = np.nan
     return out
@@ -59,12 +61,12 @@ def _shared(like: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------- setting
 def test_setting_defaults_choices_and_errors():
-    assert pipeline._config.options().io_engine == "auto"
+    assert pipeline.config._settings.options().io_engine == "auto"
     assert _io_engines.NAMES == ("auto", "zarr", "zarr-fused", "zarrs")
-    assert pipeline._config.options({"io-engine": " ZARR "}).io_engine == "zarr"
+    assert pipeline.config._settings.options({"io-engine": " ZARR "}).io_engine == "zarr"
     with pytest.raises(ConfigError, match=r"Expected batchlu.io-engine to be one of auto, zarr, zarr-fused, "
                                           r"zarrs. Got 'fast' instead."):
-        pipeline._config.options({"io-engine": "fast"})
+        pipeline.config._settings.options({"io-engine": "fast"})
     assert _io_engines.resolve("auto").name == _io_engines.AUTO[0]
 
 
@@ -73,7 +75,7 @@ def test_engine_not_installed_is_refused_and_auto_passes_it_over(monkeypatch):
     monkeypatch.setitem(_io_engines.ENGINES, "zarrs", missing)
     with pytest.raises(ConfigError, match="Expected the zarrs package for batchlu.io-engine zarrs. "
                                           "Got batchlu_no_such_module does not import"):
-        pipeline._config.options({"io-engine": "zarrs"})
+        pipeline.config._settings.options({"io-engine": "zarrs"})
     with pytest.raises(ConfigError):
         _io_engines.resolve("zarrs")  # a worker without it: the task fails with the same error
     monkeypatch.setattr(_io_engines, "AUTO", ("zarrs", "zarr"))
@@ -90,15 +92,15 @@ def test_open_array_uses_the_engines_pipeline(tmp_path, engine):
     _output(tmp_path / "o.zarr", data)
     read = _io_pool.open_array(str(tmp_path / "a.zarr"), "", "r", engine=engine)
     write = _io_pool.open_array(str(tmp_path / "o.zarr"), "", "r+", write_empty=True, engine=engine)
-    assert type(read._async_array.codec_pipeline).__name__ == PIPELINES[engine]
+    assert type(codec_pipeline(read)).__name__ == PIPELINES[engine]
     writer = engine if _io_engines.ENGINES[engine].writes else "zarr"
-    assert type(write._async_array.codec_pipeline).__name__ == PIPELINES[writer]
-    assert write._async_array.config.write_empty_chunks  # with_config kept the engine's pipeline
+    assert type(codec_pipeline(write)).__name__ == PIPELINES[writer]
+    assert write.config.write_empty_chunks  # with_config kept the engine's pipeline
     assert _io_pool.open_array(str(tmp_path / "a.zarr"), "", "r", engine=engine) is read  # cached
     if engine != "zarr":  # the same array under another engine is another object
         assert _io_pool.open_array(str(tmp_path / "a.zarr"), "", "r", engine="zarr") is not read
     # zarr's own configuration is as it was outside the engine's block
-    assert type(zarr.open_array(str(tmp_path / "a.zarr"), mode="r")._async_array.codec_pipeline).__name__ == \
+    assert type(codec_pipeline(zarr.open_array(str(tmp_path / "a.zarr"), mode="r"))).__name__ == \
         "BatchedCodecPipeline"
 
 
@@ -158,7 +160,7 @@ def test_zarrs_drops_a_chunk_of_fill_values_so_it_does_not_write_outputs(tmp_pat
     _output(tmp_path / "o.zarr", data)
     with zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline", "codec_pipeline.strict": True}):
         out = zarr.open_array(str(tmp_path / "o.zarr"), mode="r+").with_config({"write_empty_chunks": True})
-        assert type(out._async_array.codec_pipeline).__name__ == "ZarrsCodecPipeline"
+        assert type(codec_pipeline(out)).__name__ == "ZarrsCodecPipeline"
         out[...] = data
     assert not (tmp_path / "o.zarr" / "c" / "2" / "0" / "0").exists()
     assert (tmp_path / "o.zarr" / "c" / "1" / "0" / "0").is_file()

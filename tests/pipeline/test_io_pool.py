@@ -1,4 +1,4 @@
-"""I/O processes (batchlu.pipeline._io_pool): shared buffers, the pool's requests and faults, and the data path
+"""I/O processes (batchlu.pipeline.worker._io_pool): shared buffers, the pool's requests and faults, and the data path
 and whole runs through them on the CPU backend (the same code as on the GPU, less the copies)."""
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from batchlu import kernels
 from batchlu import pipeline
 from _pipeline_helpers import complete_flags as _complete, recording, wait_partly_complete
 from batchlu.testing.matrices import generate, rhs as make_rhs
-from batchlu.pipeline import _io_pool
-from batchlu.pipeline._config import TESTING_TASK_DELAY
-from batchlu.pipeline._batches import BatchIO, run_batches
-from batchlu.pipeline._engines import HostEngine
-from batchlu.pipeline._io_pool import io_settings
+from batchlu.pipeline.worker import _io_pool, _shared_memory
+from batchlu.pipeline.config._settings import TESTING_TASK_DELAY
+from batchlu.pipeline.worker._batches import BatchIO, run_batches
+from batchlu.pipeline.worker._engines import HostEngine
+from batchlu.pipeline.worker._io_pool import io_settings
 from batchlu.pipeline._ops import output_specs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def _store(path, data, chunk, **kwargs):
 def _shared(shape, dtype, fill):
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape)) * dtype.itemsize
-    raw = _io_pool.shared_buffer(nbytes)
+    raw = _shared_memory.shared_buffer(nbytes)
     assert raw.nbytes >= nbytes and raw.nbytes % 4096 == 0  # whole pages
     out = raw[:nbytes].view(dtype).reshape(shape)
     out[...] = fill
@@ -57,21 +57,21 @@ def _shared(shape, dtype, fill):
 
 # ------------------------------------------------------------------------------------ shared buffers
 def test_shared_buffer_located_and_freed_with_its_last_view():
-    raw = _io_pool.shared_buffer(4096)
+    raw = _shared_memory.shared_buffer(4096)
     view = raw[256:1280].view(np.float64).reshape(8, 16)
-    name, fd, size, offset, shape, dtype = _io_pool.locate(view)
+    name, fd, size, offset, shape, dtype = _shared_memory.locate(view)
     assert (size, offset, shape, np.dtype(dtype)) == (4096, 256, (8, 16), np.float64)
-    assert _io_pool.locate(np.empty((8, 16))) is None  # ordinary memory
-    assert _io_pool.locate(view[:, ::2]) is None        # not contiguous
+    assert _shared_memory.locate(np.empty((8, 16))) is None  # ordinary memory
+    assert _shared_memory.locate(view[:, ::2]) is None        # not contiguous
     del raw
     gc.collect()
-    assert _io_pool.locate(view) is not None  # a view keeps the memory (and its record) alive
+    assert _shared_memory.locate(view) is not None  # a view keeps the memory (and its record) alive
     view[...] = 3.0
     link = f"/proc/self/fd/{fd}"
     assert name in os.readlink(link)
     del view
     gc.collect()
-    assert name not in _io_pool._SEGMENTS  # forgotten: the children drop their mapping next time
+    assert name not in _shared_memory._SEGMENTS  # forgotten: the children drop their mapping next time
     assert not os.path.lexists(link) or name not in os.readlink(link)  # its descriptor is closed
 
 
@@ -104,7 +104,7 @@ def test_errors_come_back_as_the_childs_exception(pool, tmp_path):
     assert type(info.value) is RuntimeError  # the codec's own error, not an IOProcessError (a subclass)
     with pytest.raises(FileNotFoundError):
         pool.read(str(tmp_path / "missing.zarr"), "", 0, 4, out).result(timeout=60)
-    with pytest.raises(ValueError, match="Expected a buffer from batchlu.pipeline._io_pool.shared_buffer"):
+    with pytest.raises(ValueError, match="Expected a buffer from batchlu.pipeline.worker._shared_memory.shared_buffer"):
         pool.read(str(tmp_path / "a.zarr"), "", 0, 4, np.empty((4, 4, 4)))
 
 
@@ -194,7 +194,7 @@ def test_data_path_resends_the_requests_of_a_killed_io_process(tmp_path):
 def test_io_processes_exit_when_their_worker_is_killed(tmp_path):
     code = textwrap.dedent("""
         import sys, time
-        from batchlu.pipeline import _io_pool
+        from batchlu.pipeline.worker import _io_pool
         pool = _io_pool.get_pool(2, 1)
         print(*pool.pids, flush=True)
         time.sleep(600)
@@ -288,10 +288,10 @@ def test_io_settings_defaults_and_overrides():
 
 def test_io_settings_are_checked():
     with pytest.raises(pipeline.errors.ConfigError, match="io-processes to be auto or an integer >= 0"):
-        pipeline._config.options({"io-processes": -1})
+        pipeline.config._settings.options({"io-processes": -1})
     with pytest.raises(pipeline.errors.ConfigError, match="io-threads to be auto or an integer >= 1"):
-        pipeline._config.options({"io-threads": "many"})
-    opts = pipeline._config.options({"io-processes": "auto", "io-threads": 3})
+        pipeline.config._settings.options({"io-threads": "many"})
+    opts = pipeline.config._settings.options({"io-processes": "auto", "io-threads": 3})
     assert (opts.io_processes, opts.io_threads) == (None, 3)
 
 
@@ -315,7 +315,7 @@ def test_run_with_io_processes_bit_identical_and_resumes(client, stores, tmp_pat
     ledger = zarr.open_array(str(tmp_path / "pooled.zarr"), path="_complete", mode="r+")
     ledger[1:4] = False
     zarr.open_array(str(tmp_path / "pooled.zarr"), path="inv", mode="r+")[10:40] = 0.0
-    pipeline._output.update(str(tmp_path / "pooled.zarr"), status="running")
+    pipeline.output._group.update(str(tmp_path / "pooled.zarr"), status="running")
     resumed = pipeline.run(stores["a"], str(tmp_path / "pooled.zarr"), op="inv", backend="cpu", client=client,
                            progress=False, resume=True, config=io)
     assert resumed.status == "complete" and resumed.skipped == 23 and resumed.processed == 30
@@ -345,7 +345,7 @@ def test_worker_with_io_processes_killed_mid_run(client, tmp_path):
         wait_partly_complete(out)
         children = [int(p) for task in Path(f"/proc/{victim}/task").iterdir()
                     for p in (task / "children").read_text().split()
-                    if "batchlu.pipeline._io_child" in Path(f"/proc/{p}/cmdline").read_text()]
+                    if "batchlu.pipeline.worker._io_child" in Path(f"/proc/{p}/cmdline").read_text()]
         done_at_kill = int(_complete(out).sum())
         os.kill(victim, signal.SIGKILL)
         thread.join(300)

@@ -21,7 +21,8 @@ import zarr
 from _pipeline_helpers import complete_flags, outputs_of, sigkill, start_script, wait_for_chunks
 
 from batchlu import pipeline
-from batchlu.pipeline import _lock, errors
+from batchlu.pipeline import errors
+from batchlu.pipeline.output import _lock
 
 RUNNER = textwrap.dedent("""
     import sys
@@ -105,7 +106,7 @@ def test_lock_is_released_after_a_run_and_after_errors(client, stores, tmp_path,
         seen.append(json.loads(open(_lock_file(out)).read())["pid"])  # held while tasks run
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline._run, "_submit", interrupted)
+    monkeypatch.setattr(pipeline.client._submit, "submit", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pipeline.run(stores["a"], out, op="lu", overwrite=True, client=client, progress=False)
     assert seen == [os.getpid()] and not os.path.exists(_lock_file(out))

@@ -168,9 +168,9 @@ def test_corrupted_chunk_among_many_tasks(client, tmp_path):
 
 
 def test_backend_gpu_without_gpu(client, stores, tmp_path):
-    from batchlu.pipeline import _backends
+    from batchlu.pipeline.cluster import _devices
 
-    if _backends.gpu_available():
+    if _devices.gpu_available():
         pytest.skip("a GPU is present here")
     with pytest.raises(errors.BackendError, match="Expected a CUDA GPU"):
         pipeline.run(stores["a"], tmp_path / "o.zarr", op="lu", backend="gpu", client=client,

@@ -17,7 +17,8 @@ import pytest
 import zarr
 
 from batchlu import pipeline
-from batchlu.pipeline import _missing, errors
+from batchlu.pipeline import errors
+from batchlu.pipeline.store import _missing
 from batchlu.pipeline._ops import INFO_MISSING_INPUT, compute
 from batchlu.testing import matrices
 
@@ -192,7 +193,10 @@ def test_verify_refuses_minus_3_where_the_chunk_is_there(client, tmp_path):
 def test_task_checks_too(tmp_path):
     """A task run directly (``_tasks.process_range``, as on a worker) looks up the chunks as well:
     its result carries the error by default, -3 with fill."""
-    from batchlu.pipeline import _output, _ops, _plan, _store as store_mod, _tasks
+    from batchlu.pipeline import _ops, _plan
+    from batchlu.pipeline.output import _group
+    from batchlu.pipeline.store import _arrays
+    from batchlu.pipeline.worker import _tasks
 
     source, a = _store(tmp_path / "a.zarr", seed=8)
     os.remove(tmp_path / "a.zarr" / "c" / "0" / "0" / "0")
@@ -200,8 +204,8 @@ def test_task_checks_too(tmp_path):
     specs = _ops.output_specs("inv", N, np.float64)
     plan = _plan.make_plan(COUNT, 4096, memory_budget=1 << 20, max_tasks=4, input_chunk=CHUNK, chunk=CHUNK)
     settings = pipeline.Options(io_processes=0)
-    _output.create(out, {"status": "running"}, specs, plan, settings.output_codec, settings.output_layout)
-    job = _tasks.Job(op="inv", input=store_mod.parse_ref(source), rhs=None, output=out,
+    _group.create(out, {"status": "running"}, specs, plan, settings.output_codec, settings.output_layout)
+    job = _tasks.Job(op="inv", input=_arrays.parse_ref(source), rhs=None, output=out,
                      outputs=tuple(s.name for s in specs), plan=plan, backend="cpu", settings=settings)
     failed = _tasks.process_range(job, 0, plan.n_chunks)
     assert isinstance(failed.error, errors.MissingChunkError) and "matrices 0:10" in str(failed.error)
@@ -228,7 +232,7 @@ def test_find_asks_only_for_the_chunks_of_the_range(tmp_path):
 def test_find_on_local_files_agrees_with_the_store(tmp_path, zarr_format, chunks):
     """Unsharded arrays in a local store are looked up with a stat per chunk file (no event loop):
     the same gaps as zarr's store finds, for v2 and v3 keys and chunks cut along every axis."""
-    from zarr.core.sync import sync
+    from batchlu.pipeline.store._zarr import sync
 
     source, _ = _store(tmp_path / "a.zarr", seed=10, chunks=chunks, zarr_format=zarr_format)
     array = zarr.open_array(source, mode="r")

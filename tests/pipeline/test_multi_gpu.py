@@ -23,10 +23,11 @@ import pytest
 import zarr
 
 from batchlu import pipeline
-from batchlu.pipeline._config import TESTING_TASK_DELAY
+from batchlu.pipeline.config._settings import TESTING_TASK_DELAY
 from _pipeline_helpers import assert_nothing_complete, complete_flags as _complete, \
     complete_flags_once_created, wait_partly_complete
-from batchlu.pipeline._gpu_cluster import make_gpu_cluster, visible_gpus
+from batchlu.pipeline.cluster._devices import visible_gpus
+from batchlu.pipeline.cluster._gpu_cluster import make_gpu_cluster
 from batchlu.pipeline.errors import BackendError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -59,13 +59,13 @@ def test_sparse_compute_writes_what_outputs_declares(op, dtype, k):
         assert got[o.name].dtype == o.dtype and got[o.name].shape == (count, *o.tail), o.name
     assert (got["info"] == 0).all()
     with pytest.raises(TypeError, match="sparse op"):
-        spec.ratios(values, got, b)   # their backward error needs the pattern: _verify_sparse
+        spec.ratios(values, got, b)   # their backward error needs the pattern: verify._sparse_rules
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("op", DENSE_OPS)
 def test_each_op_rates_its_own_results_and_verify_has_a_rule_per_ratio(op, dtype):
-    from batchlu.pipeline._verify_rules import rules_for
+    from batchlu.pipeline.verify._rules import rules_for
     from batchlu.testing.ratios import THRESHOLD
 
     spec = OP_TABLE[op]
@@ -84,7 +84,7 @@ def test_each_op_rates_its_own_results_and_verify_has_a_rule_per_ratio(op, dtype
 
 
 def test_verify_names_each_ops_ratio_from_the_table():
-    from batchlu.pipeline._verify_rules import rules_for
+    from batchlu.pipeline.verify._rules import rules_for
 
     assert [name for name, spec in OP_TABLE.items() if not spec.ratio_name] == ["ldlt-inertia"]
     for op in ("lu", "inv", "solve"):

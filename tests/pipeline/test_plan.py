@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchlu.pipeline._batches import sub_batches
+from batchlu.pipeline.worker._batches import sub_batches
 from batchlu.pipeline._plan import MIN_CHUNKS, Plan, bytes_per_matrix, make_plan, merge_tasks
 
 
@@ -74,7 +74,7 @@ def test_ledger_listing_matches_zarr(tmp_path):
     """The ledger is read by listing objects; it must agree with reading the array through zarr."""
     import zarr
 
-    from batchlu.pipeline import _ledger
+    from batchlu.pipeline.output import _ledger
 
     group = zarr.open_group(tmp_path / "o.zarr", mode="w")
     records = _ledger.create(group, 1000)
@@ -96,7 +96,7 @@ MiB = 2**20
 
 def inv_plan(count: int, n: int, input_chunk: int, *, inner=None, budget=256 * MiB, target=32 * MiB,
              dtype="float64") -> Plan:
-    """The plan ``batchlu.pipeline.run`` makes for ``op="inv"`` (same arithmetic as pipeline._run)."""
+    """The plan ``batchlu.pipeline.run`` makes for ``op="inv"`` (same arithmetic as pipeline.client._run)."""
     from batchlu.pipeline._ops import output_specs
 
     item = np.dtype(dtype).itemsize
@@ -199,7 +199,7 @@ def test_merged_tasks_cover_the_same_chunks_in_runs_that_touch(tasks, parts):
 
 
 def test_device_groups_hold_consecutive_batches_within_the_bytes():
-    from batchlu.pipeline._device_batches import group_batches
+    from batchlu.pipeline.worker._device_batches import group_batches
 
     batches = [(0, 256), (256, 512), (512, 768), (768, 1000), (2000, 2256)]
     assert group_batches(batches, 1000, 600_000) == [[(0, 256), (256, 512)], [(512, 768), (768, 1000)],
@@ -212,7 +212,7 @@ def test_ledger_objects_written_as_files_are_zarrs_bytes(tmp_path):
     same by zarr and by the ledger's own readers; a layout it does not know goes through zarr."""
     import zarr
 
-    from batchlu.pipeline import _ledger
+    from batchlu.pipeline.output import _ledger
 
     rng = np.random.default_rng()
     digests = rng.integers(1, 2**32, size=9, dtype=np.uint64).astype(np.uint32)

@@ -20,8 +20,9 @@ from _pipeline_helpers import (complete_flags, outputs_of, sigkill, start_script
                                wait_partly_complete)
 
 from batchlu import pipeline
-from batchlu.pipeline import _fingerprint, errors
-from batchlu.pipeline._config import TESTING_TASK_DELAY
+from batchlu.pipeline import errors
+from batchlu.pipeline.output import _fingerprint
+from batchlu.pipeline.config._settings import TESTING_TASK_DELAY
 
 POOL = {"io-processes": 2, "io-threads": 2}  # the size tests/pipeline/test_io_pool.py uses: no restart
 
@@ -36,7 +37,7 @@ def io(request):
 def _forget(out, chunks: slice) -> None:
     """As if the run had been killed: some chunks not recorded, the status "running"."""
     zarr.open_array(str(out), path="_complete", mode="r+")[chunks] = False
-    pipeline._output.update(str(out), status="running")
+    pipeline.output._group.update(str(out), status="running")
 
 
 def _snapshot(out) -> dict[str, bytes]:
@@ -152,9 +153,9 @@ def _resume_an_older_output(stores, client, tmp_path, config: dict, as_older):
     out, clean = tmp_path / "o.zarr", tmp_path / "clean.zarr"
     pipeline.run(stores["a"], clean, op="lu", client=client, progress=False, config={"chunk": 10})
     pipeline.run(stores["a"], out, op="lu", client=client, progress=False, config={"chunk": 10, **config})
-    settings = dict(pipeline._output.read_provenance(str(out))["settings"])
+    settings = dict(pipeline.output._group.read_provenance(str(out))["settings"])
     as_older(settings)
-    pipeline._output.update(str(out), settings=settings)
+    pipeline.output._group.update(str(out), settings=settings)
     _forget(out, slice(None))
     shutil.rmtree(out / "piv")
     report = pipeline.run(stores["a"], out, op="lu", resume=True, client=client, progress=False)
@@ -172,7 +173,7 @@ def test_resume_of_an_output_recording_output_compressor_keeps_its_codec(client,
     out, clean, group = _resume_an_older_output(stores, client, tmp_path, {"output-codec": "lz4"}, as_older)
     assert [type(c).__name__ for c in group["piv"].compressors] == ["LZ4", "Crc32cCodec"]   # made again as
     assert [type(c).__name__ for c in group["lu"].compressors] == ["LZ4", "Crc32cCodec"]    # it was made
-    recorded = pipeline._output.read_provenance(str(out))["settings"]
+    recorded = pipeline.output._group.read_provenance(str(out))["settings"]
     assert recorded["output_codec"] == "lz4" and "output_compressor" not in recorded
     got, want = outputs_of(str(out)), outputs_of(str(clean))
     assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
@@ -237,7 +238,7 @@ def test_resume_of_an_output_from_before_output_checksums_keeps_its_arrays_witho
     assert [type(c).__name__ for c in group["lu"].compressors] == ["ZstdCodec"]
     assert [type(c).__name__ for c in zarr.open_group(str(clean), mode="r")["lu"].compressors] == \
         ["ZstdCodec", "Crc32cCodec"]
-    assert pipeline._output.read_provenance(str(out))["settings"]["output_checksum"] == "none"
+    assert pipeline.output._group.read_provenance(str(out))["settings"]["output_checksum"] == "none"
     got, want = outputs_of(str(out)), outputs_of(str(clean))
     assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in want.items()}
 
@@ -384,7 +385,7 @@ def test_freshly_written_input_files_are_signed_by_their_bytes(tmp_path):
     x = np.random.default_rng(14).standard_normal((10, 3, 3))
     source = str(tmp_path / "a.zarr")
     zarr.create_array(source, shape=x.shape, chunks=(5, 3, 3), dtype="f8", compressors=None)[...] = x
-    ref = pipeline._store.parse_ref(source)
+    ref = pipeline.store._arrays.parse_ref(source)
     first = _fingerprint.signature(ref)
     assert first["files"] == 3 and _fingerprint.signature(ref, first["horizon"]) == first
     victim = os.path.join(source, "c", "1", "0", "0")
@@ -407,7 +408,7 @@ def test_the_signature_sees_a_write_through_a_symlinked_folder(tmp_path, monkeyp
     shutil.move(os.path.join(source, "c"), real)
     os.symlink(real, os.path.join(source, "c"))
     os.symlink(source, os.path.join(real, "loop"))
-    ref = pipeline._store.parse_ref(source)
+    ref = pipeline.store._arrays.parse_ref(source)
     before = _fingerprint.signature(ref)
     assert before["files"] >= 2 + 1  # both chunk files and zarr.json
     time.sleep(0.01)
@@ -472,7 +473,7 @@ def test_the_model_of_the_device_xxh3_is_xxhashs():
     the NumPy model of those passes gives xxhash's value around every stripe and block end."""
     import xxhash
 
-    from batchlu.pipeline import _xxh3
+    from batchlu.pipeline.output import _xxh3
 
     rng = np.random.default_rng(32)
     for length in (241, 252, 256, 1020, 1024, 1028, 1088, 2044, 2048, 2052, 4096 + 60, 64 * 1024 + 4):
@@ -580,14 +581,15 @@ def test_resume_refuses_a_missing_chunk_stored_later_as_its_fill_value(client, t
 def test_the_ledger_writes_each_digest_before_its_record(tmp_path, monkeypatch, plain_files):
     """Issue 38, R8: a chunk recorded complete always has its digest: each digest is written before
     the records (a kill between the two leaves a digest without a record, never the other way)."""
-    from batchlu.pipeline import _codecs, _ledger
+    from batchlu.pipeline.output import _ledger
+    from batchlu.pipeline.store import _files
 
     group = zarr.open_group(str(tmp_path / "o.zarr"), mode="w")
     complete = _ledger.create(group, 8)
     digests = zarr.open_array(str(tmp_path / "o.zarr"), path=_ledger.DIGESTS, mode="r+")
     writes = []
-    real = _codecs.write_file
-    monkeypatch.setattr(_codecs, "write_file", lambda path, parts: writes.append(path) or real(path, parts))
+    real = _files.write_file
+    monkeypatch.setattr(_files, "write_file", lambda path, parts: writes.append(path) or real(path, parts))
     if not plain_files:   # another store: zarr writes them, the digests' slice first
         monkeypatch.setattr(_ledger, "objects_folder", lambda array: None)
         setitem = zarr.Array.__setitem__

@@ -10,7 +10,7 @@ import pytest
 import zarr
 
 from batchlu import pipeline
-from batchlu.pipeline import _fingerprint
+from batchlu.pipeline.output import _fingerprint
 from batchlu.pipeline._ops import INFO_NOT_COMPUTED, compute
 
 from _pipeline_helpers import outputs_of
@@ -294,7 +294,7 @@ def test_matrices_larger_than_the_budget(client, tmp_path):
 
 def test_run_backend_overrides_the_config_and_none_keeps_it(monkeypatch):
     """``backend=None`` keeps ``batchlu.backend``; any name, ``auto`` included, wins over it."""
-    from batchlu.pipeline import _run
+    from batchlu.pipeline.client import _run
     from batchlu.pipeline.errors import ConfigError
 
     seen, real = [], _run.make_options

@@ -57,7 +57,7 @@ def test_outputs_shapes_dtypes_and_info(runs, sparse_store):
     assert inertia["info"][4] == -1 and inertia["info"][9] == 0   # ldlt-inertia reads no rhs
     expected = zarr.open_group(sparse_store, mode="r").attrs["sparse"]["inertia"]
     assert np.all(np.delete(inertia["inertia"], 4, 0) == expected)
-    record = pipeline._output.read_provenance(runs["ldlt-solve"])
+    record = pipeline.output._group.read_provenance(runs["ldlt-solve"])
     assert record["sparse"]["ordering"] == "amd" and record["sparse"]["n"] == n
 
 
@@ -221,7 +221,7 @@ def test_verify_sparse_backward_error_at_any_scale(scale):
     """Tridiagonal SPD matrices times 1e308 (||A||_inf overflows) or 1e-308 (subnormal entries):
     solutions computed at unit scale pass, halved ones fail. An infinite ||A|| made the backward
     error 0 and every halved solution passed."""
-    from batchlu.pipeline._verify_sparse import SparseBlock
+    from batchlu.pipeline.verify._sparse_rules import SparseBlock
     from batchlu.testing import matrices
 
     n, count = 6, 8

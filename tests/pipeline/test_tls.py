@@ -20,8 +20,8 @@ from _pipeline_helpers import assert_nothing_complete
 
 from batchlu import pipeline
 from batchlu.testing.matrices import generate
-from batchlu.pipeline import _cluster
-from batchlu.pipeline._gpu_cluster import make_security
+from batchlu.pipeline.cluster import _connect
+from batchlu.pipeline.cluster._gpu_cluster import make_security
 from batchlu.pipeline.errors import BatchluError
 
 
@@ -176,7 +176,7 @@ def test_client_with_another_cas_certificate_is_refused(secured_cluster, matrice
 def test_embedded_cluster_listens_with_tls_on_loopback(certs):
     opts = pipeline.options({**certs, "cluster.n-workers": 1, "cluster.threads-per-worker": 1,
                              "cluster.dashboard-address": "127.0.0.1:0"}, backend="cpu")
-    with _cluster.connect(opts) as client:
+    with _connect.connect(opts) as client:
         address = client.scheduler.address
         workers = list(client.scheduler_info()["workers"])
     assert address.startswith("tls://127.0.0.1:")

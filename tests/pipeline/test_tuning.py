@@ -12,7 +12,8 @@ import zarr
 from _pipeline_helpers import complete_flags
 
 from batchlu import pipeline
-from batchlu.pipeline import _fingerprint, errors, tuning
+from batchlu.pipeline import errors, tuning
+from batchlu.pipeline.output import _fingerprint
 
 
 def test_a_registered_engine_computes_the_run(client, stores, tmp_path):

@@ -327,7 +327,7 @@ def test_verify_judges_results_at_the_ends_of_the_range(client, tmp_path, op, sc
 def test_singular_claim_judged_at_any_scale():
     """A regular matrix times 1e308 reported singular (info 1, NaN inverse): its sigma_max was
     infinite, the ratio sigma_min / sigma_max 0, and the false claim passed."""
-    from batchlu.pipeline._verify_rules import Block, rules_for
+    from batchlu.pipeline.verify._rules import Block, rules_for
     from batchlu.testing import matrices
 
     a = matrices.generate("random", 6, "float64", seed=3, stop=4) * 1e308

@@ -1,5 +1,5 @@
-"""Before the tasks (batchlu.pipeline._warmup): the backend is resolved once, in the client, and the
-tasks get a concrete ``cpu`` or ``gpu``."""
+"""Before the tasks (batchlu.pipeline.cluster._devices, batchlu.pipeline.client._warmup): the backend is
+resolved once, in the client, and the tasks get a concrete ``cpu`` or ``gpu``."""
 
 from __future__ import annotations
 
@@ -10,21 +10,24 @@ import numpy as np
 import pytest
 
 from batchlu import pipeline
-from batchlu.pipeline import _backends, _warmup, errors
+from batchlu.pipeline import errors
+from batchlu.pipeline.client import _warmup
+from batchlu.pipeline.cluster import _devices
+from batchlu.pipeline.worker import _backends
 
 
 def test_resolve_backend_on_a_cpu_cluster(client):
-    assert _warmup.resolve_backend(client, "cpu") == "cpu"
-    if _backends.gpu_available():
+    assert _devices.resolve_on_workers(client, "cpu") == "cpu"
+    if _devices.gpu_available():
         pytest.skip("this machine has a GPU: auto would resolve to gpu")
-    assert _warmup.resolve_backend(client, "auto") == "cpu"
+    assert _devices.resolve_on_workers(client, "auto") == "cpu"
     with pytest.raises(errors.BackendError, match="Expected a CUDA GPU usable through CuPy"):
-        _warmup.resolve_backend(client, "gpu")
+        _devices.resolve_on_workers(client, "gpu")
 
 
 def test_tasks_get_the_backend_resolved_in_the_client(client, stores, tmp_path, monkeypatch):
     """The workers run in this process (the session's LocalCluster), so the tasks' calls show here."""
-    if _backends.gpu_available():
+    if _devices.gpu_available():
         pytest.skip("this machine has a GPU: auto would resolve to gpu")
     asked = []
     real = _backends.resolve
@@ -44,13 +47,13 @@ def test_tasks_get_the_backend_resolved_in_the_client(client, stores, tmp_path, 
 def test_the_embedded_cluster_decides_the_backend_once(stores, tmp_path, monkeypatch):
     """The embedded cluster is built for cpu or gpu: its tasks get that one, with no second
     resolution of auto on the workers."""
-    if _backends.gpu_available():
+    if _devices.gpu_available():
         pytest.skip("this machine has a GPU: auto would resolve to gpu")
     asked, probed = [], []
-    real_resolve, real_probe = _warmup.resolve_backend, _backends.probe
-    monkeypatch.setattr(_warmup, "resolve_backend", lambda client, name: asked.append(name) or
+    real_resolve, real_probe = _devices.resolve_on_workers, _devices.probe
+    monkeypatch.setattr(_devices, "resolve_on_workers", lambda client, name: asked.append(name) or
                         real_resolve(client, name))
-    monkeypatch.setattr(_backends, "probe", lambda name: probed.append(name) or real_probe(name))
+    monkeypatch.setattr(_devices, "probe", lambda name: probed.append(name) or real_probe(name))
     report = pipeline.run(stores["a"], str(tmp_path / "out.zarr"), op="inv", backend="auto", progress=False,
                           config={"cluster.processes": False, "cluster.n-workers": 1,
                                   "cluster.dashboard-address": "127.0.0.1:0"})
@@ -62,13 +65,13 @@ def test_a_sparse_run_warms_up_its_bound_op_on_values(client, tmp_path, monkeypa
     """The GPU workers' warm-up of a sparse op: the values' shape (N, nnz) and the pattern's analysis
     travel in the WarmUp; warming up runs the op bound to it on random values and reserves slots of
     the layout the tasks borrow (run here with the host engine: the GPU one is tested on a GPU)."""
-    from batchlu.pipeline import _buffers, _engines
+    from batchlu.pipeline.worker import _buffers, _engines
 
     source = pipeline.generate(tmp_path / "kkt.zarr", count=12, kind="saddle", size=90, chunk=4, seed=2)
     seen = []
     monkeypatch.setattr(_warmup, "prepare_workers", lambda client, job, options: seen.append(
         _warmup.warmup_for(job)))
-    monkeypatch.setattr(_warmup, "resolve_backend", lambda client, requested: "gpu")  # asks for a warm-up
+    monkeypatch.setattr(_devices, "resolve_on_workers", lambda client, requested: "gpu")  # asks for a warm-up
     monkeypatch.setattr(_warmup, "choose_codecs", lambda client, job: job)
     real = _backends.resolve
     monkeypatch.setattr(_backends, "resolve", lambda name: real("cpu"))   # the tasks compute on the host
@@ -102,7 +105,7 @@ def loaded():
 
 if __name__ == "__main__":
     from batchlu import pipeline
-    from batchlu.pipeline import _tasks
+    from batchlu.pipeline.worker import _tasks
 
     real, first = _tasks.run_batches, []
 

@@ -2,7 +2,7 @@
 array's write of that chunk has returned, for every op and every engine.
 
 The order is checked in one log per task, not by timing. The task runs here, in this process, as a
-worker runs it (:func:`batchlu.pipeline._tasks.process_range`), through a :class:`TaskIO` that logs:
+worker runs it (:func:`batchlu.pipeline.worker._tasks.process_range`), through a :class:`TaskIO` that logs:
 
 * ``("write", name, start, stop)`` when the write of output ``name``'s matrices ``[start, stop)``
   returned: the Zarr array's ``__setitem__`` in the worker process, or the I/O process's answer (the
@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 import zarr
 
-from batchlu.pipeline import _ledger, _output, _tasks
-from batchlu.pipeline._config import Options
+from batchlu.pipeline.output import _group, _ledger
+from batchlu.pipeline.worker import _tasks
+from batchlu.pipeline.config._settings import Options
 from batchlu.pipeline._ops import DENSE_OPS as OPS, output_specs
 from batchlu.pipeline._plan import Plan
-from batchlu.pipeline._store import ArrayRef
+from batchlu.pipeline.store._arrays import ArrayRef
 from batchlu.testing.matrices import generate, rhs as make_rhs
 
 COUNT, N, CHUNK = 37, 5, 4            # 10 chunks, the last one of a single matrix
@@ -166,7 +167,7 @@ def test_every_chunk_recorded_only_after_all_its_outputs_are_written(tmp_path, r
     out = str(tmp_path / "out.zarr")
     specs = output_specs(op, N, dtype, dtype if rhs else None, k)
     settings = Options(io_processes=io_processes, io_threads=2 if io_processes else None)
-    _output.create(out, {"settings": {}}, specs, PLAN, settings.output_codec, settings.output_layout)
+    _group.create(out, {"settings": {}}, specs, PLAN, settings.output_codec, settings.output_layout)
     job = _tasks.Job(op=op, input=ArrayRef(str(tmp_path / "a.zarr")), rhs=rhs, output=out,
                      outputs=tuple(s.name for s in specs), plan=PLAN, backend=backend, settings=settings)
 

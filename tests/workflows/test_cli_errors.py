@@ -159,8 +159,8 @@ def test_a_corrupt_chunk_ends_in_one_line_and_the_worker_log_has_the_rest(tmp_pa
 _LOGS_WHILE_CLOSING = """
 import logging, sys
 from distributed.diagnostics.plugin import WorkerPlugin
-from batchlu.pipeline import _cluster
-from batchlu.pipeline._config import options
+from batchlu.pipeline.config._settings import options
+from batchlu.pipeline.cluster import _connect
 
 class LogsWhileClosing(WorkerPlugin):
     # torn down after batchlu's WorkerLog (registered later): stands for what a closing worker
@@ -173,7 +173,7 @@ class LogsWhileClosing(WorkerPlugin):
 if __name__ == "__main__":
     settings = options({"cluster.n-workers": 1, "cluster.threads-per-worker": 1,
                         "cluster.dashboard-address": "127.0.0.1:0", "cluster.log-file": sys.argv[1]})
-    with _cluster.connect(settings) as client:
+    with _connect.connect(settings) as client:
         client.register_plugin(LogsWhileClosing())
 """
 

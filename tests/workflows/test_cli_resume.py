@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import zarr
 
-from batchlu.pipeline._config import TESTING_TASK_DELAY
+from batchlu.pipeline.config._settings import TESTING_TASK_DELAY
 
 
 def _one_line_error(result, *words):
@@ -59,7 +59,7 @@ def test_second_writer_is_refused_naming_the_owner(invoke, source, scheduler_add
     stamp = (out / "zarr.json").read_bytes()
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        from batchlu.pipeline import _lock
+        from batchlu.pipeline.output import _lock
 
         with open(str(out) + ".lock", "w") as f:
             json.dump({"host": socket.gethostname(), "pid": owner.pid, "token": "t" * 32,

@@ -11,7 +11,8 @@ from test_cli import assert_user_error
 
 @pytest.mark.parametrize("kind, size_args", [("fem-poisson", ("--size", 200)),
                                              ("fem-elasticity", ("--nodes", 64, "--dim", 3)),
-                                             ("power-grid", ("--nodes", 60))])
+                                             ("power-grid", ("--nodes", 60)),
+                                             ("kkt", ("--size", 120, "--delta", "1e-10"))])
 def test_generate_run_verify(invoke, scheduler_address, tmp_path, kind, size_args):
     source = tmp_path / "in.zarr"
     result = invoke("generate", source, "-N", 12, "--kind", kind, *size_args, "--chunk", 5, "--rhs-columns", 2)
@@ -48,6 +49,10 @@ def test_bad_sparse_commands(invoke, tmp_path):
                              "--rhs-out", tmp_path / "b.zarr"), "--rhs-out", code=2)
     assert_user_error(invoke("generate", tmp_path / "a.zarr", "-N", 2, "--kind", "saddle", "--size", 50,
                              "--dtype", "complex128"), "float32 or float64")
+    assert_user_error(invoke("generate", tmp_path / "a.zarr", "-N", 2, "--kind", "saddle", "--size", 50,
+                             "--delta", "1e-8"), "--delta", "kkt", code=2)
+    assert_user_error(invoke("generate", tmp_path / "a.zarr", "-N", 2, "--kind", "kkt", "--size", 50,
+                             "--delta", "-1"), "--delta", code=2)
     assert_user_error(invoke("generate", tmp_path / "d.zarr", "-N", 2, "--nodes", 9), "--size", code=2)
     assert invoke("generate", tmp_path / "d.zarr", "-N", 2, "--size", 3).exit_code == 0
     assert_user_error(invoke("run", tmp_path / "d.zarr", tmp_path / "o.zarr", "--op", "ldlt-solve"),

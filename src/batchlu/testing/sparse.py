@@ -1,5 +1,6 @@
 """Batches of sparse symmetric matrices that share one pattern: finite-element models swept over their
-coefficients, a saddle-point (mixed FEM) system and an optimal-power-flow KKT system.
+coefficients, a saddle-point (mixed FEM) system, an optimal-power-flow KKT system and a regularized
+KKT system with dependent constraints.
 
 Each generator builds a :class:`Problem` once: the pattern (lower triangle, CSR) and the values as an
 affine map of a few coefficients per sample, ``values = base + coefficients @ maps``. Sample ``i``'s
@@ -29,8 +30,20 @@ Kinds (``dim`` 2 or 3 for the FEM kinds):
     triangulation plus its shortest other edges up to a mean degree of 2.7 (as transmission grids
     have); no well-kept package generates grids of any size (pandapower and PYPOWER ship fixed
     cases), so the grid is synthetic. Inertia (generators + buses - 1, buses, 0).
+``kkt`` (symmetric indefinite, quasi-definite)
+    the regularized KKT matrix of an interior-point step, ``[[K, B^T], [B, -delta I]]``: ``K = L_w +
+    10^-2 I``, the Laplacian of a planar graph (the Delaunay triangulation of ``nodes`` random points
+    in the unit square) with log-normal edge weights (sigma 1) drawn per sample, plus a small shift;
+    ``B`` ``nodes / 4`` constraint rows ``+-(e_i - e_j)^T`` on the graph's edges, the three edges of
+    a random triangle for three in four of them and single edges for the rest, so that about a
+    quarter of the rows are linear combinations of others (a triangle's signed rows sum to zero;
+    the edges close further cycles; the description gives the count). ``delta`` (default 1e-8;
+    :data:`KKT_DELTAS` are the values the tests cover) is the regularization an interior-point
+    solver adds to the constraint block: the dependent directions leave A nonsingular, with
+    eigenvalues of size ``delta``. Inertia (vertices, constraint rows, 0) for ``delta > 0``;
+    ``delta = 0`` makes A exactly singular.
 
-``size`` asks for about that many unknowns; ``nodes`` for that many mesh nodes or buses.
+``size`` asks for about that many unknowns; ``nodes`` for that many mesh nodes, buses or graph vertices.
 """
 
 from __future__ import annotations
@@ -42,9 +55,12 @@ import numpy as np
 
 from batchlu.errors import ConfigError
 
-__all__ = ["KINDS", "Problem", "make"]
+__all__ = ["KINDS", "KKT_DELTAS", "Problem", "make"]
 
-KINDS = ("fem-poisson", "fem-elasticity", "saddle", "power-grid")
+KINDS = ("fem-poisson", "fem-elasticity", "saddle", "power-grid", "kkt")
+KKT_DELTAS = (1e-4, 1e-6, 1e-8, 1e-10)   # the kkt kind's regularizations that the tests and docs cover
+_KKT_ROWS = 0.25                         # kkt: constraint rows per vertex
+_KKT_SHIFT = 1e-2                        # kkt: K = Laplacian + this times I
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,14 +354,56 @@ def power_grid(nodes: int | None = None, size: int | None = None, seed: int = 0,
                    description=f"DC-OPF KKT, synthetic grid of {buses:,} buses, {nl:,} lines, {ng:,} generators")
 
 
+def kkt(nodes: int | None = None, size: int | None = None, seed: int = 0, delta: float = 1e-8) -> Problem:
+    """The ``kkt`` kind (module docstring): ``nodes`` graph vertices, or about ``size`` unknowns."""
+    from scipy.sparse.csgraph import connected_components
+    import scipy.sparse as sp
+    from scipy.spatial import Delaunay
+
+    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.floating)) or not 0 <= delta < math.inf:
+        raise ConfigError(f"Expected delta to be a finite number >= 0. Got {delta!r} instead.")
+    verts = int(nodes) if nodes is not None else max(4, int(round(size / (1 + _KKT_ROWS))))
+    rng = np.random.default_rng([int(seed), 31])
+    tri = Delaunay(rng.uniform(size=(verts, 2))).simplices
+    edges = np.unique(np.sort(np.concatenate([tri[:, [0, 1]], tri[:, [1, 2]], tri[:, [0, 2]]]), axis=1), axis=0)
+    ne = edges.shape[0]
+    want = max(3, int(round(_KKT_ROWS * verts)))                 # constraint rows
+    picked = tri[rng.choice(tri.shape[0], min(tri.shape[0], max(1, want // 4)), replace=False)]
+    cons = np.concatenate([picked[:, [0, 1]], picked[:, [1, 2]], picked[:, [0, 2]],
+                           edges[rng.choice(ne, max(0, want - 3 * picked.shape[0]), replace=False)]])
+    m = cons.shape[0]
+    sign = rng.choice([-1.0, 1.0], m)
+    n = verts + m
+    b = _Builder(n)
+    i, j = edges[:, 0], edges[:, 1]
+    for u, v, s in ((i, i, 1.0), (j, j, 1.0), (i, j, -1.0), (j, i, -1.0)):     # K: w_e (e_i - e_j)(e_i - e_j)^T
+        b.add(u, v, np.full(ne, s), np.arange(ne))
+    b.add(np.arange(verts), np.arange(verts), np.full(verts, _KKT_SHIFT), -1)    # ... + shift I
+    r = verts + np.arange(m)
+    b.add(r, cons[:, 0], sign, -1)                                               # B: +-(e_i - e_j)^T
+    b.add(r, cons[:, 1], -sign, -1)
+    b.add(r, r, np.full(m, -float(delta)), -1)                                   # -delta I
+    indptr, indices, base, maps = b.build(ne)
+    # B is the signed incidence matrix of the constraints' edges: its rank is the vertices they touch
+    # less the connected components they form
+    touched = np.unique(cons)
+    graph = sp.coo_array((np.ones(m), (cons[:, 0], cons[:, 1])), shape=(verts, verts))
+    components = connected_components(graph, directed=False)[0] - (verts - touched.size)
+    dependent = m - (touched.size - components)
+    return Problem("kkt", "sym-indef", n, indptr, indices, base, maps, _lognormal(ne, 1.0),
+                   inertia=(verts, m, 0) if delta > 0 else None,
+                   description=f"regularized KKT, Laplacian of a {verts:,}-vertex planar graph, {m:,} constraint "
+                               f"rows ({dependent:,} dependent), delta {float(delta):g}")
+
+
 # Peak memory a built unknown takes while :func:`make` runs (measured at 1e5-3e5 unknowns: scikit-fem's
 # element matrices, the pattern, the coefficient maps), bytes with a margin of about 1.3, and the
 # unknowns a node carries.
 _BUILD_BYTES = {("fem-poisson", 2): 4_000, ("fem-poisson", 3): 22_000, ("fem-elasticity", 2): 12_000,
                 ("fem-elasticity", 3): 64_000, ("saddle", 2): 2_000, ("saddle", 3): 2_000,
-                ("power-grid", 2): 1_500, ("power-grid", 3): 1_500}
+                ("power-grid", 2): 1_500, ("power-grid", 3): 1_500, ("kkt", 2): 3_000, ("kkt", 3): 3_000}
 _PER_NODE = {"fem-poisson": lambda dim: 1, "fem-elasticity": lambda dim: dim, "saddle": lambda dim: 2.5,
-             "power-grid": lambda dim: 1}
+             "power-grid": lambda dim: 1, "kkt": lambda dim: 1 + _KKT_ROWS}
 
 
 def build_bytes(kind: str, *, nodes: int | None = None, size: int | None = None, dim: int = 2) -> int:
@@ -355,8 +413,10 @@ def build_bytes(kind: str, *, nodes: int | None = None, size: int | None = None,
     return int(unknowns * _BUILD_BYTES.get((kind, dim), max(_BUILD_BYTES.values())))
 
 
-def make(kind: str, *, nodes: int | None = None, size: int | None = None, dim: int = 2, seed: int = 0) -> Problem:
-    """The :class:`Problem` of ``kind`` with about ``nodes`` nodes or ``size`` unknowns (one of them)."""
+def make(kind: str, *, nodes: int | None = None, size: int | None = None, dim: int = 2, seed: int = 0,
+         delta: float | None = None) -> Problem:
+    """The :class:`Problem` of ``kind`` with about ``nodes`` nodes or ``size`` unknowns (one of them);
+    ``delta`` is the ``kkt`` kind's regularization (None: its default, 1e-8)."""
     if kind not in KINDS:
         raise ConfigError(f"Expected kind to be one of {', '.join(KINDS)}. Got {kind!r} instead.")
     if (nodes is None) == (size is None):
@@ -367,6 +427,10 @@ def make(kind: str, *, nodes: int | None = None, size: int | None = None, dim: i
             raise ConfigError(f"Expected {name} to be an integer >= 4. Got {value!r} instead.")
     if dim not in (2, 3):
         raise ConfigError(f"Expected dim 2 or 3. Got {dim!r} instead.")
+    if delta is not None and kind != "kkt":
+        raise ConfigError(f"Expected delta only with kind kkt. Got delta={delta!r} with kind {kind} instead.")
+    if kind == "kkt":
+        return kkt(nodes=nodes, size=size, seed=seed, delta=1e-8 if delta is None else delta)
     if kind == "power-grid":
         return power_grid(nodes=nodes, size=size, seed=seed)
     return {"fem-poisson": fem_poisson, "fem-elasticity": fem_elasticity, "saddle": saddle}[kind](

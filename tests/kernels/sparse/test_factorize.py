@@ -1,5 +1,6 @@
 """The CPU numeric LDL^T: reconstruction against a dense reference, solves with refinement on every
-generator in both precisions, inertia against eigvalsh, static pivoting, the info codes; every test
+generator in both precisions, inertia against eigvalsh, static pivoting and the second attempt at
+``eps ||A||`` (the regularized KKT family at every delta on the defaults), the info codes; every test
 on both CPU engines (compiled: ``_cpu_numba``, its BLAS and lane paths; NumPy: ``_cpu``)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import batchlu
 from batchlu.errors import InputError
 from batchlu.kernels.sparse import INFO_NONFINITE_INPUT, INFO_REFINEMENT
 from batchlu.testing import sparse as gen
+from batchlu.testing.ratios import get02
 
 from _exact_ldlt import expected_last_zero, last_zero_pivot_batch
 
@@ -327,3 +329,112 @@ def test_a_diagonal_only_pattern(k):
     assert np.all(ref <= THRESHOLD * n * np.finfo(float).eps)
     assert factor.inertia().tolist() == np.stack([(values > 0).sum(1), (values < 0).sum(1), 0 * values[:, 0]],
                                                  axis=1).tolist()
+
+
+def _check_solved(p, values, b, x, info, factor):
+    """Every matrix at info 0 with every element of x written and finite, in b's shape and the
+    values' dtype, and a normwise backward error <= 30 n eps: the factor's own, and LAPACK's ratio
+    (get02, 1-norms) recomputed from the dense float64 matrices."""
+    dtype = values.dtype
+    assert x.dtype == dtype and x.shape == b.shape and info.dtype == np.int32 and info.shape == (values.shape[0],)
+    assert np.all(info == 0), info
+    assert np.isfinite(x).all()
+    eps = np.finfo(dtype).eps
+    berr = factor.backward_error(b, x)
+    assert np.array_equal(berr, factor.last_backward_error)
+    assert np.all(berr <= THRESHOLD * p.n * eps), berr / (p.n * eps)
+    ratio = get02(_dense(p, values), x, b)
+    assert np.all(ratio <= THRESHOLD * p.n), ratio / p.n
+
+
+KKT_CASES = [(delta, "float64") for delta in gen.KKT_DELTAS] + [(1e-4, "float32")]
+
+
+@pytest.mark.parametrize("delta, dtype", KKT_CASES, ids=[f"{d:g}-{t}" for d, t in KKT_CASES])
+def test_the_kkt_family_solves_on_the_defaults(delta, dtype):
+    """[[K, B^T], [B, -delta I]] with dependent constraint rows: sqrt(eps) ||A|| replaces the pivots
+    -delta of the constraint rows (for delta <= 1e-8 here, some at 1e-6; in float32 all) and
+    refinement cannot undo that (-4 with the threshold given); on the defaults those matrices get
+    the second attempt at eps ||A||, which perturbs nothing, and every matrix solves. The factor
+    then holds the second attempt's factors: no pivot perturbed, A's inertia, and a second solve
+    needs no new attempt. (In float32 a delta below eps ||A||, 1e-5 here, is rounding: not covered.)"""
+    p = gen.make("kkt", size=300, seed=5, delta=delta)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+    values, b = p.values(0, 6, dtype, seed=12), p.rhs(0, 6, None, dtype, seed=12)
+    assert len({v.tobytes() for v in values}) == 6                      # a fresh matrix each
+    eps = float(np.finfo(dtype).eps)
+    alone = plan.factorize(values, pivot_tol=float(np.sqrt(eps)))
+    flagged = (alone.solve(b)[1] == INFO_REFINEMENT)
+    assert np.array_equal(flagged, alone.perturbed_pivots() > 0)        # the ones the threshold broke
+    if delta <= 1e-8 or dtype == "float32":
+        assert flagged.all()
+    elif delta <= 1e-6:
+        assert flagged.any()
+    factor = plan.factorize(values)
+    assert factor.retry_tol == eps
+    x, info = factor.solve(b)
+    _check_solved(p, values, b, x, info, factor)
+    assert np.array_equal(factor.retried(), flagged) and factor.retried().dtype == bool
+    assert np.all(factor.perturbed_pivots() == 0) and np.all(factor.info == 0)
+    assert np.all(factor.inertia() == np.array(p.inertia))
+    again, info_again = factor.solve(b)
+    assert np.array_equal(again, x) and np.all(info_again == 0) and np.all(factor.refine_steps <= 2)
+
+
+def test_the_second_attempt_takes_only_the_flagged_matrices():
+    """In a batch mixing matrices the threshold breaks (delta 1e-8), ones it does not (delta 1e-2 on
+    the same pattern), a non-finite one and one with a non-finite right-hand side, only the first
+    are factored again, and each matrix's results are those of its own attempt, bit for bit: the
+    second attempt's are those of pivot_tol=eps alone, the others' unchanged."""
+    p = gen.make("kkt", size=200, seed=6, delta=1e-8)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+    values, b = p.values(0, 7, seed=13), p.rhs(0, 7, 2, seed=13)
+    diagonal = np.flatnonzero(values[0] == -1e-8)
+    assert diagonal.size == p.inertia[1]                                 # the -delta entries
+    values[np.ix_([1, 4], diagonal)] = -1e-2
+    values[2, 5] = np.nan
+    b[6, 3, 1] = np.inf
+    factor = plan.factorize(values)
+    x, info = factor.solve(b)
+    assert info.tolist() == [0, 0, INFO_NONFINITE_INPUT, 0, 0, 0, INFO_NONFINITE_INPUT]
+    assert factor.retried().tolist() == [True, False, False, True, False, True, False]
+    eps = float(np.finfo(float).eps)
+    for rows, tol in (([0, 3, 5], eps), ([1, 4], None)):
+        own = plan.factorize(values[rows], pivot_tol=tol)
+        x_own, info_own = own.solve(b[rows])
+        assert np.array_equal(x[rows], x_own) and np.array_equal(info[rows], info_own)
+        assert np.array_equal(factor.last_backward_error[rows], own.last_backward_error)
+        assert np.array_equal(factor.pivots()[rows], own.pivots())
+    assert np.isnan(x[[2, 6]]).all()
+
+
+def test_a_singular_kkt_matrix_stays_minus_four():
+    """delta = 0 with dependent constraint rows: A is exactly singular. The second attempt has to
+    perturb pivots too (below eps ||A||: rounding), so it is not taken: -4, x the first attempt's
+    best iterate (finite), the factor the first attempt's."""
+    p = gen.make("kkt", size=200, seed=7, delta=0.0)
+    assert p.inertia is None
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+    values, b = p.values(0, 3, seed=14), p.rhs(0, 3, None, seed=14)
+    first = plan.factorize(values, pivot_tol=float(np.sqrt(np.finfo(float).eps)))
+    x_first, _ = first.solve(b)
+    factor = plan.factorize(values)
+    x, info = factor.solve(b)
+    assert info.tolist() == [INFO_REFINEMENT] * 3 and not factor.retried().any()
+    assert np.isfinite(x).all() and np.array_equal(x, x_first)
+    assert np.all(factor.last_backward_error > p.n * np.finfo(float).eps)
+    assert np.array_equal(factor.perturbed_pivots(), first.perturbed_pivots()) and np.all(first.perturbed_pivots() > 0)
+    again, info_again = factor.solve(b)                                 # one second attempt per factor
+    assert np.array_equal(again, x) and np.array_equal(info_again, info)
+
+
+def test_a_threshold_given_gets_no_second_attempt():
+    """pivot_tol given (the caller's threshold), or static pivoting off: no second attempt."""
+    p = gen.make("kkt", size=200, seed=8, delta=1e-8)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+    values, b = p.values(0, 2, seed=15), p.rhs(0, 2, None, seed=15)
+    factor = plan.factorize(values, pivot_tol=1e-8)
+    assert factor.retry_tol is None
+    _, info = factor.solve(b)
+    assert info.tolist() == [INFO_REFINEMENT] * 2 and not factor.retried().any()
+    assert plan.factorize(values, perturb=False).retry_tol is None

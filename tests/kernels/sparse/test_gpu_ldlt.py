@@ -5,7 +5,8 @@ on the host, where the same CUDA text is compiled by the C++ compiler and each l
 thread (``_cuda_on_host``: skipped without a compiler), with NumPy in CuPy's place. Checks:
 reconstruction ``P A P^T = L D L^T`` against a dense float64 reference (ratio < 30), solves with
 refinement on every generator in both precisions (normwise backward error <= 30 n eps, recomputed
-with the dense matrices), inertia against eigvalsh, indefinite and singular matrices, tiny pivots
+with the dense matrices), the regularized KKT family at every delta on the defaults (the second
+attempt of ``solve``), inertia against eigvalsh, indefinite and singular matrices, tiny pivots
 with perturbation and refinement, non-finite input in a mixed batch, the info codes, a matrix's
 results independent of the batch around it and of the order the threads run in, and agreement with
 the CPU backend's codes and counts.
@@ -25,6 +26,7 @@ from batchlu.errors import InputError
 from batchlu.kernels._info import INFO_NONFINITE_INPUT, INFO_REFINEMENT
 from batchlu.kernels.sparse import _gpu, _gpu_maps
 from batchlu.testing import sparse as gen
+from batchlu.testing.ratios import get02
 
 THRESHOLD = 30
 Device = collections.namedtuple("Device", "name xp factorize host")
@@ -347,6 +349,85 @@ def test_refinement_short_of_tolerance_is_minus_four(device):
     assert np.all(device.host(info) == INFO_REFINEMENT)
     assert np.isfinite(device.host(x)).all()
     assert np.all(device.host(factor.last_backward_error) > 1e-12)
+
+
+KKT_CASES = [(delta, "float64") for delta in gen.KKT_DELTAS] + [(1e-4, "float32")]
+
+
+@pytest.mark.parametrize("delta, dtype", KKT_CASES, ids=[f"{d:g}-{t}" for d, t in KKT_CASES])
+def test_the_kkt_family_solves_on_the_defaults(device, delta, dtype):
+    """The regularized KKT family at every delta on the defaults: the matrices the sqrt(eps) ||A||
+    threshold breaks get the second attempt at eps ||A|| (the shared rule of
+    tests/kernels/sparse/test_factorize.py) and every matrix solves to <= 30 n eps (the factor's
+    backward error, and get02 from the dense matrices); the same matrices retried as on the CPU, the
+    second attempt's factors kept (no perturbed pivot, A's inertia), a second solve the same."""
+    p = gen.make("kkt", size=300, seed=5, delta=delta)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+    values, b = p.values(0, 6, dtype, seed=12), p.rhs(0, 6, None, dtype, seed=12)
+    factor = device.factorize(plan, values)
+    x, info = factor.solve(device.xp.asarray(b))
+    berr = device.host(factor.backward_error(device.xp.asarray(b), x))
+    x, info = device.host(x), device.host(info)
+    assert x.dtype == np.dtype(dtype) and x.shape == b.shape and info.dtype == np.int32 and info.shape == (6,)
+    assert np.all(info == 0), info
+    assert np.isfinite(x).all()
+    eps = np.finfo(dtype).eps
+    assert np.all(berr <= THRESHOLD * p.n * eps), berr / (p.n * eps)
+    assert np.array_equal(berr, device.host(factor.last_backward_error))
+    assert np.all(get02(p.dense(values), x, b) <= THRESHOLD * p.n)
+    cpu = plan.factorize(values)
+    _, cpu_info = cpu.solve(b)
+    retried = device.host(factor.retried())
+    assert retried.dtype == bool and np.array_equal(retried, cpu.retried()) and np.array_equal(info, cpu_info)
+    if delta <= 1e-8 or dtype == "float32":
+        assert retried.all()
+    assert np.all(device.host(factor.perturbed_pivots()) == 0) and np.all(device.host(factor.info) == 0)
+    assert np.all(device.host(factor.inertia()) == np.array(p.inertia))
+    other = device.factorize(plan, p.values(6, 12, dtype, seed=12))   # the workspace's factors another's now
+    other.solve(device.xp.asarray(b))
+    again, info_again = factor.solve(device.xp.asarray(b))
+    assert np.array_equal(device.host(again), x) and np.all(device.host(info_again) == 0)
+
+
+def test_the_second_attempt_takes_only_the_flagged_matrices(device):
+    """A batch mixing matrices the threshold breaks, ones it does not, a non-finite matrix and a
+    non-finite right-hand side: only the first are factored again, and each matrix's results are
+    those of its own attempt on the device, bit for bit."""
+    p = gen.make("kkt", size=200, seed=6, delta=1e-8)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+    values, b = p.values(0, 7, seed=13), p.rhs(0, 7, 2, seed=13)
+    diagonal = np.flatnonzero(values[0] == -1e-8)
+    values[np.ix_([1, 4], diagonal)] = -1e-2
+    values[2, 5] = np.nan
+    b[6, 3, 1] = np.inf
+    factor = device.factorize(plan, values)
+    x, info = factor.solve(device.xp.asarray(b))
+    x, info = device.host(x), device.host(info)
+    assert info.tolist() == [0, 0, INFO_NONFINITE_INPUT, 0, 0, 0, INFO_NONFINITE_INPUT]
+    assert device.host(factor.retried()).tolist() == [True, False, False, True, False, True, False]
+    for rows, tol in (([0, 3, 5], float(np.finfo(float).eps)), ([1, 4], None)):
+        own = device.factorize(plan, values[rows], pivot_tol=tol)
+        x_own, info_own = own.solve(device.xp.asarray(b[rows]))
+        assert np.array_equal(x[rows], device.host(x_own)) and np.array_equal(info[rows], device.host(info_own))
+        assert np.array_equal(device.host(factor.last_backward_error)[rows], device.host(own.last_backward_error))
+        assert np.array_equal(device.host(factor.pivots())[rows], device.host(own.pivots()))
+    assert np.isnan(x[[2, 6]]).all()
+
+
+def test_a_singular_kkt_matrix_stays_minus_four(device):
+    """delta = 0 with dependent constraint rows (exactly singular): the second attempt perturbs pivots
+    too, so it is not taken: -4, the first attempt's finite best iterate, as on the CPU."""
+    p = gen.make("kkt", size=200, seed=7, delta=0.0)
+    plan = batchlu.sparse.analyze(p.indptr, p.indices, p.n, kind=p.matrix_kind)
+    values, b = p.values(0, 3, seed=14), p.rhs(0, 3, None, seed=14)
+    factor = device.factorize(plan, values)
+    x, info = factor.solve(device.xp.asarray(b))
+    assert device.host(info).tolist() == [INFO_REFINEMENT] * 3 and not device.host(factor.retried()).any()
+    assert np.isfinite(device.host(x)).all() and np.all(device.host(factor.perturbed_pivots()) > 0)
+    assert np.all(device.host(factor.last_backward_error) > p.n * np.finfo(float).eps)
+    first = device.factorize(plan, values, pivot_tol=float(np.sqrt(np.finfo(float).eps)))
+    x_first, _ = first.solve(device.xp.asarray(b))
+    assert np.array_equal(device.host(x), device.host(x_first))
 
 
 def test_nonfinite_values_and_rhs_in_a_mixed_batch(device):

@@ -1,0 +1,123 @@
+"""What a run reports: counts, throughput and where the work and the time went, with a readable repr.
+
+The time of a run, in three parts that add up to less than its whole (:attr:`Report.wall`; the rest is
+the checks before the tasks, the output's creation or the resume checks, and closing the cluster):
+
+* ``cluster_start``: connecting to the cluster, or starting the embedded one;
+* ``warmup``: asking the workers which backend they run and setting them up for the run: the op's
+  kernels compiled or loaded from their disk caches (numba's on the CPU, CuPy's on the GPU), and on
+  the GPU the device, allocator, pinned buffers and I/O processes (:mod:`batchlu.pipeline.client._warmup`);
+* ``elapsed``: the compute, from handing the tasks to the cluster to the last result. The rates
+  (matrices/s, GB/s) are over this part only, so that a short job's rate is not its start-up's.
+
+``read_s``, ``compute_s`` and ``write_s`` are the tasks' stage times summed over the tasks (the
+stages overlap, within a task and across the worker threads): they say which stage the tasks
+spent their time in, not how long the run took.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .._ops import InfoCounts
+
+
+@dataclasses.dataclass
+class Report:
+    output: str
+    op: str
+    count: int                 # N, matrices in the input
+    processed: int = 0         # matrices computed by this run
+    skipped: int = 0           # matrices already complete (resume)
+    ok: int = 0                # info == 0, over the whole output
+    singular: int = 0          # info > 0
+    nonfinite: int = 0         # info == -1: the input holds NaN or Inf
+    nonfinite_result: int = 0  # info == -2: finite input, non-finite result (overflow)
+    missing: int = 0           # info == -3: input chunk missing (batchlu.missing-chunks: fill)
+    refinement: int = 0        # info == -4: sparse solves whose refinement fell short of its tolerance
+    elapsed: float = 0.0       # compute: seconds from submitting the tasks to the last result
+    submitted: bool = False    # tasks were handed to the cluster (internal: decides cleanup on failure)
+    cluster_start: float = 0.0  # seconds to connect, or to start the embedded cluster
+    warmup: float = 0.0        # seconds to resolve the backend and set up the workers (GPU: compile)
+    wall: float = 0.0          # seconds of the whole run, from the call to its return
+    read_s: float = 0.0        # the tasks' read, compute and write stages, summed over the tasks
+    compute_s: float = 0.0
+    write_s: float = 0.0
+    bytes_in: int = 0          # bytes read by this run's tasks
+    bytes_out: int = 0         # bytes written by this run's tasks
+    tasks: int = 0
+    backend: str = "auto"      # as requested
+    backends: tuple[str, ...] = ()   # as resolved on the workers
+    per_worker: dict[str, int] = dataclasses.field(default_factory=dict)  # matrices per worker
+    status: str = "complete"
+    dashboard: str | None = None   # a cluster that outlives the run (a scheduler or client given); not the embedded one
+    codecs: dict[str, str] = dataclasses.field(default_factory=dict)  # GPU runs: array -> where its codec ran, why
+
+    @property
+    def counts(self) -> InfoCounts:
+        """The ``info`` counts, one per category (ok, singular, non-finite input, ...)."""
+        return InfoCounts(*(getattr(self, name) for name in InfoCounts._fields))
+
+    @counts.setter
+    def counts(self, value: InfoCounts) -> None:
+        for name, number in zip(InfoCounts._fields, value):
+            setattr(self, name, int(number))
+
+    def add(self, result) -> None:
+        """Add what a task reports (a :class:`batchlu.pipeline.worker._tasks.TaskResult`): its matrices,
+        ``info`` counts, bytes, stage times and worker."""
+        self.processed += result.matrices
+        self.counts = self.counts.plus(result.counts)
+        self.bytes_in += result.bytes_in
+        self.bytes_out += result.bytes_out
+        self.read_s += result.read_s
+        self.compute_s += result.compute_s
+        self.write_s += result.write_s
+        self.per_worker[result.worker] = self.per_worker.get(result.worker, 0) + result.matrices
+
+    @property
+    def matrices_per_s(self) -> float:
+        return self.processed / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def gb_in_per_s(self) -> float:
+        return self.bytes_in / 1e9 / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def gb_out_per_s(self) -> float:
+        return self.bytes_out / 1e9 / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def worker_share(self) -> dict[str, float]:
+        total = sum(self.per_worker.values())
+        return {w: m / total for w, m in sorted(self.per_worker.items())} if total else {}
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "matrices_per_s": self.matrices_per_s,
+                "gb_in_per_s": self.gb_in_per_s, "gb_out_per_s": self.gb_out_per_s}
+
+    def __repr__(self) -> str:
+        lines = [
+            f"batchlu {self.op}: {self.status}, {self.count:,} matrices -> {self.output}",
+            f"  {self.counts.describe()}",
+            f"  computed {self.processed:,} in {self.elapsed:.2f} s ({self.matrices_per_s:,.0f} "
+            f"matrices/s, {self.gb_in_per_s:.3f} GB/s in, {self.gb_out_per_s:.3f} GB/s out), "
+            f"{self.tasks:,} tasks",
+        ]
+        lines.append(f"  time: cluster start {self.cluster_start:.2f} s, warm-up {self.warmup:.2f} s, "
+                     f"compute {self.elapsed:.2f} s, total {self.wall:.2f} s"
+                     + (f"; dashboard {self.dashboard}" if self.dashboard else ""))
+        if self.processed:
+            lines.append(f"  task stages, summed over the tasks: read {self.read_s:.2f} s, "
+                         f"compute {self.compute_s:.2f} s, write {self.write_s:.2f} s")
+        if self.skipped:
+            lines.append(f"  skipped {self.skipped:,} already complete (resume)")
+        lines.append(f"  backend {self.backend} -> {', '.join(self.backends) or '-'}")
+        for name, where in self.codecs.items():
+            lines.append(f"  codec of {'the input' if name == 'a' else 'the right-hand side' if name == 'b' else name}: {where}")
+        if len(self.per_worker) > 1:
+            share = ", ".join(f"{w} {s:.0%}" for w, s in self.worker_share.items())
+            lines.append(f"  per worker: {share}")
+        return "\n".join(lines)
+
+    __str__ = __repr__

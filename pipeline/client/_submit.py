@@ -1,0 +1,125 @@
+"""The run's tasks on the cluster: connect (or start the embedded cluster), decide the backend and the
+codecs, set the workers up (:mod:`batchlu.pipeline.client._warmup`), submit one task per run of output
+chunks, and sum what they report into the run's :class:`batchlu.pipeline.client._report.Report` as
+they finish, with the progress bar (:mod:`batchlu.pipeline.client._progress`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+from .._plan import merge_tasks
+from ..cluster import _connect, _devices
+from ..worker._tasks import Job, process_range
+from . import _progress
+from ._report import Report
+
+__all__ = ["HOST_TASKS_PER_THREAD", "TASKS_PER_LANE", "submit"]
+
+TASKS_PER_LANE = 2   # GPU codec path: tasks per lane (pipeline.codecs._gpu.LANES per worker) after merging
+# The host path on GPU workers: tasks per worker thread after merging. A task of one chunk reads,
+# computes and writes it in turn; one of a few chunks overlaps its own batches too, which keeps more
+# requests in the I/O processes (docs/performance.md, "No regression of the host path").
+HOST_TASKS_PER_THREAD = 4
+
+
+# cluster.processes auto: the embedded CPU cluster's workers are threads of this process up to this
+# many bytes of input (a process start costs more than the run), processes above (the threads'
+# compute phase is bound by the GIL). 2-core VM, 1 GB: threads 8.5-9.3 s, processes 8.4-9.5 s from
+# start to exit; 4-50 MB: threads 3.0-4.3 s, processes 4.0-4.9 s (docs/performance.md, end to end).
+THREADS_UP_TO = 1 << 30
+
+
+def job_bytes(job: Job) -> int:
+    """Bytes of the run's input and right-hand sides (from their metadata)."""
+    from ..worker._batches import input_bytes
+
+    source = job.input.open("r")
+    rhs = job.rhs.open("r") if job.rhs is not None else None
+    return input_bytes(source, rhs) * int(source.shape[0])
+
+
+def submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None:
+    """Run ``tasks`` (chunk ranges) of ``job`` on the cluster ``connect`` names (a client, a
+    scheduler, or none: the embedded one), filling ``report`` in."""
+    from . import _warmup
+
+    t0 = time.perf_counter()
+    embedded = all(value is None for value in connect.values())
+    if embedded:
+        # the embedded cluster is built for one backend, decided here once: it is the tasks' too
+        opts = opts.replace(backend=_devices.resolve_embedded(opts.backend, opts.cluster.gpus))
+        if opts.cluster.processes is None:   # auto: threads of this process for small inputs
+            processes = job_bytes(job) > THREADS_UP_TO
+            opts = opts.replace(cluster=dataclasses.replace(opts.cluster, processes=processes))
+    with _connect.connect(opts, **connect) as client, _connect.performance_report(opts.performance_report):
+        dashboard = _connect.dashboard_link(client)
+        # the report keeps the link of a cluster that outlives the run only: the embedded one stops
+        # when the run returns (the progress line shows its link while it runs)
+        report.dashboard = None if embedded else dashboard
+        started = time.perf_counter()
+        report.cluster_start = started - t0
+        # cpu asks nothing; else one probe of the workers: the tasks get cpu or gpu (gpu fails here,
+        # before any task, where a worker has none)
+        job = dataclasses.replace(job, backend=_devices.resolve_on_workers(client, opts.backend))
+        job = _warmup.choose_codecs(client, job)  # GPU runs: where each array's chunks are decoded/encoded
+        report.codecs = {name: f"{c.device} ({c.reason})" for name, c in (job.codecs or {}).items()}
+        _warmup.prepare_workers(client, job, opts)  # kernels compiled; GPU: device, allocator, pinned
+        submitted = time.perf_counter()
+        report.warmup = submitted - started
+        tasks = _merged(tasks, job, client, report)
+        report.submitted = True  # from here on tasks may write: a failure keeps the output
+        backends = _collect(client, job, tasks, report, show, dashboard)
+        report.elapsed = time.perf_counter() - submitted
+        report.backends = tuple(sorted(backends))
+
+
+def _merged(tasks, job: Job, client, report: Report) -> list:
+    """``tasks`` merged into a few long ones per worker thread where the GPU workers gain from it."""
+    if any(c.device == "gpu" for c in (job.codecs or {}).values()):
+        # the GPU codec path: a few long tasks per lane of each worker (see _plan.merge_tasks)
+        from ..codecs._gpu import LANES
+
+        tasks = merge_tasks(tasks, TASKS_PER_LANE * sum(min(n, LANES) for n in client.nthreads().values()))
+        report.tasks = len(tasks)
+    elif job.backend == "gpu" and job.symbolic is None:
+        # the host path on GPU workers: a few chunks per task (see HOST_TASKS_PER_THREAD)
+        tasks = merge_tasks(tasks, HOST_TASKS_PER_THREAD * sum(client.nthreads().values()))
+        report.tasks = len(tasks)
+    return tasks
+
+
+def _collect(client, job: Job, tasks, report: Report, show: bool, dashboard: str | None) -> set:
+    """Submit one task per chunk range of ``tasks`` and add each result to ``report`` as it comes
+    back; an error raised on purpose in a task is raised here, and the tasks left are cancelled.
+    Returns the backends the tasks ran on, with those ``report`` had."""
+    from distributed import as_completed
+
+    c0s, c1s = [t[0] for t in tasks], [t[1] for t in tasks]
+    # a sparse op's Job holds its pattern's analysis (arrays of the size of L): sent to every
+    # worker once, not pickled into every task
+    shipped = client.scatter(job, broadcast=True, hash=False) if job.symbolic is not None else job
+    futures = client.map(process_range, [shipped] * len(tasks), c0s, c1s, pure=False,
+                         key=[f"batchlu-{job.op}-{c0}-{c1}-{os.getpid()}-{time.time_ns()}"
+                              for c0, c1 in tasks])
+    total = sum(job.plan.chunk_range(c0, c1)[1] - job.plan.chunk_range(c0, c1)[0]
+                for c0, c1 in tasks)
+    bar = _progress.progress(futures, total, enabled=show, label=f"batchlu {job.op}",
+                             dashboard=dashboard)  # widget in Jupyter, text bar in a terminal
+    backends = set(report.backends)
+    try:
+        for future in as_completed(futures):
+            result = future.result()
+            if result.error is not None:   # raised on purpose in the task (missing chunk, ...)
+                raise result.error
+            bar.update(result.matrices)
+            report.add(result)
+            backends.add(result.backend)
+    except BaseException:
+        client.cancel(futures)
+        raise
+    finally:
+        bar.close()
+    return backends

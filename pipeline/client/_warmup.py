@@ -1,0 +1,92 @@
+"""Before the tasks, once the backend is decided (:func:`batchlu.pipeline.cluster._devices.resolve_on_workers`):
+choose where each array's chunks are decoded and encoded (:func:`choose_codecs`), and set up the
+workers for the coming run: GPU workers (device, allocator, kernel warm-up, pinned buffers and I/O
+processes) through :class:`batchlu.pipeline.plugins.GPUSetup`, CPU workers (kernel warm-up: numba's
+compilation) through :class:`batchlu.pipeline.plugins.HostSetup`.
+
+Kept apart from the cluster (:mod:`batchlu.pipeline.cluster`), which knows nothing of the work that
+will run on it: this module reads the run's :class:`batchlu.pipeline.worker._tasks.Job`.
+"""
+
+from __future__ import annotations
+
+import zarr
+
+from ..config._settings import Options
+from ..plugins import GPUSetup, HostSetup, WarmUp
+from ..store._arrays import native_dtype
+from ..worker._batches import input_bytes, sub_batches
+
+__all__ = ["choose_codecs", "prepare_workers", "warmup_for"]
+
+
+def choose_codecs(client, job):
+    """``job`` with :attr:`codecs`: where each array's chunks are decoded or encoded
+    (:func:`batchlu.pipeline.codecs._choice.choose`), from one probe of the workers for nvCOMP. Only GPU runs
+    ask; a CPU run decodes on the host, as always."""
+    import dataclasses
+
+    from ..codecs import _choice, _gpu
+
+    if job.backend != "gpu":
+        return job
+    setting = job.settings.codec_device
+    nvcomp = None
+    if setting != "cpu":
+        answers = {why for why in client.run(_gpu.missing).values() if why}
+        nvcomp = sorted(answers)[0] if answers else None
+    arrays = {"a": job.input.open("r")}
+    if job.rhs is not None:
+        arrays["b"] = job.rhs.open("r")
+    for name in job.outputs:
+        arrays[name] = zarr.open_array(store=job.output, path=name, mode="r")
+    codecs = {name: _choice.choose(array, setting, gpu=True, nvcomp=nvcomp, reading=name in ("a", "b"))
+              for name, array in arrays.items()}
+    return dataclasses.replace(job, codecs=codecs)
+
+
+def prepare_workers(client, job, options: Options) -> None:
+    """Before the tasks: set up every worker for ``job``: on the GPU (device, allocator, kernel
+    warm-up, pinned buffers) through the :class:`batchlu.pipeline.plugins.GPUSetup` worker plugin, on
+    the CPU (the kernels compiled) through :class:`batchlu.pipeline.plugins.HostSetup`.
+
+    ``job.backend`` is the one :func:`batchlu.pipeline.cluster._devices.resolve_on_workers` gave;
+    ``auto`` (workers that disagree) sets up none.
+    """
+    if job.backend == "gpu":
+        client.register_plugin(GPUSetup(options, warmup=warmup_for(job)))
+    elif job.backend == "cpu":
+        client.register_plugin(HostSetup(warmup_for(job)))
+
+
+def warmup_for(job):
+    """The :class:`batchlu.pipeline.plugins.WarmUp` of a :class:`batchlu.pipeline.worker._tasks.Job`
+    (read from the metadata of its arrays; no data is read and nothing touches CUDA here)."""
+    source = job.input.open("r")
+    rhs = job.rhs.open("r") if job.rhs is not None else None
+    outputs = []
+    for name in job.outputs:
+        arr = zarr.open_array(store=job.output, path=name, mode="r")
+        outputs.append((name, tuple(int(d) for d in arr.shape[1:]), str(arr.dtype)))
+    plan = job.plan
+    first = sub_batches(plan, 0, max(1, min(plan.chunks_per_task, plan.n_chunks)))
+    batch = max((plan.chunk_range(b0, b1)[1] - plan.chunk_range(b0, b1)[0] for b0, b1 in first),
+                default=1)
+    sparse = job.symbolic is not None   # a sparse op reads values (N, nnz) of an n x n pattern
+    # the dtypes as the tasks read them: native byte order (pipeline.store._arrays.native_dtype)
+    return WarmUp(op=job.op, dtype=str(native_dtype(source.dtype)),
+                  n=int(job.symbolic.n if sparse else source.shape[1]), outputs=tuple(outputs),
+                  batch=max(1, batch),
+                  rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]),
+                                                str(native_dtype(rhs.dtype))),
+                  settings=job.settings, tail=tuple(int(d) for d in source.shape[1:]) if sparse else None,
+                  symbolic=job.symbolic, staging=_staging(job, source, rhs))
+
+
+def _staging(job, source, rhs) -> int:
+    """Input bytes per group of the GPU codec path (its lanes' staging buffers are sized for it at
+    warm-up): ``batchlu.device-batch-bytes``, or the whole input where that is less; 0 where no array
+    is decoded or encoded on the GPU."""
+    if not any(c.device == "gpu" for c in (job.codecs or {}).values()):
+        return 0
+    return min(int(job.settings.device_batch_bytes), input_bytes(source, rhs) * int(source.shape[0]))

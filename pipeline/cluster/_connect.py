@@ -1,0 +1,213 @@
+"""Where the tasks run: a client passed in, an existing scheduler, or an embedded LocalCluster.
+
+:func:`connect` is the one entry point. A scheduler given by address or file must answer as a Dask
+scheduler within ``batchlu.connect-timeout`` (distributed's own Client waits forever on a port that
+accepts the connection but speaks another protocol). The embedded cluster listens on 127.0.0.1 only
+(scheduler and dashboard), is sized by ``Options.cluster`` (distributed's own sizing where unset) and
+logs to a file (:mod:`batchlu.pipeline.cluster._logs`), not to the terminal. GPU clusters
+(LocalCUDACluster, one worker per GPU) and TLS security plug in here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+
+from ..config._settings import Options
+from ..errors import BatchluError, ClusterError, ConfigError
+from . import _devices, _gpu_cluster, _guard
+
+def _local_cluster(options: Options, security=None):
+    from distributed import LocalCluster
+
+    spec = options.cluster
+    kwargs = {"processes": bool(spec.processes), "host": spec.host,
+              "dashboard_address": spec.dashboard_address, "silence_logs": logging.ERROR}
+    if not spec.processes:  # distributed's default for threads, inproc://, does not take a host
+        kwargs["protocol"] = "tcp"
+    if spec.n_workers is not None:
+        kwargs["n_workers"] = spec.n_workers
+    if spec.threads_per_worker is not None:
+        kwargs["threads_per_worker"] = spec.threads_per_worker
+    if security is not None:  # TLS: see pipeline.cluster._gpu_cluster.make_security
+        kwargs.update(security=security, protocol="tls")
+    return LocalCluster(**kwargs)
+
+
+def _embedded_cluster(options: Options, gpu: bool, security=None):
+    """LocalCUDACluster (one worker process per GPU) for the GPU backend, else LocalCluster (worker
+    processes or threads of this process: ``batchlu.cluster.processes``, decided by then)."""
+    spec = options.cluster
+    if not gpu:
+        return _local_cluster(options, security)
+    devices = _devices.visible_gpus(spec.gpus)
+    threads = spec.threads_per_worker or _gpu_cluster.default_gpu_threads(len(devices))
+    return _gpu_cluster.make_gpu_cluster(devices, threads_per_worker=threads, security=security,
+                                         dashboard_address=spec.dashboard_address)
+
+
+def _scheduler_address(path: str) -> str:
+    """The ``address`` of a scheduler file written by ``dask scheduler --scheduler-file``."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"Expected the scheduler file {path} to exist. Got no such file instead.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"Expected the scheduler file {path} to be the JSON that `dask scheduler "
+                          f"--scheduler-file` writes. Got unreadable JSON instead ({exc}).") from None
+    address = record.get("address") if isinstance(record, dict) else None
+    if not isinstance(address, str) or not address.strip():
+        got = (f"address {record['address']!r}" if isinstance(record, dict) and "address" in record
+               else "no address" if isinstance(record, dict) else f"a JSON {type(record).__name__}")
+        raise ConfigError(f"Expected the scheduler file {path} to hold a scheduler \"address\" "
+                          f"(written by `dask scheduler --scheduler-file`). Got {got} instead.")
+    return address.strip()
+
+
+def _check_scheduler(address: str, security, timeout: float) -> None:
+    """Ask ``address`` who it is; refuse silence, a refusal or anything but a Dask scheduler."""
+    import asyncio
+
+    from distributed.core import rpc
+
+    async def identity():
+        args = security.get_connection_args("client") if security is not None else {}
+        remote = rpc(address, timeout=timeout, connection_args=args)
+        try:
+            return await remote.identity()
+        finally:
+            await remote.close_rpc()
+
+    box: dict = {}
+
+    def ask() -> None:  # a thread of its own: the caller may run an event loop (Jupyter)
+        try:
+            box["answer"] = asyncio.run(asyncio.wait_for(identity(), timeout))
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=ask, name="batchlu-scheduler-check", daemon=True)
+    thread.start()
+    thread.join(timeout + 5)
+    error = box.get("error")
+    if thread.is_alive() or isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        raise ClusterError(f"Expected a Dask scheduler to answer at {address} within {timeout:g} s "
+                           f"(batchlu.connect-timeout). Got no answer instead: is it the address of "
+                           f"a Dask scheduler?")
+    if error is not None:
+        root = error
+        while root.__cause__ is not None or root.__context__ is not None:
+            root = root.__cause__ or root.__context__
+        why = f"{type(error).__name__}: {error}"
+        if root is not error:  # e.g. the TLS handshake's own reason under distributed's comm error
+            why += f" ({type(root).__name__}: {root})"
+        raise ClusterError(f"Expected a Dask scheduler at {address}. Got {why} instead.") from error
+    answer = box.get("answer")
+    kind = answer.get("type") if isinstance(answer, dict) else None
+    if kind != "Scheduler":
+        raise ClusterError(f"Expected a Dask scheduler at {address}. Got {kind or 'another server'} "
+                           f"instead.")
+
+
+def _note_log(exc: BatchluError, log: str) -> BatchluError:
+    """``exc`` with the worker log named at the end of its message, when something was logged."""
+    if not os.path.isfile(log) or os.path.getsize(log) == 0:
+        return exc
+    return type(exc)(f"{exc} (Worker log: {log})")
+
+
+@contextlib.contextmanager
+def _embedded(options: Options, security) -> Iterator:
+    """The embedded cluster and its client; their logs go to the run's log file."""
+    from . import _logs  # imports distributed (the WorkerLog plugin): not at batchlu's import
+
+    # the backend decides the cluster (:func:`batchlu.pipeline.cluster._devices.resolve_embedded`)
+    gpu = _devices.resolve_embedded(options.backend, options.cluster.gpus) == "gpu"
+    if gpu or options.cluster.processes:   # spawned worker processes import the main script again
+        _guard.refuse_unguarded()
+    log = _logs.log_file(options.cluster.log_file)
+    restore = _logs.redirect(log)
+    try:
+        try:
+            with warnings.catch_warnings():
+                # a dashboard port in use (another run's): distributed takes a free port and says so
+                # in a 4-line UserWarning; the progress line shows the link it got
+                warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
+                cluster = _embedded_cluster(options, gpu, security)
+        except BatchluError:
+            raise
+        except Exception as exc:
+            script = _guard.rerun_main_script()
+            hint = (f" If {script} calls batchlu at its top level, put those calls under "
+                    f"`{_guard.GUARD}`: {_guard.RERUN}." if script else "")
+            raise _note_log(ClusterError(f"Expected the embedded local cluster to start. Got "
+                                         f"{type(exc).__name__}: {exc} instead.{hint}"), log) from exc
+        from distributed import Client
+
+        with cluster, Client(cluster, security=security) as client:
+            client.register_plugin(_logs.WorkerLog(log))
+            yield client
+    except BatchluError as exc:
+        noted = _note_log(exc, log)
+        if noted is exc:
+            raise
+        raise noted from exc
+    finally:
+        restore()
+
+
+@contextlib.contextmanager
+def connect(options: Options, *, client=None, scheduler: str | None = None,
+            scheduler_file: str | None = None) -> Iterator:
+    """Yield a ``distributed.Client``; close what this function opened, never a client passed in."""
+    given = [name for name, value in (("client", client), ("scheduler", scheduler),
+                                      ("scheduler_file", scheduler_file)) if value is not None]
+    if len(given) > 1:
+        raise ConfigError(f"Expected at most one of client, scheduler and scheduler_file. "
+                          f"Got {', '.join(given)} instead.")
+    if client is not None:
+        yield client
+        return
+    from distributed import Client
+
+    security = _gpu_cluster.make_security(options.cluster.tls_ca_file, options.cluster.tls_cert,
+                                          options.cluster.tls_key)
+    if scheduler_file is not None:
+        scheduler = _scheduler_address(scheduler_file)
+    if scheduler is not None:
+        _check_scheduler(scheduler, security, options.connect_timeout)
+        with Client(scheduler, security=security, timeout=options.connect_timeout) as connected:
+            yield connected
+        return
+    with _embedded(options, security) as embedded:
+        yield embedded
+
+
+def dashboard_link(client) -> str | None:
+    try:
+        return client.dashboard_link
+    except Exception:
+        return None
+
+
+@contextlib.contextmanager
+def performance_report(path: str | None):
+    """``distributed.performance_report`` to ``path`` (an HTML file) around the run, if asked for."""
+    if not path:
+        yield
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is None:
+        raise ConfigError(f"Expected the bokeh package for the performance report {path}. "
+                          f"Got no bokeh installed instead: pip install 'bokeh>=3.1'.")
+    from distributed import performance_report as report
+
+    with report(filename=str(path)):
+        yield

@@ -1,0 +1,172 @@
+"""What is at a path, and writing there: Zarr stores batchlu wrote, outputs that exist, whole files.
+
+* :func:`is_zarr_store`, :func:`written_by`: a folder with Zarr metadata at its root, and whether
+  ``batchlu run`` or ``batchlu generate`` wrote it;
+* :func:`occupied` / :func:`refuse_occupied`: the one test of "the output exists" (anything at the
+  path but an empty folder), for ``batchlu run``, ``batchlu generate`` and the command line alike;
+  :func:`check_replaceable` and :func:`remove`, what ``overwrite`` may delete and deletes;
+* :func:`check_output_path`: an output path apart from the inputs and writable, checked before
+  anything is written; :func:`naming_full_device`: a full device named by the store being written;
+* :func:`write_file`: a file written whole, through a temporary file renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import pathlib
+import shutil
+import tempfile
+
+import zarr
+
+from ..errors import OutputError, OutputExistsError
+
+_METADATA_FILES = ("zarr.json", ".zarray", ".zgroup")
+
+
+def has_metadata(path: str) -> bool:
+    """Whether ``path`` holds Zarr metadata at its root (``zarr.json``, ``.zarray`` or ``.zgroup``)."""
+    return any(os.path.exists(os.path.join(path, f)) for f in _METADATA_FILES)
+
+
+def is_zarr_store(path: str) -> bool:
+    return os.path.isdir(path) and has_metadata(path)
+
+
+def is_empty_folder(path: str) -> bool:
+    return os.path.isdir(path) and not os.listdir(path)
+
+
+def occupied(path: str) -> bool:
+    """Whether anything is at ``path`` that a new store written there would replace: anything but
+    nothing or an empty folder."""
+    return os.path.exists(path) and not is_empty_folder(path)
+
+
+def refuse_occupied(path: str, then: str, name: str | None = None) -> None:
+    """Raise :class:`OutputExistsError` when something is at ``path`` (:func:`occupied`), naming it
+    ``name`` (default: the path) and saying what to do ``then``."""
+    if occupied(path):
+        raise OutputExistsError(f"Expected {name or path} not to exist. Got an existing path instead; {then}.")
+
+
+def check_output_path(output: str | os.PathLike, inputs: list) -> str:
+    """Resolve the output path and check it can be written and does not overlap an input (``inputs``:
+    their :class:`batchlu.pipeline.store._arrays.ArrayRef`)."""
+    path = pathlib.Path(os.fspath(output)).expanduser().resolve()
+    for ref in inputs:
+        src = pathlib.Path(ref.path)
+        if path == src or src in path.parents or path in src.parents:
+            raise OutputError(f"Expected the output {path} to be apart from the input {ref}. "
+                              f"Got the same or a nested path instead.")
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"Expected the output {path} to be a Zarr store (a directory) or not to "
+                          f"exist. Got a regular file instead.")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputError(f"Expected the output's parent {parent} to be a directory. "
+                          f"Got a regular file instead.")
+    target = path if path.exists() else parent
+    try:  # os.access says yes to root everywhere: try a real write (read-only mounts, /proc, ...)
+        os.rmdir(tempfile.mkdtemp(prefix=".batchlu-probe-", dir=target))
+    except OSError as err:
+        raise OutputError(f"Expected the output location {target} to be writable. "
+                          f"Got {err.strerror or err} instead.") from None
+    return str(path)
+
+
+FULL_DEVICE = (errno.ENOSPC, errno.EDQUOT)   # "No space left on device", "Disk quota exceeded"
+
+
+@contextlib.contextmanager
+def naming_full_device(path, then: str):
+    """Inside the block, an :class:`OSError` that says the device is full (a write cut short, which
+    names no file) becomes an :class:`OutputError` naming ``path``, the store being written, and what
+    to do ``then`` once there is room."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in FULL_DEVICE:
+            raise
+        where = pathlib.Path(os.fspath(path)).expanduser().resolve()
+        raise OutputError(f"Expected room on the device to write {where}. Got \"{exc.strerror or exc}\" "
+                          f"instead: free some space, then {then}.") from exc
+
+
+# Who wrote a store, from the attributes at its root: a run's output group, or a generated array
+# (the second name marks one still being written, or killed while it was).
+WRITERS = {"batchlu": "run", "batchlu_generate": "generate", "batchlu_generate_incomplete": "generate"}
+
+
+def written_by(path: str) -> str | None:
+    """``"run"`` or ``"generate"`` for a store batchlu wrote at ``path``; None for anything else."""
+    if not is_zarr_store(path):
+        return None
+    try:
+        attrs = dict(zarr.open(store=path, mode="r").attrs)
+    except Exception:
+        return None
+    for key, writer in WRITERS.items():
+        if isinstance(attrs.get(key), dict):
+            return writer
+    return None
+
+
+def check_replaceable(path: str, *, writer: str, force: bool) -> None:
+    """Before ``overwrite`` deletes ``path``: refuse a Zarr store that ``batchlu <writer>`` did not
+    write, unless ``force`` (a user's own array is never deleted without a word)."""
+    if force or not os.path.exists(path) or not is_zarr_store(path):
+        return  # nothing there, an empty folder, or no Zarr store (that one is refused later)
+    found = written_by(path)
+    if found == writer:
+        return
+    got = f"the output of batchlu {found}" if found else "a Zarr store that batchlu did not write"
+    raise OutputError(f"Expected {path} to be written by batchlu {writer} before overwrite replaces it. "
+                      f"Got {got} instead; pass force=True (--force) with overwrite to delete it anyway.")
+
+
+def remove(path: str) -> None:
+    """Delete an existing output for ``overwrite``; only Zarr stores and empty folders."""
+    if is_empty_folder(path):
+        os.rmdir(path)
+    elif is_zarr_store(path):
+        shutil.rmtree(path)
+    else:
+        raise OutputError(f"Expected the output {path} to be a Zarr store before overwriting it. "
+                          f"Got a directory with other files instead; refusing to delete it.")
+
+
+IOV_MAX = 1024   # buffers one writev or preadv call may take (Linux's limit)
+
+
+def write_file(path: str, parts) -> None:
+    """Write ``parts`` (bytes-like) to ``path`` through a temporary file renamed into place, with as
+    few system calls as the parts allow (``writev`` of up to :data:`IOV_MAX` parts each; the GIL is
+    let go during each)."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".batchlu-", dir=folder)
+    try:
+        try:
+            views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+            i = 0
+            while i < len(views):
+                done = os.writev(fd, views[i:i + IOV_MAX])
+                while i < len(views) and done >= views[i].nbytes:
+                    done -= views[i].nbytes
+                    i += 1
+                if done:   # a short write inside part i: go on from there
+                    views[i] = views[i][done:]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,152 @@
+"""What runs on a worker: one task = a run of whole output chunks, processed batch by batch as
+read (and checksum the input read) → compute → write every output → record the chunks complete,
+through the batch loop (:mod:`batchlu.pipeline.worker._loop`) on the stages of the task's path (the host's,
+:mod:`batchlu.pipeline.worker._batches`, or the GPU codecs', :mod:`batchlu.pipeline.worker._device_batches`) with the
+engine of the task's backend (:mod:`batchlu.pipeline.worker._backends`). The task records live here:
+:class:`Job` (what to do) and :class:`TaskResult` (what it reports back); the task's arrays are a
+:class:`batchlu.pipeline.worker._task_io.TaskIO`.
+
+Before a batch is read, the chunks it needs are looked up in the input's store
+(:mod:`batchlu.pipeline.store._missing`): a missing one stops the task with a
+:class:`batchlu.pipeline.errors.MissingChunkError`, or (``batchlu.missing-chunks: fill``) its
+matrices get ``info`` -3. An error raised on purpose (:class:`BatchluError`: a missing or corrupt
+chunk) comes back to the client inside the :class:`TaskResult`, which raises it there: the task
+does not fail on the worker, so the worker logs no traceback of it.
+
+Every write of a batch's outputs and every record of its chunks is fenced with the run's lock token
+(:class:`batchlu.pipeline.output._lock.Fence`, in the :class:`Job`): a task whose run no longer holds the
+output's lock (its client was killed on an external cluster, another run took the output) stops
+with a :class:`batchlu.pipeline.errors.FencedError` before it writes anything more; with no client
+left to report to, the worker logs one line and goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+from . import _backends, _io_pool
+from ._batches import BatchIO, run_batches, sub_batches
+from ..config._settings import Options
+from ._loop import Record
+from .._ops import InfoTally, get_op
+from .._plan import Plan
+from ..store._arrays import ArrayRef
+from ._task_io import TaskIO
+from ..errors import BatchluError, FencedError
+
+logger = logging.getLogger("batchlu.tasks")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """Everything a task needs, small and picklable; the same object goes to every task."""
+
+    op: str
+    input: ArrayRef
+    rhs: ArrayRef | None
+    output: str
+    outputs: tuple[str, ...]
+    plan: Plan
+    backend: str = "auto"             # cpu or gpu, resolved in the client (auto: each worker its own)
+    settings: Options = dataclasses.field(default_factory=Options)   # the run's, whole
+    task_delay: float = 0.0           # batchlu-testing.task-delay: tests that interrupt a run only
+    codecs: dict | None = None        # GPU runs: array ("a", "b", outputs) -> pipeline._codecs.Choice
+    symbolic: object = None           # sparse ops: the pattern's batchlu.kernels.sparse.Plan
+    fence: object = None              # the run's pipeline._lock.Fence (None: tasks write unfenced)
+
+    def compute_op(self):
+        """What the batch loop computes with: the op's name, or for a sparse op the op bound to its
+        pattern's analysis and the run's settings."""
+        if self.symbolic is None:
+            return self.op
+        return get_op(self.op).bind(self.symbolic, self.settings)
+
+
+@dataclasses.dataclass
+class TaskResult(InfoTally):
+    """What a task reports back; the client sums these into the run's report."""
+
+    c0: int
+    c1: int
+    matrices: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    read_s: float = 0.0       # the batch loop's stage times (pipeline._batches.PathStats)
+    compute_s: float = 0.0
+    write_s: float = 0.0
+    worker: str = ""
+    backend: str = ""
+    error: BaseException | None = None   # an error raised on purpose in the task: the client raises it
+
+
+def _worker_address() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except Exception:
+        return "local"
+
+
+def io_pool_for(job: Job, engine):
+    """The worker's :class:`batchlu.pipeline.worker._io_pool.IOPool` for ``job``, or None for I/O in this process."""
+    processes, threads = _io_pool.io_settings(job.settings.io_processes, job.settings.io_threads, engine.name,
+                                              _worker_threads())
+    if processes == 0 or not _io_pool.supported():
+        return None
+    return _io_pool.get_pool(processes, threads).using(job.settings.io_engine)
+
+
+def _worker_threads() -> int:
+    try:
+        from distributed import get_worker
+
+        return int(get_worker().state.nthreads)
+    except Exception:
+        return os.cpu_count() or 1
+
+
+def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
+    """Chunks ``[c0, c1)`` of ``job`` through the batch loop, on ``engine``."""
+    _io_pool.tune_malloc()  # once per worker process: Zarr's chunk buffers reuse heap pages
+    io = TaskIO(job)
+    plan = job.plan
+    ranges = [plan.chunk_range(b0, b1) for b0, b1 in sub_batches(plan, c0, c1)]
+    where = {"a": (job.input.path, job.input.array), **{name: (job.output, name) for name in io.out}}
+    if job.rhs is not None:
+        where["b"] = (job.rhs.path, job.rhs.array)
+    batch_io = BatchIO(io.input, io.rhs, io.out, pool=io_pool_for(job, engine), where=where, lookup=io.missing,
+                       digest_chunk=plan.chunk)
+    record = Record(ledger=io, fence=job.fence, chunk=plan.chunk)
+    stored = {name: c.stored for name, c in (job.codecs or {}).items() if c.device == "gpu"}
+    if engine.name == "gpu" and stored:
+        from ._device_batches import DeviceIO, run_device_batches
+
+        dio = DeviceIO(batch_io, stored, plan.chunk, group_bytes=job.settings.device_batch_bytes,
+                       routed=frozenset(name for name, c in job.codecs.items() if c.route))
+        stats = run_device_batches(engine, job.compute_op(), dio, ranges, record=record, delay=job.task_delay)
+    else:
+        stats = run_batches(engine, job.compute_op(), batch_io, ranges, record=record, delay=job.task_delay)
+    address = _worker_address()
+    return TaskResult(c0, c1, matrices=stats.matrices, **stats.counts._asdict(), bytes_in=stats.bytes_in,
+                      bytes_out=stats.bytes_out, seconds=stats.wall_s, read_s=stats.read_s,
+                      compute_s=stats.compute_s, write_s=stats.write_s,
+                      worker=address if engine.name == "cpu" else f"{address} {engine.describe()}")
+
+
+def process_range(job: Job, c0: int, c1: int) -> TaskResult:
+    """Task body: output chunks ``[c0, c1)`` of ``job``, on the backend chosen here, on the worker."""
+    engine = _backends.resolve(job.backend)
+    try:
+        result = _run_task(engine, job, c0, c1)
+    except FencedError as exc:    # another run's output now: one line (the client may be gone)
+        logger.warning("chunks %d:%d of %s stopped: %s", c0, c1, job.output, exc)
+        result = TaskResult(c0, c1, worker=_worker_address(), error=exc)
+    except BatchluError as exc:   # the client raises it (see the module docstring); the log keeps the rest
+        logger.error("chunks %d:%d of %s failed", c0, c1, job.output, exc_info=True)
+        result = TaskResult(c0, c1, worker=_worker_address(), error=exc)
+    result.backend = engine.name
+    return result
