@@ -122,6 +122,32 @@ def _note_log(exc: BatchluError, log: str) -> BatchluError:
     return type(exc)(f"{exc} (Worker log: {log})")
 
 
+# How long a worker of the embedded cluster may take to close before it is killed. distributed's
+# own close gives a worker 4 s, then kills it and waits 1 s more for the kill, and raises TimeoutError
+# past that: on a loaded GPU machine a worker's CUDA teardown outlasted it, and a finished run ended
+# in a TimeoutError traceback.
+WORKER_CLOSE_S = 30
+
+
+@contextlib.contextmanager
+def _closing(cluster) -> Iterator:
+    """Close ``cluster`` on the way out, its workers first with ``WORKER_CLOSE_S`` each to end."""
+    import asyncio
+
+    try:
+        yield cluster
+    finally:
+        async def close_workers():
+            await asyncio.gather(*(worker.close(timeout=WORKER_CLOSE_S)
+                                   for worker in list(cluster.workers.values())),
+                                 return_exceptions=True)   # a worker that failed is closed below
+
+        try:
+            cluster.sync(close_workers)
+        finally:
+            cluster.close()
+
+
 @contextlib.contextmanager
 def _embedded(options: Options, security) -> Iterator:
     """The embedded cluster and its client; their logs go to the run's log file."""
@@ -150,9 +176,10 @@ def _embedded(options: Options, security) -> Iterator:
                                          f"{type(exc).__name__}: {exc} instead.{hint}"), log) from exc
         from distributed import Client
 
-        with cluster, Client(cluster, security=security) as client:
-            client.register_plugin(_logs.WorkerLog(log))
-            yield client
+        with _closing(cluster):
+            with Client(cluster, security=security) as client:
+                client.register_plugin(_logs.WorkerLog(log))
+                yield client
     except BatchluError as exc:
         noted = _note_log(exc, log)
         if noted is exc:
