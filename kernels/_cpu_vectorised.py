@@ -61,6 +61,19 @@ def _divide(x: np.ndarray, d: np.ndarray) -> np.ndarray:
     return (x * scale) / (d * scale)
 
 
+def _mul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x * y``, elementwise with broadcasting, each element rounded alone. NumPy's complex multiply
+    rounds a product differently by where it falls in the array (its vector loops, taken for some
+    strides and lengths, fuse a multiply and an add), so a matrix's factors would depend on the
+    matrices batched with it; real products and sums round each element alone, whatever the loop."""
+    if x.dtype.kind != "c" and y.dtype.kind != "c":
+        return x * y
+    out = np.empty(np.broadcast_shapes(x.shape, y.shape), np.result_type(x, y))
+    out.real = x.real * y.real - x.imag * y.imag
+    out.imag = x.real * y.imag + x.imag * y.real
+    return out
+
+
 def factor(a: np.ndarray, piv: np.ndarray) -> None:
     """LU of every matrix of ``a`` (B, n, n) in place, 0-based pivots into ``piv`` (B, n)."""
     n = a.shape[-1]
@@ -84,16 +97,16 @@ def factor(a: np.ndarray, piv: np.ndarray) -> None:
             col = a[:, j + 1:, j]
             tiny = (np.abs(pivot) < sfmin) | huge(pivot)     # these divide: 1 / pivot would not do
             if tiny.any():
-                col[...] = np.where(tiny[:, None], _divide(col, safe), col * (1 / safe))
+                col[...] = np.where(tiny[:, None], _divide(col, safe), _mul(col, 1 / safe))
             else:
-                col *= 1 / safe
+                col[...] = _mul(col, 1 / safe)
             # Rank-1 update of the rest of the panel only; rows move whole, so the swaps reach
             # the columns right of the panel as LAPACK's xLASWP would apply them afterwards.
-            a[:, j + 1:, j + 1:k1] -= col[:, :, None] * a[:, j, None, j + 1:k1]
+            a[:, j + 1:, j + 1:k1] -= _mul(col[:, :, None], a[:, j, None, j + 1:k1])
         if k1 < n:
             # U12 = L11^-1 A12 (unit lower triangular solve), then the trailing update.
             for j in range(k0, k1 - 1):
-                a[:, j + 1:k1, k1:] -= a[:, j + 1:k1, j, None] * a[:, j, None, k1:]
+                a[:, j + 1:k1, k1:] -= _mul(a[:, j + 1:k1, j, None], a[:, j, None, k1:])
             a[:, k1:, k1:] -= a[:, k1:, k0:k1] @ a[:, k0:k1, k1:]
 
 
@@ -116,7 +129,7 @@ def _triangular(lu: np.ndarray, x: np.ndarray) -> None:
         if k0:
             x[:, k0:k1] -= lu[:, k0:k1, :k0] @ x[:, :k0]
         for i in range(k0, k1 - 1):
-            x[:, i + 1:k1] -= lu[:, i + 1:k1, i, None] * x[:, i, None]
+            x[:, i + 1:k1] -= _mul(lu[:, i + 1:k1, i, None], x[:, i, None])
     for k1 in range(n, 0, -_PANEL):
         k0 = max(0, k1 - _PANEL)
         if k1 < n:
@@ -124,7 +137,7 @@ def _triangular(lu: np.ndarray, x: np.ndarray) -> None:
         for i in range(k1 - 1, k0 - 1, -1):
             x[:, i] = _divide(x[:, i], lu[:, i, i, None])
             if i > k0:
-                x[:, k0:i] -= lu[:, k0:i, i, None] * x[:, i, None]
+                x[:, k0:i] -= _mul(lu[:, k0:i, i, None], x[:, i, None])
 
 
 def substitute(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:

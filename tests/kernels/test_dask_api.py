@@ -156,3 +156,22 @@ def test_bad_shapes_and_dtypes_are_refused_before_any_compute():
     unknown = x[x[:, 0, 0] > 0]                      # unknown chunk sizes along the batch
     with pytest.raises(InputError, match="compute_chunk_sizes"):
         batchlu.inv(unknown)
+
+
+@pytest.mark.parametrize("n", [5, 23])   # the NumPy engine's vectorised LU below 10, LAPACK from 10
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_op_bitwise_the_in_memory_call_on_every_cpu_engine_and_chunking(cpu_engine, dtype, n):
+    """Chunks of 1, 2 and 7 matrices and an uneven rest: a matrix's results must not depend on the
+    matrices batched with it (NumPy's complex multiply rounds by position in the array)."""
+    a = _batch(n, dtype, 40, seed=11 + n)
+    b = matrices.rhs(n, 2, dtype, seed=12 + n, start=0, stop=40)
+    ref_lu, ref_piv, ref_info = batchlu.lu_factor(a)
+    ref = (ref_lu, ref_piv, ref_info, batchlu.lu_solve(ref_lu, ref_piv, b), *batchlu.inv(a),
+           *batchlu.solve(a, b), *batchlu.slogdet(a))
+    for chunks in [(1,) * 40, (2,) * 20, (7, 7, 7, 7, 7, 5), (1, 39)]:
+        x = da.from_array(a, chunks=(chunks, n, n))
+        lu, piv, info = batchlu.lu_factor(x)
+        got = dask.compute(lu, piv, info, batchlu.lu_solve(lu, piv, b), *batchlu.inv(x),
+                           *batchlu.solve(x, b), *batchlu.slogdet(x), scheduler="sync")
+        for g, r in zip(got, ref, strict=True):
+            _same_bits(g, r)
