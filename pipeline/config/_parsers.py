@@ -84,17 +84,22 @@ class AutoInteger:
         return number
 
 
+def _float(value) -> float | None:
+    """``value`` as a float, or None where it is not a number (a bool is not one)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Number:
     """A positive number."""
 
     def __call__(self, value, key: str) -> float:
-        try:
-            number = float(value)
-            if isinstance(value, bool):
-                raise ValueError
-        except (TypeError, ValueError):
-            number = None
+        number = _float(value)
         if number is None or not 0 < number < float("inf"):
             raise ConfigError(f"Expected batchlu.{key} to be a positive number. Got {value!r} instead.")
         return number
@@ -109,12 +114,7 @@ class NonNegative:
     def __call__(self, value, key: str) -> float | None:
         if value is None and self.optional:
             return None
-        try:
-            number = float(value)
-            if isinstance(value, bool):
-                raise ValueError
-        except (TypeError, ValueError):
-            number = None
+        number = _float(value)
         if number is None or not 0 <= number < float("inf"):
             raise ConfigError(f"Expected batchlu.{key} to be a number >= 0"
                               f"{' or null' if self.optional else ''}. Got {value!r} instead.")
