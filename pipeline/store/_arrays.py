@@ -17,7 +17,7 @@ import zarr
 from batchlu.kernels._validate import SUPPORTED_DTYPES  # the one dtype table
 
 from ..errors import CorruptInputError, InputError, InputNotFoundError
-from ._files import has_metadata
+from ._files import has_metadata, zarr_location
 from ._zarr import chunk_key
 
 _DTYPE_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
@@ -70,8 +70,18 @@ def native_dtype(dtype) -> np.dtype:
 def parse_ref(spec: str | os.PathLike, array: str | None = None) -> ArrayRef:
     """Split ``PATH:ARRAY`` (or take ``array`` separately) into an absolute :class:`ArrayRef`.
 
-    A spec whose whole text names an existing path is a path, even if it holds a colon.
+    A spec whose whole text names an existing path is a path, even if it holds a colon. In place of a
+    path: a ``zarr.Array``, a ``zarr.Group`` or ``zarr.storage.LocalStore`` (with ``array``, or as
+    ``(group or store, name)``), see :func:`batchlu.pipeline.store._files.zarr_location`.
     """
+    location = zarr_location(spec, "input", InputError)
+    if location is not None:
+        root, inner = location
+        inside = "/".join(part.strip("/") for part in (inner, array or "") if part.strip("/"))
+        return ArrayRef(str(pathlib.Path(root).expanduser().resolve()), inside)
+    if not isinstance(spec, (str, os.PathLike)):
+        raise InputError(f"Expected an input path (PATH or PATH:ARRAY), a zarr.Array, a zarr.Group or a "
+                         f"zarr.storage.LocalStore. Got a {type(spec).__name__} instead.")
     text = os.fspath(spec)
     if not text:
         raise InputError("Expected an input path, PATH or PATH:ARRAY. Got an empty string instead.")

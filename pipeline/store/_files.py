@@ -52,10 +52,54 @@ def refuse_occupied(path: str, then: str, name: str | None = None) -> None:
         raise OutputExistsError(f"Expected {name or path} not to exist. Got an existing path instead; {then}.")
 
 
+def zarr_location(obj, what: str, error: type = OutputError) -> tuple[str, str] | None:
+    """Where a zarr object given in place of a path lives: ``(directory, path inside it)`` of a
+    ``zarr.Array`` or ``zarr.Group``, of a ``zarr.storage`` store (its root), or of ``(group or store,
+    name)``; None for a path. A store that is not on the local file system (``LocalStore``) is refused
+    with one ``error`` naming ``what``: every other part of a run reads and writes files."""
+    name = ""
+    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], str):
+        obj, name = obj
+    if isinstance(obj, (zarr.Array, zarr.Group)):
+        store, inner = obj.store_path.store, obj.store_path.path
+    elif isinstance(obj, zarr.abc.store.Store):
+        store, inner = obj, ""
+    elif name:
+        raise error(f"Expected the {what} as (zarr.Group or zarr.storage store, array name). Got "
+                    f"({type(obj).__name__}, {name!r}) instead.")
+    else:
+        return None
+    if not isinstance(store, zarr.storage.LocalStore):
+        raise error(f"Expected the {what} on the local file system (a path, or a zarr object over "
+                    f"zarr.storage.LocalStore). Got a zarr object over {type(store).__name__} instead.")
+    return str(store.root), "/".join(part.strip("/") for part in (inner, name) if part.strip("/"))
+
+
+def output_path(output) -> str | os.PathLike:
+    """``output`` as a path: a path as given, the directory of a zarr group or local store (refused
+    where the store is read-only, or the object is an array: an output is a group of arrays)."""
+    if isinstance(output, zarr.Array):
+        raise OutputError(f"Expected the output as a path, a zarr.Group or a zarr.storage.LocalStore "
+                          f"(batchlu writes a group of arrays). Got the zarr.Array {output.path or '/'} instead.")
+    location = zarr_location(output, "output")
+    if location is None:
+        if not isinstance(output, (str, os.PathLike)):
+            raise OutputError(f"Expected the output as a path, a zarr.Group or a zarr.storage.LocalStore. "
+                              f"Got a {type(output).__name__} instead.")
+        return output
+    store = output[0] if isinstance(output, tuple) else output
+    store = store.store_path.store if isinstance(store, zarr.Group) else store
+    if store.read_only:
+        raise OutputError(f"Expected a writable store for the output. Got a read-only "
+                          f"{type(store).__name__} at {store.root} instead.")
+    root, inner = location
+    return os.path.join(root, *inner.split("/")) if inner else root
+
+
 def check_output_path(output: str | os.PathLike, inputs: list) -> str:
     """Resolve the output path and check it can be written and does not overlap an input (``inputs``:
     their :class:`batchlu.pipeline.store._arrays.ArrayRef`)."""
-    path = pathlib.Path(os.fspath(output)).expanduser().resolve()
+    path = pathlib.Path(os.fspath(output_path(output))).expanduser().resolve()
     for ref in inputs:
         src = pathlib.Path(ref.path)
         if path == src or src in path.parents or path in src.parents:
@@ -92,7 +136,7 @@ def naming_full_device(path, then: str):
     except OSError as exc:
         if exc.errno not in FULL_DEVICE:
             raise
-        where = pathlib.Path(os.fspath(path)).expanduser().resolve()
+        where = pathlib.Path(os.fspath(output_path(path))).expanduser().resolve()
         raise OutputError(f"Expected room on the device to write {where}. Got \"{exc.strerror or exc}\" "
                           f"instead: free some space, then {then}.") from exc
 
