@@ -24,11 +24,12 @@ import numpy as np
 from batchlu.errors import InputError, InputTypeError, LinAlgError
 
 from . import _dask, _info
-from ._validate import check_dtype, check_piv, check_rhs, check_square, is_cupy
+from ._validate import check_dtype, check_piv, check_rhs, check_square, is_cupy, refuse_masked
 
 
 def _backend(*arrays):
     """Pick the backend from the array types, importing CuPy only when a CuPy array is given."""
+    refuse_masked(*arrays)
     kinds = {is_cupy(x) for x in arrays}
     if len(kinds) > 1:
         raise InputTypeError("Expected all arrays to be NumPy arrays or all to be CuPy arrays. "

@@ -20,7 +20,7 @@ import numpy as np
 
 from batchlu.errors import InputError
 
-from ._validate import check_dtype, check_piv, check_rhs, check_square
+from ._validate import check_dtype, check_piv, check_rhs, check_square, refuse_masked
 
 
 def is_dask(x) -> bool:
@@ -45,6 +45,7 @@ def _refuse(op: str, check: bool, stream) -> None:
 def _dask_array(x, what: str):
     import dask.array as da
 
+    refuse_masked(x)
     x = x if is_dask(x) else da.asarray(x)
     if any(np.isnan(s) for s in x.shape):
         raise InputError(f"Expected {what} with known chunk sizes. Got shape {x.shape} instead: call "

@@ -58,3 +58,14 @@ def check_rhs(batch: tuple, n: int, bshape: tuple, what: str = "b") -> bool:
 def check_piv(batch: tuple, n: int, pshape: tuple) -> None:
     if tuple(pshape) != batch + (n,):
         raise InputError(f"Expected piv of shape {batch + (n,)}. Got shape {tuple(pshape)} instead.")
+
+
+def refuse_masked(*arrays) -> None:
+    """A ``numpy.ma.MaskedArray`` (or a dask array of them) is refused in one line: the ops have no
+    masks, and computing on the values under a mask would give results the mask says are not there."""
+    for x in arrays:
+        meta = getattr(x, "_meta", None) if type(x).__module__.startswith("dask.array") else None
+        if isinstance(x, np.ma.MaskedArray) or isinstance(meta, np.ma.MaskedArray):
+            raise InputTypeError("Expected NumPy or CuPy arrays. Got a numpy.ma.MaskedArray instead: the "
+                                 "ops have no masks; pass x.filled(value) or x.data if the values under "
+                                 "the mask are what to compute on.")

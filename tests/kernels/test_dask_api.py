@@ -175,3 +175,20 @@ def test_every_op_bitwise_the_in_memory_call_on_every_cpu_engine_and_chunking(cp
                            *batchlu.solve(x, b), *batchlu.slogdet(x), scheduler="sync")
         for g, r in zip(got, ref, strict=True):
             _same_bits(g, r)
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["numpy", "dask"])
+@pytest.mark.parametrize("op", ["lu_factor", "inv", "solve", "slogdet", "lu_solve"])
+def test_masked_arrays_are_refused_in_one_line(op, lazy):
+    """The ops have no masks: computing on the values under one would answer for what the mask hides."""
+    a = _batch(4, np.float64, 6, seed=13)
+    masked = np.ma.masked_array(a, mask=np.zeros(a.shape, bool))
+    masked.mask[2, 1, 1] = True
+    x = da.from_array(masked, chunks=(3, 4, 4), asarray=False) if lazy else masked
+    b = matrices.rhs(4, None, np.float64, seed=14, start=0, stop=6)
+    call = {"lu_factor": lambda: batchlu.lu_factor(x), "inv": lambda: batchlu.inv(x),
+            "solve": lambda: batchlu.solve(x, b), "slogdet": lambda: batchlu.slogdet(x),
+            "lu_solve": lambda: batchlu.lu_solve(x, np.zeros((6, 4), np.int32), b)}[op]
+    with pytest.raises(TypeError, match=r"^Expected NumPy or CuPy arrays\. Got a numpy\.ma\.MaskedArray") as caught:
+        call()
+    assert "\n" not in str(caught.value)
