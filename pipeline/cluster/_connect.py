@@ -122,30 +122,36 @@ def _note_log(exc: BatchluError, log: str) -> BatchluError:
     return type(exc)(f"{exc} (Worker log: {log})")
 
 
-# How long a worker of the embedded cluster may take to close before it is killed. distributed's
-# own close gives a worker 4 s, then kills it and waits 1 s more for the kill, and raises TimeoutError
-# past that: on a loaded GPU machine a worker's CUDA teardown outlasted it, and a finished run ended
-# in a TimeoutError traceback.
+# How long a worker of the embedded cluster may take to close after a run that ended well, before
+# it is killed. distributed's own close gives a worker 4 s, kills it, waits 1 s more and raises
+# TimeoutError past that: on a loaded GPU machine a worker's CUDA teardown outlasted it, and a
+# finished run ended in a TimeoutError traceback. A run stopped by an error or an interrupt closes as
+# distributed does (no wait for busy workers), and a timeout of that close does not hide the error.
 WORKER_CLOSE_S = 30
 
 
 @contextlib.contextmanager
 def _closing(cluster) -> Iterator:
-    """Close ``cluster`` on the way out, its workers first with ``WORKER_CLOSE_S`` each to end."""
+    """Close ``cluster`` on the way out: after a run that ended well, its workers first, with
+    ``WORKER_CLOSE_S`` each to end."""
     import asyncio
 
     try:
         yield cluster
-    finally:
-        async def close_workers():
-            await asyncio.gather(*(worker.close(timeout=WORKER_CLOSE_S)
-                                   for worker in list(cluster.workers.values())),
-                                 return_exceptions=True)   # a worker that failed is closed below
-
-        try:
-            cluster.sync(close_workers)
-        finally:
+    except BaseException:
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             cluster.close()
+        raise
+
+    async def close_workers():
+        await asyncio.gather(*(worker.close(timeout=WORKER_CLOSE_S)
+                               for worker in list(cluster.workers.values())),
+                             return_exceptions=True)   # a worker that failed is closed below
+
+    try:
+        cluster.sync(close_workers)
+    finally:
+        cluster.close()
 
 
 @contextlib.contextmanager

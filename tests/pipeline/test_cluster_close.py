@@ -40,3 +40,22 @@ def test_a_slow_worker_process_is_let_close(tmp_path):
     took = time.monotonic() - started
     assert marker.read_text().endswith(" closed")   # killed at 4 s, the teardown would not have ended
     assert SLOW_S <= took < _connect.WORKER_CLOSE_S + 10
+
+
+def test_an_error_leaves_at_once_and_keeps_its_message(tmp_path):
+    """A run stopped by an error (or Ctrl-C) does not wait for its busy workers to close, and what the
+    user sees is the error, not the close."""
+    options = pipeline.options({"cluster.processes": True, "cluster.n-workers": 1,
+                                "cluster.threads-per-worker": 1,
+                                "cluster.dashboard-address": "127.0.0.1:0",
+                                "cluster.log-file": str(tmp_path / "run.log")})
+    started = None
+    try:
+        with _connect._embedded(options, None) as client:
+            client.register_plugin(SlowTeardown(str(tmp_path / "closed"), 3 * SLOW_S))
+            started = time.monotonic()
+            raise KeyError("the run's own error")
+    except KeyError as error:
+        assert error.args == ("the run's own error",)
+    took = time.monotonic() - started
+    assert took < 2 * SLOW_S and not (tmp_path / "closed").exists()
