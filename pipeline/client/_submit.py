@@ -56,6 +56,8 @@ def submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None
             opts = opts.replace(cluster=dataclasses.replace(opts.cluster, processes=processes))
     with _connect.connect(opts, **connect) as client, _connect.performance_report(opts.performance_report):
         dashboard = _connect.dashboard_link(client)
+        if embedded and _connect.dashboard_address(opts) is None:
+            dashboard = None   # distributed's health routes, not a dashboard: no link to show
         # the report keeps the link of a cluster that outlives the run only: the embedded one stops
         # when the run returns (the progress line shows its link while it runs)
         report.dashboard = None if embedded else dashboard

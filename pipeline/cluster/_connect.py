@@ -22,12 +22,34 @@ from ..config._settings import Options
 from ..errors import BatchluError, ClusterError, ConfigError
 from . import _devices, _gpu_cluster, _guard
 
+DASHBOARD = "127.0.0.1:8787"   # batchlu.cluster.dashboard-address's address where auto gives one
+
+
+def dashboard_address(options: Options) -> str | None:
+    """The embedded cluster's dashboard (``options.backend`` resolved, ``cluster.processes`` decided):
+    ``none`` gives none; ``auto`` gives none to a CPU cluster of threads of this process, whose runs
+    (inputs up to 1 GiB) last seconds and would spend 0.35 s of them importing bokeh for its server,
+    unless a performance report needs it, and :data:`DASHBOARD` to worker processes (the GPU's
+    always); any other value is the address."""
+    value = options.cluster.dashboard_address
+    if value.lower() == "none":
+        return None
+    if value.lower() != "auto":
+        return value
+    in_process = options.backend != "gpu" and not options.cluster.processes
+    return None if in_process and not options.performance_report else DASHBOARD
+
+
 def _local_cluster(options: Options, security=None):
     from distributed import LocalCluster
 
     spec = options.cluster
-    kwargs = {"processes": bool(spec.processes), "host": spec.host,
-              "dashboard_address": spec.dashboard_address, "silence_logs": logging.ERROR}
+    dashboard = dashboard_address(options.replace(backend="cpu"))
+    kwargs = {"processes": bool(spec.processes), "host": spec.host, "silence_logs": logging.ERROR,
+              # no dashboard: distributed still serves its health routes, here on a free port
+              "dashboard_address": dashboard or f"{spec.host}:0"}
+    if dashboard is None:
+        kwargs["scheduler_kwargs"] = {"dashboard": False}
     if not spec.processes:  # distributed's default for threads, inproc://, does not take a host
         kwargs["protocol"] = "tcp"
     if spec.n_workers is not None:
@@ -48,7 +70,7 @@ def _embedded_cluster(options: Options, gpu: bool, security=None):
     devices = _devices.visible_gpus(spec.gpus)
     threads = spec.threads_per_worker or _gpu_cluster.default_gpu_threads(len(devices))
     return _gpu_cluster.make_gpu_cluster(devices, threads_per_worker=threads, security=security,
-                                         dashboard_address=spec.dashboard_address)
+                                         dashboard_address=dashboard_address(options.replace(backend="gpu")))
 
 
 def _scheduler_address(path: str) -> str:

@@ -49,7 +49,7 @@ def make_security(ca_file: str | None = None, cert: str | None = None, key: str 
 
 # --------------------------------------------------------------------------------------------- cluster
 def make_gpu_cluster(devices: Sequence[str], *, threads_per_worker: int = 2, security=None,
-                     dashboard_address: str = "127.0.0.1:0"):
+                     dashboard_address: str | None = "127.0.0.1:0"):
     """A :class:`dask_cuda.LocalCUDACluster` with one worker per device, listening on 127.0.0.1.
 
     ``devices`` are ``CUDA_VISIBLE_DEVICES`` tokens (:func:`batchlu.pipeline.cluster._devices.visible_gpus`).

@@ -64,3 +64,40 @@ def test_auto_boolean(value, parsed):
 def test_auto_boolean_refuses_other_values():
     with pytest.raises(ConfigError, match=r"^Expected batchlu.cluster.processes to be auto, true or false. Got 'maybe' instead.$"):
         AutoBoolean()("maybe", "cluster.processes")
+
+
+@pytest.mark.parametrize("setting, backend, processes, report, expected", [
+    ("auto", "cpu", False, None, None),                           # threads of this process: no bokeh
+    ("auto", "cpu", False, "report.html", _connect.DASHBOARD),    # a performance report gets one
+    ("auto", "cpu", True, None, _connect.DASHBOARD),              # worker processes
+    ("auto", "gpu", False, None, _connect.DASHBOARD),             # the GPU cluster: processes always
+    ("none", "cpu", True, None, None),
+    ("None", "gpu", False, "report.html", None),
+    ("127.0.0.1:0", "cpu", False, None, "127.0.0.1:0"),
+])
+def test_dashboard_address(tmp_path, setting, backend, processes, report, expected):
+    config = {"cluster.dashboard-address": setting, "cluster.processes": processes, "backend": backend}
+    if report:
+        config["performance-report"] = str(tmp_path / report)
+    assert _connect.dashboard_address(batchlu.pipeline.options(config)) == expected
+
+
+def test_the_default_threads_cluster_serves_no_dashboard_and_shows_no_link(tmp_path, capsys):
+    """No bokeh server on the default threads cluster, and no link to distributed's health routes in
+    its place; an address given gets a dashboard and its link."""
+    import urllib.request
+
+    source = batchlu.generate(tmp_path / "a.zarr", count=40, size=4, seed=5)
+    for setting, has in [("auto", False), ("127.0.0.1:0", True)]:
+        options = batchlu.pipeline.options({"cluster.processes": False, "cluster.n-workers": 1,
+                                            "cluster.dashboard-address": setting,
+                                            "cluster.log-file": str(tmp_path / "run.log")})
+        with _connect._embedded(options, None) as client:
+            status = urllib.request.urlopen(client.dashboard_link, timeout=10).status if has else None
+            assert _connect.dashboard_address(options) is None or status == 200
+            if not has:   # the health route answers, the dashboard's pages do not
+                with pytest.raises(OSError):
+                    urllib.request.urlopen(client.dashboard_link, timeout=10)
+        batchlu.run(source, tmp_path / f"out-{has}.zarr", op="inv", backend="cpu", progress=True,
+                    config={"cluster.dashboard-address": setting, "cluster.processes": False})
+        assert ("dashboard http" in capsys.readouterr().err) == has

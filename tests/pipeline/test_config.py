@@ -19,7 +19,7 @@ def test_defaults_from_yaml():
     assert dask.config.get("batchlu.memory-budget") == "256MiB"
     opts = pipeline.options()
     assert opts.memory_budget == 256 * 2**20 and opts.backend == "auto" and opts.chunk is None
-    assert opts.cluster.host == "127.0.0.1" and opts.cluster.dashboard_address.startswith("127.0.0.1")
+    assert opts.cluster.host == "127.0.0.1" and opts.cluster.dashboard_address == "auto"
 
 
 def test_overrides_nested_dotted_dashes_underscores():
