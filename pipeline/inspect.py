@@ -12,7 +12,7 @@ from .errors import InputError, InputNotFoundError
 from .output import _ledger
 from .output._group import ATTR
 from .store._arrays import parse_ref, unreadable
-from .store._files import is_zarr_store
+from .store._files import is_zarr_store, zarr_location
 from .store._zarr import settle_reads
 from .verify import _record
 
@@ -111,6 +111,10 @@ def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:
 def inspect(path) -> str:
     """Shapes, dtypes, chunking; for a run's output also status, provenance, completed/total chunks
     and info counts. ``path`` is ``PATH`` or ``PATH:ARRAY``."""
+    location = zarr_location(path, "store to inspect", InputError)
+    if location is not None:   # a zarr object: its own directory, whatever the store's root holds
+        root, inner = location
+        path = os.path.join(root, *inner.split("/")) if inner else root
     ref = parse_ref(path)
     if not os.path.exists(ref.path):
         raise InputNotFoundError(f"Expected a Zarr store at {ref.path}. Got no such path instead.")

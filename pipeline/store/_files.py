@@ -75,9 +75,10 @@ def zarr_location(obj, what: str, error: type = OutputError) -> tuple[str, str] 
     return str(store.root), "/".join(part.strip("/") for part in (inner, name) if part.strip("/"))
 
 
-def output_path(output) -> str | os.PathLike:
+def output_path(output, *, writing: bool = True) -> str | os.PathLike:
     """``output`` as a path: a path as given, the directory of a zarr group or local store (refused
-    where the store is read-only, or the object is an array: an output is a group of arrays)."""
+    where the object is an array: an output is a group of arrays; and, ``writing``, where the store
+    is read-only)."""
     if isinstance(output, zarr.Array):
         raise OutputError(f"Expected the output as a path, a zarr.Group or a zarr.storage.LocalStore "
                           f"(batchlu writes a group of arrays). Got the zarr.Array {output.path or '/'} instead.")
@@ -89,7 +90,7 @@ def output_path(output) -> str | os.PathLike:
         return output
     store = output[0] if isinstance(output, tuple) else output
     store = store.store_path.store if isinstance(store, zarr.Group) else store
-    if store.read_only:
+    if writing and store.read_only:
         raise OutputError(f"Expected a writable store for the output. Got a read-only "
                           f"{type(store).__name__} at {store.root} instead.")
     root, inner = location

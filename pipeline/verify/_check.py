@@ -18,6 +18,7 @@ from ..output import _ledger
 from ..output._group import read_provenance
 from ..store import _missing
 from ..store._arrays import ArrayInfo, ArrayRef, check_matrices, open_array_info, parse_ref, unreadable
+from ..store._files import output_path
 from ..store._sparse import pattern_crc as _pattern_crc
 from ..store._zarr import settle_reads
 from . import _record
@@ -208,7 +209,7 @@ def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     drawn at random (with ``seed``) from the complete chunks instead of all of them.
     """
     opts = make_options()
-    out_path = parse_ref(output).path
+    out_path = parse_ref(output_path(output, writing=False)).path
     record, group = _checked_record(out_path)
     sources = _open_sources(input, rhs, record, out_path, group)
     if sample is not None and (not isinstance(sample, (int, np.integer)) or sample < 1):

@@ -61,6 +61,17 @@ def test_a_group_with_a_name_and_an_array_rhs_solve(stores, tmp_path):
     assert (got["info"] == 0).all() and get02(a, got["x"], b).max() < THRESHOLD
 
 
+def test_verify_and_inspect_take_the_objects_too(stores, tmp_path):
+    """An output group inside a store, given as a group object or a read-only store with its name."""
+    root, a, _ = stores
+    array = zarr.open_array(LocalStore(str(root), read_only=True), path="sub/a", mode="r")
+    _run(array, (LocalStore(str(tmp_path / "outer.zarr")), "runs/one"), op="inv")
+    out = zarr.open_group(LocalStore(str(tmp_path / "outer.zarr"), read_only=True), path="runs/one", mode="r")
+    assert batchlu.verify(array, out).ok
+    assert batchlu.verify(array, LocalStore(str(tmp_path / "outer.zarr" / "runs" / "one"), read_only=True)).ok
+    assert f"({COUNT}, {N}, {N})" in batchlu.inspect(out["inv"])
+
+
 @pytest.mark.parametrize("case", ["memory-store", "int", "tuple-of-other", "array-output", "read-only-output",
                                   "memory-output"])
 def test_objects_that_cannot_be_used_are_refused_in_one_line(stores, tmp_path, case):
