@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import threading
 import warnings
 from collections.abc import Iterator
@@ -144,36 +145,84 @@ def _note_log(exc: BatchluError, log: str) -> BatchluError:
     return type(exc)(f"{exc} (Worker log: {log})")
 
 
+@contextlib.contextmanager
+def _sigint_held(processes: bool) -> Iterator:
+    """Keep a terminal's Ctrl-C from the embedded cluster's worker processes for good, and hold it
+    back from this process while they start: pressed then, it takes effect when the start ends.
+
+    Ctrl-C goes to the terminal's whole process group, the spawned workers included: they died
+    mid-import or mid-task with tracebacks of their own over the client's one line, while the client
+    stops them anyway as it unwinds. The workers start with SIGINT blocked: a blocked signal stays
+    blocked in the threads a thread starts and across fork and exec, and distributed's event-loop
+    thread, started here with it blocked, starts the threads that spawn them (their other signals
+    are as before: SIGTERM and the client's close still end them). This process's own threads may
+    still take the signal, so its Python handler waits for the start: an interrupt of the start
+    itself left a cluster half made, closed only at exit with distributed's log on the terminal.
+    Only for worker processes started from the main thread."""
+    if (not processes or threading.current_thread() is not threading.main_thread()
+            or not hasattr(signal, "pthread_sigmask")):
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    # multiprocessing's resource tracker, started by the cluster's first lock, unblocks SIGINT in
+    # the thread that starts it (CPython's ensure_running): started here, before the hold
+    resource_tracker.ensure_running()
+    pressed = []
+    handler = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
+    if pressed:
+        signal.raise_signal(signal.SIGINT)   # as if pressed now: the caller's handler decides
+
+
 # How long a worker of the embedded cluster may take to close after a run that ended well, before
 # it is killed. distributed's own close gives a worker 4 s, kills it, waits 1 s more and raises
 # TimeoutError past that: on a loaded GPU machine a worker's CUDA teardown outlasted it, and a
 # finished run ended in a TimeoutError traceback. A run stopped by an error or an interrupt closes as
 # distributed does (no wait for busy workers), and a timeout of that close does not hide the error.
 WORKER_CLOSE_S = 30
+# After Ctrl-C or SIGTERM a worker process's tasks are of no use: it gets this long (distributed's
+# 4 s kept a stopped run on the terminal that long), then SIGTERM. Its writes in flight are as safe
+# as after a kill (the output's writes are fenced and marked after they land).
+INTERRUPTED_CLOSE_S = 0.5
 
 
 @contextlib.contextmanager
 def _closing(cluster) -> Iterator:
     """Close ``cluster`` on the way out: after a run that ended well, its workers first, with
-    ``WORKER_CLOSE_S`` each to end."""
+    ``WORKER_CLOSE_S`` each to end; after Ctrl-C or SIGTERM, worker processes with
+    ``INTERRUPTED_CLOSE_S`` each."""
     import asyncio
 
     try:
         yield cluster
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                cluster.sync(_close_workers, cluster, INTERRUPTED_CLOSE_S, processes_only=True)
             cluster.close()
         raise
-
-    async def close_workers():
-        await asyncio.gather(*(worker.close(timeout=WORKER_CLOSE_S)
-                               for worker in list(cluster.workers.values())),
-                             return_exceptions=True)   # a worker that failed is closed below
-
     try:
-        cluster.sync(close_workers)
+        cluster.sync(_close_workers, cluster, WORKER_CLOSE_S)
     finally:
         cluster.close()
+
+
+async def _close_workers(cluster, timeout: float, processes_only: bool = False) -> None:
+    """Close the workers of ``cluster`` (or its worker processes only), ``timeout`` s each before
+    a kill; a worker that fails to is closed by the cluster's own close."""
+    import asyncio
+
+    from distributed import Nanny
+
+    workers = [worker for worker in list(cluster.workers.values())
+               if isinstance(worker, Nanny) or not processes_only]
+    await asyncio.gather(*(worker.close(timeout=timeout) for worker in workers), return_exceptions=True)
 
 
 @contextlib.contextmanager
@@ -188,23 +237,25 @@ def _embedded(options: Options, security) -> Iterator:
     log = _logs.log_file(options.cluster.log_file)
     restore = _logs.redirect(log)
     try:
-        try:
-            with warnings.catch_warnings():
-                # a dashboard port in use (another run's): distributed takes a free port and says so
-                # in a 4-line UserWarning; the progress line shows the link it got
-                warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
-                cluster = _embedded_cluster(options, gpu, security)
-        except BatchluError:
-            raise
-        except Exception as exc:
-            script = _guard.rerun_main_script()
-            hint = (f" If {script} calls batchlu at its top level, put those calls under "
-                    f"`{_guard.GUARD}`: {_guard.RERUN}." if script else "")
-            raise _note_log(ClusterError(f"Expected the embedded local cluster to start. Got "
-                                         f"{type(exc).__name__}: {exc} instead.{hint}"), log) from exc
-        from distributed import Client
+        with contextlib.ExitStack() as closing:
+            try:
+                with _sigint_held(gpu or options.cluster.processes), warnings.catch_warnings():
+                    # a dashboard port in use (another run's): distributed takes a free port and says
+                    # so in a 4-line UserWarning; the progress line shows the link it got
+                    warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
+                                            category=UserWarning)
+                    cluster = _embedded_cluster(options, gpu, security)
+                    closing.enter_context(_closing(cluster))   # before a held Ctrl-C is let through
+            except BatchluError:
+                raise
+            except Exception as exc:
+                script = _guard.rerun_main_script()
+                hint = (f" If {script} calls batchlu at its top level, put those calls under "
+                        f"`{_guard.GUARD}`: {_guard.RERUN}." if script else "")
+                raise _note_log(ClusterError(f"Expected the embedded local cluster to start. Got "
+                                             f"{type(exc).__name__}: {exc} instead.{hint}"), log) from exc
+            from distributed import Client
 
-        with _closing(cluster):
             with Client(cluster, security=security) as client:
                 client.register_plugin(_logs.WorkerLog(log))
                 yield client

@@ -21,8 +21,9 @@ from distributed.diagnostics.plugin import WorkerPlugin
 __all__ = ["WorkerLog", "log_file", "redirect"]
 
 # distributed configures these three with a handler on stderr; batchlu's own loggers propagate to
-# the root logger, whose last-resort handler also prints to stderr.
-_LOGGERS = ("distributed", "tornado", "bokeh", "batchlu")
+# the root logger, whose last-resort handler also prints to stderr, as asyncio's do (a comm closed
+# under a run that stops: "Future exception was never retrieved").
+_LOGGERS = ("distributed", "tornado", "bokeh", "batchlu", "asyncio")
 _FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
 
 

@@ -1,5 +1,5 @@
 """``python -m batchlu ...`` runs the ``batchlu`` command line."""
 
-from .workflows.cli import main
+from .workflows import main
 
 main()

@@ -1,0 +1,143 @@
+"""Ctrl-C and SIGTERM on a ``batchlu run`` with worker processes end in one line and leave nothing
+behind. A terminal sends Ctrl-C to its whole process group, the embedded cluster's workers included:
+they used to die with tracebacks of their own (killed mid-import, mid-task, "reaping stray process")
+over the client's ``Aborted!``, and a stopped run waited 4 s for busy workers. The run resumes to the
+bits of a run never stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+from batchlu import pipeline
+from batchlu.pipeline.cluster import _connect
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "killpg") or not os.path.isdir("/proc/self/task"),
+                                reason="process groups and /proc (Linux)")
+
+MASK_OF_SIGINT = 1 << (signal.SIGINT - 1)   # in /proc's SigBlk
+
+
+def _blocked(task: str = "self") -> int:
+    """The signals blocked in a thread (``/proc/self/task/<id>``) or this process's main thread."""
+    path = "/proc/self/status" if task == "self" else f"/proc/self/task/{task}/status"
+    with open(path) as f:
+        line = next(line for line in f if line.startswith("SigBlk:"))
+    return int(line.split()[1], 16)
+
+
+def _worker_blocked() -> int:
+    return _blocked()
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("interrupt") / "in.zarr"
+    rng = np.random.default_rng(20261206)
+    a = zarr.create_array(str(path), shape=(48, 6, 6), chunks=(2, 6, 6), dtype="float64")
+    a[...] = rng.standard_normal((48, 6, 6))
+    return path
+
+
+def _command(source, out, *extra):
+    return [sys.executable, "-m", "batchlu", "run", str(source), str(out), "--op", "inv",
+            "--no-progress", "--config", "cluster.processes=true", "--config", "cluster.n-workers=2",
+            "--config", "cluster.threads-per-worker=1", *extra]
+
+
+def _completed(out) -> int:
+    try:
+        return int(zarr.open_array(str(out), path="_complete", mode="r")[...].sum())
+    except Exception:
+        return 0
+
+
+def _alive(group: int) -> list[str]:
+    """The processes of a process group that still run (zombies waiting for init do not)."""
+    found = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-g", str(group)], capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if line.split()[1:2] and not line.split()[1].startswith("Z")]
+
+
+@pytest.mark.parametrize("signum, line, status", [(signal.SIGINT, "Aborted!", 1),
+                                                  (signal.SIGTERM, "Aborted! (SIGTERM)", 128 + signal.SIGTERM)],
+                         ids=["ctrl-c", "sigterm"])
+def test_a_signal_to_the_whole_group_is_one_line_and_resumes_bit_identical(source, tmp_path, signum, line, status):
+    out = tmp_path / "out.zarr"
+    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")   # alive until stopped
+    run = subprocess.Popen(_command(source, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env, start_new_session=True)   # its own group: the terminal's, here
+    try:
+        deadline = time.monotonic() + 120
+        while _completed(out) < 2 and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run.poll() is None and _completed(out) >= 2, run.communicate()
+        os.killpg(run.pid, signum)   # the client and its workers, as a terminal does
+        stopped = time.monotonic()
+        stdout, stderr = run.communicate(timeout=60)
+        took = time.monotonic() - stopped
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert run.returncode == status, stderr
+    assert [text for text in stderr.splitlines() if text.strip()] == [line], stderr
+    assert took < 4, f"a stopped run took {took:.1f} s to exit"   # distributed's 4 s wait for busy workers
+    time.sleep(0.5)
+    assert _alive(run.pid) == []   # no worker left running
+    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "failed"
+
+    resumed = subprocess.run(_command(source, out, "--resume"), capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0 and "Warning" not in resumed.stderr, resumed.stderr
+    whole = tmp_path / "whole.zarr"
+    fresh = subprocess.run(_command(source, whole), capture_output=True, text=True, timeout=120)
+    assert fresh.returncode == 0, fresh.stderr
+    for name in ("inv", "info"):
+        got = zarr.open_array(str(out), path=name, mode="r")[...]
+        want = zarr.open_array(str(whole), path=name, mode="r")[...]
+        assert got.tobytes() == want.tobytes(), name
+
+
+def test_worker_processes_start_with_sigint_blocked_and_the_client_gets_it_back(tmp_path):
+    options = pipeline.options({"cluster.processes": True, "cluster.n-workers": 2,
+                                "cluster.threads-per-worker": 1, "cluster.dashboard-address": "127.0.0.1:0",
+                                "cluster.log-file": str(tmp_path / "run.log")})
+    assert not _blocked() & MASK_OF_SIGINT
+    with _connect._embedded(options, None) as client:
+        workers = client.run(_worker_blocked)
+        assert len(workers) == 2 and all(mask & MASK_OF_SIGINT for mask in workers.values()), workers
+        assert not _blocked() & MASK_OF_SIGINT   # this thread takes Ctrl-C as before
+    assert not _blocked() & MASK_OF_SIGINT
+
+
+def test_ctrl_c_while_the_workers_start_takes_effect_when_the_start_ends():
+    handler = signal.getsignal(signal.SIGINT)
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with _connect._sigint_held(True):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)   # time for the signal to land: held, not raised here
+            reached.append(_blocked() & MASK_OF_SIGINT)
+    assert reached and reached[0]
+    assert signal.getsignal(signal.SIGINT) is handler and not _blocked() & MASK_OF_SIGINT
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line():
+    """``batchlu`` loads its command line inside its entry point: Ctrl-C there is ``Aborted!``."""
+    script = ("import signal, sys, builtins\n"
+              "real = builtins.__import__\n"
+              "def stop(name, *args, **kwargs):\n"
+              "    if name == 'click':\n"
+              "        signal.raise_signal(signal.SIGINT)\n"
+              "    return real(name, *args, **kwargs)\n"
+              "builtins.__import__ = stop\n"
+              "from batchlu.workflows import main\n"
+              "main(['--help'])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.strip() == "Aborted!", done.stderr
