@@ -46,10 +46,14 @@ def source(tmp_path_factory):
     return path
 
 
-def _command(source, out, *extra):
+CPU_PROCESSES = ("--config", "cluster.processes=true", "--config", "cluster.n-workers=2",
+                 "--config", "cluster.threads-per-worker=1")
+GPU = ("--backend", "gpu")   # one worker process per GPU
+
+
+def _command(source, out, *extra, cluster=CPU_PROCESSES):
     return [sys.executable, "-m", "batchlu", "run", str(source), str(out), "--op", "inv",
-            "--no-progress", "--config", "cluster.processes=true", "--config", "cluster.n-workers=2",
-            "--config", "cluster.threads-per-worker=1", *extra]
+            "--no-progress", *cluster, *extra]
 
 
 def _completed(out) -> int:
@@ -65,16 +69,31 @@ def _alive(group: int) -> list[str]:
     return [line for line in found.stdout.splitlines() if line.split()[1:2] and not line.split()[1].startswith("Z")]
 
 
-@pytest.mark.parametrize("signum, line, status", [(signal.SIGINT, "Aborted!", 1),
-                                                  (signal.SIGTERM, "Aborted! (SIGTERM)", 128 + signal.SIGTERM)],
-                         ids=["ctrl-c", "sigterm"])
+SIGNALS = pytest.mark.parametrize("signum, line, status",
+                                  [(signal.SIGINT, "Aborted!", 1),
+                                   (signal.SIGTERM, "Aborted! (SIGTERM)", 128 + signal.SIGTERM)],
+                                  ids=["ctrl-c", "sigterm"])
+
+
+@SIGNALS
 def test_a_signal_to_the_whole_group_is_one_line_and_resumes_bit_identical(source, tmp_path, signum, line, status):
+    _stop_and_resume(source, tmp_path, signum, line, status, CPU_PROCESSES)
+
+
+@pytest.mark.gpu
+@SIGNALS
+def test_gpu_a_signal_to_the_whole_group_is_one_line_and_resumes_bit_identical(source, tmp_path, signum, line,
+                                                                               status):
+    _stop_and_resume(source, tmp_path, signum, line, status, GPU)
+
+
+def _stop_and_resume(source, tmp_path, signum, line, status, cluster):
     out = tmp_path / "out.zarr"
     env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")   # alive until stopped
-    run = subprocess.Popen(_command(source, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    run = subprocess.Popen(_command(source, out, cluster=cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=env, start_new_session=True)   # its own group: the terminal's, here
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while _completed(out) < 2 and run.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert run.poll() is None and _completed(out) >= 2, run.communicate()
@@ -93,10 +112,11 @@ def test_a_signal_to_the_whole_group_is_one_line_and_resumes_bit_identical(sourc
     assert _alive(run.pid) == []   # no worker left running
     assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "failed"
 
-    resumed = subprocess.run(_command(source, out, "--resume"), capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(_command(source, out, "--resume", cluster=cluster), capture_output=True, text=True,
+                             timeout=300)
     assert resumed.returncode == 0 and "Warning" not in resumed.stderr, resumed.stderr
     whole = tmp_path / "whole.zarr"
-    fresh = subprocess.run(_command(source, whole), capture_output=True, text=True, timeout=120)
+    fresh = subprocess.run(_command(source, whole, cluster=cluster), capture_output=True, text=True, timeout=300)
     assert fresh.returncode == 0, fresh.stderr
     for name in ("inv", "info"):
         got = zarr.open_array(str(out), path=name, mode="r")[...]
