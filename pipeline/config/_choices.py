@@ -10,7 +10,7 @@ __all__ = ["BACKENDS", "CODEC_DEVICES", "MISSING_CHUNKS", "OUTPUT_CHECKSUMS", "O
 
 BACKENDS = ("auto", "cpu", "gpu")                # batchlu.backend
 CODEC_DEVICES = ("auto", "gpu", "cpu")           # batchlu.codec-device
-OUTPUT_CODECS = ("zstd", "lz4", "none")          # batchlu.output-codec (zstd also as zstd:LEVEL)
+OUTPUT_CODECS = ("auto", "zstd", "lz4", "none")  # batchlu.output-codec (zstd also as zstd:LEVEL)
 OUTPUT_CHECKSUMS = ("crc32c", "none")            # batchlu.output-checksum: zarr's crc32c codec after the compressor
 OUTPUT_LAYOUTS = ("chunks", "sharded")           # batchlu.output-layout, and batchlu generate --layout
 MISSING_CHUNKS = ("error", "fill")               # batchlu.missing-chunks

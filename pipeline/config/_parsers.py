@@ -184,16 +184,17 @@ class Text:
 
 @dataclasses.dataclass(frozen=True)
 class Compressor:
-    """The output arrays' codec: ``zstd``, ``zstd:LEVEL``, ``lz4`` or ``none`` (null and false: none)."""
+    """The output arrays' codec: ``auto``, ``zstd``, ``zstd:LEVEL``, ``lz4`` or ``none`` (null and false:
+    none)."""
 
     def __call__(self, value, key: str) -> str:
         text = "none" if value is None or value is False else str(value).strip().lower()
         name, _, level = text.partition(":")
-        if name in ("none", "lz4") and not level:
+        if name in ("auto", "none", "lz4") and not level:
             return text
         if name == "zstd" and (not level or (level.lstrip("-").isdigit() and int(level) in ZSTD_LEVELS)):
             return text
-        raise ConfigError(f"Expected batchlu.{key} to be zstd, zstd:LEVEL with LEVEL from "
+        raise ConfigError(f"Expected batchlu.{key} to be auto, zstd, zstd:LEVEL with LEVEL from "
                           f"{ZSTD_LEVELS[0]} to {ZSTD_LEVELS[-1]}, lz4, or none. Got {value!r} instead.")
 
 

@@ -253,9 +253,10 @@ class Options:
                               "must exist).")
     output_codec: str = setting(
         "output-codec", Compressor(), fixed_at_creation="the codec",
-        flag="--output-codec", help="Codec of the output arrays: zstd (default), zstd:LEVEL (LEVEL up "
-                                    "to 22), lz4 or none (fastest). Fixed when OUT is created: --resume "
-                                    "keeps OUT's.",
+        flag="--output-codec", help="Codec of the output arrays: auto (default: none for floating-point "
+                                    "results, which do not compress, zstd for the others), zstd, "
+                                    "zstd:LEVEL (LEVEL up to 22), lz4 or none. Fixed when OUT is created: "
+                                    "--resume keeps OUT's.",
         old_key="output-compressor", old_flag="--output-compressor")
     codec_device: str = setting(
         "codec-device", OneOf(CODEC_DEVICES),

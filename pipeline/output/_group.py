@@ -109,11 +109,11 @@ def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan,
 def created_with(record: dict) -> tuple[str, str, str]:
     """The codec, the layout and the checksum of the output whose provenance is ``record``, as the run
     that created it recorded them among its settings: ``output_codec`` (``output_compressor`` in an
-    output of a batchlu from before the setting's rename; neither: the default codec),
+    output of a batchlu from before the setting's rename; neither: zstd, that batchlu's one codec),
     ``output_layout`` (none: ``chunks``, the one layout of the batchlu that recorded none) and
     ``output_checksum`` (none: ``none``, the batchlu that recorded none wrote no checksum)."""
     settings = record.get("settings") or {}
-    codec = settings.get("output_codec", settings.get("output_compressor", Options().output_codec))
+    codec = settings.get("output_codec", settings.get("output_compressor", "zstd"))
     return codec, settings.get("output_layout", "chunks"), settings.get("output_checksum", "none")
 
 
@@ -164,7 +164,8 @@ def ensure_arrays(group: zarr.Group, specs: list[OutputSpec], plan: Plan, codec:
             continue
         matrix_bytes = int(np.prod(spec.tail, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
         group.create_array(spec.name, shape=(count,) + spec.tail, dtype=spec.dtype, fill_value=spec.fill,
-                           compressors=compressors(codec, checksum), config={"write_empty_chunks": True},
+                           compressors=compressors(codec, checksum, spec.dtype),
+                           config={"write_empty_chunks": True},
                            **grid(layout, chunk, spec.tail, matrix_bytes))
     if not _ledger.exists(group):
         _ledger.create(group, plan.n_chunks)
@@ -232,12 +233,19 @@ def redo(path: str, plan: Plan, damaged: list) -> None:
     _ledger.unrecord(path, [c for c, _ in damaged])
 
 
-def compressors(setting: str, checksum: str = "none"):
-    """The output arrays' codecs (zarr's ``compressors=``) for the ``output-codec`` setting: ``zstd``
-    (zarr's default), ``zstd:LEVEL``, ``lz4`` (numcodecs' LZ4, which zarr-python reads) or ``none``;
-    then zarr's crc32c codec where the ``output-checksum`` setting ``checksum`` is ``crc32c``, so that
-    a reader notices a damaged chunk."""
+def compressors(setting: str, checksum: str = "none", dtype=None):
+    """The codecs (zarr's ``compressors=``) of an output array of ``dtype`` for the ``output-codec``
+    setting: ``zstd`` (zarr's default), ``zstd:LEVEL``, ``lz4`` (numcodecs' LZ4, which zarr-python
+    reads), ``none``, or ``auto``: none for floating-point arrays (LU factors, inverses, solutions,
+    log-determinants: their mantissas are noise, zstd shrinks them by a few per cent at a cost larger
+    than the rest of a CPU run, and the GPU's host codec path moves 1.4x as much uncompressed), zstd
+    for the others (info, pivots, signs: small integers); then zarr's crc32c codec where the
+    ``output-checksum`` setting ``checksum`` is ``crc32c``, so that a reader notices a damaged chunk."""
     setting, checksum = str(setting), str(checksum)
+    if setting == "auto":
+        if dtype is None:
+            raise ValueError("output-codec auto needs the array's dtype")
+        setting = "none" if np.dtype(dtype).kind in "fc" else "zstd"
     if checksum not in OUTPUT_CHECKSUMS:
         raise ConfigError(f"Expected batchlu.output-checksum in {', '.join(OUTPUT_CHECKSUMS)}. Got {checksum!r} instead.")
     name, _, level = setting.partition(":")

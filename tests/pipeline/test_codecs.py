@@ -435,7 +435,7 @@ def test_gaps_from_the_reads_are_the_stores(tmp_path, layout):
 
 
 CHECKSUMMED = {   # batchlu's output layouts with batchlu.output-checksum crc32c, the shipped default
-    f"{codec} {layout}": (codec, grid) for codec in OUTPUT_CODECS
+    f"{codec} {layout}": (codec, grid) for codec in OUTPUT_CODECS if codec != "auto"   # auto: one of these
     for layout, grid in (("chunks", dict(chunks=(6, 5, 5))), ("sharded", dict(chunks=(2, 5, 5), shards=(6, 5, 5))))
 }
 

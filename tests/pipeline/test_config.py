@@ -198,7 +198,7 @@ def test_output_codec_is_the_setting_and_says_nothing():
         assert pipeline.Options(output_codec="lz4").replace(output_codec="none").output_codec == "none"
         assert _under_global({"batchlu.output-codec": "lz4"}).output_codec == "lz4"
         settings = pipeline.options().as_dict()
-    assert settings["output_codec"] == "zstd" and "output_compressor" not in settings
+    assert settings["output_codec"] == "auto" and "output_compressor" not in settings
 
 
 OLD_NAME = {  # every way a caller may still say output-compressor; each asks for lz4

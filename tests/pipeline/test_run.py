@@ -11,7 +11,8 @@ import zarr
 
 from batchlu import pipeline
 from batchlu.pipeline.output import _fingerprint
-from batchlu.pipeline._ops import INFO_NOT_COMPUTED, compute
+from batchlu.pipeline._ops import INFO_NOT_COMPUTED, OP_TABLE, compute
+from batchlu.pipeline.output import _group
 
 from _pipeline_helpers import outputs_of
 
@@ -303,3 +304,23 @@ def test_run_backend_overrides_the_config_and_none_keeps_it(monkeypatch):
         with pytest.raises(ConfigError, match="no-such-op"):
             pipeline.run("in.zarr", "out.zarr", op="no-such-op", backend=backend, config={"backend": "cpu"})
     assert [opts.backend for opts in seen] == ["cpu", "auto", "gpu"]
+
+
+@pytest.mark.parametrize("op", ["lu", "slogdet"])
+def test_default_output_codec_leaves_floats_uncompressed_and_zstds_integers(client, stores, tmp_path, op):
+    """``output-codec: auto`` (the default): floating-point results (mantissas of noise) are written
+    uncompressed, info, pivots and the like with zstd; crc32c on all; recorded as ``auto``, so that a
+    resume makes a lost array again as it was made. An output that recorded no codec is zstd's."""
+    out = tmp_path / "o.zarr"
+    report = pipeline.run(stores["a"], out, op=op, client=client, progress=False)
+    assert report.status == "complete"
+    group = zarr.open_group(str(out), mode="r")
+    made = {spec.name: [type(c).__name__ for c in group[spec.name].compressors]
+            for spec in OP_TABLE[op].outputs(6, np.float64)}
+    for name, codecs in made.items():
+        floating = np.dtype(group[name].dtype).kind in "fc"
+        assert codecs == (["Crc32cCodec"] if floating else ["ZstdCodec", "Crc32cCodec"]), (name, codecs)
+    assert any(np.dtype(group[name].dtype).kind in "fc" for name in made)
+    assert any(np.dtype(group[name].dtype).kind not in "fc" for name in made)
+    assert _group.read_provenance(str(out))["settings"]["output_codec"] == "auto"
+    assert _group.created_with({"settings": {}})[0] == "zstd"   # a batchlu from before the setting

@@ -340,7 +340,7 @@ def test_chunk_and_codec_with_resume_are_warned_about(invoke, source, tmp_path, 
     assert len(warnings) == 2 and all(line.startswith("Warning: ") for line in warnings), old_flag.stderr
     assert "--output-compressor is ignored with --resume" in warnings[0]
     assert "--output-compressor) is deprecated: use batchlu.output-codec (--output-codec)" in warnings[1]
-    assert zarr.open_group(out, mode="r").attrs["batchlu"]["settings"]["output_codec"] == "zstd"  # kept
+    assert zarr.open_group(out, mode="r").attrs["batchlu"]["settings"]["output_codec"] == "auto"  # kept
 
 
 def test_verify_rhs_for_an_output_that_is_not_solve_is_refused(invoke, source, tmp_path, scheduler_address):
