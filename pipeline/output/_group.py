@@ -244,7 +244,7 @@ def compressors(setting: str, checksum: str = "none", dtype=None):
     setting, checksum = str(setting), str(checksum)
     if setting == "auto":
         if dtype is None:
-            raise ValueError("output-codec auto needs the array's dtype")
+            raise ConfigError("batchlu.output-codec auto needs the output array's dtype")
         setting = "none" if np.dtype(dtype).kind in "fc" else "zstd"
     if checksum not in OUTPUT_CHECKSUMS:
         raise ConfigError(f"Expected batchlu.output-checksum in {', '.join(OUTPUT_CHECKSUMS)}. Got {checksum!r} instead.")
