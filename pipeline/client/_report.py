@@ -1,14 +1,21 @@
 """What a run reports: counts, throughput and where the work and the time went, with a readable repr.
 
-The time of a run, in three parts that add up to less than its whole (:attr:`Report.wall`; the rest is
-the checks before the tasks, the output's creation or the resume checks, and closing the cluster):
+The time of a run, in parts that add up to its whole (:attr:`Report.total`):
 
+* ``imports``: from the process's start to the run's call, where the command line measured it (the
+  interpreter, batchlu's and its libraries' imports, the command line's parsing); 0 in the API;
+* ``plan``: the checks before the tasks: the inputs opened and checked, the output's lock, resume
+  checks and fingerprint, the plan, the output created or reopened;
 * ``cluster_start``: connecting to the cluster, or starting the embedded one;
 * ``warmup``: asking the workers which backend they run and setting them up for the run: the op's
   kernels compiled or loaded from their disk caches (numba's on the CPU, CuPy's on the GPU), and on
   the GPU the device, allocator, pinned buffers and I/O processes (:mod:`batchlu.pipeline.client._warmup`);
 * ``elapsed``: the compute, from handing the tasks to the cluster to the last result. The rates
-  (matrices/s, GB/s) are over this part only, so that a short job's rate is not its start-up's.
+  (matrices/s, GB/s) are over this part only, so that a short job's rate is not its start-up's;
+* ``finish``: the rest until the run returns: closing the cluster, the checks after the tasks
+  (every chunk recorded, the input's files unchanged) and the output's record.
+
+``wall`` is the run's own time, from its call to its return (every part but ``imports``).
 
 ``read_s``, ``compute_s`` and ``write_s`` are the tasks' stage times summed over the tasks (the
 stages overlap, within a task and across the worker threads): they say which stage the tasks
@@ -40,6 +47,9 @@ class Report:
     cluster_start: float = 0.0  # seconds to connect, or to start the embedded cluster
     warmup: float = 0.0        # seconds to resolve the backend and set up the workers (GPU: compile)
     wall: float = 0.0          # seconds of the whole run, from the call to its return
+    plan: float = 0.0          # seconds of the checks, the plan and the output's creation, before the cluster
+    finish: float = 0.0        # seconds after the last result: the cluster closed, the checks, the record
+    imports: float = 0.0       # seconds from the process's start to the call (set by the command line)
     read_s: float = 0.0        # the tasks' read, compute and write stages, summed over the tasks
     compute_s: float = 0.0
     write_s: float = 0.0
@@ -76,6 +86,17 @@ class Report:
         self.per_worker[result.worker] = self.per_worker.get(result.worker, 0) + result.matrices
 
     @property
+    def total(self) -> float:
+        """Seconds from the process's start (the command line) or the call (the API) to the return:
+        the sum of the parts."""
+        return self.imports + self.wall
+
+    def end(self, wall: float) -> None:
+        """The run returns (or fails) ``wall`` s after its call: ``finish`` is what no other part took."""
+        self.wall = wall
+        self.finish = max(0.0, wall - self.plan - self.cluster_start - self.warmup - self.elapsed)
+
+    @property
     def matrices_per_s(self) -> float:
         return self.processed / self.elapsed if self.elapsed > 0 else 0.0
 
@@ -93,7 +114,7 @@ class Report:
         return {w: m / total for w, m in sorted(self.per_worker.items())} if total else {}
 
     def as_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "matrices_per_s": self.matrices_per_s,
+        return {**dataclasses.asdict(self), "total": self.total, "matrices_per_s": self.matrices_per_s,
                 "gb_in_per_s": self.gb_in_per_s, "gb_out_per_s": self.gb_out_per_s}
 
     def __repr__(self) -> str:
@@ -104,8 +125,9 @@ class Report:
             f"matrices/s, {self.gb_in_per_s:.3f} GB/s in, {self.gb_out_per_s:.3f} GB/s out), "
             f"{self.tasks:,} tasks",
         ]
-        lines.append(f"  time: cluster start {self.cluster_start:.2f} s, warm-up {self.warmup:.2f} s, "
-                     f"compute {self.elapsed:.2f} s, total {self.wall:.2f} s"
+        lines.append("  time: " + (f"import {self.imports:.2f} s, " if self.imports else "")
+                     + f"plan {self.plan:.2f} s, cluster start {self.cluster_start:.2f} s, warm-up {self.warmup:.2f} s, "
+                     f"compute {self.elapsed:.2f} s, finish {self.finish:.2f} s, total {self.total:.2f} s"
                      + (f"; dashboard {self.dashboard}" if self.dashboard else ""))
         if self.processed:
             lines.append(f"  task stages, summed over the tasks: read {self.read_s:.2f} s, "

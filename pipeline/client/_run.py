@@ -203,7 +203,6 @@ class _Entry:
 
     def fail(self, report: Report, exc: BaseException, times: dict) -> None:
         """Best effort: record the failure; the status never says complete."""
-        report.wall = times["wall"]
         try:
             _group.update(self.path, status="failed", error=f"{type(exc).__name__}: {exc}",
                           runs=self.runs + [{"started": self.started, "finished": _group.now(),
@@ -257,6 +256,7 @@ def _compute(job: Job, report: Report, entry: _Entry, opts: Options, show: bool,
         tasks = job.plan.tasks(complete)
         report.skipped = int(_ledger.matrix_mask(complete, job.plan.chunk, job.plan.count).sum())
         report.tasks = len(tasks)
+        report.plan = time.perf_counter() - called
         if tasks:
             _submit.submit(job, tasks, report, opts, show, **connect)
     except BaseException as exc:
@@ -293,7 +293,7 @@ def _finish(job: Job, report: Report, entry: _Entry, inputs: _Inputs, called: fl
                                       "matrices": report.processed, **_times(report, called)}],
                   counts=report.counts._asdict())
     report.status = "complete"
-    report.wall = time.perf_counter() - called
+    report.end(time.perf_counter() - called)
 
 
 def _check_same_pattern(record: dict, now: dict) -> None:
@@ -308,5 +308,6 @@ def _check_same_pattern(record: dict, now: dict) -> None:
 
 def _times(report: Report, called: float) -> dict:
     """The run's times as its record in the output's provenance keeps them (see client._report)."""
-    return {"cluster_start": report.cluster_start, "warmup": report.warmup, "seconds": report.elapsed,
-            "wall": time.perf_counter() - called}
+    report.end(time.perf_counter() - called)
+    return {"plan": report.plan, "cluster_start": report.cluster_start, "warmup": report.warmup,
+            "seconds": report.elapsed, "finish": report.finish, "wall": report.wall}

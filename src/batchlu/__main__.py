@@ -1,5 +1,5 @@
 """``python -m batchlu ...`` runs the ``batchlu`` command line."""
 
-from .workflows import main
+from .workflows import console
 
-main()
+console()

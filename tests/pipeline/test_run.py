@@ -108,20 +108,23 @@ def test_report_repr(client, stores, tmp_path):
 
 
 def check_times(report, outer: float) -> None:
-    """The run's three times are there, in the text and the dict, and add up to at most its whole."""
+    """The run's times are there, in the text and the dict, and its parts add up to its whole."""
     assert report.cluster_start >= 0 and report.warmup >= 0 and report.elapsed > 0
-    parts = report.cluster_start + report.warmup + report.elapsed
-    assert parts <= report.wall <= outer, (report.cluster_start, report.warmup, report.elapsed,
-                                           report.wall, outer)
+    assert report.plan > 0 and report.finish >= 0 and report.imports == 0   # the API: no imports part
+    parts = report.plan + report.cluster_start + report.warmup + report.elapsed + report.finish
+    assert parts == pytest.approx(report.wall, abs=1e-9) and report.total == report.wall <= outer, \
+        (report.plan, report.cluster_start, report.warmup, report.elapsed, report.finish, report.wall, outer)
     assert report.gb_in_per_s == pytest.approx(report.bytes_in / 1e9 / report.elapsed)  # compute only
     for stage in (report.read_s, report.compute_s, report.write_s):
         assert stage > 0
     text = repr(report)
-    assert (f"cluster start {report.cluster_start:.2f} s, warm-up {report.warmup:.2f} s, "
-            f"compute {report.elapsed:.2f} s, total {report.wall:.2f} s") in text
-    assert "read " in text and "write " in text
+    assert (f"time: plan {report.plan:.2f} s, cluster start {report.cluster_start:.2f} s, warm-up "
+            f"{report.warmup:.2f} s, compute {report.elapsed:.2f} s, finish {report.finish:.2f} s, "
+            f"total {report.wall:.2f} s") in text
+    assert "import " not in text and "read " in text and "write " in text
     record = report.as_dict()
-    assert {"cluster_start", "warmup", "elapsed", "wall", "read_s", "compute_s", "write_s"} <= set(record)
+    assert {"plan", "cluster_start", "warmup", "elapsed", "finish", "wall", "total", "read_s", "compute_s",
+            "write_s"} <= set(record)
     json.dumps(record)
 
 
