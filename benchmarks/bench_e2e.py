@@ -379,7 +379,7 @@ _PART = re.compile(r"([a-z][a-z -]*?) (\d+(?:\.\d+)?) s\b")
 
 def parse_report(text: str) -> dict | None:
     """The parts of the report ``batchlu run`` prints that say where the time went: ``phases_s``
-    (its time line: cluster start, warm-up, compute, total, and any part added later), ``stages_s``
+    (its time line: import, plan, cluster start, warm-up, compute, finish, total), ``stages_s``
     (the task stages, summed over the tasks), ``status``, ``backends``, ``ok`` (matrices); None where
     there is no time line."""
     found = {}
@@ -402,8 +402,9 @@ def parse_report(text: str) -> dict | None:
 def report_of(report) -> dict:
     """The same parts from a :class:`batchlu.pipeline.Report` (the client case)."""
     return {"status": report.status, "backends": ", ".join(report.backends), "ok": report.ok,
-            "phases_s": {"cluster_start": round(report.cluster_start, 3), "warm_up": round(report.warmup, 3),
-                         "compute": round(report.elapsed, 3), "total": round(report.wall, 3)},
+            "phases_s": {"plan": round(report.plan, 3), "cluster_start": round(report.cluster_start, 3),
+                         "warm_up": round(report.warmup, 3), "compute": round(report.elapsed, 3),
+                         "finish": round(report.finish, 3), "total": round(report.wall, 3)},
             "stages_s": {k: round(getattr(report, f"{k}_s"), 3) for k in ("read", "compute", "write")}}
 
 
