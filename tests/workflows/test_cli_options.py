@@ -17,9 +17,15 @@ from batchlu.workflows._run_options import CONFIG_OPTIONS
 def calls(monkeypatch):
     recorded = []
 
+    class FakeReport:
+        imports = None   # the command line sets it, then prints the report
+
+        def __str__(self):
+            return "REPORT-TEXT" if self.imports is not None else "REPORT WITHOUT ITS IMPORT TIME"
+
     def fake_run(input, output, **kwargs):
         recorded.append((input, output, kwargs))
-        return "REPORT-TEXT"
+        return FakeReport()
 
     monkeypatch.setattr(pipeline, "run", fake_run)
     return recorded
