@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 
@@ -190,27 +191,75 @@ WORKER_CLOSE_S = 30
 # 4 s kept a stopped run on the terminal that long), then SIGTERM. Its writes in flight are as safe
 # as after a kill (the output's writes are fenced and marked after they land).
 INTERRUPTED_CLOSE_S = 0.5
+# ... and the client and the cluster this long each to close after that. A GPU worker killed while
+# busy took longer than that to go on a loaded machine, and a stopped GPU run waited for it (one
+# test run out of two: over 60 s). Past it, this process's worker processes still there are killed.
+INTERRUPTED_CLUSTER_CLOSE_S = 2.0
 
 
 @contextlib.contextmanager
 def _closing(cluster) -> Iterator:
     """Close ``cluster`` on the way out: after a run that ended well, its workers first, with
     ``WORKER_CLOSE_S`` each to end; after Ctrl-C or SIGTERM, worker processes with
-    ``INTERRUPTED_CLOSE_S`` each."""
+    ``INTERRUPTED_CLOSE_S`` each, the cluster with ``INTERRUPTED_CLUSTER_CLOSE_S``, and then any
+    worker process of this process's still alive is killed: a stopped run exits in seconds."""
     import asyncio
 
     try:
         yield cluster
     except BaseException as exc:
-        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                cluster.sync(_close_workers, cluster, INTERRUPTED_CLOSE_S, processes_only=True)
-            cluster.close()
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                cluster.sync(_close_workers, cluster, INTERRUPTED_CLOSE_S, processes_only=True,
+                             callback_timeout=INTERRUPTED_CLUSTER_CLOSE_S)
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                cluster.close(timeout=INTERRUPTED_CLUSTER_CLOSE_S)
+            _kill_worker_processes()
+        else:
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                cluster.close()
         raise
     try:
         cluster.sync(_close_workers, cluster, WORKER_CLOSE_S)
     finally:
         cluster.close()
+
+
+def _kill_worker_processes() -> None:
+    """SIGKILL the worker processes this process spawned (multiprocessing's ``spawn_main``) that
+    are still alive, and their children (the GPU workers' I/O processes); not multiprocessing's
+    resource tracker, which ends by itself when this process does."""
+    import psutil
+
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    doomed = []
+    for child in children:
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                doomed.append(child)
+                doomed.extend(child.children(recursive=True))
+        except psutil.Error:
+            continue
+    for process in doomed:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    # gone or a zombie: not reaped here (psutil's wait would take the exit status from the Nanny's
+    # own watcher of the process)
+    deadline = time.monotonic() + INTERRUPTED_CLOSE_S
+    while time.monotonic() < deadline and any(_running(process) for process in doomed):
+        time.sleep(0.01)
+
+
+def _running(process) -> bool:
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:   # gone
+        return False
 
 
 async def _close_workers(cluster, timeout: float, processes_only: bool = False) -> None:
@@ -228,6 +277,8 @@ async def _close_workers(cluster, timeout: float, processes_only: bool = False) 
 @contextlib.contextmanager
 def _embedded(options: Options, security) -> Iterator:
     """The embedded cluster and its client; their logs go to the run's log file."""
+    import asyncio
+
     from . import _logs  # imports distributed (the WorkerLog plugin): not at batchlu's import
 
     # the backend decides the cluster (:func:`batchlu.pipeline.cluster._devices.resolve_embedded`)
@@ -256,9 +307,19 @@ def _embedded(options: Options, security) -> Iterator:
                                              f"{type(exc).__name__}: {exc} instead.{hint}"), log) from exc
             from distributed import Client
 
-            with Client(cluster, security=security) as client:
+            client = Client(cluster, security=security)
+            try:
                 client.register_plugin(_logs.WorkerLog(log))
                 yield client
+            except (KeyboardInterrupt, SystemExit):
+                # distributed's close waits up to twice its connect timeout (60 s) for a busy scheduler
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    client.close(timeout=INTERRUPTED_CLUSTER_CLOSE_S)
+                raise
+            except BaseException:
+                client.close()
+                raise
+            client.close()
     except BatchluError as exc:
         noted = _note_log(exc, log)
         if noted is exc:

@@ -161,3 +161,64 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line():
               "main(['--help'])\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and done.stderr.strip() == "Aborted!", done.stderr
+
+
+def _sleep_here(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_a_stopped_run_whose_workers_do_not_close_leaves_in_seconds(monkeypatch, tmp_path):
+    """After Ctrl-C the worker processes' close is bounded: one that does not end (a busy GPU worker
+    on a loaded machine held a stopped run over 60 s) is waited for INTERRUPTED_CLUSTER_CLOSE_S,
+    then the cluster's own close, then killed. No worker process is left."""
+    import asyncio
+
+    import psutil
+
+    async def never(*args, **kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(_connect, "_close_workers", never)
+    options = pipeline.options({"cluster.processes": True, "cluster.n-workers": 2,
+                                "cluster.threads-per-worker": 1, "cluster.dashboard-address": "127.0.0.1:0",
+                                "cluster.log-file": str(tmp_path / "run.log")})
+    with pytest.raises(KeyboardInterrupt):
+        with _connect._embedded(options, None) as client:
+            pids = list(client.run(os.getpid).values())
+            client.submit(_sleep_here, 30, pure=False)   # a worker busy when the run stops
+            stopped = time.monotonic()
+            raise KeyboardInterrupt
+    took = time.monotonic() - stopped
+    assert took < 3 * _connect.INTERRUPTED_CLUSTER_CLOSE_S + 1, f"the stopped run took {took:.1f} s to close"
+    assert len(pids) == 2
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
+
+
+def _spawned_sleeper() -> None:
+    time.sleep(60)
+
+
+def test_worker_processes_left_after_a_stop_are_killed_and_the_resource_tracker_kept():
+    import multiprocessing
+
+    import psutil
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    tracker = resource_tracker._resource_tracker._pid
+    child = multiprocessing.get_context("spawn").Process(target=_spawned_sleeper)
+    child.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not any("spawn_main" in " ".join(p.cmdline()) for p in psutil.Process().children()) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _connect._kill_worker_processes()
+        child.join(5)
+        assert child.exitcode == -signal.SIGKILL
+        assert tracker is not None and psutil.pid_exists(tracker)
+        assert psutil.Process(tracker).status() != psutil.STATUS_ZOMBIE
+    finally:
+        if child.is_alive():
+            child.kill()
