@@ -16,37 +16,14 @@ import os
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .cluster._devices import gpu_missing
-from .cluster._logs import WorkerLog
+from .cluster._worker_log import WorkerLog
 from .config._settings import Options
 from .errors import GPUUnavailableError
+from .worker._engines import WarmUp
 
 __all__ = ["GPUSetup", "HostSetup", "WarmUp", "WorkerLog"]
 
 logger = logging.getLogger("batchlu.plugins")
-
-
-@dataclasses.dataclass(frozen=True)
-class WarmUp:
-    """What the coming run computes: compile those kernels and reserve the pinned buffers for it.
-
-    ``outputs`` lists ``(name, tail shape, dtype)`` per output array; ``batch`` is the largest batch
-    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``; ``tail`` the input's shape
-    after N where it is not ``(n, n)`` (a sparse batch's values, ``(nnz,)``), and ``symbolic`` a sparse
-    op's pattern analysis, which the warm-up binds the op to. ``settings`` are the run's
-    (its ``io-processes`` / ``io-threads`` size the I/O processes, None: auto): the I/O
-    processes are started here too, so that their start-up is not a task's.
-    """
-
-    op: str
-    dtype: str
-    n: int
-    outputs: tuple[tuple[str, tuple[int, ...], str], ...]
-    batch: int
-    rhs: tuple[tuple[int, ...], str] | None = None
-    settings: Options = dataclasses.field(default_factory=Options)
-    tail: tuple[int, ...] | None = None   # the input's shape after N; None: (n, n)
-    symbolic: object = None               # sparse ops: the pattern's batchlu.kernels.sparse.Plan
-    staging: int = 0   # the GPU codec path: bytes of input per group (batchlu.device-batch-bytes); 0: unused
 
 
 class GPUSetup(WorkerPlugin):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import zarr
 
 from ..config._settings import Options
-from ..plugins import GPUSetup, HostSetup, WarmUp
 from ..store._arrays import native_dtype
 from ..worker._batches import input_bytes, sub_batches
+from ..worker._engines import WarmUp
 
 __all__ = ["choose_codecs", "prepare_workers", "warmup_for"]
 
@@ -53,6 +53,8 @@ def prepare_workers(client, job, options: Options) -> None:
     ``job.backend`` is the one :func:`batchlu.pipeline.cluster._devices.resolve_on_workers` gave;
     ``auto`` (workers that disagree) sets up none.
     """
+    from ..plugins import GPUSetup, HostSetup   # distributed's plugin base: imported with the cluster
+
     if job.backend == "gpu":
         client.register_plugin(GPUSetup(options, warmup=warmup_for(job)))
     elif job.backend == "cpu":
@@ -60,7 +62,7 @@ def prepare_workers(client, job, options: Options) -> None:
 
 
 def warmup_for(job):
-    """The :class:`batchlu.pipeline.plugins.WarmUp` of a :class:`batchlu.pipeline.worker._tasks.Job`
+    """The :class:`batchlu.pipeline.worker._engines.WarmUp` of a :class:`batchlu.pipeline.worker._tasks.Job`
     (read from the metadata of its arrays; no data is read and nothing touches CUDA here)."""
     source = job.input.open("r")
     rhs = job.rhs.open("r") if job.rhs is not None else None

@@ -139,7 +139,7 @@ def _check_scheduler(address: str, security, timeout: float) -> None:
                            f"instead.")
 
 
-def _note_log(exc: BatchluError, log: str) -> BatchluError:
+def note_log(exc: BatchluError, log: str) -> BatchluError:
     """``exc`` with the worker log named at the end of its message, when something was logged."""
     if not os.path.isfile(log) or os.path.getsize(log) == 0:
         return exc
@@ -279,7 +279,8 @@ def _embedded(options: Options, security) -> Iterator:
     """The embedded cluster and its client; their logs go to the run's log file."""
     import asyncio
 
-    from . import _logs  # imports distributed (the WorkerLog plugin): not at batchlu's import
+    from . import _logs
+    from ._worker_log import WorkerLog  # imports distributed: not at batchlu's import
 
     # the backend decides the cluster (:func:`batchlu.pipeline.cluster._devices.resolve_embedded`)
     gpu = _devices.resolve_embedded(options.backend, options.cluster.gpus) == "gpu"
@@ -303,13 +304,13 @@ def _embedded(options: Options, security) -> Iterator:
                 script = _guard.rerun_main_script()
                 hint = (f" If {script} calls batchlu at its top level, put those calls under "
                         f"`{_guard.GUARD}`: {_guard.RERUN}." if script else "")
-                raise _note_log(ClusterError(f"Expected the embedded local cluster to start. Got "
+                raise note_log(ClusterError(f"Expected the embedded local cluster to start. Got "
                                              f"{type(exc).__name__}: {exc} instead.{hint}"), log) from exc
             from distributed import Client
 
             client = Client(cluster, security=security)
             try:
-                client.register_plugin(_logs.WorkerLog(log))
+                client.register_plugin(WorkerLog(log))
                 yield client
             except (KeyboardInterrupt, SystemExit):
                 # distributed's close waits up to twice its connect timeout (60 s) for a busy scheduler
@@ -321,7 +322,7 @@ def _embedded(options: Options, security) -> Iterator:
                 raise
             client.close()
     except BatchluError as exc:
-        noted = _note_log(exc, log)
+        noted = note_log(exc, log)
         if noted is exc:
             raise
         raise noted from exc

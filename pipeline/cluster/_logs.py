@@ -4,7 +4,7 @@ A task that fails makes its worker log a traceback ("Compute Failed", ...); the 
 error line that names this file. :func:`log_file` picks the file (``batchlu.cluster.log-file``, or a
 new one per run in the temporary folder); :func:`redirect` moves the loggers of one process there: the
 client's (the nannies live in it) around the embedded cluster, and each worker's through the
-:class:`WorkerLog` plugin. The file is created at the first message only.
+:class:`batchlu.pipeline.cluster._worker_log.WorkerLog` plugin. The file is created at the first message only.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from distributed.diagnostics.plugin import WorkerPlugin
-
-__all__ = ["WorkerLog", "log_file", "redirect"]
+__all__ = ["log_file", "redirect"]
 
 # distributed configures these three with a handler on stderr; batchlu's own loggers propagate to
 # the root logger, whose last-resort handler also prints to stderr, as asyncio's do (a comm closed
@@ -86,33 +84,3 @@ def redirect(path: str) -> Callable[[], None]:
             handler.close()
 
     return restore
-
-
-class WorkerLog(WorkerPlugin):
-    """Send the worker's log to the run's log file (see :func:`redirect`), not to the
-    terminal it inherited from the client: the embedded cluster's workers share ``batchlu run``'s."""
-
-    name = "batchlu-log"
-    idempotent = True
-
-    def __init__(self, path: str):
-        self.path = path
-        self._restore = None
-
-    def setup(self, worker):
-        self._restore = redirect(self.path)
-
-    def teardown(self, worker):
-        # A closing worker tears its plugins down first, then stops its heartbeat, its task threads
-        # and its connections: what it logs meanwhile (a heartbeat to a scheduler already gone, with
-        # its tracebacks) still belongs to the run's log file. Only a plugin taken off a worker that
-        # keeps running gives the terminal back.
-        if self._restore is not None and _running(worker):
-            self._restore()
-            self._restore = None
-
-
-def _running(worker) -> bool:
-    from distributed.core import Status
-
-    return getattr(worker, "status", None) in (Status.running, Status.paused)

@@ -16,15 +16,41 @@ CPU and GPU differ only in the engine plugged in.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
 
 from .. import _ops
+from ..config._settings import Options
 from . import _io_pool
 from ._buffers import Layout, Slot, SlotPool, host_allocate, pinned_allocate
 
-__all__ = ["CudaEngine", "HostEngine", "compile_op", "current_engine", "host_engine", "install_engine", "warm_up"]
+__all__ = ["CudaEngine", "HostEngine", "WarmUp", "compile_op", "current_engine", "host_engine", "install_engine", "warm_up"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmUp:
+    """What the coming run computes: compile those kernels and reserve the pinned buffers for it.
+
+    ``outputs`` lists ``(name, tail shape, dtype)`` per output array; ``batch`` is the largest batch
+    of a task (matrices). ``rhs`` is ``(tail shape, dtype)`` for ``solve``; ``tail`` the input's shape
+    after N where it is not ``(n, n)`` (a sparse batch's values, ``(nnz,)``), and ``symbolic`` a sparse
+    op's pattern analysis, which the warm-up binds the op to. ``settings`` are the run's
+    (its ``io-processes`` / ``io-threads`` size the I/O processes, None: auto): the I/O
+    processes are started here too, so that their start-up is not a task's.
+    """
+
+    op: str
+    dtype: str
+    n: int
+    outputs: tuple[tuple[str, tuple[int, ...], str], ...]
+    batch: int
+    rhs: tuple[tuple[int, ...], str] | None = None
+    settings: Options = dataclasses.field(default_factory=Options)
+    tail: tuple[int, ...] | None = None   # the input's shape after N; None: (n, n)
+    symbolic: object = None               # sparse ops: the pattern's batchlu.kernels.sparse.Plan
+    staging: int = 0   # the GPU codec path: bytes of input per group (batchlu.device-batch-bytes); 0: unused
 
 
 class HostEngine:
@@ -209,7 +235,7 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
     """Compile ``spec.op``'s kernels on a few random matrices, reserve pinned slots for ``spec`` and
     start the I/O processes (``reserve`` is the worker's thread count).
 
-    ``spec`` is a :class:`batchlu.pipeline.plugins.WarmUp`.
+    ``spec`` is a :class:`WarmUp`.
     """
     layout = compile_op(engine, spec)
     engine.pool.reserve(layout, int(spec.batch), max(1, int(reserve)))
@@ -226,7 +252,7 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
 def compile_op(engine, spec) -> Layout:
     """Run ``spec.op`` once on ``engine`` over a few random matrices of the run's dtype and shapes,
     so that its kernels compile (numba, NVRTC) or load from their disk caches here and not in the
-    first task; returns the run's slot :class:`Layout`. ``spec``: a :class:`batchlu.pipeline.plugins.WarmUp`."""
+    first task; returns the run's slot :class:`Layout`. ``spec``: a :class:`WarmUp`."""
     n = int(spec.n)
     op = spec.op if spec.symbolic is None else _ops.get_op(spec.op).bind(spec.symbolic, spec.settings)
     layout = Layout(a=(tuple(spec.tail) if spec.tail is not None else (n, n), np.dtype(spec.dtype)),

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 
 from . import _backends, _io_pool
 from ._batches import BatchIO, run_batches, sub_batches
@@ -83,6 +84,8 @@ class TaskResult(InfoTally):
 
 
 def _worker_address() -> str:
+    if "distributed" not in sys.modules:   # a task of the in-process pool: no worker, no import
+        return "local"
     try:
         from distributed import get_worker
 
@@ -101,6 +104,8 @@ def io_pool_for(job: Job, engine):
 
 
 def _worker_threads() -> int:
+    if "distributed" not in sys.modules:
+        return os.cpu_count() or 1
     try:
         from distributed import get_worker
 

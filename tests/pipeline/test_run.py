@@ -10,6 +10,7 @@ import pytest
 import zarr
 
 from batchlu import pipeline
+from batchlu.errors import BatchluError
 from batchlu.pipeline.output import _fingerprint
 from batchlu.pipeline._ops import INFO_NOT_COMPUTED, OP_TABLE, compute
 from batchlu.pipeline.output import _group
@@ -327,3 +328,51 @@ def test_default_output_codec_leaves_floats_uncompressed_and_zstds_integers(clie
     assert any(np.dtype(group[name].dtype).kind not in "fc" for name in made)
     assert _group.read_provenance(str(out))["settings"]["output_codec"] == "auto"
     assert _group.created_with({"settings": {}})[0] == "zstd"   # a batchlu from before the setting
+
+
+IN_PROCESS_RUN = """
+import sys, batchlu
+report = batchlu.run(sys.argv[1], sys.argv[2], op="inv", progress=False, config={"chunk": 9})
+print(report.status, report.backends, report.per_worker, "distributed" in sys.modules)
+"""
+
+
+def test_a_default_cpu_run_of_threads_runs_without_distributed(stores, tmp_path):
+    """The embedded cluster of threads (the CPU's default up to 1 GiB, no dashboard, no report) is a
+    thread pool of the calling process: distributed is never imported (0.4 s of a 1.7 s run), and the
+    output is the bits that distributed's cluster of threads writes."""
+    import subprocess
+    import sys
+
+    pooled = subprocess.run([sys.executable, "-c", IN_PROCESS_RUN, stores["a"], str(tmp_path / "pool.zarr")],
+                            capture_output=True, text=True, timeout=300)
+    assert pooled.returncode == 0, pooled.stderr
+    assert pooled.stdout.split() == ["complete", "('cpu',)", "{'local':", "53}", "False"], pooled.stdout
+    # the same run on distributed's cluster of threads (a dashboard asks for it)
+    report = pipeline.run(stores["a"], tmp_path / "cluster.zarr", op="inv", progress=False,
+                          config={"chunk": 9, "cluster": {"dashboard-address": "127.0.0.1:0"}})
+    assert report.status == "complete" and all(w.startswith("tcp://") for w in report.per_worker)
+    a = np.asarray(zarr.open_array(stores["a"], mode="r")[...])
+    check_output(str(tmp_path / "pool.zarr"), "inv", a, chunk=9)
+    pool, cluster = outputs_of(str(tmp_path / "pool.zarr")), outputs_of(str(tmp_path / "cluster.zarr"))
+    for name in ("inv", "info"):
+        assert pool[name].tobytes() == cluster[name].tobytes(), name
+
+
+def test_an_error_in_an_in_process_task_stops_the_run_and_names_the_log(tmp_path):
+    """A task's error raised on purpose (here: a missing input chunk) ends the in-process run in
+    that error, with the log file named where the task logged, and no task starts after it."""
+    source = tmp_path / "in.zarr"
+    rng = np.random.default_rng(20261206)
+    array = zarr.create_array(str(source), shape=(40, 6, 6), chunks=(4, 6, 6), dtype="float64")
+    array[...] = rng.standard_normal((40, 6, 6))
+    (source / "c" / "3" / "0" / "0").unlink()   # matrices 12:16
+    log = tmp_path / "run.log"
+    with pytest.raises(BatchluError) as caught:
+        pipeline.run(str(source), tmp_path / "out.zarr", op="inv", progress=False,
+                     config={"cluster": {"log-file": str(log)}})
+    message = str(caught.value)
+    assert "12:16" in message and f"(Worker log: {log})" in message and "\n" not in message, message
+    assert "12:16" in log.read_text()   # the task's traceback went to the log, not the terminal
+    record = zarr.open_group(str(tmp_path / "out.zarr"), mode="r").attrs["batchlu"]
+    assert record["status"] == "failed"

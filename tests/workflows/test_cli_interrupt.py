@@ -80,6 +80,13 @@ def test_a_signal_to_the_whole_group_is_one_line_and_resumes_bit_identical(sourc
     _stop_and_resume(source, tmp_path, signum, line, status, CPU_PROCESSES)
 
 
+@SIGNALS
+def test_a_signal_to_a_run_on_threads_of_its_process_is_one_line_and_resumes_bit_identical(source, tmp_path, signum,
+                                                                                        line, status):
+    """The CPU's default for small inputs: the tasks on a thread pool of the command's own process."""
+    _stop_and_resume(source, tmp_path, signum, line, status, ("--backend", "cpu"))
+
+
 @pytest.mark.gpu
 @SIGNALS
 def test_gpu_a_signal_to_the_whole_group_is_one_line_and_resumes_bit_identical(source, tmp_path, signum, line,
@@ -210,14 +217,13 @@ def test_worker_processes_left_after_a_stop_are_killed_and_the_resource_tracker_
     child = multiprocessing.get_context("spawn").Process(target=_spawned_sleeper)
     child.start()
     try:
-        deadline = time.monotonic() + 30
-        while not any("spawn_main" in " ".join(p.cmdline()) for p in psutil.Process().children()) \
-                and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30   # this child, not a worker process an earlier test left
+        while "spawn_main" not in " ".join(psutil.Process(child.pid).cmdline()) and time.monotonic() < deadline:
             time.sleep(0.05)
         _connect._kill_worker_processes()
         child.join(5)
-        assert child.exitcode == -signal.SIGKILL
-        assert tracker is not None and psutil.pid_exists(tracker)
+        assert child.exitcode == -signal.SIGKILL, child.exitcode
+        assert tracker is not None and psutil.pid_exists(tracker), tracker
         assert psutil.Process(tracker).status() != psutil.STATUS_ZOMBIE
     finally:
         if child.is_alive():
