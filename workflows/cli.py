@@ -32,6 +32,7 @@ from batchlu.pipeline.config._choices import OUTPUT_LAYOUTS
 from batchlu.testing.matrices import KINDS as DENSE_KINDS
 from batchlu.testing.sparse import KINDS as SPARSE_KINDS
 
+from . import _console
 from ._run_options import join_array, pipeline_kwargs, run_options, stderr_is_terminal
 
 DTYPES = tuple(d.name for d in SUPPORTED_DTYPES)
@@ -42,7 +43,8 @@ _AGAIN = "generate it again with --overwrite"   # after a full device (a store m
 
 def _process_age() -> float:
     """Seconds since this process started (Linux: its start in ``/proc/self/stat`` against
-    ``/proc/uptime``, both counted from boot, to 0.01 s); 0 where that cannot be read."""
+    ``/proc/uptime``, both counted from boot, to 0.01 s); 0 where that cannot be read. The command's
+    own time only where the console entry started the process."""
     try:
         with open("/proc/self/stat", encoding="ascii") as f:
             started = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
@@ -221,7 +223,7 @@ def run(input, output, **params):
     from batchlu import pipeline
 
     kwargs = pipeline_kwargs(params)
-    imports = _process_age()
+    imports = _process_age() if _console.started else 0.0   # not a notebook's or a test runner's age
     report = pipeline.run(join_array(input, params.get("array")), output, **kwargs)
     report.imports = imports   # the report's time line then covers the command from its start
     click.echo(report)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 
 from .._plan import merge_tasks
+from ..errors import FencedError
 from ..cluster import _connect, _devices
 from ..worker._tasks import Job, process_range
 from . import _progress
@@ -89,13 +91,21 @@ def _in_process(opts) -> bool:
             and _connect.dashboard_address(opts) is None and not _progress.in_notebook())
 
 
+def pool_threads(n_workers: int | None, threads_per_worker: int | None) -> int:
+    """The threads of the embedded cluster of threads: ``n_workers`` (1) times ``threads_per_worker``,
+    by default the cores shared out among the workers, rounded up, as distributed's LocalCluster does."""
+    workers = n_workers or 1
+    return workers * (threads_per_worker or max(1, -(-(os.cpu_count() or 1) // workers)))
+
+
 def _run_in_process(job: Job, tasks, report: Report, opts, show: bool, t0: float) -> None:
     """The tasks on threads of this process, as many as the embedded cluster of threads would run
     (``cluster.n-workers`` x ``cluster.threads-per-worker``; one per core by default): the same task
     body, warm-up and report, without distributed's client, scheduler and worker in this process,
     which cost a 1,000-matrix run 0.5 s of its 1.7 (import 0.4 s, start, a worker plugin's round
     trip). The run's log goes to its log file as the cluster's does. After an error or Ctrl-C no task
-    starts; the ones running finish their batch and stop at their next write (the output's fence)."""
+    starts, and the ones running stop at their next write (:class:`_Stopping`); the run returns once
+    they have (``STOP_WAIT_S`` at most), so that nothing they log reaches the terminal after it."""
     import concurrent.futures
 
     from ..cluster import _logs
@@ -105,19 +115,21 @@ def _run_in_process(job: Job, tasks, report: Report, opts, show: bool, t0: float
     from ..errors import BatchluError
 
     spec = opts.cluster
-    threads = (spec.n_workers or 1) * (spec.threads_per_worker or os.cpu_count() or 1)
+    threads = pool_threads(spec.n_workers, spec.threads_per_worker)
     log = _logs.log_file(spec.log_file)
     restore = _logs.redirect(log)
     pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="batchlu-task")
+    stopping = _Stopping(job.fence)
+    futures = []
     try:
         started = time.perf_counter()
         report.cluster_start = started - t0
-        job = dataclasses.replace(job, backend="cpu")
+        job = dataclasses.replace(job, backend="cpu", fence=stopping)
         _engines.compile_op(_engines.host_engine(), _warmup.warmup_for(job))   # HostSetup's warm-up
         submitted = time.perf_counter()
         report.warmup = submitted - started
         report.submitted = True  # from here on tasks may write: a failure keeps the output
-        futures = [pool.submit(process_range, job, c0, c1) for c0, c1 in tasks]
+        futures.extend(pool.submit(process_range, job, c0, c1) for c0, c1 in tasks)
         total = sum(job.plan.chunk_range(c0, c1)[1] - job.plan.chunk_range(c0, c1)[0] for c0, c1 in tasks)
         bar = _progress.ProgressBar(total, enabled=show, label=f"batchlu {job.op}")
         pending = set(futures)
@@ -135,14 +147,44 @@ def _run_in_process(job: Job, tasks, report: Report, opts, show: bool, t0: float
             bar.close()
         report.elapsed = time.perf_counter() - submitted
         report.backends = ("cpu",)
-    except BatchluError as exc:   # as the embedded cluster's: the message names the log, if it has lines
-        noted = _connect.note_log(exc, log)
+    except BaseException as exc:
+        stopping.stop()
+        pool.shutdown(wait=False, cancel_futures=True)
+        running = [future for future in futures if not future.cancelled()]   # a cancelled one never ends
+        concurrent.futures.wait(running, timeout=STOP_WAIT_S)   # their last words go to the log too
+        if not isinstance(exc, BatchluError):
+            raise
+        noted = _connect.note_log(exc, log)   # as the embedded cluster's: the message names the log
         if noted is exc:
             raise
         raise noted from exc
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         restore()
+
+
+# How long a stopped in-process run waits for its running tasks to reach their next write
+STOP_WAIT_S = 10.0
+
+
+class _Stopping:
+    """The output's fence of the in-process run's tasks, with a stop of its own: once :meth:`stop`
+    is called (an error elsewhere, Ctrl-C), a task's next write raises :class:`FencedError` and the
+    task ends without writing, as a task of a run whose lock was taken does."""
+
+    def __init__(self, fence):
+        self.fence = fence
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def check(self) -> None:
+        if self._stopped.is_set():
+            raise FencedError("Expected the run to go on. Got its stop (an error in another task, or an "
+                              "interrupt) instead: this task stops without writing.")
+        if self.fence is not None:
+            self.fence.check()
 
 
 def _merged(tasks, job: Job, client, report: Report) -> list:

@@ -4,6 +4,7 @@ input, an input inside a group, right-hand sides of both shapes, the embedded cl
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -359,20 +360,40 @@ def test_a_default_cpu_run_of_threads_runs_without_distributed(stores, tmp_path)
         assert pool[name].tobytes() == cluster[name].tobytes(), name
 
 
-def test_an_error_in_an_in_process_task_stops_the_run_and_names_the_log(tmp_path):
-    """A task's error raised on purpose (here: a missing input chunk) ends the in-process run in
-    that error, with the log file named where the task logged, and no task starts after it."""
+def test_an_error_in_an_in_process_task_stops_the_run_and_names_the_log(tmp_path, capfd):
+    """A task's error raised on purpose (here: missing input chunks) ends the in-process run in that
+    error, with the log file named where the task logged. The other tasks stop at their next write
+    before the run returns: none of them logs to the terminal after it, none is left running."""
+    import threading
+
     source = tmp_path / "in.zarr"
     rng = np.random.default_rng(20261206)
-    array = zarr.create_array(str(source), shape=(40, 6, 6), chunks=(4, 6, 6), dtype="float64")
-    array[...] = rng.standard_normal((40, 6, 6))
-    (source / "c" / "3" / "0" / "0").unlink()   # matrices 12:16
+    array = zarr.create_array(str(source), shape=(400, 6, 6), chunks=(4, 6, 6), dtype="float64")
+    array[...] = rng.standard_normal((400, 6, 6))
+    for chunk in (3, 40, 41, 90):
+        (source / "c" / str(chunk) / "0" / "0").unlink()
     log = tmp_path / "run.log"
+    capfd.readouterr()
     with pytest.raises(BatchluError) as caught:
         pipeline.run(str(source), tmp_path / "out.zarr", op="inv", progress=False,
-                     config={"cluster": {"log-file": str(log)}})
+                     config={"cluster": {"log-file": str(log), "threads-per-worker": 8}, "max-tasks": 100})
     message = str(caught.value)
-    assert "12:16" in message and f"(Worker log: {log})" in message and "\n" not in message, message
-    assert "12:16" in log.read_text()   # the task's traceback went to the log, not the terminal
+    assert "missing" in message and f"(Worker log: {log})" in message and "\n" not in message, message
+    assert "Traceback" in log.read_text()   # the task's traceback went to the log, not the terminal
+    time.sleep(0.5)
+    assert capfd.readouterr().err == ""
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("batchlu-task")]
     record = zarr.open_group(str(tmp_path / "out.zarr"), mode="r").attrs["batchlu"]
     assert record["status"] == "failed"
+
+
+@pytest.mark.parametrize("workers, threads", [(None, None), (3, None), (4, 2), (None, 5)])
+def test_the_in_process_pool_has_the_threads_of_distributeds_cluster_of_threads(workers, threads):
+    from distributed import LocalCluster
+
+    from batchlu.pipeline.client._submit import pool_threads
+
+    kwargs = {k: v for k, v in (("n_workers", workers), ("threads_per_worker", threads)) if v is not None}
+    with LocalCluster(processes=False, dashboard_address=None, **kwargs) as cluster:
+        want = sum(worker.state.nthreads for worker in cluster.workers.values())
+    assert pool_threads(workers, threads) == want

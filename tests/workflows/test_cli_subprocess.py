@@ -130,3 +130,23 @@ def test_a_small_run_names_where_every_second_went(tmp_path):
     inverse = zarr.open_array(str(tmp_path / "out.zarr"), path="inv", mode="r")[...]
     info = zarr.open_array(str(tmp_path / "out.zarr"), path="info", mode="r")[...]
     assert (info == 0).all() and (get03(array[...], inverse) < 30).all()   # every inverse written, right
+
+
+@pytest.mark.parametrize("closed", [1, 2], ids=["stdout", "stderr"])
+def test_a_command_with_a_closed_stream_exits_as_it_would(closed):
+    """Python sets a stream closed at the start to None: the console entry's last flush skips it."""
+    proc = subprocess.run([sys.executable, "-m", "batchlu", "--version"], env=_env(), capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(closed))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_import_part_is_the_commands_own_only(invoke, tmp_path):
+    """In a process the command line did not start (a notebook, a test runner), the process's age is
+    not the command's: the report shows no import part then."""
+    source = tmp_path / "in.zarr"
+    array = zarr.create_array(str(source), shape=(20, 5, 5), chunks=(10, 5, 5), dtype="float64")
+    array[...] = np.random.default_rng(7).standard_normal((20, 5, 5))
+    result = invoke("run", str(source), str(tmp_path / "out.zarr"), "--op", "inv", "--no-progress")
+    assert result.exit_code == 0, result.output
+    line = next(text for text in result.output.splitlines() if text.strip().startswith("time:"))
+    assert line.strip().startswith("time: plan ") and " import " not in line, line
