@@ -168,11 +168,11 @@ def _create_exclusive(path: str, content: bytes) -> bool:
 def _create(path: str, content: bytes) -> bool:
     """Create ``path`` holding ``content``, atomically; False if it exists already."""
     private = f"{path}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
-    with open(private, "xb") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    try:
+    try:   # the private file goes whatever happens, Ctrl-C while it is written included
+        with open(private, "xb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
         try:
             os.link(private, path)
             return True

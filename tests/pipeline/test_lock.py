@@ -268,3 +268,18 @@ def test_killed_run_leaves_a_lock_that_resume_takes_over(client, stores, tmp_pat
         report = pipeline.run(stores["a"], out, op="inv", resume=True, client=client, progress=False)
     assert report.status == "complete" and not os.path.exists(_lock_file(out))
     assert np.asarray(complete_flags(out)).all()
+
+
+def test_ctrl_c_while_the_lock_is_written_leaves_no_private_file(tmp_path, monkeypatch):
+    """The lock is made by a hard link from a private file; Ctrl-C while that file is written (its
+    fsync) left it beside the output for good."""
+    from batchlu.pipeline.output import _lock
+
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_lock.os, "fsync", interrupted)
+    path = tmp_path / "out.zarr.lock"
+    with pytest.raises(KeyboardInterrupt):
+        _lock._create(str(path), b"content")
+    assert list(tmp_path.iterdir()) == []
