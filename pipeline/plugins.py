@@ -9,7 +9,6 @@ the same name registered again replaces the old one (its ``teardown`` runs first
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 

@@ -12,8 +12,8 @@ import threading
 import time
 
 from .._plan import merge_tasks
-from ..errors import FencedError
 from ..cluster import _connect, _devices
+from ..errors import BatchluError, FencedError
 from ..worker._tasks import Job, process_range
 from . import _progress
 from ._report import Report
@@ -112,8 +112,6 @@ def _run_in_process(job: Job, tasks, report: Report, opts, show: bool, t0: float
     from ..worker import _engines
     from . import _warmup
 
-    from ..errors import BatchluError
-
     spec = opts.cluster
     threads = pool_threads(spec.n_workers, spec.threads_per_worker)
     log = _logs.log_file(spec.log_file)
@@ -138,11 +136,7 @@ def _run_in_process(job: Job, tasks, report: Report, opts, show: bool, t0: float
                 done, pending = concurrent.futures.wait(pending, timeout=0.2,
                                                         return_when=concurrent.futures.FIRST_COMPLETED)
                 for future in done:
-                    result = future.result()
-                    if result.error is not None:   # raised on purpose in the task (missing chunk, ...)
-                        raise result.error
-                    bar.update(result.matrices)
-                    report.add(result)
+                    _add(future.result(), report, bar)
         finally:
             bar.close()
         report.elapsed = time.perf_counter() - submitted
@@ -222,15 +216,20 @@ def _collect(client, job: Job, tasks, report: Report, show: bool, dashboard: str
     backends = set(report.backends)
     try:
         for future in as_completed(futures):
-            result = future.result()
-            if result.error is not None:   # raised on purpose in the task (missing chunk, ...)
-                raise result.error
-            bar.update(result.matrices)
-            report.add(result)
-            backends.add(result.backend)
+            backends.add(_add(future.result(), report, bar))
     except BaseException:
         client.cancel(futures)
         raise
     finally:
         bar.close()
     return backends
+
+
+def _add(result, report: Report, bar) -> str:
+    """A task's result into ``report`` and the progress; an error the task raised on purpose (a
+    missing chunk, ...) is raised here. Returns the backend it ran on."""
+    if result.error is not None:
+        raise result.error
+    bar.update(result.matrices)
+    report.add(result)
+    return result.backend

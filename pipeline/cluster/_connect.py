@@ -232,15 +232,14 @@ def _kill_worker_processes() -> None:
     import psutil
 
     try:
-        children = psutil.Process().children(recursive=True)
+        children = psutil.Process().children()
     except psutil.Error:
         return
     doomed = []
     for child in children:
         try:
             if "spawn_main" in " ".join(child.cmdline()):
-                doomed.append(child)
-                doomed.extend(child.children(recursive=True))
+                doomed += [child, *child.children(recursive=True)]
         except psutil.Error:
             continue
     for process in doomed:
