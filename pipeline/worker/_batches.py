@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from .. import _ops
+from ..codecs import _host
 from ..output import _fingerprint
 from ..store import _arrays
 from . import _io_pool
@@ -87,6 +88,7 @@ class BatchIO:
     where: dict | None = None
     lookup: object = None
     digest_chunk: int | None = None
+    frames: dict = dataclasses.field(default_factory=dict)   # name -> Stored: read or written by codecs._host
 
     def array(self, name: str):
         """The array ``name``: ``"a"``, ``"b"`` or an output's name."""
@@ -102,8 +104,13 @@ class BatchIO:
 
 
 def read_into(io: BatchIO, name: str, start: int, stop: int, out: np.ndarray) -> None:
-    """``out[:] = array[start:stop]`` of input ``name``, decoded by zarr straight into ``out`` where
-    zarr allows it; a chunk that fails is named (:meth:`BatchIO.unreadable`)."""
+    """``out[:] = array[start:stop]`` of input ``name``: from its chunk files by
+    :mod:`batchlu.pipeline.codecs._host` where ``io.frames`` lists it, else (or where that path
+    declines) decoded by zarr straight into ``out`` where zarr allows it; a chunk that fails is
+    named (:meth:`BatchIO.unreadable`)."""
+    stored = io.frames.get(name)
+    if stored is not None and _host.read(stored, start, stop, out):
+        return
     try:
         _io_pool.read_into(io.array(name), start, stop, out)
     except Exception as exc:
@@ -259,7 +266,9 @@ class HostWrite:
             pool_write(self.io, list(unit.outputs), unit.start, unit.stop, unit.outputs)
         else:
             for name, out in unit.outputs.items():
-                self.io.outputs[name][unit.start:unit.stop] = out
+                array, stored = self.io.outputs[name], self.io.frames.get(name)
+                if stored is None or not _host.write(stored, unit.start, unit.stop, out, array.fill_value):
+                    array[unit.start:unit.stop] = out
 
 
 def run_batches(engine, op: str, io: BatchIO, batches: list[tuple[int, int]], *, record: Record | None = None,

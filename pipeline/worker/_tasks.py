@@ -28,6 +28,7 @@ import os
 import sys
 
 from . import _backends, _io_pool
+from ..codecs import _host
 from ._batches import BatchIO, run_batches, sub_batches
 from ..config._settings import Options
 from ._loop import Record
@@ -114,6 +115,16 @@ def _worker_threads() -> int:
         return os.cpu_count() or 1
 
 
+def _host_frames(job: Job, engine, pool, io: TaskIO) -> dict:
+    """The arrays whose chunk files a CPU task reads and writes itself (:mod:`batchlu.pipeline.codecs._host`):
+    on the CPU, with no I/O processes, where ``batchlu.io-engine`` is ``auto`` (a named engine is
+    zarr's pipeline of that name, as asked)."""
+    if engine.name != "cpu" or pool is not None or job.settings.io_engine != "auto":
+        return {}
+    inputs = {"a": io.input, **({} if io.rhs is None else {"b": io.rhs})}
+    return _host.arrays(inputs, io.out)
+
+
 def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
     """Chunks ``[c0, c1)`` of ``job`` through the batch loop, on ``engine``."""
     _io_pool.tune_malloc()  # once per worker process: Zarr's chunk buffers reuse heap pages
@@ -123,8 +134,9 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
     where = {"a": (job.input.path, job.input.array), **{name: (job.output, name) for name in io.out}}
     if job.rhs is not None:
         where["b"] = (job.rhs.path, job.rhs.array)
-    batch_io = BatchIO(io.input, io.rhs, io.out, pool=io_pool_for(job, engine), where=where, lookup=io.missing,
-                       digest_chunk=plan.chunk)
+    pool = io_pool_for(job, engine)
+    batch_io = BatchIO(io.input, io.rhs, io.out, pool=pool, where=where, lookup=io.missing,
+                       digest_chunk=plan.chunk, frames=_host_frames(job, engine, pool, io))
     record = Record(ledger=io, fence=job.fence, chunk=plan.chunk)
     stored = {name: c.stored for name, c in (job.codecs or {}).items() if c.device == "gpu"}
     if engine.name == "gpu" and stored:

@@ -1,0 +1,179 @@
+"""The host half of the codec path (batchlu.pipeline.codecs._host), which CPU runs take by default:
+inputs read from their chunk files give zarr's values bit for bit, outputs written as chunk files
+are the files zarr writes byte for byte, whatever the path cannot do exactly is declined (zarr does
+it), and whole runs give the outputs of zarr's pipeline (``io-engine zarr``), the corrupt and missing
+chunks named as before."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
+
+import batchlu
+from batchlu.errors import CorruptInputError, MissingChunkError
+from batchlu.pipeline.codecs import _host
+from batchlu.pipeline.store._layout import describe
+from batchlu.testing import matrices
+from batchlu.testing.ratios import THRESHOLD, get03
+
+N, COUNT, CHUNK = 5, 45, 7   # 7 chunks, the last of 3 matrices
+CONFIG = {"cluster.dashboard-address": "127.0.0.1:0"}
+
+
+def _values(dtype="float64", count=COUNT, seed=41, special=True) -> np.ndarray:
+    """Fresh random matrices, with a rounded (compressible) block and (``special``) the values a copy
+    could get wrong in the first: NaN, infinities, -0.0."""
+    a = matrices.generate("random", N, dtype, seed=seed, start=0, stop=count)
+    real = a.view(np.finfo(a.dtype).dtype)
+    if special:
+        real[0, 0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    real[20:30] = np.round(real[20:30], 1) + np.eye(N)   # well away from singular
+    return a
+
+
+# each input layout a user may have written, zarr-python's own way
+LAYOUTS = {
+    "zstd": dict(compressors=ZstdCodec()),                         # zarr's default: no checksum
+    "zstd-crc32c": dict(compressors=[ZstdCodec(level=3), Crc32cCodec()]),
+    "raw": dict(compressors=None),
+    "raw-crc32c": dict(compressors=[Crc32cCodec()]),
+    "sharded-zstd": dict(shards=(4 * CHUNK, N, N), compressors=[ZstdCodec(), Crc32cCodec()]),
+    "v2-zstd": dict(zarr_format=2, compressors=None),              # made below with numcodecs' Zstd
+}
+
+
+def _input(path, layout: str, values: np.ndarray):
+    kwargs = dict(LAYOUTS[layout])
+    if layout == "v2-zstd":
+        from numcodecs import Zstd
+
+        kwargs["compressors"] = Zstd()
+    array = zarr.create_array(str(path), shape=values.shape, dtype=values.dtype, chunks=(CHUNK, N, N), **kwargs)
+    array[...] = values
+    return zarr.open_array(str(path), mode="r")
+
+
+def _poisoned(shape, dtype) -> np.ndarray:
+    out = np.empty(shape, dtype)
+    out.view(np.uint8)[...] = 0xA5    # no value of the input: every element must be written
+    return out
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_reads_the_values_zarr_reads_bit_for_bit(tmp_path, layout):
+    values = _values()
+    array = _input(tmp_path / "in.zarr", layout, values)
+    stored = _host.arrays({"a": array}, {}).get("a")
+    assert stored is not None, describe(array)[1]
+    # whole chunks; a range that starts and ends inside chunks; the array's last, partial chunk
+    for start, stop in ((0, 14), (3, 30), (28, COUNT), (44, COUNT)):
+        out = _poisoned((stop - start, N, N), values.dtype)
+        assert _host.read(stored, start, stop, out)
+        assert out.tobytes() == np.asarray(array[start:stop]).tobytes() == values[start:stop].tobytes()
+
+
+def _chunk_file(array, index: int) -> pathlib.Path:
+    stored, _ = describe(array)
+    return pathlib.Path(stored.path(index))
+
+
+def test_declines_a_chunk_not_stored_or_failing_its_checks(tmp_path):
+    values = _values()
+    out = _poisoned((14, N, N), values.dtype)
+    crc = _input(tmp_path / "crc.zarr", "zstd-crc32c", values)
+    stored = _host.arrays({"a": crc}, {})["a"]
+    assert _host.read(stored, 0, 14, out)
+    path = _chunk_file(crc, 1)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10                      # a flipped bit: the CRC-32C fails
+    path.write_bytes(bytes(data))
+    assert not _host.read(stored, 0, 14, out)
+    path.unlink()                                      # not stored: zarr's fill value and missing rules
+    assert not _host.read(stored, 0, 14, out)
+
+    plain = _input(tmp_path / "zstd.zarr", "zstd", values)
+    stored = _host.arrays({"a": plain}, {})["a"]
+    path = _chunk_file(plain, 0)
+    path.write_bytes(path.read_bytes()[:-9])          # a zstd frame cut short, no checksum to catch it
+    assert not _host.read(stored, 0, 7, out[:7])
+
+
+def test_takes_only_what_it_reads_and_writes_exactly(tmp_path):
+    values = _values()
+    blosc = zarr.create_array(str(tmp_path / "blosc.zarr"), shape=values.shape, dtype=values.dtype,
+                              chunks=(CHUNK, N, N), compressors=BloscCodec())
+    zstd = _input(tmp_path / "zstd.zarr", "zstd", values)
+    sharded = _input(tmp_path / "sharded.zarr", "sharded-zstd", values)
+    raw_sharded = zarr.create_array(str(tmp_path / "rs.zarr"), shape=values.shape, dtype=values.dtype,
+                                    chunks=(CHUNK, N, N), shards=(2 * CHUNK, N, N), compressors=None)
+    found = _host.arrays({"a": blosc, "b": sharded}, {"inv": zstd, "x": raw_sharded, "lu": _output(tmp_path, "lu")})
+    assert sorted(found) == ["b", "lu"]    # blosc: zarr's; outputs: raw chunk files only
+
+
+def _output(tmp_path, name: str, count: int = COUNT):
+    """An output array as batchlu makes floats by default: raw bytes with their crc32c, NaN fill,
+    every chunk stored."""
+    return zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=(count, N, N), dtype="float64",
+                             chunks=(CHUNK, N, N), fill_value=np.nan, serializer=BytesCodec(),
+                             compressors=[Crc32cCodec()], config={"write_empty_chunks": True})
+
+
+def test_writes_the_chunk_files_zarr_writes_byte_for_byte(tmp_path):
+    values = _values()
+    ours, theirs = _output(tmp_path, "ours"), _output(tmp_path, "theirs")
+    stored = _host.arrays({}, {"x": ours})["x"]
+    for start, stop in ((0, 14), (14, 35), (35, COUNT)):   # whole chunks, then the partial last one
+        assert _host.write(stored, start, stop, values[start:stop], ours.fill_value)
+        theirs[start:stop] = values[start:stop]
+    for index in range(-(-COUNT // CHUNK)):
+        assert _chunk_file(ours, index).read_bytes() == _chunk_file(theirs, index).read_bytes(), index
+    assert np.asarray(zarr.open_array(str(tmp_path / "ours.zarr"), mode="r")[...]).tobytes() == values.tobytes()
+    assert not _host.write(stored, 3, 14, values[3:14], np.nan)     # not whole chunks: zarr writes it
+    assert not _host.write(stored, 0, 10, values[:10], np.nan)
+    assert not list(tmp_path.glob("ours.zarr/**/.batchlu-*"))       # no temporary file left
+
+
+def _run(source, out, config=None, **kwargs):
+    return batchlu.run(str(source), str(out), backend="cpu", progress=False, config={**CONFIG, **(config or {})},
+                       **kwargs)
+
+
+@pytest.mark.parametrize("layout", ["zstd", "sharded-zstd", "raw-crc32c"])
+def test_a_cpu_run_gives_zarrs_outputs_bit_for_bit(tmp_path, layout, monkeypatch):
+    values = _values(seed=43, special=False)   # every matrix inverted
+    _input(tmp_path / "in.zarr", layout, values)
+    taken = []
+    read = _host.read
+    monkeypatch.setattr(_host, "read", lambda *a: taken.append(read(*a)) or taken[-1])
+    _run(tmp_path / "in.zarr", tmp_path / "frames.zarr", op="inv")
+    assert taken and all(taken)                                     # the frames path read every batch
+    frames_reads = len(taken)
+    _run(tmp_path / "in.zarr", tmp_path / "zarr.zarr", op="inv", config={"io-engine": "zarr"})
+    assert len(taken) == frames_reads                               # ... and io-engine zarr read none
+    for name in ("inv", "info"):
+        got = np.asarray(zarr.open_array(str(tmp_path / "frames.zarr"), path=name, mode="r")[...])
+        ref = np.asarray(zarr.open_array(str(tmp_path / "zarr.zarr"), path=name, mode="r")[...])
+        assert got.tobytes() == ref.tobytes(), name
+    info = np.asarray(zarr.open_array(str(tmp_path / "frames.zarr"), path="info", mode="r")[...])
+    assert (info == 0).all()
+    assert get03(values, np.asarray(zarr.open_array(str(tmp_path / "frames.zarr"), path="inv")[...])).max() < THRESHOLD
+    assert batchlu.verify(str(tmp_path / "in.zarr"), str(tmp_path / "frames.zarr")).ok
+
+
+def test_a_corrupt_or_missing_chunk_is_named_as_before(tmp_path):
+    values = _values(seed=47)
+    array = _input(tmp_path / "in.zarr", "zstd-crc32c", values)
+    path = _chunk_file(array, 2)
+    data = bytearray(path.read_bytes())
+    data[10] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptInputError, match=r"c/2/0/0"):
+        _run(tmp_path / "in.zarr", tmp_path / "out1.zarr", op="inv")
+    os.unlink(path)
+    with pytest.raises(MissingChunkError, match=r"c/2/0/0"):
+        _run(tmp_path / "in.zarr", tmp_path / "out2.zarr", op="inv")
