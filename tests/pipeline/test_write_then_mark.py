@@ -16,10 +16,13 @@ and without I/O processes (``gpu``).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import zarr
 
+from batchlu.pipeline.codecs import _host
 from batchlu.pipeline.output import _group, _ledger
 from batchlu.pipeline.worker import _tasks
 from batchlu.pipeline.config._settings import Options
@@ -51,6 +54,9 @@ class _LoggedArray:
 
     def __getitem__(self, key):
         return self._array[key]
+
+    def __getattr__(self, name):   # the rest (store, metadata, fill value) as the array's
+        return getattr(self._array, name)
 
     def __setitem__(self, key, value):
         assert isinstance(key, slice) and key.step is None, key
@@ -125,7 +131,16 @@ def recorded(monkeypatch):
         pool = real_pool_for(job, engine)
         return None if pool is None else _LoggedPool(pool, tasks[-1].log)  # the TaskIO made just before
 
+    real_host_write = _host.write
+
+    def host_write(stored, start, stop, values, fill):   # a CPU task's raw outputs, written as chunk files
+        done = real_host_write(stored, start, stop, values, fill)
+        if done:
+            tasks[-1].log.append(("write", os.path.basename(stored.root), int(start), int(stop)))
+        return done
+
     monkeypatch.setattr(_tasks, "TaskIO", RecordingTaskIO)
+    monkeypatch.setattr(_host, "write", host_write)
     monkeypatch.setattr(_tasks, "io_pool_for", pool_for)
     return tasks
 
