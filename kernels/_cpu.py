@@ -38,7 +38,9 @@ Results are in the input dtype.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 
 import numpy as np
 
@@ -119,6 +121,69 @@ def _compiled():
     return None
 
 
+_ON_DEMAND = threading.local()
+
+
+@contextlib.contextmanager
+def numba_on_demand():
+    """Inside this block (this thread), ``inv`` and ``solve`` where the compiled engine would call
+    LAPACK (n from its crossover on) give the compiled engine's results bit for bit without loading
+    numba when they can: the NumPy engine makes the same LAPACK calls (``xGETRF`` then ``xGETRI`` or
+    ``xGETRS``), and the matrices the compiled engine treats otherwise (see :func:`_numba_on_demand`)
+    are computed again by it, numba loaded then. Loading numba's compiled code costs ~0.5 s in a
+    fresh process (its typing and target registries); a small CPU run of the pipeline would spend
+    most of its warm-up there. Outside the block, and once numba is loaded, the engines run as
+    always. The pipeline's CPU tasks compute inside it: their threads already share the batches, so
+    the compiled engine's own threads bring nothing there."""
+    previous = getattr(_ON_DEMAND, "on", False)
+    _ON_DEMAND.on = True
+    try:
+        yield
+    finally:
+        _ON_DEMAND.on = previous
+
+
+def _deferring() -> bool:
+    """Inside :func:`numba_on_demand`, with numba not asked for yet and no engine forced."""
+    return (getattr(_ON_DEMAND, "on", False) and _COMPILED is None and LAPACK_MIN_N is None
+            and not os.environ.get(ENGINE_ENV, "").strip())
+
+
+def _deferred(op: str, a: np.ndarray) -> bool:
+    """Whether ``op`` (inv, solve) on ``a`` is computed by :func:`_numba_on_demand`."""
+    return _deferring() and a.shape[-1] >= max(COMPILED_LAPACK_MIN_N[op][_DTYPE_INDEX[a.dtype.char]],
+                                               NUMPY_LAPACK_MIN_N)
+
+
+def _numba_on_demand(op: str, a: np.ndarray, b: np.ndarray | None = None):
+    """``inv(a)`` or ``solve(a, b)`` as the compiled engine computes them, for n in its LAPACK range:
+    the NumPy engine's results (the same LAPACK calls on the same matrices), except for the
+    matrices the compiled engine does not hand to LAPACK's ``xGETRF`` / ``xGETRI`` / ``xGETRS`` or
+    whose results it flags: a non-finite input or right-hand side, a nonzero part below
+    ``tiny / eps``, a factor ``U`` with a nonzero diagonal entry below ``tiny`` or (complex) a part
+    above a quarter of the largest float, a zero pivot, a result that is not finite. Those are
+    computed again by the compiled engine (numba loaded then), on their own: its result for a
+    matrix does not depend on the batch around it. Where numba cannot load, the NumPy engine's
+    results stand, as they do without numba."""
+    count, n = a.shape[0], a.shape[-1]
+    lu, piv, info = _getrf_numpy(a, np.empty_like(a), np.empty((count, n), np.int32), np.empty(count, np.int32))
+    out, info = _inv_numpy(a, lu, piv, info) if op == "inv" else _solve_numpy(a, b, lu, piv, info)
+    finite, fit = _screen(a)
+    d = np.diagonal(lu, axis1=-2, axis2=-1)
+    m = np.abs(d)
+    redo = ~(finite & fit) | (info != 0) | np.any((m != 0) & (m < np.finfo(m.dtype).tiny), axis=1)
+    if d.dtype.kind == "c":
+        redo |= np.any(np.maximum(np.abs(d.real), np.abs(d.imag)) > np.finfo(m.dtype).max / 4, axis=1)
+    redo |= ~_finite(out.reshape(count, -1, 1))
+    if b is not None:
+        redo |= ~_finite(b.reshape(count, -1, 1))
+    if redo.any() and compiled_available():
+        sel = np.flatnonzero(redo)
+        again = inv(a[sel]) if op == "inv" else solve(a[sel], np.ascontiguousarray(b[sel]))
+        out[sel], info[sel] = again
+    return out, info
+
+
 def _lanes():
     """The compiled engine's lane LU (``batchlu.kernels._cpu_lanes``), imported with numba."""
     from . import _cpu_lanes
@@ -130,6 +195,8 @@ def flags_results() -> bool:
     """Whether ``getrf``, ``inv``, ``solve`` and ``slogdet`` return ``info`` with
     ``batchlu.kernels._info``'s rule already applied (the compiled engine applies it as it writes
     the results), so that the API skips its own passes over them."""
+    if _deferring():   # not loaded for this: the API applies the rule (again: it changes nothing)
+        return False
     return _compiled() is not None
 
 
@@ -240,6 +307,12 @@ def getrf(a: np.ndarray):
         else:
             compiled.getrf(a, lu, piv, info, lapack_min_n("getrf", a.dtype))
         return lu, piv, info
+    return _getrf_numpy(a, lu, piv, info)
+
+
+def _getrf_numpy(a: np.ndarray, lu: np.ndarray, piv: np.ndarray, info: np.ndarray):
+    """The NumPy engine's :func:`getrf`, into ``lu``, ``piv`` and ``info``."""
+    count, n = a.shape[0], a.shape[-1]
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * n):
             work, p = lu[part], piv[part]           # views: factored in place
@@ -265,15 +338,22 @@ def getrf(a: np.ndarray):
 
 def getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Solve ``A x = b`` (b: (B, n, k)) from ``getrf``'s output; a zero pivot gives inf/NaN there."""
-    count, n = lu.shape[0], lu.shape[-1]
+    n = lu.shape[-1]
     if piv.size and (piv.min() < 0 or piv.max() >= n):
         raise InputError(f"Expected piv values in [0, {n}). Got values in "
                          f"[{int(piv.min())}, {int(piv.max())}] instead.")
-    x = np.empty(b.shape, lu.dtype)
     compiled = _compiled()
     if compiled is not None:
+        x = np.empty(b.shape, lu.dtype)
         compiled.getrs(lu, piv, np.ascontiguousarray(b, lu.dtype), x, lapack_min_n("getrs", lu.dtype))
         return x
+    return _getrs_numpy(lu, piv, b)
+
+
+def _getrs_numpy(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The NumPy engine's :func:`getrs`."""
+    count, n = lu.shape[0], lu.shape[-1]
+    x = np.empty(b.shape, lu.dtype)
     engine = _engine(n)
     with np.errstate(all="ignore"):
         for part in _chunks(count, n * (n + b.shape[-1])):
@@ -306,23 +386,29 @@ def _on_good(info: np.ndarray, shape: tuple, dtype, compute) -> np.ndarray:
 
 def solve(a: np.ndarray, b: np.ndarray):
     """``x`` (B, n, k) with ``a x = b``, NaN for matrices with info != 0; and ``info``."""
+    if _deferred("solve", a):
+        return _numba_on_demand("solve", a, b)
     compiled = _compiled()
     if compiled is not None:
         x = np.empty(b.shape, a.dtype)
         info = np.empty(a.shape[0], np.int32)
         compiled.solve(a, np.ascontiguousarray(b, a.dtype), x, info, lapack_min_n("solve", a.dtype))
         return x, info
-    lu, piv, info = getrf(a)
+    return _solve_numpy(a, b, *getrf(a))
+
+
+def _solve_numpy(a: np.ndarray, b: np.ndarray, lu: np.ndarray, piv: np.ndarray, info: np.ndarray):
+    """The NumPy engine's :func:`solve` from its factors."""
     if b.shape[-1]:          # no right-hand side, no x: info stays the factorization's
         info = _overflowed_factors(info, lu)
-    x = _on_good(info, b.shape, a.dtype, lambda sel: getrs(lu[sel], piv[sel], b[sel]))
+    x = _on_good(info, b.shape, a.dtype, lambda sel: _getrs_numpy(lu[sel], piv[sel], b[sel]))
     return x, info
 
 
 def _inverse_from_factors(lu: np.ndarray, piv: np.ndarray) -> np.ndarray:
     """``A^-1`` from ``getrf``'s factors, as ``getrs`` of the identity."""
     n = lu.shape[-1]
-    return getrs(lu, piv, np.broadcast_to(np.eye(n, dtype=lu.dtype), lu.shape))
+    return _getrs_numpy(lu, piv, np.broadcast_to(np.eye(n, dtype=lu.dtype), lu.shape))
 
 
 def _inverse_small(a: np.ndarray, lu: np.ndarray, piv: np.ndarray) -> np.ndarray:
@@ -347,13 +433,19 @@ def _inverse_small(a: np.ndarray, lu: np.ndarray, piv: np.ndarray) -> np.ndarray
 
 def inv(a: np.ndarray):
     """Inverse of each matrix, NaN where info != 0; and ``info``."""
+    if _deferred("inv", a):
+        return _numba_on_demand("inv", a)
     compiled = _compiled()
     if compiled is not None:
         ainv = np.empty_like(a)
         info = np.empty(a.shape[0], np.int32)
         compiled.inv(a, ainv, info, lapack_min_n("inv", a.dtype))
         return ainv, info
-    lu, piv, info = getrf(a)
+    return _inv_numpy(a, *getrf(a))
+
+
+def _inv_numpy(a: np.ndarray, lu: np.ndarray, piv: np.ndarray, info: np.ndarray):
+    """The NumPy engine's :func:`inv` from its factors."""
     info = _overflowed_factors(info, lu)
     if _engine(a.shape[-1]) is _cpu_lapack:
         def compute(sel):

@@ -66,7 +66,12 @@ class HostEngine:
         return None  # no device memory limit: the host budget already sized the batch
 
     def run(self, op: str, slot: Slot) -> None:
-        result = _ops.compute(op, slot.a, slot.b)
+        # numba loaded only where a batch needs it: the compiled engine's results bit for bit
+        # (batchlu.kernels._cpu.numba_on_demand), without its ~0.5 s first load in a small run
+        from batchlu.kernels._cpu import numba_on_demand
+
+        with numba_on_demand():
+            result = _ops.compute(op, slot.a, slot.b)
         for name, out in slot.outs.items():
             np.copyto(out, result[name].reshape(out.shape), casting="no")
 
