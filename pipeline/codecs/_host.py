@@ -77,8 +77,9 @@ def _decode(stored: Stored, buffer: np.ndarray, offset: int, size: int, label: s
             raise FrameError(f"the chunk {label} holds {size} bytes; its matrices take {into.nbytes}")
         np.copyto(into, buffer[offset:offset + size])
         return
-    if not stored.frames.crc32c:
-        _frames.zstd_check(buffer, offset, size, into.nbytes, label)
+    # the frame's declared size must be the chunk's: numcodecs decodes as many bytes as a frame
+    # declares, and would leave the rest of ``into`` as it was (a crc32c trailer cannot say that)
+    _frames.zstd_check(buffer, offset, size, into.nbytes, label)
     from numcodecs import Zstd
 
     Zstd().decode(buffer[offset:offset + size], out=into)

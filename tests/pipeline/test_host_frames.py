@@ -95,6 +95,15 @@ def test_declines_a_chunk_not_stored_or_failing_its_checks(tmp_path):
     assert not _host.read(stored, 0, 14, out)
     path.unlink()                                      # not stored: zarr's fill value and missing rules
     assert not _host.read(stored, 0, 14, out)
+    # a frame with a good CRC-32C that declares fewer bytes than the chunk's: numcodecs would decode
+    # only those, leaving the rest of the batch's buffer as it was
+    from numcodecs import Zstd
+
+    from batchlu.pipeline.codecs._frames import crc32c
+
+    short = Zstd().encode(values[7:13].tobytes())
+    path.write_bytes(short + crc32c(short).to_bytes(4, "little"))
+    assert not _host.read(stored, 0, 14, out)
 
     plain = _input(tmp_path / "zstd.zarr", "zstd", values)
     stored = _host.arrays({"a": plain}, {})["a"]
