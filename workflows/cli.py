@@ -251,9 +251,10 @@ def verify(input, output, array, rhs, sample, seed):
     """
     from batchlu import pipeline
     from batchlu.pipeline.output._group import read_provenance
+    from batchlu.pipeline.store._object_store import is_url
 
     if rhs:
-        op = (read_provenance(os.path.abspath(output)) or {}).get("op")
+        op = (read_provenance(output if is_url(output) else os.path.abspath(output)) or {}).get("op")
         if isinstance(op, str) and op in OP_TABLE and not OP_TABLE[op].needs_rhs:   # any other: verify names it
             raise click.UsageError(f"--rhs is only used to verify a solve output. Got an output of "
                                    f"--op {op} instead: drop --rhs.")

@@ -16,6 +16,10 @@ is refused with a one-line :class:`OutputLockedError` naming the owner.
   means stale, and the lock is taken over with a warning. A lock from another host cannot be checked
   from here: it is reported with its owner and age, and the user deletes the file if that run is gone.
   Two runs taking over the same stale lock at once are serialised by a second lock, ``.break``.
+* **On object storage** (an ``s3://`` output) the lock is the object ``OUT.zarr.lock`` beside the
+  output, created with S3's conditional write (``If-None-Match: *``, atomic at the server: of two
+  runs, one creates it and the other is refused), read and deleted as the file is; a server that
+  ignores the condition would let two runs in (AWS S3, MinIO and moto honour it).
 * **Fences.** The lock guards clients; a client killed on an external cluster leaves its tasks
   running. Each task carries its run's :class:`Fence` (the lock's path and the run's token) and,
   before it writes a batch's outputs and again before it records them complete, checks that the
@@ -41,6 +45,8 @@ import uuid
 import warnings
 
 from ..errors import BatchluWarning, FencedError, OutputLockedError
+from ..store import _object_store
+from ..store._object_store import is_url
 
 SUFFIX = ".lock"
 BREAK_SUFFIX = ".break"
@@ -167,6 +173,8 @@ def _create_exclusive(path: str, content: bytes) -> bool:
 
 def _create(path: str, content: bytes) -> bool:
     """Create ``path`` holding ``content``, atomically; False if it exists already."""
+    if is_url(path):
+        return _object_store.put_new(path, content)
     private = f"{path}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
     try:   # the private file goes whatever happens, Ctrl-C while it is written included
         with open(private, "xb") as f:
@@ -202,8 +210,7 @@ def _read(path: str, tries: int = 20):
     does not hold a record (after waiting a little: an ``O_EXCL`` writer may be writing it)."""
     for attempt in range(tries):
         try:
-            with open(path) as f:
-                text = f.read()
+            text = _read_lock(path)
         except FileNotFoundError:
             return None
         owner = Owner.parse(text)
@@ -214,11 +221,39 @@ def _read(path: str, tries: int = 20):
     return _UNREADABLE
 
 
+def _read_lock(path: str) -> str:
+    """The lock file's (or object's) text; FileNotFoundError where there is none."""
+    if is_url(path):
+        data = _object_store.get(path)
+        if data is None:
+            raise FileNotFoundError(path)
+        return data[:65536].decode("utf-8", "replace")
+    with open(path) as f:
+        return f.read(65536)
+
+
+def _unlink(path: str) -> None:
+    if is_url(path):
+        _object_store.delete(path)
+    else:
+        os.unlink(path)
+
+
+def _age(path: str) -> float:
+    """Seconds since the lock file (or object) was written."""
+    if is_url(path):
+        meta = _object_store.head(path)
+        if meta is None:
+            raise FileNotFoundError(path)
+        return time.time() - meta["last_modified"].timestamp()
+    return time.time() - os.stat(path).st_mtime
+
+
 def _unlink_if(path: str, token: str) -> bool:
     owner = _read(path, tries=1)
     if isinstance(owner, Owner) and owner.token == token:
         try:
-            os.unlink(path)
+            _unlink(path)
             return True
         except FileNotFoundError:
             pass
@@ -236,7 +271,8 @@ class OutputLock:
         self.owner: Owner | None = None
 
     def acquire(self) -> OutputLock:
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        if not is_url(self.path):
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         me = Owner.me()
         for _ in range(_ATTEMPTS):
             try:
@@ -295,8 +331,7 @@ class Fence:
 
     def check(self) -> None:
         try:
-            with open(self.path, "rb") as f:
-                text = f.read(65536)
+            text = _read_lock(self.path)
         except FileNotFoundError:
             raise FencedError(self._message("no lock file")) from None
         except OSError as exc:
@@ -319,14 +354,14 @@ def _break_stale(path: str, stale: Owner, me: Owner) -> bool:
     if not _create(breaker, me.to_bytes()):
         other = _read(breaker, tries=1)
         try:
-            old = time.time() - os.stat(breaker).st_mtime > BREAK_TIMEOUT
+            old = _age(breaker) > BREAK_TIMEOUT
         except OSError:
             old = False
         if isinstance(other, Owner) and ((other.is_local() and not other.is_running()) or old):
             _unlink_if(breaker, other.token)  # left by a crashed breaker
         elif other is _UNREADABLE and old:
             try:
-                os.unlink(breaker)
+                _unlink(breaker)
             except OSError:
                 pass
         else:

@@ -30,7 +30,6 @@ releases the engine's cached memory, halves the piece and retries, down to one m
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 
 import numpy as np
@@ -38,6 +37,7 @@ import numpy as np
 from .. import _ops
 from ..output import _fingerprint
 from ..store import _arrays
+from ..store._object_store import join
 from . import _io_pool
 from ._buffers import Slot, layout_for, shared
 from ._loop import PathStats, Record, Stages, Unit, run_loop
@@ -97,7 +97,7 @@ class BatchIO:
         ``name`` that fails among matrices ``[start, stop)`` (re-read here one by one), where
         ``where`` names its store; else return (the caller raises ``exc``)."""
         if self.where and name in self.where:
-            raise _arrays.unreadable(self.array(name), np.arange(start, stop), os.path.join(*self.where[name]),
+            raise _arrays.unreadable(self.array(name), np.arange(start, stop), join(*self.where[name]),
                                     exc) from None
 
 
