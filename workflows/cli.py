@@ -103,6 +103,13 @@ def cli(ctx, traceback):
     warnings.showwarning = _show_warning
 
 
+def _target(path: str):
+    """A store named on the command line: an ``s3://`` URL as given, a path made absolute."""
+    from batchlu.pipeline.store._object_store import is_url
+
+    return path if is_url(path) else pathlib.Path(path).expanduser().resolve()
+
+
 # --------------------------------------------------------------------------------------------- generate
 @cli.command(short_help="Write random test matrices (and right-hand sides) to Zarr.")
 @click.argument("out", metavar="OUT.zarr")
@@ -172,12 +179,12 @@ def generate(out, count, size, nodes, dim, delta, dtype, chunk, kind, seed, rhs_
     if nodes is not None:
         raise click.UsageError(f"--nodes only goes with a sparse kind ({', '.join(SPARSE_KINDS)}).")
     if rhs_out:
-        a, b = (pathlib.Path(p).expanduser().resolve() for p in (out, rhs_out))
-        if a == b or a in b.parents or b in a.parents:
+        a, b = (_target(p) for p in (out, rhs_out))
+        if a == b or str(b).startswith(f"{a}/") or str(a).startswith(f"{b}/"):
             raise click.UsageError(f"Expected --rhs-out apart from OUT.zarr. Got the same or a nested "
                                    f"path instead: {a} and {b}.")
     for path in filter(None, (out, rhs_out)):  # both checked before either is written
-        target = str(pathlib.Path(path).expanduser().resolve())
+        target = str(_target(path))
         if not overwrite:
             refuse_occupied(target, "pass --overwrite to replace it", name=path)
         check_replaceable(target, writer="generate", force=force)
