@@ -23,7 +23,7 @@ from .errors import ConfigError, OutputError
 from .output._group import grid, version
 from .store._arrays import SUPPORTED_DTYPES
 from .store._files import check_output_path, check_replaceable, discard, occupied, refuse_occupied, remove
-from .store._object_store import is_url, zarr_store
+from .store._object_store import is_url, takes_storage_options, zarr_store
 
 __all__ = ["generate", "generate_rhs", "generate_sparse"]
 
@@ -151,6 +151,7 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
     return out
 
 
+@takes_storage_options
 def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="random", seed=0,
              overwrite=False, force=False, layout="chunks", nodes=None, dim=2, rhs_columns=1, delta=None) -> str:
     """Write ``count`` matrices of size ``size`` to a Zarr v3 array (count, size, size) at ``path``.

@@ -27,7 +27,7 @@ from ..output import _fingerprint, _group, _ledger, _lock
 from ..store import _sparse
 from ..store._arrays import ArrayInfo, check_matrices, check_rhs, open_array_info, parse_ref
 from ..store._files import check_output_path, check_replaceable, discard, naming_full_device
-from ..store._object_store import zarr_store
+from ..store._object_store import takes_storage_options, zarr_store
 from ..worker._tasks import Job
 from . import _submit
 from ._report import Report
@@ -51,6 +51,7 @@ def _naming_a_full_device(func):
     return wrapper
 
 
+@takes_storage_options
 @_naming_a_full_device
 @_lock.releases_locks
 def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend=None,
@@ -67,7 +68,10 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     ``backend`` (``auto``: the GPU where a worker has one, ``cpu`` or ``gpu``) overrides
     ``batchlu.backend``; None keeps the config's. ``progress`` False hides the bar. Tasks run on
     ``client``, on the cluster at ``scheduler`` / ``scheduler_file``, or on an embedded LocalCluster. ``config`` holds ``batchlu`` settings
-    (mapping or :class:`batchlu.pipeline.Options`). Returns a :class:`batchlu.pipeline.Report`.
+    (mapping or :class:`batchlu.pipeline.Options`). ``storage_options`` (a mapping): credentials,
+    endpoint and region for ``s3://`` inputs and outputs, obstore's S3 keys or fsspec's names
+    (``key``, ``secret``, ``endpoint_url``), else the environment's ``AWS_*`` variables and the Dask
+    config's ``batchlu-s3.storage-options``. Returns a :class:`batchlu.pipeline.Report`.
     """
     check_not_bootstrapping("batchlu.run")
     called = time.perf_counter()

@@ -34,7 +34,7 @@ import re
 from ..errors import ConfigError, ObjectStoreError
 
 __all__ = ["CONNECT_TIMEOUT", "CONFIG_KEY", "FSSPEC_KEYS", "RETRIES", "SCHEMES", "Url", "delete", "delete_tree",
-           "get", "head", "is_url", "join", "listing", "parse", "probe", "put", "put_new", "storage_options",
+           "get", "head", "is_url", "takes_storage_options", "join", "listing", "parse", "probe", "put", "put_new", "storage_options",
            "zarr_store"]
 
 SCHEMES = ("s3",)
@@ -97,13 +97,30 @@ def storage_options() -> dict:
     return {FSSPEC_KEYS.get(k, k): v for k, v in given.items()}
 
 
+def takes_storage_options(func):
+    """Decorator: ``func`` takes ``storage_options=`` (a mapping, as :func:`storage_options` reads
+    it), set as the Dask config's ``batchlu-s3.storage-options`` for the call (the workers of a
+    cluster the call starts get it too; an external cluster's need it in their own config)."""
+    @functools.wraps(func)
+    def wrapper(*args, storage_options=None, **kwargs):
+        if storage_options is None:
+            return func(*args, **kwargs)
+        import dask.config
+
+        with dask.config.set({CONFIG_KEY: dict(storage_options)}):
+            return func(*args, **kwargs)
+    return wrapper
+
+
 def _endpoint(config: dict) -> str:
     return str(config.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3")
                or os.environ.get("AWS_ENDPOINT_URL") or "https://s3.amazonaws.com")
 
 
 @functools.lru_cache(maxsize=64)
-def _s3(bucket: str, prefix: str, config_json: str):
+def _s3(bucket: str, prefix: str, config_json: str, environment: tuple):
+    """obstore's ``S3Store``, made once per bucket, prefix, config and ``AWS_*`` variables (which
+    obstore reads itself: ``environment`` is only the cache's key)."""
     from obstore.store import S3Store
 
     config = json.loads(config_json)
@@ -120,7 +137,9 @@ def _s3(bucket: str, prefix: str, config_json: str):
 def _store(url: Url, prefix: str | None = None):
     """obstore's ``S3Store`` of ``url``'s bucket with the key ``prefix`` (default: the URL's key)."""
     config = storage_options()
-    return _s3(url.bucket, url.key if prefix is None else prefix, json.dumps(config, sort_keys=True, default=str))
+    environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    return _s3(url.bucket, url.key if prefix is None else prefix, json.dumps(config, sort_keys=True, default=str),
+               environment)
 
 
 def zarr_store(location: str, *, read_only: bool = False):

@@ -18,7 +18,7 @@ from ..output._group import read_provenance
 from ..store import _missing
 from ..store._arrays import ArrayInfo, ArrayRef, check_matrices, open_array_info, parse_ref, unreadable
 from ..store._files import output_path
-from ..store._object_store import join, zarr_store
+from ..store._object_store import join, takes_storage_options, zarr_store
 from ..store._sparse import pattern_crc as _pattern_crc
 from ..store._zarr import settle_reads
 from . import _record
@@ -202,11 +202,13 @@ def _folder(ref: ArrayRef) -> str:
     return ref.location()
 
 
+@takes_storage_options
 def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     """Check ``output`` (a batchlu output group) against ``input`` (``PATH`` or ``PATH:ARRAY``).
 
     ``rhs`` defaults to the right-hand side recorded in the output. ``sample=K`` checks K matrices
     drawn at random (with ``seed``) from the complete chunks instead of all of them.
+    ``storage_options``: as for :func:`batchlu.pipeline.run`, for ``s3://`` stores.
     """
     opts = make_options()
     out_path = parse_ref(output_path(output, writing=False)).path
