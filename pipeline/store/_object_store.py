@@ -31,7 +31,7 @@ import json
 import os
 import re
 
-from ..errors import ConfigError, ObjectStoreError
+from ..errors import ConfigError, DependencyError, ObjectStoreError
 
 __all__ = ["CONNECT_TIMEOUT", "CONFIG_KEY", "FSSPEC_KEYS", "RETRIES", "SCHEMES", "Url", "delete", "delete_tree",
            "get", "head", "is_url", "takes_storage_options", "join", "listing", "parse", "probe", "put", "put_new", "storage_options",
@@ -86,6 +86,17 @@ def join(location: str, *parts: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the client
+def _obstore():
+    """The ``obstore`` package, or the one-line :class:`DependencyError` that says how to install it."""
+    try:
+        import obstore
+        import obstore.store   # noqa: F401
+    except ImportError as exc:
+        raise DependencyError(f"Expected the obstore package for s3:// stores (pip install 'batchlu[s3]'). "
+                              f"Got {exc} instead.") from None
+    return obstore
+
+
 def storage_options() -> dict:
     """obstore's S3 config from the Dask config's ``batchlu-s3.storage-options`` (fsspec's names of
     the usual options translated, ``client_kwargs``' endpoint and region too)."""
@@ -121,8 +132,7 @@ def _endpoint(config: dict) -> str:
 def _s3(bucket: str, prefix: str, config_json: str, environment: tuple):
     """obstore's ``S3Store``, made once per bucket, prefix, config and ``AWS_*`` variables (which
     obstore reads itself: ``environment`` is only the cache's key)."""
-    from obstore.store import S3Store
-
+    S3Store = _obstore().store.S3Store
     config = json.loads(config_json)
     client = {"connect_timeout": CONNECT_TIMEOUT, "allow_http": _endpoint(config).startswith("http://")}
     retry = {"max_retries": RETRIES, "retry_timeout": RETRY_TIMEOUT}
@@ -196,7 +206,7 @@ def probe(location: str, what: str = "the object store") -> bool:
     """One listing request below ``location``: whether any object is there. Raises the one-line
     :class:`ObjectStoreError` of a missing bucket, refused credentials or an endpoint that does not
     answer."""
-    import obstore
+    obstore = _obstore()
 
     url = parse(location)
 
@@ -211,7 +221,7 @@ def probe(location: str, what: str = "the object store") -> bool:
 
 def head(location: str) -> dict | None:
     """The object's metadata (``size``, ``e_tag``, ``last_modified``), or None where there is none."""
-    import obstore
+    obstore = _obstore()
 
     url = parse(location)
     try:
@@ -225,7 +235,7 @@ def head(location: str) -> dict | None:
 def listing(location: str) -> dict[str, tuple[int, str]]:
     """Every object below ``location`` (``location/...``): its key relative to ``location``, with its
     size and ETag."""
-    import obstore
+    obstore = _obstore()
 
     url = parse(location)
     prefix = f"{url.key}/" if url.key else ""
@@ -242,7 +252,7 @@ def listing(location: str) -> dict[str, tuple[int, str]]:
 
 def get(location: str) -> bytes | None:
     """The object's bytes, or None where there is none."""
-    import obstore
+    obstore = _obstore()
 
     url = parse(location)
     try:
@@ -254,7 +264,7 @@ def get(location: str) -> bytes | None:
 
 
 def put(location: str, data: bytes) -> None:
-    import obstore
+    obstore = _obstore()
 
     url = parse(location)
     _calling(obstore.put, location, "the object store", _store(url, ""), url.key, data)
@@ -263,7 +273,7 @@ def put(location: str, data: bytes) -> None:
 def put_new(location: str, data: bytes) -> bool:
     """Create the object ``location`` holding ``data`` unless one is there (S3's conditional write,
     ``If-None-Match: *``, atomic at the server); False where one was there."""
-    import obstore
+    obstore = _obstore()
     from obstore.exceptions import AlreadyExistsError, PreconditionError
 
     url = parse(location)
@@ -277,7 +287,7 @@ def put_new(location: str, data: bytes) -> bool:
 
 
 def delete(location: str) -> None:
-    import obstore
+    obstore = _obstore()
 
     url = parse(location)
     _calling(obstore.delete, location, "the object store", _store(url, ""), url.key)
@@ -285,7 +295,7 @@ def delete(location: str) -> None:
 
 def delete_tree(location: str) -> None:
     """Delete every object below ``location``."""
-    import obstore
+    obstore = _obstore()
 
     url = parse(location)
     keys = [f"{url.key}/{name}" if url.key else name for name in listing(location)]

@@ -121,3 +121,15 @@ def test_a_deleted_input_chunk_object_is_the_missing_chunk_error(client, s3):
         pipeline.run(source, out, op="inv", client=client, progress=False, config={"chunk": 10})
     record = _group.read_provenance(out)   # nothing that looks complete
     assert record is None or (record["status"] != "complete" and not _ledger.read(out)[2])
+
+
+def test_storage_options_in_fsspecs_names_reach_the_run(client, s3, s3_server, monkeypatch):
+    """``storage_options=`` (fsspec's ``key``, ``secret``, ``endpoint_url``) in place of the environment."""
+    source = _generate(s3, count=20)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name)
+    out = f"{s3}/o.zarr"
+    options = {"key": "testing", "secret": "testing", "endpoint_url": s3_server}
+    report = pipeline.run(source, out, op="slogdet", client=client, progress=False, storage_options=options)
+    assert report.status == "complete" and report.processed == 20
+    assert pipeline.verify(source, out, storage_options=options).ok
