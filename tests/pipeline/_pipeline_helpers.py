@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -135,6 +136,28 @@ def sigkill(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     assert proc.returncode == -signal.SIGKILL
+
+
+def contend(take, threads: int = 6) -> tuple[list, list]:
+    """Call ``take()`` in ``threads`` threads released at once: ``(what the calls returned, the messages
+    of the ones that raised OutputLockedError)``."""
+    from batchlu.pipeline.errors import OutputLockedError
+
+    barrier, won, refused = threading.Barrier(threads), [], []
+
+    def one():
+        barrier.wait()
+        try:
+            won.append(take())
+        except OutputLockedError as exc:
+            refused.append(str(exc))
+
+    started = [threading.Thread(target=one) for _ in range(threads)]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join()
+    return won, refused
 
 
 def require_nvcomp() -> None:

@@ -6,12 +6,10 @@ before a resume is refused; a deleted input chunk is the missing-chunk error."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import outputs_of, sigkill, start_and_kill, start_slow_run, wait_for_chunks
+from _pipeline_helpers import contend, outputs_of, sigkill, start_and_kill, start_slow_run, wait_for_chunks
 
 from batchlu import pipeline
 from batchlu.pipeline import errors
@@ -74,20 +72,7 @@ def test_second_writer_on_s3_is_refused(client, s3, tmp_path):
 def test_the_lock_object_has_one_owner_of_many_at_once(s3):
     """S3's conditional write decides: of runs taking the lock at the same moment, exactly one gets it."""
     out = f"{s3}/o.zarr"
-    got, refused, start = [], [], threading.Barrier(6)
-
-    def take():
-        start.wait()
-        try:
-            got.append(_lock.OutputLock(out).acquire())
-        except errors.OutputLockedError as exc:
-            refused.append(str(exc))
-
-    threads = [threading.Thread(target=take) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    got, refused = contend(lambda: _lock.OutputLock(out).acquire())
     assert len(got) == 1 and len(refused) == 5, (got, refused)
     fence = got[0].fence()
     fence.check()   # the tasks' check reads the lock object

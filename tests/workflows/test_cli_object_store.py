@@ -10,18 +10,9 @@ import socket
 import time
 
 import pytest
+from _cli_helpers import one_line_error
 
 from batchlu.pipeline.store import _object_store
-
-
-def _one_line_error(result, *words):
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture()
@@ -42,14 +33,14 @@ def test_run_and_verify_on_s3(invoke, source, s3):
     assert f"complete, 40 matrices -> {out}" in result.output
     checked = invoke("verify", source, out)
     assert checked.exit_code == 0 and "OK - all 40 of 40 matrices" in checked.output, checked.output
-    _one_line_error(_run(invoke, source, out), "not to exist", "--resume")
+    one_line_error(_run(invoke, source, out), "not to exist", "--resume")
 
 
 @pytest.mark.parametrize("which", ["input", "output"])
 def test_a_missing_bucket_is_one_line(invoke, source, s3, which):
     out = f"{s3}/o.zarr"
     args = ("s3://no-such-bucket-batchlu/a.zarr", out) if which == "input" else (source, "s3://no-such-bucket-batchlu/o.zarr")
-    _one_line_error(_run(invoke, *args), "bucket no-such-bucket-batchlu", "no such bucket")
+    one_line_error(_run(invoke, *args), "bucket no-such-bucket-batchlu", "no such bucket")
     assert not _object_store.probe(out)
 
 
@@ -58,7 +49,7 @@ def test_refused_credentials_are_one_line(invoke, source, s3):
 
     out = f"{s3}/o.zarr"
     with enable_iam_authentication():   # moto checks keys from now on: "testing" is none of its users'
-        _one_line_error(_run(invoke, source, out), "credentials", "InvalidAccessKeyId", "AWS_ACCESS_KEY_ID")
+        one_line_error(_run(invoke, source, out), "credentials", "InvalidAccessKeyId", "AWS_ACCESS_KEY_ID")
     assert not _object_store.probe(out)
 
 
@@ -68,7 +59,7 @@ def test_an_endpoint_that_does_not_answer_is_one_line_within_seconds(invoke, sou
         port = closed.getsockname()[1]
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     started = time.monotonic()
-    _one_line_error(_run(invoke, source, f"{s3}/o.zarr"), f"127.0.0.1:{port}", "no answer",
+    one_line_error(_run(invoke, source, f"{s3}/o.zarr"), f"127.0.0.1:{port}", "no answer",
                     "connection refused")
     assert time.monotonic() - started < 3   # obstore's default retries alone took 4 s here, its default
     # retry timeout is 3 min: batchlu's client gives up after 2 retries (well under a second here)
@@ -76,7 +67,7 @@ def test_an_endpoint_that_does_not_answer_is_one_line_within_seconds(invoke, sou
 
 @pytest.mark.parametrize("scheme", ["gs", "foo"])
 def test_a_scheme_with_no_store_is_one_line(invoke, source, s3, scheme):
-    _one_line_error(_run(invoke, f"{scheme}://bucket/a.zarr", f"{s3}/o.zarr"), f"{scheme}://",
+    one_line_error(_run(invoke, f"{scheme}://bucket/a.zarr", f"{s3}/o.zarr"), f"{scheme}://",
                     "no filesystem installed")
-    _one_line_error(_run(invoke, source, f"{scheme}://bucket/o.zarr"), f"{scheme}://", "no filesystem installed")
+    one_line_error(_run(invoke, source, f"{scheme}://bucket/o.zarr"), f"{scheme}://", "no filesystem installed")
     assert not _object_store.probe(f"{s3}/o.zarr")
