@@ -209,9 +209,8 @@ def _read(path: str, tries: int = 20):
     """The :class:`Owner` recorded in ``path``, None if there is no such file, ``_UNREADABLE`` if it
     does not hold a record (after waiting a little: an ``O_EXCL`` writer may be writing it)."""
     for attempt in range(tries):
-        try:
-            text = _read_lock(path)
-        except FileNotFoundError:
+        text = _read_lock(path)
+        if text is None:
             return None
         owner = Owner.parse(text)
         if owner is not None:
@@ -221,15 +220,16 @@ def _read(path: str, tries: int = 20):
     return _UNREADABLE
 
 
-def _read_lock(path: str) -> str:
-    """The lock file's (or object's) text; FileNotFoundError where there is none."""
+def _read_lock(path: str) -> bytes | None:
+    """The lock file's (or object's) first 64 KiB; None where there is none."""
     if is_url(path):
         data = _object_store.get(path)
-        if data is None:
-            raise FileNotFoundError(path)
-        return data[:65536].decode("utf-8", "replace")
-    with open(path) as f:
-        return f.read(65536)
+        return None if data is None else data[:65536]
+    try:
+        with open(path, "rb") as f:
+            return f.read(65536)
+    except FileNotFoundError:
+        return None
 
 
 def _unlink(path: str) -> None:
@@ -240,12 +240,10 @@ def _unlink(path: str) -> None:
 
 
 def _age(path: str) -> float:
-    """Seconds since the lock file (or object) was written."""
+    """Seconds since the lock file (or object) was written; 0 where there is none."""
     if is_url(path):
         meta = _object_store.head(path)
-        if meta is None:
-            raise FileNotFoundError(path)
-        return time.time() - meta["last_modified"].timestamp()
+        return 0.0 if meta is None else time.time() - meta["last_modified"].timestamp()
     return time.time() - os.stat(path).st_mtime
 
 
@@ -332,10 +330,10 @@ class Fence:
     def check(self) -> None:
         try:
             text = _read_lock(self.path)
-        except FileNotFoundError:
-            raise FencedError(self._message("no lock file")) from None
         except OSError as exc:
             raise FencedError(self._message(f"a lock file it cannot read ({exc.strerror or exc})")) from None
+        if text is None:
+            raise FencedError(self._message("no lock file"))
         holder = Owner.parse(text)
         if holder is not None and holder.token == self.token:
             return
