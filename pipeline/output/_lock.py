@@ -18,8 +18,9 @@ is refused with a one-line :class:`OutputLockedError` naming the owner.
   Two runs taking over the same stale lock at once are serialised by a second lock, ``.break``.
 * **On object storage** (an ``s3://`` output) the lock is the object ``OUT.zarr.lock`` beside the
   output, created with S3's conditional write (``If-None-Match: *``, atomic at the server: of two
-  runs, one creates it and the other is refused), read and deleted as the file is; a server that
-  ignores the condition would let two runs in (AWS S3, MinIO and moto honour it).
+  runs, one creates it and the other is refused), read and deleted as the file is. The lock is then
+  created a second time, which must be refused: a server that ignores the condition (it would let
+  two runs in) is found so, and the run refused in one line.
 * **Fences.** The lock guards clients; a client killed on an external cluster leaves its tasks
   running. Each task carries its run's :class:`Fence` (the lock's path and the run's token) and,
   before it writes a batch's outputs and again before it records them complete, checks that the
@@ -280,6 +281,8 @@ class OutputLock:
                     f"Expected to create the lock file {self.path} (one batchlu run per output). "
                     f"Got {exc.strerror or exc} instead.") from None
             if created:
+                if is_url(self.path):
+                    _refuse_unconditional(self.path, self.output, me)
                 self.owner = me
                 return self
             holder = _read(self.path)
@@ -343,6 +346,20 @@ class Fence:
     def _message(self, got: str) -> str:
         return (f"Expected the lock {self.path} to name this run (token {self.token}). Got {got} instead: "
                 f"another run took the output; this task stops without writing.")
+
+
+def _refuse_unconditional(path: str, output: str, me: Owner) -> None:
+    """Just after creating the lock object ``path``: create it again, which S3's conditional write
+    must refuse. A server that accepts it ignores ``If-None-Match`` (an old MinIO or Ceph), so two
+    runs could each "create" the lock: the lock is taken back and the run refused."""
+    if not _object_store.put_new(path, me.to_bytes()):
+        return
+    _unlink_if(path, me.token)
+    raise OutputLockedError(
+        f"Expected the object store to refuse a second create of the lock {path} (S3's conditional write, "
+        f"If-None-Match: *), which keeps one batchlu run per output. Got it accepted instead: this server "
+        f"ignores the condition, so two runs could write {output} at once; use a store that honours "
+        f"conditional writes (AWS S3, MinIO, moto) or a local or shared disk.")
 
 
 def _break_stale(path: str, stale: Owner, me: Owner) -> bool:

@@ -118,3 +118,18 @@ def test_storage_options_in_fsspecs_names_reach_the_run(client, s3, s3_server, m
     report = pipeline.run(source, out, op="slogdet", client=client, progress=False, storage_options=options)
     assert report.status == "complete" and report.processed == 20
     assert pipeline.verify(source, out, storage_options=options).ok
+
+
+def test_a_server_that_ignores_conditional_writes_is_refused(s3, monkeypatch):
+    """A store that accepts every create (``If-None-Match`` ignored) cannot keep one writer: refused,
+    and the lock object taken back."""
+    out = f"{s3}/o.zarr"
+
+    def unconditional(location, data):
+        _object_store.put(location, data)
+        return True
+
+    monkeypatch.setattr(_object_store, "put_new", unconditional)
+    with pytest.raises(errors.OutputLockedError, match="ignores the condition"):
+        _lock.OutputLock(out).acquire()
+    assert _object_store.head(f"{out}.lock") is None
