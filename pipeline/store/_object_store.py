@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import inspect
 import json
 import os
 import re
@@ -120,6 +121,11 @@ def takes_storage_options(func):
 
         with dask.config.set({CONFIG_KEY: dict(storage_options)}):
             return func(*args, **kwargs)
+
+    signature = inspect.signature(func)   # help() and inspect show the keyword too
+    wrapper.__signature__ = signature.replace(parameters=[
+        *signature.parameters.values(),
+        inspect.Parameter("storage_options", inspect.Parameter.KEYWORD_ONLY, default=None)])
     return wrapper
 
 
