@@ -98,6 +98,28 @@ def test_resume_refuses_an_input_object_changed_on_s3(client, s3):
     assert not _ledger.read(out)[3]
 
 
+def test_an_input_object_rewritten_during_the_run_fails_it(client, s3, tmp_path):
+    """The end of a run compares every input object's key, size and ETag with the start's: here the
+    objects keep their keys and sizes (no compression), only their bytes and ETags change."""
+    source = f"{s3}/a.zarr"
+    zarr.create_array(_object_store.zarr_store(source), shape=(53, 6, 6), chunks=(10, 6, 6), dtype="float64",
+                      compressors=None)[...] = RNG.uniform(-1, 1, (53, 6, 6))
+    out = f"{s3}/o.zarr"
+    proc = start_slow_run(tmp_path, source, out, "inv")
+    try:
+        wait_for_chunks(proc, out, 3, timeout=60)
+        zarr.open_array(_object_store.zarr_store(source), mode="r+")[...] = RNG.uniform(-1, 1, (53, 6, 6))
+        output = proc.communicate(timeout=120)[0].decode()
+    finally:
+        if proc.poll() is None:
+            sigkill(proc)
+    assert proc.returncode != 0 and f"InputChangedError: Expected the input {source}" in output, output[-2000:]
+    record = _group.read_provenance(out)
+    assert record["status"] == "failed" and "changed during the run" in record["error"]
+    with pytest.raises(errors.ResumeError, match="other values"):
+        pipeline.run(source, out, op="inv", resume=True, client=client, progress=False)
+
+
 def test_a_deleted_input_chunk_object_is_the_missing_chunk_error(client, s3):
     source = _generate(s3, count=40)
     _object_store.delete(f"{source}/c/2/0/0")
