@@ -22,7 +22,8 @@ from .config._settings import options as make_options
 from .errors import ConfigError, OutputError
 from .output._group import grid, version
 from .store._arrays import SUPPORTED_DTYPES
-from .store._files import check_output_path, check_replaceable, occupied, refuse_occupied, remove
+from .store._files import check_output_path, check_replaceable, discard, occupied, refuse_occupied, remove
+from .store._object_store import is_url, takes_storage_options, zarr_store
 
 __all__ = ["generate", "generate_rhs", "generate_sparse"]
 
@@ -69,11 +70,14 @@ def _check_room(out: str, shape: tuple, dtype: np.dtype, chunk: int, kind: str) 
     count, tail = shape[0], shape[1:]
     entries = int(np.prod(tail, dtype=np.int64))
     total = count * entries * dtype.itemsize  # random data barely compresses: plan for all of it
-    folder = out if os.path.isdir(out) else os.path.dirname(out)
-    while not os.path.isdir(folder):
-        folder = os.path.dirname(folder)
-    free = shutil.disk_usage(folder).free + (_folder_bytes(out) if os.path.isdir(out) else 0)
     what = f"{count:,} x {' x '.join(str(t) for t in tail)} {dtype}"
+    if is_url(out):   # object storage: no disk to fill
+        folder, free = out, total
+    else:
+        folder = out if os.path.isdir(out) else os.path.dirname(out)
+        while not os.path.isdir(folder):
+            folder = os.path.dirname(folder)
+        free = shutil.disk_usage(folder).free + (_folder_bytes(out) if os.path.isdir(out) else 0)
     if total > free:
         raise OutputError(f"Expected room for {what} ({format_bytes(total)}) on the disk of {folder}. "
                           f"Got {format_bytes(free)} free instead.")
@@ -117,11 +121,11 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
         chunk = max(1, min(count or 1, make_options().generate_chunk_bytes // max(1, per)))
     grid = _layout(layout, chunk, tail, dtype)
     threads = _check_room(out, shape, dtype, chunk, kind)
-    if os.path.exists(out):
+    if occupied(out) if is_url(out) else os.path.exists(out):
         remove(out)  # only a Zarr store or an empty folder; anything else is refused
     # write_empty_chunks: a chunk of zero matrices (singular-mix) is stored too; zarr would skip it,
     # and batchlu run would then refuse the input for a missing chunk
-    array = zarr.create_array(store=out, shape=shape, dtype=dtype, zarr_format=3,
+    array = zarr.create_array(store=zarr_store(out), shape=shape, dtype=dtype, zarr_format=3,
                               attributes={MARK_WRITING: attrs}, config={"write_empty_chunks": True}, **grid)
 
     def one(c: int) -> None:
@@ -142,11 +146,12 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
                 raise
         array.attrs.put({MARK: attrs})  # generated: only now that every chunk is written
     except BaseException:
-        shutil.rmtree(out, ignore_errors=True)  # no half-written store that looks like an input
+        discard(out)  # no half-written store that looks like an input
         raise
     return out
 
 
+@takes_storage_options
 def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="random", seed=0,
              overwrite=False, force=False, layout="chunks", nodes=None, dim=2, rhs_columns=1, delta=None) -> str:
     """Write ``count`` matrices of size ``size`` to a Zarr v3 array (count, size, size) at ``path``.
@@ -241,6 +246,9 @@ def generate_sparse(path, *, count, kind, size=None, nodes=None, dim=2, dtype="f
     dtype = _check(count, None, dtype, chunk, rhs_columns)
     if dtype.kind != "f":
         raise ConfigError(f"Expected dtype float32 or float64 for the sparse kind {kind}. Got {dtype} instead.")
+    if is_url(path):
+        raise OutputError(f"Expected a local path for a sparse batch. Got {path} instead: sparse batches "
+                          f"are not read or written on object storage; generate it locally.")
     out = check_output_path(path, [])
     if not overwrite:
         refuse_occupied(out, "pass overwrite=True (--overwrite) to replace it")

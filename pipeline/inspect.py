@@ -12,7 +12,8 @@ from .errors import InputError, InputNotFoundError
 from .output import _ledger
 from .output._group import ATTR
 from .store._arrays import parse_ref, unreadable
-from .store._files import is_zarr_store, zarr_location
+from .store._files import is_zarr_store, occupied, zarr_location
+from .store._object_store import is_url, join, zarr_store
 from .store._zarr import settle_reads
 from .verify import _record
 
@@ -104,7 +105,7 @@ def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:
     info = group.get("info")
     if isinstance(info, zarr.Array) and info.ndim == 1:
         mask = complete if complete is not None else np.zeros(0, bool)
-        lines.append(_info_counts(info, os.path.join(path, "info"), mask if chunk else None, chunk or 1))
+        lines.append(_info_counts(info, join(path, "info"), mask if chunk else None, chunk or 1))
     return lines
 
 
@@ -116,13 +117,13 @@ def inspect(path) -> str:
         root, inner = location
         path = os.path.join(root, *inner.split("/")) if inner else root
     ref = parse_ref(path)
-    if not os.path.exists(ref.path):
+    if not (occupied(ref.path) if is_url(ref.path) else os.path.exists(ref.path)):
         raise InputNotFoundError(f"Expected a Zarr store at {ref.path}. Got no such path instead.")
     if not is_zarr_store(ref.path):
         raise InputError(f"Expected {ref.path} to be a Zarr store. Got a path without Zarr "
                          f"metadata instead.")
     try:
-        node = zarr.open(store=ref.path, path=ref.array or None, mode="r")
+        node = zarr.open(store=zarr_store(ref.path, read_only=True), path=ref.array or None, mode="r")
     except (FileNotFoundError, KeyError):
         raise InputNotFoundError(f"Expected an array or group {ref.array!r} in {ref.path}. "
                                  f"Got nothing there instead.") from None

@@ -92,3 +92,43 @@ def pytest_runtest_setup(item):
                             if os.environ.get(name, "").strip())
         pytest.fail(f"{reason} ({settings}: GPU tests may not be skipped here)", pytrace=False)
     pytest.skip(reason)
+
+
+# ---------------------------------------------------------------------------------- object storage
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's standalone S3 server (a real HTTP server speaking S3's protocol) on a free loopback
+    port, for the session: its endpoint URL."""
+    import logging
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)   # no line per request
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def s3(s3_server, monkeypatch):
+    """A fresh bucket on :func:`s3_server`, with the ``AWS_*`` variables pointing there (for this
+    process and the processes it starts): its ``s3://`` URL."""
+    import uuid
+
+    import boto3
+
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_ENDPOINT_URL": s3_server,
+           "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"batchlu-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket=bucket)
+    return f"s3://{bucket}"

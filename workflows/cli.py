@@ -103,6 +103,13 @@ def cli(ctx, traceback):
     warnings.showwarning = _show_warning
 
 
+def _target(path: str):
+    """A store named on the command line: an ``s3://`` URL as given, a path made absolute."""
+    from batchlu.pipeline.store._object_store import is_url
+
+    return path if is_url(path) else pathlib.Path(path).expanduser().resolve()
+
+
 # --------------------------------------------------------------------------------------------- generate
 @cli.command(short_help="Write random test matrices (and right-hand sides) to Zarr.")
 @click.argument("out", metavar="OUT.zarr")
@@ -172,12 +179,12 @@ def generate(out, count, size, nodes, dim, delta, dtype, chunk, kind, seed, rhs_
     if nodes is not None:
         raise click.UsageError(f"--nodes only goes with a sparse kind ({', '.join(SPARSE_KINDS)}).")
     if rhs_out:
-        a, b = (pathlib.Path(p).expanduser().resolve() for p in (out, rhs_out))
-        if a == b or a in b.parents or b in a.parents:
+        a, b = (_target(p) for p in (out, rhs_out))
+        if a == b or str(b).startswith(f"{a}/") or str(a).startswith(f"{b}/"):
             raise click.UsageError(f"Expected --rhs-out apart from OUT.zarr. Got the same or a nested "
                                    f"path instead: {a} and {b}.")
     for path in filter(None, (out, rhs_out)):  # both checked before either is written
-        target = str(pathlib.Path(path).expanduser().resolve())
+        target = str(_target(path))
         if not overwrite:
             refuse_occupied(target, "pass --overwrite to replace it", name=path)
         check_replaceable(target, writer="generate", force=force)
@@ -251,9 +258,10 @@ def verify(input, output, array, rhs, sample, seed):
     """
     from batchlu import pipeline
     from batchlu.pipeline.output._group import read_provenance
+    from batchlu.pipeline.store._object_store import is_url
 
     if rhs:
-        op = (read_provenance(os.path.abspath(output)) or {}).get("op")
+        op = (read_provenance(output if is_url(output) else os.path.abspath(output)) or {}).get("op")
         if isinstance(op, str) and op in OP_TABLE and not OP_TABLE[op].needs_rhs:   # any other: verify names it
             raise click.UsageError(f"--rhs is only used to verify a solve output. Got an output of "
                                    f"--op {op} instead: drop --rhs.")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import shutil
 import time
 import warnings
 
@@ -27,7 +26,8 @@ from ..errors import BatchluWarning, FencedError, InputChangedError, InputError,
 from ..output import _fingerprint, _group, _ledger, _lock
 from ..store import _sparse
 from ..store._arrays import ArrayInfo, check_matrices, check_rhs, open_array_info, parse_ref
-from ..store._files import check_output_path, check_replaceable, naming_full_device
+from ..store._files import check_output_path, check_replaceable, discard, naming_full_device
+from ..store._object_store import takes_storage_options, zarr_store
 from ..worker._tasks import Job
 from . import _submit
 from ._report import Report
@@ -36,7 +36,7 @@ __all__ = ["run"]
 
 
 def _count_info(path: str) -> InfoCounts:
-    info = np.asarray(zarr.open_array(store=path, path="info", mode="r")[...])
+    info = np.asarray(zarr.open_array(store=zarr_store(path, read_only=True), path="info", mode="r")[...])
     return info_counts(info[info != INFO_NOT_COMPUTED])
 
 
@@ -51,6 +51,7 @@ def _naming_a_full_device(func):
     return wrapper
 
 
+@takes_storage_options
 @_naming_a_full_device
 @_lock.releases_locks
 def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend=None,
@@ -67,7 +68,10 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
     ``backend`` (``auto``: the GPU where a worker has one, ``cpu`` or ``gpu``) overrides
     ``batchlu.backend``; None keeps the config's. ``progress`` False hides the bar. Tasks run on
     ``client``, on the cluster at ``scheduler`` / ``scheduler_file``, or on an embedded LocalCluster. ``config`` holds ``batchlu`` settings
-    (mapping or :class:`batchlu.pipeline.Options`). Returns a :class:`batchlu.pipeline.Report`.
+    (mapping or :class:`batchlu.pipeline.Options`). ``storage_options`` (a mapping): credentials,
+    endpoint and region for ``s3://`` inputs and outputs, obstore's S3 keys or fsspec's names
+    (``key``, ``secret``, ``endpoint_url``), else the environment's ``AWS_*`` variables and the Dask
+    config's ``batchlu-s3.storage-options``. Returns a :class:`batchlu.pipeline.Report`.
     """
     check_not_bootstrapping("batchlu.run")
     called = time.perf_counter()
@@ -222,7 +226,7 @@ def _create_or_reopen(out_path: str, record: dict | None, provenance: dict, spec
                       checksum=opts.output_checksum)
         runs = []
     else:
-        group = zarr.open_group(store=out_path, mode="r+")
+        group = zarr.open_group(store=zarr_store(out_path), mode="r+")
         # before trusting the ledger: every output and complete chunk stored, the same input values
         complete = _ledger.read(out_path) if _ledger.exists(group) else None
         damaged = _group.check_stored(out_path, group, specs, plan, complete)
@@ -263,7 +267,7 @@ def _compute(job: Job, report: Report, entry: _Entry, opts: Options, show: bool,
         if not entry.resumed and not report.submitted:
             # no task was submitted (no cluster, no GPU, interrupted at once): leave no output
             # behind, so that the corrected command needs neither --resume nor --overwrite
-            shutil.rmtree(entry.path, ignore_errors=True)
+            discard(entry.path)
         elif not isinstance(exc, FencedError):   # fenced: the output is another run's now
             entry.fail(report, exc, _times(report, called))
         raise

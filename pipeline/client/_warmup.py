@@ -14,6 +14,7 @@ import zarr
 
 from ..config._settings import Options
 from ..store._arrays import native_dtype
+from ..store._object_store import zarr_store
 from ..worker._batches import input_bytes, sub_batches
 from ..worker._engines import WarmUp
 
@@ -39,7 +40,7 @@ def choose_codecs(client, job):
     if job.rhs is not None:
         arrays["b"] = job.rhs.open("r")
     for name in job.outputs:
-        arrays[name] = zarr.open_array(store=job.output, path=name, mode="r")
+        arrays[name] = zarr.open_array(store=zarr_store(job.output, read_only=True), path=name, mode="r")
     codecs = {name: _choice.choose(array, setting, gpu=True, nvcomp=nvcomp, reading=name in ("a", "b"))
               for name, array in arrays.items()}
     return dataclasses.replace(job, codecs=codecs)
@@ -68,7 +69,7 @@ def warmup_for(job):
     rhs = job.rhs.open("r") if job.rhs is not None else None
     outputs = []
     for name in job.outputs:
-        arr = zarr.open_array(store=job.output, path=name, mode="r")
+        arr = zarr.open_array(store=zarr_store(job.output, read_only=True), path=name, mode="r")
         outputs.append((name, tuple(int(d) for d in arr.shape[1:]), str(arr.dtype)))
     plan = job.plan
     first = sub_batches(plan, 0, max(1, min(plan.chunks_per_task, plan.n_chunks)))

@@ -11,7 +11,9 @@ Two records:
 * **Per run, a signature of the input's files** (:func:`signature`), taken by the client when the
   run starts and again before it reports complete: a difference fails the run. A file's entry is its
   name, size, inode, mtime and ctime; a file written within :data:`FRESH_SECONDS` of the first
-  signature (when a later write could keep its times) is entered by the XXH3-128 of its bytes.
+  signature (when a later write could keep its times) is entered by the XXH3-128 of its bytes. On
+  object storage (an ``s3://`` input) an object's entry is its key, size and ETag (one listing
+  request per 1,000 objects): the server gives every write a new ETag, so no time is trusted.
 
 ``--resume`` does not trust the times: a write through a shared memory map to a page that is already
 dirty changes no time at all. It reads the input of every completed chunk again and compares its
@@ -30,7 +32,7 @@ import numpy as np
 import xxhash
 
 from ..errors import InputChangedError, ResumeError
-from ..store import _missing
+from ..store import _missing, _object_store
 from ..store._arrays import ArrayRef, read_range
 from . import _ledger
 
@@ -103,7 +105,7 @@ def fold_chunks(chunk: int, values, missing) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ file signature
 def _root(ref: ArrayRef) -> str:
-    return os.path.join(ref.path, ref.array) if ref.array else ref.path
+    return ref.location()
 
 
 def _files(root: str) -> list[tuple[str, os.stat_result]]:
@@ -157,6 +159,9 @@ def signature(ref: ArrayRef | None, horizon: int | None = None) -> dict | None:
     root = _root(ref)
     if horizon is None:
         horizon = time.time_ns() - int(FRESH_SECONDS * 1e9)
+    if _object_store.is_url(root):
+        objects = _object_store.listing(root)
+        return _signed([f"{name}\0{size}\0etag {etag}" for name, (size, etag) in objects.items()], horizon)
     files = _files(root)
     fresh = [path for path, st in files if max(st.st_mtime_ns, st.st_ctime_ns) > horizon]
     contents = {}
@@ -170,6 +175,10 @@ def signature(ref: ArrayRef | None, horizon: int | None = None) -> dict | None:
             entries.append(f"{name}\0{st.st_size}\0xxh3-128 {contents[path]}")
         else:
             entries.append(f"{name}\0{st.st_size}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_ctime_ns}")
+    return _signed(entries, horizon)
+
+
+def _signed(entries: list[str], horizon: int) -> dict:
     h = hashlib.blake2b(digest_size=16)
     for entry in sorted(entries):
         h.update(entry.encode("utf-8", "surrogateescape") + b"\n")

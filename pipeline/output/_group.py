@@ -21,7 +21,9 @@ from ..config._choices import OUTPUT_CHECKSUMS
 from ..config._settings import Options
 from ..errors import BatchluWarning, ConfigError, OutputError, ResumeError
 from ..store._arrays import stored_key
+from ..store import _object_store
 from ..store._files import is_zarr_store, occupied, refuse_occupied, remove
+from ..store._object_store import is_url, join, zarr_store
 from ..store._layout import describe
 from . import _ledger
 
@@ -47,7 +49,7 @@ def read_provenance(path: str) -> dict | None:
     if not is_zarr_store(path):
         return None
     try:
-        node = zarr.open(store=path, mode="r")
+        node = zarr.open(store=zarr_store(path, read_only=True), mode="r")
     except Exception:
         return None
     if not isinstance(node, zarr.Group):
@@ -101,7 +103,7 @@ def create(path: str, provenance: dict, specs: list[OutputSpec], plan: Plan,
     """A fresh output group: provenance first (status "running"), then the arrays (compressed with
     ``codec``, the ``output-codec`` setting, in ``layout``, with the ``output-checksum`` ``checksum``:
     None, the shipped default), then the ledger."""
-    group = zarr.open_group(store=path, mode="w-", zarr_format=3, attributes={ATTR: provenance})
+    group = zarr.open_group(store=zarr_store(path), mode="w-", zarr_format=3, attributes={ATTR: provenance})
     ensure_arrays(group, specs, plan, codec, layout, checksum=checksum)
     return group
 
@@ -181,7 +183,8 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
     Returns the chunks recorded complete whose stored bytes fail their CRC-32C in some array (one
     with zarr's crc32c codec, ``batchlu.output-checksum``; an output without it cannot be checked so),
     as ``(chunk, why)`` in order: :func:`redo` has them computed again. Each such chunk file is read
-    once; none is decoded."""
+    once; none is decoded. On object storage the stored chunks are listed (one request per 1,000)
+    and not read again: an object is written whole or not at all."""
     damaged: dict[int, str] = {}
     done = np.flatnonzero(np.asarray(complete, bool)) if complete is not None else np.zeros(0, np.int64)
     hint = "use overwrite (--overwrite) to start again."
@@ -206,8 +209,12 @@ def check_stored(path: str, group: zarr.Group, specs: list[OutputSpec], plan: Pl
                               f"{hint}")
         if 0 in spec.tail:   # n = 0: an empty array stores no chunk files
             continue
-        files = {int(c): os.path.join(path, spec.name, stored_key(node, int(c))) for c in done}
-        missing = [c for c, file in files.items() if not os.path.isfile(file)]
+        files = {int(c): join(path, spec.name, stored_key(node, int(c))) for c in done}
+        if is_url(path):
+            there = _object_store.listing(join(path, spec.name)) if done.size else {}
+            missing = [c for c in files if stored_key(node, c) not in there]
+        else:
+            missing = [c for c, file in files.items() if not os.path.isfile(file)]
         if missing:
             lo, hi = plan.chunk_range(missing[0], missing[0] + 1)
             raise ResumeError(f"Expected every chunk recorded complete in {path} to be stored. Got "
@@ -266,7 +273,7 @@ def compressors(setting: str, checksum: str = "none", dtype=None):
 
 def update(path: str, **changes) -> dict:
     """Rewrite the ``batchlu`` attrs with ``changes`` (one atomic metadata write)."""
-    group = zarr.open_group(store=path, mode="r+")
+    group = zarr.open_group(store=zarr_store(path), mode="r+")
     record = dict(group.attrs.get(ATTR, {}))
     record.update(changes)
     group.attrs[ATTR] = record
@@ -274,7 +281,10 @@ def update(path: str, **changes) -> dict:
 
 
 def clean_partials(path: str) -> None:
-    """Remove temporary files a killed writer left behind (zarr writes ``*.partial`` then renames)."""
+    """Remove temporary files a killed writer left behind (zarr writes ``*.partial`` then renames);
+    object storage has none (an object is written whole or not at all)."""
+    if is_url(path):
+        return
     for root, _, files in os.walk(path):
         for name in files:
             if name.endswith(".partial"):

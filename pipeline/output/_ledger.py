@@ -2,7 +2,8 @@
 group, stored one element per object so that each task writes only the records of its own chunks.
 
 Only True is ever stored (False is the fill value, and zarr deletes an object set back to it), so
-on a local store the records are read by listing the objects, not by opening thousands of them.
+on a local store (and on object storage) the records are read by listing the objects, not by opening
+thousands of them.
 
 A chunk is recorded only after every output array of that chunk was written (zarr's local store
 writes each object to a temporary file and renames it into place), so a SIGKILL at any moment
@@ -20,6 +21,9 @@ import os
 
 import numpy as np
 import zarr
+
+from ..store import _object_store
+from ..store._object_store import is_url, join, zarr_store
 
 NAME = "_complete"
 DIGESTS = "_input_xxh3"
@@ -44,7 +48,12 @@ def exists(group: zarr.Group) -> bool:
 
 def read(path: str) -> np.ndarray:
     """One bool per output chunk: True where the chunk is complete."""
-    array = zarr.open_array(store=path, path=NAME, mode="r")
+    array = zarr.open_array(store=zarr_store(path, read_only=True), path=NAME, mode="r")
+    if is_url(path) and array.metadata.zarr_format == 3 and array.metadata.chunk_key_encoding.name == "default":
+        done = np.zeros(array.shape[0], bool)   # one listing request per 1,000 records
+        index = [int(name) for name in _object_store.listing(join(path, NAME, "c")) if name.isdigit()]
+        done[np.asarray([i for i in index if i < done.size], dtype=np.int64)] = True
+        return done
     folder = os.path.join(path, NAME, "c")
     if array.metadata.zarr_format != 3 or array.metadata.chunk_key_encoding.name != "default" \
             or not os.path.isdir(path):
@@ -59,10 +68,14 @@ def read(path: str) -> np.ndarray:
 
 
 def has_digests(path: str) -> bool:
+    if is_url(path):
+        return _object_store.head(join(path, DIGESTS, "zarr.json")) is not None
     return os.path.isfile(os.path.join(path, DIGESTS, "zarr.json"))
 
 
 def has_older_digests(path: str) -> bool:
+    if is_url(path):
+        return _object_store.head(join(path, OLDER_DIGESTS, "zarr.json")) is not None
     return os.path.isfile(os.path.join(path, OLDER_DIGESTS, "zarr.json"))
 
 
@@ -92,7 +105,7 @@ def read_digests(path: str, chunks=None) -> np.ndarray:
 
     On a local store the 8-byte objects are read as files (zarr takes about a millisecond per
     object, a minute for 50,000 chunks)."""
-    array = zarr.open_array(store=path, path=DIGESTS, mode="r")
+    array = zarr.open_array(store=zarr_store(path, read_only=True), path=DIGESTS, mode="r")
     index = np.arange(array.shape[0]) if chunks is None else np.asarray(chunks, np.int64)
     folder = objects_folder(array) if np.dtype(array.dtype) == np.uint64 else None
     if folder is None:
@@ -110,8 +123,9 @@ def read_digests(path: str, chunks=None) -> np.ndarray:
 def mark(path: str, c0: int, c1: int, digests=None) -> None:
     """Record chunks ``[c0, c1)`` complete, with the digests of their inputs (``digests``, one per
     chunk). Call only after all their outputs are written."""
-    mark_arrays(zarr.open_array(store=path, path=DIGESTS, mode="r+") if digests is not None else None,
-                zarr.open_array(store=path, path=NAME, mode="r+"), c0, c1, digests)
+    store = zarr_store(path)
+    mark_arrays(zarr.open_array(store=store, path=DIGESTS, mode="r+") if digests is not None else None,
+                zarr.open_array(store=store, path=NAME, mode="r+"), c0, c1, digests)
 
 
 def mark_arrays(digest_array, complete_array, c0: int, c1: int, digests=None) -> None:
@@ -136,7 +150,7 @@ def mark_arrays(digest_array, complete_array, c0: int, c1: int, digests=None) ->
 def unrecord(path: str, chunks) -> None:
     """Take back the completion records of ``chunks`` (a resume redoes them): each set back to the
     fill value False, which zarr stores by deleting the object."""
-    array = zarr.open_array(store=path, path=NAME, mode="r+")
+    array = zarr.open_array(store=zarr_store(path), path=NAME, mode="r+")
     for c in chunks:
         array[int(c)] = False
 

@@ -16,6 +16,11 @@ is refused with a one-line :class:`OutputLockedError` naming the owner.
   means stale, and the lock is taken over with a warning. A lock from another host cannot be checked
   from here: it is reported with its owner and age, and the user deletes the file if that run is gone.
   Two runs taking over the same stale lock at once are serialised by a second lock, ``.break``.
+* **On object storage** (an ``s3://`` output) the lock is the object ``OUT.zarr.lock`` beside the
+  output, created with S3's conditional write (``If-None-Match: *``, atomic at the server: of two
+  runs, one creates it and the other is refused), read and deleted as the file is. The lock is then
+  created a second time, which must be refused: a server that ignores the condition (it would let
+  two runs in) is found so, and the run refused in one line.
 * **Fences.** The lock guards clients; a client killed on an external cluster leaves its tasks
   running. Each task carries its run's :class:`Fence` (the lock's path and the run's token) and,
   before it writes a batch's outputs and again before it records them complete, checks that the
@@ -41,6 +46,8 @@ import uuid
 import warnings
 
 from ..errors import BatchluWarning, FencedError, OutputLockedError
+from ..store import _object_store
+from ..store._object_store import is_url
 
 SUFFIX = ".lock"
 BREAK_SUFFIX = ".break"
@@ -167,6 +174,8 @@ def _create_exclusive(path: str, content: bytes) -> bool:
 
 def _create(path: str, content: bytes) -> bool:
     """Create ``path`` holding ``content``, atomically; False if it exists already."""
+    if is_url(path):
+        return _object_store.put_new(path, content)
     private = f"{path}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
     try:   # the private file goes whatever happens, Ctrl-C while it is written included
         with open(private, "xb") as f:
@@ -201,10 +210,8 @@ def _read(path: str, tries: int = 20):
     """The :class:`Owner` recorded in ``path``, None if there is no such file, ``_UNREADABLE`` if it
     does not hold a record (after waiting a little: an ``O_EXCL`` writer may be writing it)."""
     for attempt in range(tries):
-        try:
-            with open(path) as f:
-                text = f.read()
-        except FileNotFoundError:
+        text = _read_lock(path)
+        if text is None:
             return None
         owner = Owner.parse(text)
         if owner is not None:
@@ -214,11 +221,38 @@ def _read(path: str, tries: int = 20):
     return _UNREADABLE
 
 
+def _read_lock(path: str) -> bytes | None:
+    """The lock file's (or object's) first 64 KiB; None where there is none."""
+    if is_url(path):
+        data = _object_store.get(path)
+        return None if data is None else data[:65536]
+    try:
+        with open(path, "rb") as f:
+            return f.read(65536)
+    except FileNotFoundError:
+        return None
+
+
+def _unlink(path: str) -> None:
+    if is_url(path):
+        _object_store.delete(path)
+    else:
+        os.unlink(path)
+
+
+def _age(path: str) -> float:
+    """Seconds since the lock file (or object) was written; 0 where there is none."""
+    if is_url(path):
+        meta = _object_store.head(path)
+        return 0.0 if meta is None else time.time() - meta["last_modified"].timestamp()
+    return time.time() - os.stat(path).st_mtime
+
+
 def _unlink_if(path: str, token: str) -> bool:
     owner = _read(path, tries=1)
     if isinstance(owner, Owner) and owner.token == token:
         try:
-            os.unlink(path)
+            _unlink(path)
             return True
         except FileNotFoundError:
             pass
@@ -236,7 +270,8 @@ class OutputLock:
         self.owner: Owner | None = None
 
     def acquire(self) -> OutputLock:
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        if not is_url(self.path):
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         me = Owner.me()
         for _ in range(_ATTEMPTS):
             try:
@@ -246,6 +281,8 @@ class OutputLock:
                     f"Expected to create the lock file {self.path} (one batchlu run per output). "
                     f"Got {exc.strerror or exc} instead.") from None
             if created:
+                if is_url(self.path):
+                    _refuse_unconditional(self.path, self.output, me)
                 self.owner = me
                 return self
             holder = _read(self.path)
@@ -295,12 +332,11 @@ class Fence:
 
     def check(self) -> None:
         try:
-            with open(self.path, "rb") as f:
-                text = f.read(65536)
-        except FileNotFoundError:
-            raise FencedError(self._message("no lock file")) from None
+            text = _read_lock(self.path)
         except OSError as exc:
             raise FencedError(self._message(f"a lock file it cannot read ({exc.strerror or exc})")) from None
+        if text is None:
+            raise FencedError(self._message("no lock file"))
         holder = Owner.parse(text)
         if holder is not None and holder.token == self.token:
             return
@@ -312,6 +348,20 @@ class Fence:
                 f"another run took the output; this task stops without writing.")
 
 
+def _refuse_unconditional(path: str, output: str, me: Owner) -> None:
+    """Just after creating the lock object ``path``: create it again, which S3's conditional write
+    must refuse. A server that accepts it ignores ``If-None-Match`` (an old MinIO or Ceph), so two
+    runs could each "create" the lock: the lock is taken back and the run refused."""
+    if not _object_store.put_new(path, me.to_bytes()):
+        return
+    _unlink_if(path, me.token)
+    raise OutputLockedError(
+        f"Expected the object store to refuse a second create of the lock {path} (S3's conditional write, "
+        f"If-None-Match: *), which keeps one batchlu run per output. Got it accepted instead: this server "
+        f"ignores the condition, so two runs could write {output} at once; use a store that honours "
+        f"conditional writes (AWS S3, MinIO, moto) or a local or shared disk.")
+
+
 def _break_stale(path: str, stale: Owner, me: Owner) -> bool:
     """Delete the lock ``path`` if it still holds ``stale``; True if this call deleted it. A second
     lock, ``path.break``, keeps two runs from deleting each other's fresh lock."""
@@ -319,14 +369,14 @@ def _break_stale(path: str, stale: Owner, me: Owner) -> bool:
     if not _create(breaker, me.to_bytes()):
         other = _read(breaker, tries=1)
         try:
-            old = time.time() - os.stat(breaker).st_mtime > BREAK_TIMEOUT
+            old = _age(breaker) > BREAK_TIMEOUT
         except OSError:
             old = False
         if isinstance(other, Owner) and ((other.is_local() and not other.is_running()) or old):
             _unlink_if(breaker, other.token)  # left by a crashed breaker
         elif other is _UNREADABLE and old:
             try:
-                os.unlink(breaker)
+                _unlink(breaker)
             except OSError:
                 pass
         else:

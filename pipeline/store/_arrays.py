@@ -17,7 +17,8 @@ import zarr
 from batchlu.kernels._validate import SUPPORTED_DTYPES  # the one dtype table
 
 from ..errors import CorruptInputError, InputError, InputNotFoundError
-from ._files import has_metadata, zarr_location
+from ._files import METADATA_FILES, has_metadata, zarr_location
+from ._object_store import head, is_url, join, parse, probe, zarr_store
 from ._zarr import chunk_key
 
 _DTYPE_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
@@ -25,7 +26,8 @@ _DTYPE_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
 
 @dataclasses.dataclass(frozen=True)
 class ArrayRef:
-    """Where one array lives: an absolute store path and the array's path inside it ("" = root)."""
+    """Where one array lives: an absolute store path (or an ``s3://`` URL) and the array's path inside
+    it ("" = root)."""
 
     path: str
     array: str = ""
@@ -34,7 +36,11 @@ class ArrayRef:
         return f"{self.path}:{self.array}" if self.array else self.path
 
     def open(self, mode: str = "r") -> zarr.Array:
-        return zarr.open_array(store=self.path, path=self.array, mode=mode)
+        return zarr.open_array(store=zarr_store(self.path, read_only=mode == "r"), path=self.array, mode=mode)
+
+    def location(self) -> str:
+        """Where the array's own objects are: ``PATH/ARRAY`` (or the URL's), for messages."""
+        return join(self.path, self.array) if self.array else self.path
 
     def as_dict(self) -> dict:
         return {"path": self.path, "array": self.array}
@@ -85,6 +91,12 @@ def parse_ref(spec: str | os.PathLike, array: str | None = None) -> ArrayRef:
     text = os.fspath(spec)
     if not text:
         raise InputError("Expected an input path, PATH or PATH:ARRAY. Got an empty string instead.")
+    if is_url(text):   # s3://BUCKET/KEY[:ARRAY]
+        name = array
+        head_, _, tail = text.rpartition(":")
+        if name is None and "://" in head_ and tail and "/" not in tail:
+            text, name = head_, tail
+        return ArrayRef(str(parse(text)), (name or "").strip("/"))
     name = array
     if name is None and not os.path.exists(text) and ":" in text:
         head, tail = text.rsplit(":", 1)
@@ -101,16 +113,21 @@ def _list_arrays(group: zarr.Group) -> list[str]:
 
 def open_array_info(ref: ArrayRef, what: str = "input") -> ArrayInfo:
     """Open ``ref`` read-only and describe it; errors say what was expected and what was found."""
-    if not os.path.exists(ref.path):
+    if is_url(ref.path):
+        probe(ref.path, f"the {what}")   # no bucket, refused credentials, no endpoint: one line each
+        if not any(head(join(ref.path, name)) for name in METADATA_FILES):
+            raise InputNotFoundError(f"Expected the {what} at {ref.path} to exist. Got no Zarr metadata "
+                                     f"(zarr.json, .zarray or .zgroup) there instead.")
+    elif not os.path.exists(ref.path):
         raise InputNotFoundError(f"Expected the {what} at {ref.path} to exist. Got no such path instead.")
-    if not os.path.isdir(ref.path):
+    elif not os.path.isdir(ref.path):
         raise InputError(f"Expected the {what} {ref.path} to be a Zarr store (a directory). "
                          f"Got a regular file instead.")
-    if not has_metadata(ref.path):
+    elif not has_metadata(ref.path):
         raise InputError(f"Expected the {what} {ref.path} to be a Zarr store (with zarr.json, "
                          f".zarray or .zgroup). Got a directory without Zarr metadata instead.")
     try:
-        node = zarr.open(store=ref.path, path=ref.array or None, mode="r")
+        node = zarr.open(store=zarr_store(ref.path, read_only=True), path=ref.array or None, mode="r")
     except (FileNotFoundError, KeyError) as exc:
         raise InputNotFoundError(f"Expected an array {ref.array!r} in the {what} store {ref.path}. "
                                  f"Got nothing at that path instead ({exc}).") from None
@@ -175,7 +192,7 @@ def read_range(ref: ArrayRef, array: zarr.Array, start: int, stop: int) -> np.nd
     try:
         return np.asarray(array[start:stop]).astype(native_dtype(array.dtype), copy=False)
     except Exception as exc:
-        raise unreadable(array, np.arange(start, stop), os.path.join(ref.path, ref.array), exc,
+        raise unreadable(array, np.arange(start, stop), join(ref.path, ref.array), exc,
                          CorruptInputError) from None
 
 
@@ -189,7 +206,7 @@ def unreadable(array: zarr.Array, rows: np.ndarray, folder: str, exc: Exception,
             array[lo:hi]
         except Exception as inner:
             return error(f"Expected readable chunks in {folder}. Got an unreadable chunk file "
-                         f"{os.path.join(folder, stored_key(array, int(index)))} (matrices {lo}:{hi}) "
+                         f"{join(folder, stored_key(array, int(index)))} (matrices {lo}:{hi}) "
                          f"instead: {type(inner).__name__}: {inner}")
     return error(f"Expected matrices {int(np.min(rows))}:{int(np.max(rows)) + 1} of {folder} to be "
                  f"readable. Got {type(exc).__name__}: {exc} instead.")

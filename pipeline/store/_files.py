@@ -22,26 +22,36 @@ import tempfile
 import zarr
 
 from ..errors import OutputError, OutputExistsError
+from . import _object_store
+from ._object_store import is_url, join
 
-_METADATA_FILES = ("zarr.json", ".zarray", ".zgroup")
+METADATA_FILES = ("zarr.json", ".zarray", ".zgroup")
 
 
 def has_metadata(path: str) -> bool:
     """Whether ``path`` holds Zarr metadata at its root (``zarr.json``, ``.zarray`` or ``.zgroup``)."""
-    return any(os.path.exists(os.path.join(path, f)) for f in _METADATA_FILES)
+    if is_url(path):
+        return any(_object_store.head(join(path, f)) for f in METADATA_FILES)
+    return any(os.path.exists(os.path.join(path, f)) for f in METADATA_FILES)
 
 
 def is_zarr_store(path: str) -> bool:
+    if is_url(path):
+        return has_metadata(path)
     return os.path.isdir(path) and has_metadata(path)
 
 
 def is_empty_folder(path: str) -> bool:
+    if is_url(path):
+        return False   # object storage has no folders: a prefix with nothing below is nothing
     return os.path.isdir(path) and not os.listdir(path)
 
 
 def occupied(path: str) -> bool:
     """Whether anything is at ``path`` that a new store written there would replace: anything but
     nothing or an empty folder."""
+    if is_url(path):
+        return _object_store.probe(path, "the output")
     return os.path.exists(path) and not is_empty_folder(path)
 
 
@@ -71,7 +81,8 @@ def zarr_location(obj, what: str, error: type = OutputError) -> tuple[str, str] 
         return None
     if not isinstance(store, zarr.storage.LocalStore):
         raise error(f"Expected the {what} on the local file system (a path, or a zarr object over "
-                    f"zarr.storage.LocalStore). Got a zarr object over {type(store).__name__} instead.")
+                    f"zarr.storage.LocalStore) or as an s3:// URL. Got a zarr object over {type(store).__name__} "
+                    f"instead; for object storage, pass its s3:// URL.")
     return str(store.root), "/".join(part.strip("/") for part in (inner, name) if part.strip("/"))
 
 
@@ -100,6 +111,8 @@ def output_path(output, *, writing: bool = True) -> str | os.PathLike:
 def check_output_path(output: str | os.PathLike, inputs: list) -> str:
     """Resolve the output path and check it can be written and does not overlap an input (``inputs``:
     their :class:`batchlu.pipeline.store._arrays.ArrayRef`)."""
+    if is_url(output):
+        return _check_output_url(str(output), inputs)
     path = pathlib.Path(os.fspath(output_path(output))).expanduser().resolve()
     for ref in inputs:
         src = pathlib.Path(ref.path)
@@ -122,6 +135,18 @@ def check_output_path(output: str | os.PathLike, inputs: list) -> str:
         raise OutputError(f"Expected the output location {target} to be writable. "
                           f"Got {err.strerror or err} instead.") from None
     return str(path)
+
+
+def _check_output_url(output: str, inputs: list) -> str:
+    """:func:`check_output_path` of an ``s3://`` output: apart from the inputs, its bucket there and
+    the credentials accepted (one listing request)."""
+    url = str(_object_store.parse(output, OutputError))
+    for ref in inputs:
+        if url == ref.path or url.startswith(ref.path + "/") or ref.path.startswith(url + "/"):
+            raise OutputError(f"Expected the output {url} to be apart from the input {ref}. "
+                              f"Got the same or a nested location instead.")
+    _object_store.probe(url, "the output")
+    return url
 
 
 FULL_DEVICE = (errno.ENOSPC, errno.EDQUOT)   # "No space left on device", "Disk quota exceeded"
@@ -152,7 +177,7 @@ def written_by(path: str) -> str | None:
     if not is_zarr_store(path):
         return None
     try:
-        attrs = dict(zarr.open(store=path, mode="r").attrs)
+        attrs = dict(zarr.open(store=_object_store.zarr_store(path, read_only=True), mode="r").attrs)
     except Exception:
         return None
     for key, writer in WRITERS.items():
@@ -164,7 +189,7 @@ def written_by(path: str) -> str | None:
 def check_replaceable(path: str, *, writer: str, force: bool) -> None:
     """Before ``overwrite`` deletes ``path``: refuse a Zarr store that ``batchlu <writer>`` did not
     write, unless ``force`` (a user's own array is never deleted without a word)."""
-    if force or not os.path.exists(path) or not is_zarr_store(path):
+    if force or not (occupied(path) if is_url(path) else os.path.exists(path)) or not is_zarr_store(path):
         return  # nothing there, an empty folder, or no Zarr store (that one is refused later)
     found = written_by(path)
     if found == writer:
@@ -176,13 +201,27 @@ def check_replaceable(path: str, *, writer: str, force: bool) -> None:
 
 def remove(path: str) -> None:
     """Delete an existing output for ``overwrite``; only Zarr stores and empty folders."""
-    if is_empty_folder(path):
+    if is_url(path) and is_zarr_store(path):
+        _object_store.delete_tree(path)
+    elif is_empty_folder(path):
         os.rmdir(path)
     elif is_zarr_store(path):
         shutil.rmtree(path)
     else:
         raise OutputError(f"Expected the output {path} to be a Zarr store before overwriting it. "
                           f"Got a directory with other files instead; refusing to delete it.")
+
+
+def discard(path: str) -> None:
+    """Delete, whatever it holds, the output a run created and then wrote nothing into (no task was
+    submitted); errors are ignored."""
+    if is_url(path):
+        try:
+            _object_store.delete_tree(path)
+        except Exception:
+            pass
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 IOV_MAX = 1024   # buffers one writev or preadv call may take (Linux's limit)

@@ -96,6 +96,8 @@ def describe(array) -> tuple[Stored | None, str]:
 
     store = array.store
     if not isinstance(store, LocalStore):
+        if type(store).__name__ == "ObjectStore":   # the GPU codec path reads files with preadv
+            return None, "it is on object storage (s3://), which the GPU codec path does not read: host codecs"
         return None, f"its store is a {type(store).__name__}, not a local folder"
     shape = tuple(int(s) for s in array.shape)
     dtype = np.dtype(array.dtype)

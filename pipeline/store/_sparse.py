@@ -22,6 +22,7 @@ import zarr
 
 from ..errors import InputError
 from ._arrays import ArrayInfo, ArrayRef, check_rhs, open_array_info, parse_ref
+from ._object_store import is_url
 
 ATTR = "sparse"
 
@@ -57,6 +58,9 @@ def pattern_crc(indptr, indices) -> str:
 
 
 def _group(ref: ArrayRef) -> zarr.Group:
+    if is_url(ref.path):
+        raise InputError(f"Expected a local path for the sparse input. Got {ref.path} instead: sparse "
+                         f"batches are not read from object storage; copy it to a local or shared disk.")
     if not os.path.isdir(ref.path):
         raise InputError(f"Expected the sparse input {ref.path} to be a Zarr group (a directory). "
                          f"Got {'no such path' if not os.path.exists(ref.path) else 'a regular file'} instead.")

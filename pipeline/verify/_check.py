@@ -6,7 +6,6 @@ block by block."""
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 import zarr
@@ -19,6 +18,7 @@ from ..output._group import read_provenance
 from ..store import _missing
 from ..store._arrays import ArrayInfo, ArrayRef, check_matrices, open_array_info, parse_ref, unreadable
 from ..store._files import output_path
+from ..store._object_store import join, takes_storage_options, zarr_store
 from ..store._sparse import pattern_crc as _pattern_crc
 from ..store._zarr import settle_reads
 from . import _record
@@ -199,14 +199,16 @@ def _read(array: zarr.Array, sel, where: str, error=CorruptInputError) -> np.nda
 
 
 def _folder(ref: ArrayRef) -> str:
-    return os.path.join(ref.path, ref.array) if ref.array else ref.path
+    return ref.location()
 
 
+@takes_storage_options
 def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     """Check ``output`` (a batchlu output group) against ``input`` (``PATH`` or ``PATH:ARRAY``).
 
     ``rhs`` defaults to the right-hand side recorded in the output. ``sample=K`` checks K matrices
     drawn at random (with ``seed``) from the complete chunks instead of all of them.
+    ``storage_options``: as for :func:`batchlu.pipeline.run`, for ``s3://`` stores.
     """
     opts = make_options()
     out_path = parse_ref(output_path(output, writing=False)).path
@@ -239,7 +241,7 @@ def _checked_record(out_path: str) -> tuple[dict, zarr.Group]:
                          f"batchlu provenance instead.")
     # every field read below agrees with what is stored, before any of it is used
     _record.check_fields(record, out_path)
-    group = zarr.open_group(store=out_path, mode="r")
+    group = zarr.open_group(store=zarr_store(out_path, read_only=True), mode="r")
     missing = _record.absent(record, group)
     if missing and record.get("status") != "complete":
         raise OutputError(f"Expected the output {out_path} to hold {', '.join(missing)}. Got none of them "
@@ -315,7 +317,7 @@ def _check_blocks(report: VerifyReport, blocks: list, sources: _Sources, group: 
     outs = {name: group[name] for name in _record.op_outputs(op)}
     all_ratios = []
     for sel in blocks:
-        out = {name: _read(arr, sel, os.path.join(out_path, name), OutputError) for name, arr in outs.items()}
+        out = {name: _read(arr, sel, join(out_path, name), OutputError) for name, arr in outs.items()}
         b_block = _read(b_arr, sel, _folder(sources.rhs)) if b_arr is not None else None
         a_block = _read(a_arr, sel, _folder(sources.a.ref))
         if sources.pattern is not None:

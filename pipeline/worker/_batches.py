@@ -30,7 +30,6 @@ releases the engine's cached memory, halves the piece and retries, down to one m
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 
 import numpy as np
@@ -39,6 +38,7 @@ from .. import _ops
 from ..codecs import _host
 from ..output import _fingerprint
 from ..store import _arrays
+from ..store._object_store import join
 from . import _io_pool
 from ._buffers import Slot, layout_for, shared
 from ._loop import PathStats, Record, Stages, Unit, run_loop
@@ -99,7 +99,7 @@ class BatchIO:
         ``name`` that fails among matrices ``[start, stop)`` (re-read here one by one), where
         ``where`` names its store; else return (the caller raises ``exc``)."""
         if self.where and name in self.where:
-            raise _arrays.unreadable(self.array(name), np.arange(start, stop), os.path.join(*self.where[name]),
+            raise _arrays.unreadable(self.array(name), np.arange(start, stop), join(*self.where[name]),
                                     exc) from None
 
 

@@ -44,7 +44,8 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from ..errors import IOProcessError
-from ..store import _io_engines
+from ..store import _io_engines, _object_store
+from ..store._object_store import is_url, join
 from ..store._zarr import nd_buffer
 from ._shared_memory import forgotten, locate, supported
 
@@ -86,6 +87,12 @@ _OPENED_LOCK = threading.Lock()
 
 
 def _signature(store: str, path: str) -> tuple:
+    if is_url(store):   # object storage: the metadata object's ETag (one HEAD request)
+        for name in ("zarr.json", ".zarray"):
+            meta = _object_store.head(join(store, path, name))
+            if meta is not None:
+                return (name, meta.get("e_tag"), meta.get("size"))
+        return ()
     for name in ("zarr.json", ".zarray"):
         try:
             st = os.stat(os.path.join(store, path, name))
@@ -110,7 +117,7 @@ def open_array(store: str, path: str, mode: str, write_empty: bool = False, engi
     if cached is not None and signature and cached[0] == signature:
         return cached[1]
     with _io_engines.opening(engine, write=mode != "r"):  # with_config makes a new array: its pipeline too
-        array = zarr.open_array(store=store, path=path, mode=mode)
+        array = zarr.open_array(store=_object_store.zarr_store(store, read_only=mode == "r"), path=path, mode=mode)
         if write_empty:
             array = array.with_config({"write_empty_chunks": True})
     with _OPENED_LOCK:

@@ -5,7 +5,6 @@ its input, right-hand side and outputs, the store's answer on the chunks a batch
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
@@ -42,7 +41,7 @@ class TaskIO:
                                        ("b", self.job.rhs, self.rhs, "right-hand side")):
             if array is None:
                 continue
-            where = os.path.join(ref.path, ref.array) if ref.array else ref.path
+            where = ref.location()
             known = (found or {}).get(name)
             gaps = known if known is not None else _missing.find(array, start, stop)
             mask = _missing.judge(gaps, where, start, stop, self.job.settings.missing_chunks, what)

@@ -35,6 +35,7 @@ from ._loop import Record
 from .._ops import InfoTally, get_op
 from .._plan import Plan
 from ..store._arrays import ArrayRef
+from ..store._object_store import is_url
 from ._task_io import TaskIO
 from ..errors import BatchluError, FencedError
 
@@ -57,6 +58,10 @@ class Job:
     codecs: dict | None = None        # GPU runs: array ("a", "b", outputs) -> pipeline._codecs.Choice
     symbolic: object = None           # sparse ops: the pattern's batchlu.kernels.sparse.Plan
     fence: object = None              # the run's pipeline._lock.Fence (None: tasks write unfenced)
+
+    def locations(self) -> list[str]:
+        """The stores the job reads and writes: the input's, the right-hand side's, the output."""
+        return [self.input.path, self.output] + ([self.rhs.path] if self.rhs is not None else [])
 
     def compute_op(self):
         """What the batch loop computes with: the op's name, or for a sparse op the op bound to its
@@ -96,7 +101,11 @@ def _worker_address() -> str:
 
 
 def io_pool_for(job: Job, engine):
-    """The worker's :class:`batchlu.pipeline.worker._io_pool.IOPool` for ``job``, or None for I/O in this process."""
+    """The worker's :class:`batchlu.pipeline.worker._io_pool.IOPool` for ``job``, or None for I/O in this
+    process: always for object storage (obstore's client does its requests outside the GIL, and an I/O
+    process would not see the storage options the run set in this one's Dask config)."""
+    if any(is_url(location) for location in job.locations()):
+        return None
     processes, threads = _io_pool.io_settings(job.settings.io_processes, job.settings.io_threads, engine.name,
                                               _worker_threads())
     if processes == 0 or not _io_pool.supported():

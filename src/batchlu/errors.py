@@ -31,6 +31,7 @@ __all__ = [
     "KernelCompileError",
     "LinAlgError",
     "MissingChunkError",
+    "ObjectStoreError",
     "OutputError",
     "OutputExistsError",
     "OutputLockedError",
@@ -129,6 +130,11 @@ class FencedError(OutputLockedError):
 
 class BatchluWarning(UserWarning):
     """Something the user should know that does not stop the run (e.g. a stale lock taken over)."""
+
+
+class ObjectStoreError(BatchluError, OSError):
+    """An object store (``s3://``) cannot be used: a URL scheme batchlu has no store for, a missing
+    bucket, credentials it refuses, or an endpoint that does not answer."""
 
 
 class ResumeError(OutputError):

@@ -6,17 +6,20 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
+import threading
 import time
 
 import numpy as np
 import zarr
 
 from batchlu import pipeline
+from batchlu.pipeline.store._object_store import zarr_store
 
 
 def outputs_of(path: str) -> dict[str, np.ndarray]:
-    """Every array of an output group (ledger included), read back."""
-    group = zarr.open_group(path, mode="r")
+    """Every array of an output group (ledger included), read back (a path or an ``s3://`` URL)."""
+    group = zarr.open_group(zarr_store(str(path)), mode="r")
     return {name: np.asarray(array[...]) for name, array in group.arrays()}
 
 
@@ -38,7 +41,7 @@ def complete_flags(path) -> np.ndarray:
     """An output's per-chunk ledger (``_complete``): one bool per chunk, never empty. Raises when it
     cannot be read (zarr's error) or holds no chunk (AssertionError), so that ``.all()`` cannot pass
     on nothing."""
-    flags = np.asarray(zarr.open_array(str(path), path="_complete", mode="r")[...])
+    flags = np.asarray(zarr.open_array(zarr_store(str(path)), path="_complete", mode="r")[...])
     assert flags.dtype == bool and flags.ndim == 1 and flags.size > 0, \
         f"expected a non-empty bool ledger at {path}, got {flags.dtype} {flags.shape}"
     return flags
@@ -93,11 +96,68 @@ def wait_for_chunks(proc: subprocess.Popen, out, count: int, timeout: float = 12
         time.sleep(0.02)
 
 
+# One chunk of 4 matrices per task and per batch, slowed down (a test-only setting, outside the
+# batchlu namespace, set through the environment of the runner): the run takes a few seconds.
+SLOW = {"chunk": 4, "memory-budget": 1}
+SLOW_ENV = {"DASK_BATCHLU_TESTING__TASK_DELAY": "0.08"}
+
+RUNNER = textwrap.dedent("""
+    import sys
+    from distributed import Client, LocalCluster
+    from batchlu import pipeline
+
+    if __name__ == "__main__":
+        with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            pipeline.run(sys.argv[1], sys.argv[2], op=sys.argv[3], rhs=sys.argv[4] or None,
+                         client=client, progress=False, config=%r)
+""" % SLOW)
+
+
+def start_slow_run(tmp_path, source, out, op, rhs="") -> subprocess.Popen:
+    """:data:`RUNNER`: ``op`` from ``source`` into ``out``, slowly, in a process of its own."""
+    return start_script(tmp_path, RUNNER, source, out, op, rhs, env=dict(os.environ, **SLOW_ENV))
+
+
+def start_and_kill(tmp_path, source, out, op, rhs="", *, wait_for=5):
+    """A slow run SIGKILLed once ``wait_for`` chunks are complete."""
+    proc = start_slow_run(tmp_path, source, out, op, rhs)
+    try:
+        wait_for_chunks(proc, out, wait_for, timeout=60)
+        sigkill(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def sigkill(proc: subprocess.Popen) -> None:
     """SIGKILL ``proc`` (a whole run killed at once) and reap it."""
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     assert proc.returncode == -signal.SIGKILL
+
+
+def contend(take, threads: int = 6) -> tuple[list, list]:
+    """Call ``take()`` in ``threads`` threads released at once: ``(what the calls returned, the messages
+    of the ones that raised OutputLockedError)``."""
+    from batchlu.pipeline.errors import OutputLockedError
+
+    barrier, won, refused = threading.Barrier(threads), [], []
+
+    def one():
+        barrier.wait()
+        try:
+            won.append(take())
+        except OutputLockedError as exc:
+            refused.append(str(exc))
+
+    started = [threading.Thread(target=one) for _ in range(threads)]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join()
+    return won, refused
 
 
 def require_nvcomp() -> None:

@@ -12,13 +12,12 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import warnings
 
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import complete_flags, outputs_of, sigkill, start_script, wait_for_chunks
+from _pipeline_helpers import complete_flags, contend, outputs_of, sigkill, start_script, wait_for_chunks
 
 from batchlu import pipeline
 from batchlu.pipeline import errors
@@ -179,42 +178,19 @@ def test_release_leaves_a_lock_taken_by_someone_else(tmp_path):
 
 def test_only_one_of_many_concurrent_runs_gets_the_lock(tmp_path):
     out = str(tmp_path / "o.zarr")
-    barrier, won, refused = threading.Barrier(8), [], []
-
-    def contend():
-        barrier.wait()
-        try:
-            won.append(_lock.OutputLock(out).acquire())
-        except errors.OutputLockedError:
-            refused.append(1)
-
-    threads = [threading.Thread(target=contend) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    won, refused = contend(lambda: _lock.OutputLock(out).acquire(), threads=8)
     assert len(won) == 1 and len(refused) == 7
 
 
 def test_only_one_of_many_concurrent_runs_takes_over_a_stale_lock(tmp_path):
     out = tmp_path / "o.zarr"
     _write_lock(out, pid=_dead_pid())
-    barrier, won, refused = threading.Barrier(6), [], []
+    def take():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _lock.OutputLock(str(out)).acquire()
 
-    def contend():
-        barrier.wait()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                won.append(_lock.OutputLock(str(out)).acquire())
-        except errors.OutputLockedError as exc:
-            refused.append(str(exc))
-
-    threads = [threading.Thread(target=contend) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    won, refused = contend(take)
     assert len(won) == 1 and len(refused) == 5, refused
     assert json.loads(open(_lock_file(out)).read())["token"] == won[0].owner.token
     assert not os.path.exists(_lock_file(out) + ".break")

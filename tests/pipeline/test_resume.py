@@ -3,45 +3,13 @@ never written without resume or overwrite; resume refuses another input, rhs or 
 
 from __future__ import annotations
 
-import os
-import textwrap
-
 import numpy as np
 import pytest
 import zarr
-from _pipeline_helpers import complete_flags, outputs_of, sigkill, start_script, wait_for_chunks
+from _pipeline_helpers import complete_flags, outputs_of, start_and_kill
 
 from batchlu import pipeline
 from batchlu.pipeline import errors
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# One chunk of 4 matrices per task and per batch, slowed down (a test-only setting, outside the
-# batchlu namespace, set through the environment of the runner): the run takes a few seconds.
-SLOW = {"chunk": 4, "memory-budget": 1}
-SLOW_ENV = {"DASK_BATCHLU_TESTING__TASK_DELAY": "0.08"}
-
-RUNNER = textwrap.dedent("""
-    import sys
-    from distributed import Client, LocalCluster
-    from batchlu import pipeline
-
-    if __name__ == "__main__":
-        with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
-            pipeline.run(sys.argv[1], sys.argv[2], op=sys.argv[3], rhs=sys.argv[4] or None,
-                         client=client, progress=False, config=%r)
-""" % SLOW)
-
-
-def start_and_kill(tmp_path, source, out, op, rhs="", *, wait_for=5):
-    proc = start_script(tmp_path, RUNNER, source, out, op, rhs, env=dict(os.environ, **SLOW_ENV))
-    try:
-        wait_for_chunks(proc, out, wait_for, timeout=60)
-        sigkill(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.parametrize("op,dtype", [("lu", "float64"), ("solve", "float64"),

@@ -19,18 +19,9 @@ import dask
 import numpy as np
 import pytest
 import zarr
+from _cli_helpers import one_line_error
 
 from batchlu.pipeline.config._settings import TESTING_TASK_DELAY
-
-
-def _one_line_error(result, *words):
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture()
@@ -48,7 +39,7 @@ def test_resume_with_a_deleted_output_array(invoke, source, scheduler_address, t
     out = tmp_path / "o.zarr"
     assert _run(invoke, source, out, scheduler_address).exit_code == 0
     shutil.rmtree(out / "inv")
-    _one_line_error(_run(invoke, source, out, scheduler_address, "--resume"),
+    one_line_error(_run(invoke, source, out, scheduler_address, "--resume"),
                     "output array inv", "4 of 4 chunks", "--overwrite")
     assert not (out / "inv").exists()
 
@@ -65,7 +56,7 @@ def test_second_writer_is_refused_naming_the_owner(invoke, source, scheduler_add
             json.dump({"host": socket.gethostname(), "pid": owner.pid, "token": "t" * 32,
                        "started": "2020-01-02T03:04:05+00:00", "pid_start": _lock._process_start(owner.pid)}, f)
         for flag in ("--overwrite", "--resume"):
-            _one_line_error(_run(invoke, source, out, scheduler_address, flag),
+            one_line_error(_run(invoke, source, out, scheduler_address, flag),
                             f"PID {owner.pid} on host {socket.gethostname()}", "o.zarr.lock")
     finally:
         owner.kill()
@@ -95,7 +86,7 @@ def test_resume_with_the_input_regenerated(invoke, source, scheduler_address, tm
     group.attrs["batchlu"] = {**group.attrs["batchlu"], "status": "running"}
     shutil.rmtree(source)
     assert invoke("generate", source, "--count", 40, "--size", 5, "--chunk", 10, "--seed", 4).exit_code == 0
-    _one_line_error(_run(invoke, source, out, scheduler_address, "--resume"),
+    one_line_error(_run(invoke, source, out, scheduler_address, "--resume"),
                     "other values in matrices 0:10", "--overwrite")
     assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "running"
 
@@ -124,7 +115,7 @@ def test_an_input_rewritten_during_the_run_is_one_line_and_no_complete(invoke, s
         result = _run(invoke, source, out, scheduler_address, "--chunk", 10)
     thread.join()
     assert rewritten
-    _one_line_error(result, f"the input {source}", "changed during the run", "--overwrite")
+    one_line_error(result, f"the input {source}", "changed during the run", "--overwrite")
     assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "failed"
 
 

@@ -1,0 +1,309 @@
+"""Zarr on object storage: ``s3://BUCKET/KEY`` in place of a path, for inputs and outputs.
+
+A location is a local path or an S3 URL; :func:`is_url` tells them apart, and everything that asks
+a local folder a question (does it exist, which files does it hold, write this file whole, create
+this file if it is not there) asks the object store instead where the location is a URL:
+
+* :func:`zarr_store`: the store zarr opens a location with: the path itself, or zarr's
+  ``ObjectStore`` over obstore's ``S3Store`` (the prefix is the URL's key);
+* :func:`probe`: one listing request, so that a missing bucket, refused credentials or an endpoint
+  that does not answer end in one line before anything is written;
+* :func:`head`, :func:`listing` (each object's size and ETag), :func:`get`, :func:`put`,
+  :func:`put_new` (S3's conditional write, ``If-None-Match: *``: the output's lock), :func:`delete`,
+  :func:`delete_tree`.
+
+Credentials, endpoint and region are taken as the AWS tools take them (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``), overridden
+by the Dask config's ``batchlu-s3.storage-options`` (obstore's S3 keys, or fsspec's spelling of the
+usual ones: :data:`FSSPEC_KEYS`); ``batchlu.run(..., storage_options=...)`` sets that for the run.
+The client gives up on an endpoint that does not answer within :data:`CONNECT_TIMEOUT`, after
+:data:`RETRIES` retries, instead of waiting minutes.
+
+Why obstore's store and not fsspec's (s3fs): docs/design.md, "Object storage".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import inspect
+import json
+import os
+import re
+
+from ..errors import ConfigError, DependencyError, ObjectStoreError
+
+__all__ = ["CONNECT_TIMEOUT", "CONFIG_KEY", "FSSPEC_KEYS", "RETRIES", "SCHEMES", "Url", "delete", "delete_tree",
+           "get", "head", "is_url", "takes_storage_options", "join", "listing", "parse", "probe", "put", "put_new", "storage_options",
+           "zarr_store"]
+
+SCHEMES = ("s3",)
+CONFIG_KEY = "batchlu-s3.storage-options"
+CONNECT_TIMEOUT = "5s"
+RETRIES = 2
+RETRY_TIMEOUT = datetime.timedelta(seconds=20)
+# fsspec's (s3fs') names of the usual storage options, and obstore's S3 config key for each
+FSSPEC_KEYS = {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token",
+               "endpoint_url": "endpoint", "region_name": "region", "anon": "skip_signature"}
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
+
+
+def is_url(location) -> bool:
+    """Whether ``location`` is a URL (``scheme://...``) rather than a local path."""
+    return isinstance(location, str) and _URL.match(location) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Url:
+    """An object store location: ``s3://bucket/key`` (key without leading or trailing ``/``)."""
+
+    scheme: str
+    bucket: str
+    key: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.key}" if self.key else f"{self.scheme}://{self.bucket}"
+
+
+def parse(text: str, error: type = ObjectStoreError) -> Url:
+    """The :class:`Url` of ``text``; a scheme batchlu has no store for, or no bucket, raises ``error``."""
+    match = _URL.match(text)
+    scheme, rest = match.group(1).lower(), match.group(2)
+    if scheme not in SCHEMES:
+        raise error(f"Expected a local path or an s3:// URL. Got {text!r} instead: batchlu has no "
+                    f"filesystem installed for {scheme}:// (object storage is reached through S3's protocol).")
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise error(f"Expected s3://BUCKET/KEY. Got {text!r}, with no bucket, instead.")
+    return Url(scheme, bucket, key.strip("/"))
+
+
+def join(location: str, *parts: str) -> str:
+    """``os.path.join`` for a path, ``/`` between the parts of a URL."""
+    if is_url(location):
+        return "/".join([location.rstrip("/"), *(p.strip("/") for p in parts if p)])
+    return os.path.join(location, *parts)
+
+
+# ------------------------------------------------------------------------------------------ the client
+def _obstore():
+    """The ``obstore`` package, or the one-line :class:`DependencyError` that says how to install it."""
+    try:
+        import obstore
+        import obstore.store   # noqa: F401
+    except ImportError as exc:
+        raise DependencyError(f"Expected the obstore package for s3:// stores (pip install 'batchlu[s3]'). "
+                              f"Got {exc} instead.") from None
+    return obstore
+
+
+def storage_options() -> dict:
+    """obstore's S3 config from the Dask config's ``batchlu-s3.storage-options`` (fsspec's names of
+    the usual options translated, ``client_kwargs``' endpoint and region too)."""
+    import dask.config
+
+    given = dict(dask.config.get(CONFIG_KEY, default=None) or {})
+    client = given.pop("client_kwargs", None) or {}
+    given.update({k: v for k, v in dict(client).items() if k in ("endpoint_url", "region_name")})
+    return {FSSPEC_KEYS.get(k, k): v for k, v in given.items()}
+
+
+def takes_storage_options(func):
+    """Decorator: ``func`` takes ``storage_options=`` (a mapping, as :func:`storage_options` reads
+    it), set as the Dask config's ``batchlu-s3.storage-options`` for the call (the workers of a
+    cluster the call starts get it too; an external cluster's need it in their own config)."""
+    @functools.wraps(func)
+    def wrapper(*args, storage_options=None, **kwargs):
+        if storage_options is None:
+            return func(*args, **kwargs)
+        import dask.config
+
+        with dask.config.set({CONFIG_KEY: dict(storage_options)}):
+            return func(*args, **kwargs)
+
+    signature = inspect.signature(func)   # help() and inspect show the keyword too
+    wrapper.__signature__ = signature.replace(parameters=[
+        *signature.parameters.values(),
+        inspect.Parameter("storage_options", inspect.Parameter.KEYWORD_ONLY, default=None)])
+    return wrapper
+
+
+def _endpoint(config: dict) -> str:
+    return str(config.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3")
+               or os.environ.get("AWS_ENDPOINT_URL") or "https://s3.amazonaws.com")
+
+
+@functools.lru_cache(maxsize=64)
+def _s3(bucket: str, prefix: str, config_json: str, environment: tuple):
+    """obstore's ``S3Store``, made once per bucket, prefix, config and ``AWS_*`` variables (which
+    obstore reads itself: ``environment`` is only the cache's key)."""
+    S3Store = _obstore().store.S3Store
+    config = json.loads(config_json)
+    client = {"connect_timeout": CONNECT_TIMEOUT, "allow_http": _endpoint(config).startswith("http://")}
+    retry = {"max_retries": RETRIES, "retry_timeout": RETRY_TIMEOUT}
+    try:
+        return S3Store(bucket, prefix=prefix or None, config=config, client_options=client, retry_config=retry)
+    except Exception as exc:   # an unknown key in the storage options, an unparsable value
+        raise ConfigError(f"Expected S3 storage options obstore takes ({CONFIG_KEY}: e.g. endpoint, region, "
+                          f"access_key_id, or fsspec's key, secret, endpoint_url). Got "
+                          f"{_first_line(exc)} instead.") from None
+
+
+def _store(url: Url, prefix: str | None = None):
+    """obstore's ``S3Store`` of ``url``'s bucket with the key ``prefix`` (default: the URL's key)."""
+    config = storage_options()
+    environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    return _s3(url.bucket, url.key if prefix is None else prefix, json.dumps(config, sort_keys=True, default=str),
+               environment)
+
+
+def zarr_store(location: str, *, read_only: bool = False):
+    """What zarr opens ``location`` with: a path as it is, a URL as zarr's ``ObjectStore``."""
+    if not is_url(location):
+        return location
+    from zarr.storage import ObjectStore
+
+    return ObjectStore(_store(parse(location)), read_only=read_only)
+
+
+# ------------------------------------------------------------------------------------------ the errors
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def translate(exc: BaseException, location: str, what: str = "the object store") -> ObjectStoreError:
+    """obstore's error (many lines, the server's XML) as one :class:`ObjectStoreError` line naming
+    the problem: no answer from the endpoint, no such bucket, refused credentials, or else its first
+    line."""
+    url = parse(location)
+    text = str(exc)
+    endpoint = _endpoint(storage_options())
+    if any(s in text for s in ("Connection refused", "tcp connect error", "error sending request", "dns error",
+                               "timed out", "Timeout")):
+        reason = "connection refused" if "Connection refused" in text else _first_line(exc)
+        return ObjectStoreError(f"Expected an S3 endpoint answering at {endpoint} for {location}. Got no answer "
+                                f"instead ({reason}); check AWS_ENDPOINT_URL (or the storage options' endpoint).")
+    if "NoSuchBucket" in text:
+        return ObjectStoreError(f"Expected the bucket {url.bucket} of {location} to exist at {endpoint}. "
+                                f"Got no such bucket instead.")
+    codes = re.findall(r"<Code>([^<]+)</Code>", text)
+    if type(exc).__name__ in ("PermissionDeniedError", "UnauthenticatedError") or "403 Forbidden" in text \
+            or any(c in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied") for c in codes):
+        code = codes[0] if codes else "403 Forbidden"
+        return ObjectStoreError(f"Expected credentials that {endpoint} accepts for s3://{url.bucket}. Got "
+                                f"access refused ({code}) instead; set AWS_ACCESS_KEY_ID and "
+                                f"AWS_SECRET_ACCESS_KEY (or the storage options).")
+    return ObjectStoreError(f"Expected {what} at {location} to answer. Got {_first_line(exc)} instead.")
+
+
+def _calling(func, location: str, what: str, *args, **kwargs):
+    try:
+        return func(*args, **kwargs)
+    except (ConfigError, ObjectStoreError):
+        raise
+    except Exception as exc:
+        raise translate(exc, location, what) from None
+
+
+# ------------------------------------------------------------------------------------- the operations
+def probe(location: str, what: str = "the object store") -> bool:
+    """One listing request below ``location``: whether any object is there. Raises the one-line
+    :class:`ObjectStoreError` of a missing bucket, refused credentials or an endpoint that does not
+    answer."""
+    obstore = _obstore()
+
+    url = parse(location)
+
+    def first():
+        for batch in obstore.list(_store(url, ""), prefix=f"{url.key}/" if url.key else None, chunk_size=1):
+            if batch:
+                return True
+        return False
+
+    return _calling(first, location, what)
+
+
+def head(location: str) -> dict | None:
+    """The object's metadata (``size``, ``e_tag``, ``last_modified``), or None where there is none."""
+    obstore = _obstore()
+
+    url = parse(location)
+    try:
+        return obstore.head(_store(url, ""), url.key)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        raise translate(exc, location) from None
+
+
+def listing(location: str) -> dict[str, tuple[int, str]]:
+    """Every object below ``location`` (``location/...``): its key relative to ``location``, with its
+    size and ETag."""
+    obstore = _obstore()
+
+    url = parse(location)
+    prefix = f"{url.key}/" if url.key else ""
+
+    def walk():
+        found = {}
+        for batch in obstore.list(_store(url, ""), prefix=prefix or None):
+            for meta in batch:
+                found[meta["path"][len(prefix):]] = (int(meta["size"]), str(meta.get("e_tag") or ""))
+        return found
+
+    return _calling(walk, location, "the object store")
+
+
+def get(location: str) -> bytes | None:
+    """The object's bytes, or None where there is none."""
+    obstore = _obstore()
+
+    url = parse(location)
+    try:
+        return bytes(obstore.get(_store(url, ""), url.key).bytes())
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        raise translate(exc, location) from None
+
+
+def put(location: str, data: bytes) -> None:
+    obstore = _obstore()
+
+    url = parse(location)
+    _calling(obstore.put, location, "the object store", _store(url, ""), url.key, data)
+
+
+def put_new(location: str, data: bytes) -> bool:
+    """Create the object ``location`` holding ``data`` unless one is there (S3's conditional write,
+    ``If-None-Match: *``, atomic at the server); False where one was there."""
+    obstore = _obstore()
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+    url = parse(location)
+    try:
+        obstore.put(_store(url, ""), url.key, data, mode="create")
+        return True
+    except (AlreadyExistsError, PreconditionError):
+        return False
+    except Exception as exc:
+        raise translate(exc, location) from None
+
+
+def delete(location: str) -> None:
+    obstore = _obstore()
+
+    url = parse(location)
+    _calling(obstore.delete, location, "the object store", _store(url, ""), url.key)
+
+
+def delete_tree(location: str) -> None:
+    """Delete every object below ``location``."""
+    obstore = _obstore()
+
+    url = parse(location)
+    keys = [f"{url.key}/{name}" if url.key else name for name in listing(location)]
+    for i in range(0, len(keys), 1000):
+        _calling(obstore.delete, location, "the object store", _store(url, ""), keys[i:i + 1000])

@@ -1,0 +1,73 @@
+"""``batchlu run`` on ``s3://`` (issue 41, item 2) against moto's S3 server (the ``s3`` fixture): a run
+and verify there, and each bad input one line ``Error: ...`` naming the problem, exit status 1, no
+traceback and nothing written that looks like an output: a missing bucket, credentials the server
+refuses, an endpoint that does not answer (a closed loopback port, within 3 s), a URL scheme
+batchlu has no store for."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from _cli_helpers import one_line_error
+
+from batchlu.pipeline.store import _object_store
+
+
+@pytest.fixture()
+def source(invoke, s3):
+    url = f"{s3}/a.zarr"
+    assert invoke("generate", url, "--count", 40, "--size", 5, "--chunk", 10, "--seed", 3).exit_code == 0
+    return url
+
+
+def _run(invoke, source, out, *extra):
+    return invoke("run", source, out, "--op", "inv", "--no-progress", *extra)
+
+
+def test_run_and_verify_on_s3(invoke, source, s3):
+    out = f"{s3}/o.zarr"
+    result = _run(invoke, source, out)
+    assert result.exit_code == 0, result.output
+    assert f"complete, 40 matrices -> {out}" in result.output
+    checked = invoke("verify", source, out)
+    assert checked.exit_code == 0 and "OK - all 40 of 40 matrices" in checked.output, checked.output
+    one_line_error(_run(invoke, source, out), "not to exist", "--resume")
+
+
+@pytest.mark.parametrize("which", ["input", "output"])
+def test_a_missing_bucket_is_one_line(invoke, source, s3, which):
+    out = f"{s3}/o.zarr"
+    args = ("s3://no-such-bucket-batchlu/a.zarr", out) if which == "input" else (source, "s3://no-such-bucket-batchlu/o.zarr")
+    one_line_error(_run(invoke, *args), "bucket no-such-bucket-batchlu", "no such bucket")
+    assert not _object_store.probe(out)
+
+
+def test_refused_credentials_are_one_line(invoke, source, s3):
+    from moto.core.authorization import enable_iam_authentication
+
+    out = f"{s3}/o.zarr"
+    with enable_iam_authentication():   # moto checks keys from now on: "testing" is none of its users'
+        one_line_error(_run(invoke, source, out), "credentials", "InvalidAccessKeyId", "AWS_ACCESS_KEY_ID")
+    assert not _object_store.probe(out)
+
+
+def test_an_endpoint_that_does_not_answer_is_one_line_within_seconds(invoke, source, s3, monkeypatch):
+    with socket.socket() as closed:   # a loopback port with nothing listening: connection refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    one_line_error(_run(invoke, source, f"{s3}/o.zarr"), f"127.0.0.1:{port}", "no answer",
+                    "connection refused")
+    assert time.monotonic() - started < 3   # obstore's default retries alone took 4 s here, its default
+    # retry timeout is 3 min: batchlu's client gives up after 2 retries (well under a second here)
+
+
+@pytest.mark.parametrize("scheme", ["gs", "foo"])
+def test_a_scheme_with_no_store_is_one_line(invoke, source, s3, scheme):
+    one_line_error(_run(invoke, f"{scheme}://bucket/a.zarr", f"{s3}/o.zarr"), f"{scheme}://",
+                    "no filesystem installed")
+    one_line_error(_run(invoke, source, f"{scheme}://bucket/o.zarr"), f"{scheme}://", "no filesystem installed")
+    assert not _object_store.probe(f"{s3}/o.zarr")
