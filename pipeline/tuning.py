@@ -19,6 +19,10 @@ are the pool and its buffers themselves (``benchmarks/bench_host_codecs.py`` tim
 zarr's own codec pipelines, which :data:`FUSED_PIPELINE` names and :func:`codec_pipeline` tells
 apart; :func:`chunk_key` names a chunk's file).
 
+The CPU's chunk files (:mod:`batchlu.pipeline.codecs._host`): :func:`frame_layouts` says which arrays a
+CPU task reads and writes itself, :func:`frames_read` and :func:`frames_write` are its read and
+write (``benchmarks/bench_host_frames.py`` times them against zarr's pipeline).
+
 Integrity checks (``benchmarks/bench_resume_checks.py`` times them):
 
 * :func:`without_input_checksums`: inside it, tasks running in this process (an in-process cluster,
@@ -43,6 +47,7 @@ from .config._settings import options
 from .errors import ResumeError
 from .output import _fingerprint, _group, _ledger
 from .output._fingerprint import FRESH_SECONDS
+from .codecs._host import arrays as frame_layouts, read as frames_read, write as frames_write
 from .store._arrays import ArrayRef
 from .store._zarr import FUSED_PIPELINE, chunk_key, codec_pipeline
 from .worker import _backends
@@ -52,7 +57,7 @@ from .worker._io_pool import IOPool, io_settings, open_array, read_into, support
 from .worker._shared_memory import shared_buffer
 
 __all__ = ["FRESH_SECONDS", "FUSED_PIPELINE", "HostEngine", "IOPool", "ResumeChecks", "chunk_key", "codec_pipeline",
-           "io_settings", "open_array", "read_into", "register_engine", "shared_buffer", "supported", "tune_malloc",
+           "frame_layouts", "frames_read", "frames_write", "io_settings", "open_array", "read_into", "register_engine", "shared_buffer", "supported", "tune_malloc",
            "without_input_checksums"]
 
 
