@@ -83,7 +83,8 @@ def warmup_for(job):
                   rhs=None if rhs is None else (tuple(int(d) for d in rhs.shape[1:]),
                                                 str(native_dtype(rhs.dtype))),
                   settings=job.settings, tail=tuple(int(d) for d in source.shape[1:]) if sparse else None,
-                  symbolic=job.symbolic, staging=_staging(job, source, rhs))
+                  symbolic=job.symbolic, staging=_staging(job, source, rhs),
+                  input_bytes=input_bytes(source, rhs) * int(plan.count))
 
 
 def _staging(job, source, rhs) -> int:

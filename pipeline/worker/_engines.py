@@ -16,6 +16,7 @@ CPU and GPU differ only in the engine plugged in.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 
@@ -51,6 +52,7 @@ class WarmUp:
     tail: tuple[int, ...] | None = None   # the input's shape after N; None: (n, n)
     symbolic: object = None               # sparse ops: the pattern's batchlu.kernels.sparse.Plan
     staging: int = 0   # the GPU codec path: bytes of input per group (batchlu.device-batch-bytes); 0: unused
+    input_bytes: int = 0   # the whole run's input (see :func:`computing`); 0: not known
 
 
 class HostEngine:
@@ -66,12 +68,7 @@ class HostEngine:
         return None  # no device memory limit: the host budget already sized the batch
 
     def run(self, op: str, slot: Slot) -> None:
-        # numba loaded only where a batch needs it: the compiled engine's results bit for bit
-        # (batchlu.kernels._cpu.numba_on_demand), without its ~0.5 s first load in a small run
-        from batchlu.kernels._cpu import numba_on_demand
-
-        with numba_on_demand():
-            result = _ops.compute(op, slot.a, slot.b)
+        result = _ops.compute(op, slot.a, slot.b)
         for name, out in slot.outs.items():
             np.copyto(out, result[name].reshape(out.shape), casting="no")
 
@@ -254,6 +251,24 @@ def warm_up(engine, spec, reserve: int = 1) -> None:
         _io_pool.get_pool(processes, threads)
 
 
+# A CPU run with at most this much input loads numba only where a batch needs it
+# (batchlu.kernels._cpu.numba_on_demand: the compiled engine's results bit for bit): loading numba's
+# cached code costs ~0.5 s, while the NumPy engine's LAPACK calls cost more per matrix than the
+# compiled loop's (1 GB of n = 64: 4.4-5.2 s of compute against 2.9 on the 2-core VM; 50 MB: 0.4 s
+# of warm-up saved for ~0.05 s more compute; docs/performance.md, end to end).
+ON_DEMAND_BYTES = 64 << 20
+
+
+def computing(engine, input_bytes: int):
+    """The context a task (or the warm-up) of a run with ``input_bytes`` of input computes in on
+    ``engine``: numba on demand for a small CPU run (:data:`ON_DEMAND_BYTES`), else nothing."""
+    if engine.name == "cpu" and 0 < input_bytes <= ON_DEMAND_BYTES:
+        from batchlu.kernels._cpu import numba_on_demand
+
+        return numba_on_demand()
+    return contextlib.nullcontext()
+
+
 def compile_op(engine, spec) -> Layout:
     """Run ``spec.op`` once on ``engine`` over a few random matrices of the run's dtype and shapes,
     so that its kernels compile (numba, NVRTC) or load from their disk caches here and not in the
@@ -274,7 +289,8 @@ def compile_op(engine, spec) -> Layout:
 
     slot = Slot(random(*layout.a), None if layout.b is None else random(*layout.b),
                 {name: np.empty((m,) + tail, dtype) for name, tail, dtype in layout.outs})
-    engine.run(op, slot)
+    with computing(engine, int(getattr(spec, "input_bytes", 0))):
+        engine.run(op, slot)
     return layout
 
 

@@ -27,9 +27,9 @@ import logging
 import os
 import sys
 
-from . import _backends, _io_pool
+from . import _backends, _engines, _io_pool
 from ..codecs import _host
-from ._batches import BatchIO, run_batches, sub_batches
+from ._batches import BatchIO, input_bytes, run_batches, sub_batches
 from ..config._settings import Options
 from ._loop import Record
 from .._ops import InfoTally, get_op
@@ -155,7 +155,8 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
                        routed=frozenset(name for name, c in job.codecs.items() if c.route))
         stats = run_device_batches(engine, job.compute_op(), dio, ranges, record=record, delay=job.task_delay)
     else:
-        stats = run_batches(engine, job.compute_op(), batch_io, ranges, record=record, delay=job.task_delay)
+        with _engines.computing(engine, input_bytes(io.input, io.rhs) * plan.count):
+            stats = run_batches(engine, job.compute_op(), batch_io, ranges, record=record, delay=job.task_delay)
     address = _worker_address()
     return TaskResult(c0, c1, matrices=stats.matrices, **stats.counts._asdict(), bytes_in=stats.bytes_in,
                       bytes_out=stats.bytes_out, seconds=stats.wall_s, read_s=stats.read_s,

@@ -121,3 +121,16 @@ def test_outside_the_block_and_below_the_crossover_the_engines_run_as_always():
         small = np.ones((2, 8, 8))
         assert not _cpu._deferred("inv", small)               # the compiled engine's own LU there
         assert _cpu._deferred("inv", a) == (_cpu._COMPILED is None)
+
+
+def test_only_a_small_cpu_run_computes_on_demand():
+    from batchlu.kernels import _cpu
+    from batchlu.pipeline.worker import _engines
+
+    cpu, gpu = _engines.HostEngine(), type("G", (), {"name": "gpu"})()
+    limit = _engines.ON_DEMAND_BYTES
+    for engine, size, want in ((cpu, limit, True), (cpu, 1, True), (cpu, limit + 1, False), (cpu, 0, False),
+                               (gpu, 1, False)):
+        with _engines.computing(engine, size):
+            assert getattr(_cpu._ON_DEMAND, "on", False) is want, (engine.name, size)
+    assert getattr(_cpu._ON_DEMAND, "on", False) is False
