@@ -10,7 +10,7 @@ checks each (its crc32c trailer, or a zstd frame's structure and declared size),
 with numcodecs (zarr's own zstd) straight into the slot, and writes an output chunk from the slot with
 its trailer in one ``writev`` (:func:`batchlu.pipeline.codecs._writer.write_object`). The values are
 those zarr reads and the files those zarr writes, byte for byte (tests/pipeline/codecs/test_host.py);
-``benchmarks/bench_host_codecs.py --frames`` measures the difference.
+``benchmarks/bench_host_frames.py`` measures the difference (docs/performance.md, "Chunk files on the CPU").
 
 Where this path cannot be exact, it declines and zarr does the work, as before: a chunk that is not
 stored (zarr's fill value, and the missing-chunk rules), a frame that fails a check or does not
