@@ -20,6 +20,7 @@ zstd, a partial output chunk. :func:`arrays` says which of a task's arrays it ta
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -85,23 +86,37 @@ def _decode(stored: Stored, buffer: np.ndarray, offset: int, size: int, label: s
     Zstd().decode(buffer[offset:offset + size], out=into)
 
 
+def _largest(stored: Stored, matrices: int) -> int:
+    """The most bytes a stored chunk of ``matrices`` matrices can take: its values, or a zstd frame
+    of them (ZSTD_COMPRESSBOUND, with a margin for the frame header and checksum), with its
+    header and crc32c trailer."""
+    raw = matrices * stored.matrix_bytes
+    if stored.frames.algorithm == "zstd":
+        raw += (raw >> 8) + (((128 << 10) - raw) >> 11 if raw < 128 << 10 else 0) + 64
+    return raw + stored.frames.head + (4 if stored.frames.crc32c else 0)
+
+
 def read(stored: Stored, start: int, stop: int, out: np.ndarray) -> bool:
     """``out[...] = array[start:stop]`` from the array's chunk files; False, with ``out`` in any
     state, where this path declines (see the module docstring) and zarr must read it."""
     if out.dtype != np.dtype(stored.dtype) or not out.flags.c_contiguous:
         return False
-    # a shard's inner chunks outside the batch are not read
-    reads = [r for r in _reader.plan_reads(stored, start, stop) if r.first < stop and r.first + r.matrices > start]
-    if any(r.missing for r in reads):
-        return False
-    sizes = _reader.frame_sizes(reads)
-    if not all(sizes):
-        return False
-    offsets, total = _reader.aligned(sizes)
-    buffer = _buffer(total)
     flat = out.reshape(len(out), -1).view(np.uint8)
     per = stored.matrix_bytes
     try:
+        # a shard's inner chunks outside the batch are not read
+        reads = [r for r in _reader.plan_reads(stored, start, stop) if r.first < stop and r.first + r.matrices > start]
+        if any(r.missing for r in reads):
+            return False
+        sizes = _reader.frame_sizes(reads)
+        if not all(sizes):
+            return False
+        # a chunk file larger than any frame of its matrices (extended, or a sparse file of terabytes)
+        # would size this thread's kept buffer: zarr reads it instead, and names it
+        if any(size > _largest(stored, r.matrices) for r, size in zip(reads, sizes)):
+            return False
+        offsets, total = _reader.aligned(sizes)
+        buffer = _buffer(total)
         _reader.read_frames(reads, sizes, offsets, buffer)
         for r, offset, size in zip(reads, offsets, sizes):
             lo, hi = max(r.first, start), min(r.first + r.matrices, stop)
@@ -111,8 +126,9 @@ def read(stored: Stored, start: int, stop: int, out: np.ndarray) -> bool:
                 chunk = _scratch(r.matrices * per)
                 _decode(stored, buffer, offset, size, r.label, chunk)
                 flat[lo - start:hi - start] = chunk.reshape(r.matrices, per)[lo - r.first:hi - r.first]
-    except (FrameError, ValueError, RuntimeError, OSError):
-        return False   # zarr reads it, and names the chunk that fails
+    except (FrameError, ValueError, RuntimeError, OSError, OverflowError):
+        return False   # zarr reads it, and names the chunk that fails (OverflowError: an offset
+                       # past what a file can hold, from a shard index that passes its CRC)
     return True
 
 
@@ -130,5 +146,28 @@ def write(stored: Stored, start: int, stop: int, values: np.ndarray, fill) -> bo
         parts = [values[lo - start:hi - start]]
         if hi - lo < unit:
             parts.append(np.full((unit - (hi - lo),) + tuple(stored.shape[1:]), fill, values.dtype))
-        _writer.write_object(stored.path(obj), stored.frames, [parts])
+        path = stored.path(obj)
+        _writer.write_object(path, stored.frames, [parts])
+        os.chmod(path, _file_mode())   # written through mkstemp (0600): the mode zarr's writes give
     return True
+
+
+_MODE = None
+
+
+def _file_mode() -> int:
+    """The mode zarr's own writes give a new file: 0666 less the process's umask (read once, from
+    ``/proc/self/status`` where there is one; else set and restored at once)."""
+    global _MODE
+    if _MODE is None:
+        mask = None
+        try:
+            with open("/proc/self/status") as f:
+                mask = next((int(line.split()[1], 8) for line in f if line.startswith("Umask:")), None)
+        except OSError:
+            pass
+        if mask is None:
+            mask = os.umask(0o022)
+            os.umask(mask)
+        _MODE = 0o666 & ~mask
+    return _MODE

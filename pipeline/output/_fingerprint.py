@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -126,9 +127,11 @@ def _files(root: str) -> list[tuple[str, os.stat_result]]:
         for name in files:
             path = os.path.join(folder, name)
             try:
-                found.append((path, os.stat(path)))
+                st = os.stat(path)
             except OSError:
                 continue
+            if stat.S_ISREG(st.st_mode):   # not a named pipe (opening one waits for a writer, forever),
+                found.append((path, st))   # a socket or a device; a chunk there reads as corrupt
     return found
 
 

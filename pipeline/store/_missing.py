@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from ..errors import MissingChunkError
+from ..errors import CorruptInputError, MissingChunkError
 from ._zarr import chunk_key, load_shard_index, reads_shard_indexes, sync
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +99,18 @@ async def _find(array, start: int, stop: int) -> list[Gap]:
     kept = [(c, key) for c, key, there in zip(coords, keys, present) if there]
     indexes = await asyncio.gather(*(_shard_index(codec, array.store_path / key, per_shard) for _, key in kept))
     for (shard, key), index in zip(kept, indexes):
-        if index is None:   # unreadable index: the read itself reports the corrupt shard
+        if index is _UNREADABLE:   # unreadable index: the read itself reports the corrupt shard ...
+            try:
+                empty = await store.getsize(full(key)) == 0
+            except Exception:
+                empty = False
+            if empty:   # ... except an empty file, which zarr reads as every chunk the fill value
+                lo, hi = _span(shard[0], unit[0], shape[0])
+                raise CorruptInputError(f"Expected the shard file {full(key)} of the input {array.store_path} "
+                                        f"to hold its chunks (matrices {lo}:{hi}). Got an empty file instead, "
+                                        f"which zarr reads as the fill value.")
+            continue
+        if index is None:   # gone since it was listed: the read reports it
             continue
         stored = np.asarray(index.get_full_chunk_map())
         for local in itertools.product(*(range(p) for p in per_shard)):
@@ -114,11 +125,14 @@ async def _find(array, start: int, stop: int) -> list[Gap]:
     return sorted(gaps, key=lambda g: (g.lo, g.key, g.inner or ()))
 
 
+_UNREADABLE = object()
+
+
 async def _shard_index(codec, byte_getter, per_shard):
     try:
         return await load_shard_index(codec, byte_getter, per_shard)
     except Exception:
-        return None
+        return _UNREADABLE
 
 
 def _local_files(array, start: int, stop: int) -> list[Gap] | None:

@@ -186,3 +186,77 @@ def test_a_corrupt_or_missing_chunk_is_named_as_before(tmp_path):
     os.unlink(path)
     with pytest.raises(MissingChunkError, match=r"c/2/0/0"):
         _run(tmp_path / "in.zarr", tmp_path / "out2.zarr", op="inv")
+
+
+@pytest.mark.parametrize("entry", [(0, 1 << 62), (1 << 63, 100), (0, 1 << 40)])
+def test_a_shard_index_listing_bytes_past_the_end_is_one_error(tmp_path, entry):
+    """An index that passes its CRC-32C but lists (offset, nbytes) beyond the shard's end (a buggy
+    writer): declined here (the read buffer would be sized by the entry, or preadv's offset overflow),
+    and the run ends in one CorruptInputError naming the shard, as zarr reads it."""
+    from batchlu.pipeline.codecs._frames import crc32c
+
+    values = _values(seed=53, special=False)
+    array = _input(tmp_path / "in.zarr", "sharded-zstd", values)
+    stored = _host.arrays({"a": array}, {})["a"]
+    path = _chunk_file(array, 0)
+    data = bytearray(path.read_bytes())
+    size = 16 * 4 + 4
+    index = np.frombuffer(bytes(data[-size:-4]), "<u8").copy().reshape(4, 2)
+    index[1] = entry
+    data[-size:] = index.tobytes() + crc32c(index.tobytes()).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    assert not _host.read(stored, 0, 28, _poisoned((28, N, N), values.dtype))
+    with pytest.raises(CorruptInputError, match="c/0/0/0"):
+        _run(tmp_path / "in.zarr", tmp_path / "out.zarr", op="inv")
+
+
+@pytest.mark.parametrize("layout", ["raw-crc32c", "zstd"])
+def test_a_chunk_file_far_larger_than_its_frame_is_declined(tmp_path, layout):
+    """A chunk file extended to a terabyte (sparse): declined before any buffer is sized by it (the
+    thread's read buffer is kept from batch to batch), not a MemoryError."""
+    values = _values(seed=59, special=False)
+    array = _input(tmp_path / "in.zarr", layout, values)
+    stored = _host.arrays({"a": array}, {})["a"]
+    os.truncate(_chunk_file(array, 2), 1 << 40)
+    assert not _host.read(stored, 14, 21, _poisoned((7, N, N), values.dtype))
+    assert _host.read(stored, 0, 14, _poisoned((14, N, N), values.dtype))   # its neighbours still read
+    os.unlink(_chunk_file(array, 2))
+
+
+@pytest.mark.parametrize("engine", ["auto", "zarr"])
+def test_an_empty_shard_file_is_corrupt_not_the_fill_value(tmp_path, engine):
+    """zarr reads a shard file of no bytes as every chunk of it not stored (the fill value), and the
+    missing-chunk check found no gap in it: the run computed from the fill value, "complete", verify
+    OK (found by an adversarial pass)."""
+    values = _values(seed=61, special=False)
+    array = _input(tmp_path / "in.zarr", "sharded-zstd", values)
+    _chunk_file(array, 0).write_bytes(b"")
+    with pytest.raises(CorruptInputError, match="c/0/0/0"):
+        _run(tmp_path / "in.zarr", tmp_path / "out.zarr", op="inv", config={"io-engine": engine})
+
+
+def test_output_chunk_files_get_the_mode_zarr_gives_them(tmp_path):
+    """Chunk files this path writes go through a temporary file (mkstemp: 0600) renamed into place:
+    they get the mode zarr's own writes get (0666 less the umask), as the output's metadata has."""
+    import stat
+
+    values = _values(seed=67, special=False)
+    _input(tmp_path / "in.zarr", "zstd", values)
+    _run(tmp_path / "in.zarr", tmp_path / "out.zarr", op="inv")
+    mask = os.umask(0o022)
+    os.umask(mask)
+    files = [p for p in (tmp_path / "out.zarr" / "inv").rglob("*") if p.is_file()]
+    assert len(files) == 1 + -(-COUNT // CHUNK)         # zarr.json and each chunk file
+    assert {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o666 & ~mask}
+
+
+def test_a_named_pipe_in_the_input_is_one_error_not_a_hang(tmp_path):
+    """A FIFO in place of a chunk file: the input's signature opened every file of the folder and
+    waited for a writer forever; only regular files are signed now, and the chunk is missing."""
+    values = _values(seed=71, special=False)
+    array = _input(tmp_path / "in.zarr", "zstd", values)
+    path = _chunk_file(array, 3)
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(MissingChunkError, match="c/3/0/0"):
+        _run(tmp_path / "in.zarr", tmp_path / "out.zarr", op="inv")
