@@ -27,6 +27,7 @@ import asyncio
 import dataclasses
 import itertools
 import os
+import stat
 
 import numpy as np
 
@@ -147,7 +148,23 @@ def _local_files(array, start: int, stop: int) -> list[Gap] | None:
     root = os.path.join(str(store.root), *[p for p in str(array.store_path.path).split("/") if p])
     coords, keys = _objects(array, start, stop)
     return [Gap(key, None, *_span(c[0], array.chunks[0], array.shape[0])) for c, key in zip(coords, keys)
-            if not os.path.isfile(os.path.join(root, *key.split("/")))]
+            if not _is_chunk_file(os.path.join(root, *key.split("/")), array)]
+
+
+def _is_chunk_file(path: str, array) -> bool:
+    """Whether a chunk file is at ``path``: a regular file; nothing (or a folder) there is a missing
+    chunk. A named pipe, socket or device is refused: zarr's read of it would wait forever (a pipe)
+    or read what is not a chunk."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if stat.S_ISREG(mode):
+        return True
+    if stat.S_ISDIR(mode):
+        return False
+    raise CorruptInputError(f"Expected the chunk file {path} of {array.store_path} to be a regular file. "
+                            f"Got a named pipe, socket or device instead.")
 
 
 def find(array, start: int, stop: int) -> list[Gap]:
