@@ -287,6 +287,7 @@ def _embedded(options: Options, security) -> Iterator:
         _guard.refuse_unguarded()
     log = _logs.log_file(options.cluster.log_file)
     restore = _logs.redirect(log)
+    stopped = False
     try:
         with contextlib.ExitStack() as closing:
             try:
@@ -325,8 +326,15 @@ def _embedded(options: Options, security) -> Iterator:
         if noted is exc:
             raise
         raise noted from exc
+    except (KeyboardInterrupt, SystemExit):
+        # stopped: the logs stay in the file. The client's event loop can still be gathering a
+        # result from a worker just killed, and its warning ("Couldn't gather 1 keys") came after
+        # the terminal's handlers were back, under the run's one line
+        stopped = True
+        raise
     finally:
-        restore()
+        if not stopped:
+            restore()
 
 
 @contextlib.contextmanager

@@ -59,3 +59,43 @@ def test_an_error_leaves_at_once_and_keeps_its_message(tmp_path):
         assert error.args == ("the run's own error",)
     took = time.monotonic() - started
     assert took < 2 * SLOW_S and not (tmp_path / "closed").exists()
+
+
+def _redirected(name: str) -> bool:
+    import logging
+
+    return any(getattr(h, "batchlu_log", None) for h in logging.getLogger(name).handlers)
+
+
+def test_a_stopped_run_keeps_its_logs_in_the_file_an_ended_one_gives_them_back(tmp_path):
+    """After Ctrl-C the client's event loop can still log about a worker just killed ("Couldn't gather
+    1 keys, rescheduling"): those lines go to the run's log file, not under the run's one line on the
+    terminal. A run that ended gives the loggers their handlers back."""
+    import logging
+
+    options = pipeline.options({"cluster.n-workers": 1, "cluster.threads-per-worker": 1,
+                                "cluster.dashboard-address": "127.0.0.1:0",
+                                "cluster.log-file": str(tmp_path / "run.log")})
+    before = list(logging.getLogger("distributed").handlers)
+    with _connect._embedded(options, None):
+        assert _redirected("distributed")
+    assert logging.getLogger("distributed").handlers == before
+    try:
+        with _connect._embedded(options, None):
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    try:
+        assert _redirected("distributed")
+        assert not [h for h in before if h in logging.getLogger("distributed").handlers and h.level <= logging.WARNING
+                    and type(h) is logging.StreamHandler]
+        logging.getLogger("distributed.client").warning("Couldn't gather 1 keys, rescheduling (a test)")
+        assert "Couldn't gather 1 keys, rescheduling (a test)" in (tmp_path / "run.log").read_text()
+    finally:   # the loggers as before the test
+        for name in ("distributed", "tornado", "bokeh", "batchlu", "asyncio"):
+            logger = logging.getLogger(name)
+            for h in [h for h in logger.handlers if getattr(h, "batchlu_log", None)]:
+                logger.removeHandler(h)
+                h.close()
+        logging.getLogger("distributed").handlers[:0] = [h for h in before
+                                                         if h not in logging.getLogger("distributed").handlers]
