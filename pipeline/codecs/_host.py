@@ -26,6 +26,7 @@ import threading
 import numpy as np
 
 from ..errors import FrameError
+from ..store._files import file_mode
 from ..store._layout import Stored, describe
 from . import _frames, _reader, _writer
 
@@ -148,26 +149,6 @@ def write(stored: Stored, start: int, stop: int, values: np.ndarray, fill) -> bo
             parts.append(np.full((unit - (hi - lo),) + tuple(stored.shape[1:]), fill, values.dtype))
         path = stored.path(obj)
         _writer.write_object(path, stored.frames, [parts])
-        os.chmod(path, _file_mode())   # written through mkstemp (0600): the mode zarr's writes give
+        os.chmod(path, file_mode())   # written through mkstemp (0600): the mode zarr's writes give
     return True
 
-
-_MODE = None
-
-
-def _file_mode() -> int:
-    """The mode zarr's own writes give a new file: 0666 less the process's umask (read once, from
-    ``/proc/self/status`` where there is one; else set and restored at once)."""
-    global _MODE
-    if _MODE is None:
-        mask = None
-        try:
-            with open("/proc/self/status") as f:
-                mask = next((int(line.split()[1], 8) for line in f if line.startswith("Umask:")), None)
-        except OSError:
-            pass
-        if mask is None:
-            mask = os.umask(0o022)
-            os.umask(mask)
-        _MODE = 0o666 & ~mask
-    return _MODE

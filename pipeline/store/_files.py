@@ -7,7 +7,8 @@
   :func:`check_replaceable` and :func:`remove`, what ``overwrite`` may delete and deletes;
 * :func:`check_output_path`: an output path apart from the inputs and writable, checked before
   anything is written; :func:`naming_full_device`: a full device named by the store being written;
-* :func:`write_file`: a file written whole, through a temporary file renamed into place.
+* :func:`write_file`: a file written whole, through a temporary file renamed into place;
+  :func:`file_mode`, the mode zarr's own writes give a new file.
 """
 
 from __future__ import annotations
@@ -225,6 +226,28 @@ def discard(path: str) -> None:
 
 
 IOV_MAX = 1024   # buffers one writev or preadv call may take (Linux's limit)
+
+
+_MODE = None
+
+
+def file_mode() -> int:
+    """The mode zarr's own writes give a new file: 0666 less the process's umask (read once, from
+    ``/proc/self/status`` where there is one; else set and restored at once). :func:`write_file`'s
+    temporary files are made 0600."""
+    global _MODE
+    if _MODE is None:
+        mask = None
+        try:
+            with open("/proc/self/status") as f:
+                mask = next((int(line.split()[1], 8) for line in f if line.startswith("Umask:")), None)
+        except OSError:
+            pass
+        if mask is None:
+            mask = os.umask(0o022)
+            os.umask(mask)
+        _MODE = 0o666 & ~mask
+    return _MODE
 
 
 def write_file(path: str, parts) -> None:
