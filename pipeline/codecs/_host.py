@@ -20,13 +20,11 @@ zstd, a partial output chunk. :func:`arrays` says which of a task's arrays it ta
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
 
 from ..errors import FrameError
-from ..store._files import file_mode
 from ..store._layout import Stored, describe
 from . import _frames, _reader, _writer
 
@@ -147,8 +145,6 @@ def write(stored: Stored, start: int, stop: int, values: np.ndarray, fill) -> bo
         parts = [values[lo - start:hi - start]]
         if hi - lo < unit:
             parts.append(np.full((unit - (hi - lo),) + tuple(stored.shape[1:]), fill, values.dtype))
-        path = stored.path(obj)
-        _writer.write_object(path, stored.frames, [parts])
-        os.chmod(path, file_mode())   # written through mkstemp (0600): the mode zarr's writes give
+        _writer.write_object(stored.path(obj), stored.frames, [parts])
     return True
 

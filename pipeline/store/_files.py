@@ -233,8 +233,8 @@ _MODE = None
 
 def file_mode() -> int:
     """The mode zarr's own writes give a new file: 0666 less the process's umask (read once, from
-    ``/proc/self/status`` where there is one; else set and restored at once). :func:`write_file`'s
-    temporary files are made 0600."""
+    ``/proc/self/status`` where there is one; else set and restored at once). :func:`write_file` gives it
+    to its files (its temporary files are made 0600)."""
     global _MODE
     if _MODE is None:
         mask = None
@@ -259,6 +259,7 @@ def write_file(path: str, parts) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".batchlu-", dir=folder)
     try:
         try:
+            os.fchmod(fd, file_mode())   # mkstemp's 0600 -> the mode zarr's own writes give
             views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
             i = 0
             while i < len(views):

@@ -248,6 +248,26 @@ def test_output_chunk_files_get_the_mode_zarr_gives_them(tmp_path):
     files = [p for p in (tmp_path / "out.zarr" / "inv").rglob("*") if p.is_file()]
     assert len(files) == 1 + -(-COUNT // CHUNK)         # zarr.json and each chunk file
     assert {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o666 & ~mask}
+    everything = {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out.zarr").rglob("*") if p.is_file()}
+    assert everything == {0o666 & ~mask}, sorted(oct(m) for m in everything)   # the ledger's records too
+
+
+def test_write_file_gives_the_mode_zarr_gives(tmp_path):
+    """Every file written whole (the GPU path's chunk files, the ledger's records) goes through
+    ``write_file``'s temporary file (mkstemp: 0600); it must end with zarr's mode, under any umask."""
+    import stat
+
+    from batchlu.pipeline.store import _files
+
+    old = os.umask(0o027)
+    try:
+        _files._MODE = None
+        _files.write_file(str(tmp_path / "a" / "f"), [b"xy", np.arange(3)])
+        assert stat.S_IMODE((tmp_path / "a" / "f").stat().st_mode) == 0o640
+        assert (tmp_path / "a" / "f").read_bytes() == b"xy" + np.arange(3).tobytes()
+    finally:
+        os.umask(old)
+        _files._MODE = None
 
 
 @pytest.mark.parametrize("policy", ["error", "fill"])
