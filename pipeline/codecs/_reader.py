@@ -60,7 +60,16 @@ def shard_index(stored: Stored, shard: int) -> np.ndarray | None:
     body, trailer = raw[:-4], int.from_bytes(raw[-4:], "little")
     if crc32c(body) != trailer:
         raise FrameError(f"the index of shard {path} fails its CRC-32C")
-    return np.frombuffer(body, "<u8").reshape(stored.per_shard, 2)
+    index = np.frombuffer(body, "<u8").reshape(stored.per_shard, 2)
+    # an index that passes its CRC can still list bytes the file does not hold (a buggy writer): such
+    # an entry would size the read buffer (exabytes) or overflow preadv's offset; name it here
+    for i, (offset, nbytes) in enumerate(index.tolist()):
+        if offset == EMPTY and nbytes == EMPTY:
+            continue
+        if offset + nbytes > size:
+            raise FrameError(f"the shard {path} lists chunk {i} at bytes {offset}:{offset + nbytes}, "
+                             f"beyond its end ({size} bytes)")
+    return index
 
 
 def plan_reads(stored: Stored, start: int, stop: int) -> list[Read]:

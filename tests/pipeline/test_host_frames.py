@@ -15,8 +15,8 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 
 import batchlu
-from batchlu.errors import CorruptInputError, MissingChunkError
-from batchlu.pipeline.codecs import _host
+from batchlu.errors import CorruptInputError, FrameError, MissingChunkError
+from batchlu.pipeline.codecs import _host, _reader
 from batchlu.pipeline.store._layout import describe
 from batchlu.testing import matrices
 from batchlu.testing.ratios import THRESHOLD, get03
@@ -206,6 +206,8 @@ def test_a_shard_index_listing_bytes_past_the_end_is_one_error(tmp_path, entry):
     data[-size:] = index.tobytes() + crc32c(index.tobytes()).to_bytes(4, "little")
     path.write_bytes(bytes(data))
     assert not _host.read(stored, 0, 28, _poisoned((28, N, N), values.dtype))
+    with pytest.raises(FrameError, match="lists chunk 1 .* beyond its end"):   # the GPU path's reader
+        _reader.shard_index(stored, 0)
     with pytest.raises(CorruptInputError, match="c/0/0/0"):
         _run(tmp_path / "in.zarr", tmp_path / "out.zarr", op="inv")
 
