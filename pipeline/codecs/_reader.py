@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 
 import numpy as np
 
@@ -49,6 +50,8 @@ def shard_index(stored: Stored, shard: int) -> np.ndarray | None:
     A shard whose index is unreadable or fails its CRC-32C raises ``ValueError``."""
     path = stored.path(shard)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):   # open() of a named pipe waits for a writer forever
+            raise FrameError(f"the shard {path} is not a regular file (a named pipe, socket, device or folder)")
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < stored.index_bytes:

@@ -139,21 +139,25 @@ async def _shard_index(codec, byte_getter, per_shard):
 def _local_files(array, start: int, stop: int) -> list[Gap] | None:
     """:func:`find` for an unsharded array in a local store: a ``stat`` per chunk file, here, rather
     than through zarr's event loop (which every task thread of a worker would queue on). None for
-    any other array."""
+    any other array; a sharded one in a local store has its shard files checked for pipes,
+    sockets and devices first (zarr's read of a pipe would wait forever)."""
     from zarr.storage import LocalStore
 
     store = array.store_path.store
-    if array.shards or not isinstance(store, LocalStore):
+    if not isinstance(store, LocalStore):
         return None
     root = os.path.join(str(store.root), *[p for p in str(array.store_path.path).split("/") if p])
     coords, keys = _objects(array, start, stop)
-    return [Gap(key, None, *_span(c[0], array.chunks[0], array.shape[0])) for c, key in zip(coords, keys)
-            if not _is_chunk_file(os.path.join(root, *key.split("/")), array)]
+    there = [_is_chunk_file(os.path.join(root, *key.split("/")), array) for key in keys]
+    if array.shards:
+        return None
+    return [Gap(key, None, *_span(c[0], array.chunks[0], array.shape[0]))
+            for c, key, is_file in zip(coords, keys, there) if not is_file]
 
 
 def _is_chunk_file(path: str, array) -> bool:
-    """Whether a chunk file is at ``path``: a regular file; nothing (or a folder) there is a missing
-    chunk. A named pipe, socket or device is refused: zarr's read of it would wait forever (a pipe)
+    """Whether a chunk (or shard) file is at ``path``: a regular file; nothing (or a folder) there is
+    a missing chunk. A named pipe, socket or device is refused: zarr's read of it would wait forever (a pipe)
     or read what is not a chunk."""
     try:
         mode = os.stat(path).st_mode

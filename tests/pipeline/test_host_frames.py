@@ -272,14 +272,26 @@ def test_write_file_gives_the_mode_zarr_gives(tmp_path):
         _files._MODE = None
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("layout", ["zstd", "sharded-zstd"])
 @pytest.mark.parametrize("policy", ["error", "fill"])
-def test_a_named_pipe_in_the_input_is_one_error_not_a_hang(tmp_path, policy):
-    """A FIFO in place of a chunk file: the input's signature opened every file of the folder, and
-    (``missing-chunks: fill``) zarr's read of it, each waiting for a writer forever. Only regular files
-    are signed, and the pipe is a corrupt input, whatever the policy."""
+def test_a_named_pipe_in_the_input_is_one_error_not_a_hang(tmp_path, policy, layout):
+    """A FIFO in place of a chunk (or shard) file: the input's signature opened every file of the
+    folder, and (``missing-chunks: fill``) zarr's read of it, each waiting for a writer forever. Only
+    regular files are signed, and the pipe is a corrupt input, whatever the policy. The GPU path's
+    reader, which opens a shard to read its index, refuses it too."""
     values = _values(seed=73, special=False)
-    array = _input(tmp_path / "in.zarr", "zstd", values)
-    path = _chunk_file(array, 4)
+    array = _input(tmp_path / "in.zarr", layout, values)
+    path = _chunk_file(array, 1 if layout.startswith("sharded") else 4)
+    if layout.startswith("sharded"):
+        stored = _host.arrays({"a": array}, {})["a"]
+        path.unlink()
+        os.mkfifo(path)
+        with pytest.raises(FrameError, match="not a regular file"):
+            _reader.shard_index(stored, 1)
+        with pytest.raises(CorruptInputError, match="named pipe"):
+            _run(tmp_path / "in.zarr", tmp_path / "out.zarr", op="inv", config={"missing-chunks": policy})
+        return
     path.unlink()
     os.mkfifo(path)
     with pytest.raises(CorruptInputError, match="named pipe"):
