@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import zarr
 
-from .._ops import INFO_MISSING_INPUT, OP_TABLE, info_counts
+from .._ops import OP_TABLE, info_counts
 from ..config._settings import options as make_options
 from ..errors import CorruptInputError, InputError, OutputError
 from ..output import _ledger
@@ -332,8 +332,10 @@ def _check_blocks(report: VerifyReport, blocks: list, sources: _Sources, group: 
         report.missing += counts.missing
         report.refinement += counts.refinement
         index = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else sel
-        if (blk.info == INFO_MISSING_INPUT).any():   # -3 must sit on matrices whose chunk is missing
-            blk.missing_input = _missing_rows(index, a_arr, b_arr)
+        # -3 must sit on exactly the matrices whose chunk is missing: asked of the store for every
+        # block (a chunk gone since the run reads as the fill value); an empty shard file or a pipe
+        # in the input raises CorruptInputError here, as in a run
+        blk.missing_input = _missing_rows(index, a_arr, b_arr)
         _check_block(report, blk, index, all_ratios)
     if all_ratios:
         ratios = np.concatenate(all_ratios)

@@ -189,6 +189,31 @@ def test_verify_refuses_minus_3_where_the_chunk_is_there(client, tmp_path):
     assert not check.ok and check.semantic_errors == 10, check.summary()
 
 
+def test_verify_asks_the_store_even_where_no_matrix_is_minus_3(client, tmp_path):
+    """An input chunk gone since a complete run reads as the fill value: verify asks the store for
+    every block it checks (it asked only where some matrix was -3), so the matrices of that chunk are
+    a "missing-flagged" error, whatever their ratios say."""
+    source, _ = _store(tmp_path / "a.zarr", seed=8)
+    out = tmp_path / "out.zarr"
+    pipeline.run(source, out, op="inv", client=client, progress=False)
+    assert pipeline.verify(source, out).ok
+    os.remove(tmp_path / "a.zarr" / "c" / "2" / "0" / "0")
+    check = pipeline.verify(source, out)
+    assert not check.ok and check.failures.get("missing-flagged") == 10, check.summary()
+
+
+def test_verify_refuses_an_input_with_an_empty_shard_file(client, tmp_path):
+    """An output computed from a shard file of no bytes (zarr reads it as the fill value; runs before
+    the run refused it computed from zeros: "singular", verify OK): verify names the empty shard."""
+    source, _ = _store(tmp_path / "a.zarr", seed=9, shards=(2 * CHUNK, N, N))
+    out = tmp_path / "out.zarr"
+    pipeline.run(source, out, op="inv", client=client, progress=False)
+    assert pipeline.verify(source, out).ok
+    (tmp_path / "a.zarr" / "c" / "1" / "0" / "0").write_bytes(b"")
+    with pytest.raises(errors.CorruptInputError, match="empty file"):
+        pipeline.verify(source, out)
+
+
 # ------------------------------------------------------------------------------------------- the task
 def test_task_checks_too(tmp_path):
     """A task run directly (``_tasks.process_range``, as on a worker) looks up the chunks as well:
