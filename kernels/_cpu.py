@@ -166,8 +166,9 @@ def _numba_on_demand(op: str, a: np.ndarray, b: np.ndarray | None = None):
     matrix does not depend on the batch around it. Where numba cannot load, the NumPy engine's
     results stand, as they do without numba."""
     count, n = a.shape[0], a.shape[-1]
-    lu, piv, info = _getrf_numpy(a, np.empty_like(a), np.empty((count, n), np.int32), np.empty(count, np.int32))
-    out, info = _inv_numpy(a, lu, piv, info) if op == "inv" else _solve_numpy(a, b, lu, piv, info)
+    with _cpu_lapack.one_blas_thread():   # as the compiled engine calls LAPACK: threaded OpenBLAS rounds otherwise
+        lu, piv, info = _getrf_numpy(a, np.empty_like(a), np.empty((count, n), np.int32), np.empty(count, np.int32))
+        out, info = _inv_numpy(a, lu, piv, info) if op == "inv" else _solve_numpy(a, b, lu, piv, info)
     finite, fit = _screen(a)
     d = np.diagonal(lu, axis1=-2, axis2=-1)
     m = np.abs(d)

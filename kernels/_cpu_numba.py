@@ -24,7 +24,6 @@ not as globals, so the compiled code does not embed their addresses and can be c
 
 from __future__ import annotations
 
-import ctypes
 
 import numba.experimental.function_type  # noqa: F401  (registers first-class function types)
 import numpy as np
@@ -32,6 +31,7 @@ from numba import njit, types
 from numba.extending import get_cython_function_address
 
 from . import _cpu_threads
+from ._cpu_lapack import one_blas_thread
 from ._info import INFO_NONFINITE_INPUT, INFO_NONFINITE_RESULT
 
 __all__ = ["getrf", "getrs", "huge_pivot", "huge_quotient", "inv", "lapack", "slogdet", "solve", "store_slogdet"]
@@ -89,40 +89,6 @@ def blas(dtype, name: str) -> _LapackFunction:
     if key not in _LAPACK:
         _LAPACK[key] = _LapackFunction(_PREFIX[key[0]] + name, _BLAS_SIGNATURES[name], "scipy.linalg.cython_blas")
     return _LAPACK[key]
-
-
-def _find_blas_thread_setter():
-    """OpenBLAS's ``openblas_set_num_threads_local`` (OpenBLAS >= 0.3.27: the calling thread's
-    thread count only) from the LAPACK that SciPy's ``cython_lapack`` calls (found among the
-    libraries it loads), or None: another LAPACK, or an older OpenBLAS."""
-    import scipy.linalg.cython_lapack
-
-    try:
-        setter = ctypes.CDLL(scipy.linalg.cython_lapack.__file__).openblas_set_num_threads_local
-    except (OSError, AttributeError):
-        return None
-    setter.argtypes = [ctypes.c_int]
-    setter.restype = ctypes.c_int
-    return setter
-
-
-_BLAS_THREADS = _find_blas_thread_setter()
-
-
-def _one_blas_thread(kernel):
-    """``kernel`` with OpenBLAS kept to one thread in the thread that runs it: OpenBLAS threads
-    ``?getrf`` from n ~ 100 on, and its threads and ours would fight over the same cores (measured
-    at n = 128, float64 inverses on 2 cores: 120 ms with both, 56 ms with ours alone)."""
-    if _BLAS_THREADS is None:
-        return kernel
-
-    def run(*args):
-        before = _BLAS_THREADS(1)
-        try:
-            kernel(*args)
-        finally:
-            _BLAS_THREADS(before)
-    return run
 
 
 _jit = njit(cache=True, nogil=True, error_model="numpy")
@@ -765,7 +731,8 @@ def _limits(dtype):
 def _run(own, lapack_kernel, routines, n: int, lapack_min_n: int, args_own, args_lapack) -> None:
     count = args_own[0].shape[0]
     if n >= lapack_min_n:
-        _cpu_threads.run(_one_blas_thread(lapack_kernel), count, n, *routines, *args_lapack)
+        with one_blas_thread():   # OpenBLAS's own threads would fight ours (and round otherwise)
+            _cpu_threads.run(lapack_kernel, count, n, *routines, *args_lapack)
     else:
         _cpu_threads.run(own, count, n, *args_own)
 

@@ -593,13 +593,15 @@ def factorize(plan, values: np.ndarray, tau: np.ndarray, perturb: bool):
     counts = np.empty((blocks, 5, LANES), np.int64)
     if blocks:
         from batchlu.kernels import _cpu_numba as dense
+        from batchlu.kernels._cpu_lapack import one_blas_thread
 
-        _cpu_threads.run_parts(dense._one_blas_thread(factor_blocks), _parts(plan, blocks), blocks, plan.colptr,
-                               sched.first, sched.size, sched.upd_pos, sched.upd_off, plan.value_src, plan.value_dst,
-                               values if values.flags.f_contiguous else np.ascontiguousarray(values),
-                               np.ascontiguousarray(tau, values.dtype), bool(perturb),
-                               np.array([PANEL_BLOCK, UPDATE_BLOCK, BLAS_MIN, BLAS_MIN_TALL, BLAS_TALL], np.int64),
-                               dense.blas(values.dtype, "gemm"), dense.blas(values.dtype, "trsm"), lx, counts)
+        with one_blas_thread():   # OpenBLAS's own threads would fight ours (and round otherwise)
+            _cpu_threads.run_parts(factor_blocks, _parts(plan, blocks), blocks, plan.colptr,
+                                   sched.first, sched.size, sched.upd_pos, sched.upd_off, plan.value_src, plan.value_dst,
+                                   values if values.flags.f_contiguous else np.ascontiguousarray(values),
+                                   np.ascontiguousarray(tau, values.dtype), bool(perturb),
+                                   np.array([PANEL_BLOCK, UPDATE_BLOCK, BLAS_MIN, BLAS_MIN_TALL, BLAS_TALL], np.int64),
+                                   dense.blas(values.dtype, "gemm"), dense.blas(values.dtype, "trsm"), lx, counts)
     per_matrix = counts.transpose(1, 0, 2).reshape(5, -1)[:, :count]
     return lx, tuple(per_matrix)
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -262,18 +263,35 @@ def test_lanes_range_picks_the_path(op, dtype, monkeypatch):
         assert _cpu.lanes_range("inv", dtype)[0] > 1 << 40
 
 
-def test_openblas_thread_count_is_restored():
-    """The LAPACK kernels keep OpenBLAS to one thread while they run, and give the thread its own
-    setting back."""
-    setter = numba_engine._BLAS_THREADS
+def test_blocks_of_one_blas_thread_overlapping_in_two_threads_keep_openblas_at_one_thread():
+    """``openblas_set_num_threads_local`` sets the whole process's count in SciPy's OpenBLAS: two
+    task threads that each set one thread and restored what they found left OpenBLAS threaded
+    under the one still running (its results then rounded as threaded OpenBLAS does). The blocks
+    share one setting: one thread from the first block's start to the last one's end, then the
+    count there was before."""
+
+    setter = _cpu_lapack._blas_thread_setter()
     if setter is None:
-        pytest.skip("SciPy's LAPACK is not an OpenBLAS with openblas_set_num_threads_local")
-    seen = []
-    kernel = numba_engine._one_blas_thread(lambda: seen.append(setter(1)))
+        pytest.skip("SciPy's LAPACK here is not an OpenBLAS with openblas_set_num_threads_local")
     before = setter(3)
     try:
-        kernel()
-        assert seen == [1] and setter(3) == 3
+        opened, first_done, seen = threading.Event(), threading.Event(), []
+
+        def first():
+            with _cpu_lapack.one_blas_thread():
+                opened.set()
+                time.sleep(0.1)
+            first_done.set()
+
+        thread = threading.Thread(target=first)
+        thread.start()
+        opened.wait(10)
+        with _cpu_lapack.one_blas_thread():
+            first_done.wait(10)           # the first block ends while this one runs
+            seen.append(setter(1))        # the count now (setting 1 again changes nothing)
+        thread.join()
+        assert first_done.is_set() and seen == [1]
+        assert setter(3) == 3             # the last block gave back the count found by the first
     finally:
         setter(before)
 
