@@ -2,10 +2,10 @@
 and verify there, and each bad input one line ``Error: ...`` naming the problem, exit status 1, no
 traceback and nothing written that looks like an output: a missing bucket, credentials the server
 refuses, an endpoint that does not answer (a closed loopback port, within 3 s), a URL scheme
-batchlu has no store for. A store that fails while a run writes (the ``s3_faults`` endpoint: a
-500, a 503, a 403) is one line too, naming the request and the store's answer, with the output
-left incomplete and finished by ``--resume``; verify and inspect of a failing store exit 1 in one
-line."""
+batchlu has no store for. A store that fails while a run writes (the ``s3_faults`` endpoint: no
+answer from some request on, a 500, a 503, a 403) is one line too, naming the request and the
+store's answer, with the output left incomplete and finished by ``--resume``; verify and inspect
+of a failing store exit 1 in one line."""
 
 from __future__ import annotations
 
@@ -83,6 +83,20 @@ def _assert_not_complete(out):
     record = _group.read_provenance(out)
     assert record is None or record["status"] != "complete", record
     assert record is None or not _ledger.read(out).all()
+
+
+def test_an_endpoint_that_dies_mid_run_is_one_line_and_resume_finishes(invoke, source, s3, s3_faults):
+    out = f"{s3}/o.zarr"
+    s3_faults.go_down(method="PUT", path="/o.zarr/inv/c/", after=2)   # no answer from the third chunk on
+    one_line_error(_run(invoke, source, out, "--chunk", 5), "no answer", f"127.0.0.1:{s3_faults.port}",
+                   "--resume")
+    assert s3_faults.spoiled >= 1
+    s3_faults.restore()   # the endpoint is back, with what the run wrote
+    _assert_not_complete(out)
+    resumed = _run(invoke, source, out, "--resume")   # the lock the run could not delete: taken over
+    assert resumed.exit_code == 0 and f"complete, 40 matrices -> {out}" in resumed.stdout, resumed.output
+    checked = invoke("verify", source, out)
+    assert checked.exit_code == 0 and "OK - all 40 of 40 matrices" in checked.stdout, checked.output
 
 
 @pytest.mark.parametrize("method, path, status, code, words", [
