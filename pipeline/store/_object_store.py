@@ -216,8 +216,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _request(text: str) -> tuple[str, str] | None:
-    """The method (``LIST`` for a listing) and the ``s3://`` URL of the object (or prefix listed) of
-    the request obstore's error ``text`` names, or None where it names none."""
+    """The method (``LIST`` for a listing, ``DELETE`` for S3's DeleteObjects, whose keys are in its
+    body: the bucket is named) and the ``s3://`` URL of the object (or prefix listed) of the request
+    obstore's error ``text`` names, or None where it names none."""
     import urllib.parse
 
     match = _REQUEST.search(text)
@@ -230,9 +231,11 @@ def _request(text: str) -> tuple[str, str] | None:
         bucket, key = (parts.hostname or "").split(".")[0], path   # https://BUCKET.host/KEY
     else:
         bucket, _, key = path.partition("/")                        # http://host/BUCKET/KEY
-    query = urllib.parse.parse_qs(parts.query)
+    query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
     if method == "GET" and "list-type" in query:
         method, key = "LIST", query.get("prefix", [""])[0]
+    elif method == "POST" and "delete" in query:   # obstore deletes through S3's DeleteObjects
+        method = "DELETE"
     return method, str(Url("s3", bucket, key.strip("/"))) if bucket else uri
 
 
@@ -257,7 +260,7 @@ def translate(exc: BaseException, location: str | None = None, what: str = "the 
     code (a 5xx: the server failed or throttled the request)."""
     text = str(exc)
     request = _request(text)
-    target = request[1] if request else location
+    target = request[1] if request and (request[0] != "DELETE" or not location) else location
     asked = f"{request[0]} {target}" if request else (target or what)
     bucket = parse(target).bucket if target and is_url(target) else None
     endpoint = _endpoint(storage_options())

@@ -187,3 +187,36 @@ def test_a_store_failing_mid_run_is_one_line_and_resume_finishes(client, s3, s3_
         report = pipeline.run(source, out, op="inv", resume=True, client=client, progress=False)
     assert report.status == "complete" and 0 < report.processed < 40
     assert pipeline.verify(source, out).ok
+
+
+def _obstore_error(text: str) -> Exception:
+    """An exception as obstore raises it: a class of ``obstore.exceptions`` whose text is ``text``."""
+    GenericError = type("GenericError", (Exception,), {"__module__": "obstore.exceptions"})
+    return GenericError(text)
+
+
+_DUMP = ("<?xml version='1.0' encoding='UTF-8'?>\n<Error>\n<Code>InternalError</Code>\n<Message>m</Message>\n"
+         "</Error>\n\nDebug source:\nGeneric {\n    store: \"S3\",\n    source: RetryError(...),\n}")
+
+
+@pytest.mark.parametrize("request_, answer, location, words", [
+    ("PUT http://h:1/bkt/o.zarr/inv/c/3/0/0", "Server returned non-2xx status code: 500 Internal Server Error:",
+     None, ["PUT s3://bkt/o.zarr/inv/c/3/0/0", "500 Internal Server Error (InternalError) after 2 retries",
+            "failed or throttled"]),
+    ("GET http://h:1/bkt?list-type=2&prefix=o.zarr%2F_complete%2Fc%2F",
+     "Server returned non-2xx status code: 503 Service Unavailable:", None,
+     ["LIST s3://bkt/o.zarr/_complete/c", "503 Service Unavailable (InternalError)"]),
+    ("POST http://h:1/bkt?delete", "Server returned non-2xx status code: 500 Internal Server Error:",
+     "s3://bkt/o.zarr.lock", ["DELETE s3://bkt/o.zarr.lock", "500"]),
+    ("GET http://h:1/bkt/a.zarr/c/1/0/0", "Server returned non-2xx status code: 403 Forbidden:", None,
+     ["credentials", "GET s3://bkt/a.zarr/c/1/0/0", "(InternalError)"]),
+])
+def test_obstore_errors_read_as_one_line(request_, answer, location, words):
+    """translate: obstore's text (the request, the status, S3's XML, a Rust dump) as one line naming
+    the request and the answer."""
+    text = f"Generic S3 error: Error performing {request_} in 2ms, after 2 retries, max_retries: 2 - {answer} {_DUMP}"
+    message = str(_object_store.store_error(_obstore_error(text), location))
+    assert len(message.splitlines()) == 1 and "Debug source" not in message and "<" not in message, message
+    for word in words:
+        assert word in message, message
+    assert _object_store.store_error(ValueError("not obstore's")) is None
