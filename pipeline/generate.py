@@ -23,7 +23,7 @@ from .errors import ConfigError, OutputError
 from .output._group import grid, version
 from .store._arrays import SUPPORTED_DTYPES
 from .store._files import check_output_path, check_replaceable, discard, occupied, refuse_occupied, remove
-from .store._object_store import is_url, takes_storage_options, zarr_store
+from .store._object_store import is_url, naming_store_failures, takes_storage_options, zarr_store
 
 __all__ = ["generate", "generate_rhs", "generate_sparse"]
 
@@ -152,6 +152,7 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
 
 
 @takes_storage_options
+@naming_store_failures
 def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="random", seed=0,
              overwrite=False, force=False, layout="chunks", nodes=None, dim=2, rhs_columns=1, delta=None) -> str:
     """Write ``count`` matrices of size ``size`` to a Zarr v3 array (count, size, size) at ``path``.
@@ -191,6 +192,7 @@ def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="rando
                   attrs, kind=kind, overwrite=overwrite, force=force, layout=layout)
 
 
+@naming_store_failures
 def generate_rhs(path, *, count, size, k=1, dtype="float64", chunk=None, seed=0, overwrite=False,
                  force=False, layout="chunks") -> str:
     """Write right-hand sides for ``solve``: (count, size) when ``k`` is 1, else (count, size, k).

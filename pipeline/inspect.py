@@ -8,12 +8,12 @@ import numpy as np
 import zarr
 
 from ._ops import INFO_NOT_COMPUTED, info_counts
-from .errors import InputError, InputNotFoundError
+from .errors import InputError, InputNotFoundError, ObjectStoreError
 from .output import _ledger
 from .output._group import ATTR
 from .store._arrays import parse_ref, unreadable
 from .store._files import is_zarr_store, occupied, zarr_location
-from .store._object_store import is_url, join, zarr_store
+from .store._object_store import is_url, join, naming_store_failures, zarr_store
 from .store._zarr import settle_reads
 from .verify import _record
 
@@ -32,6 +32,8 @@ def _info_counts(info: zarr.Array, folder: str, complete: np.ndarray | None, chu
     except Exception as exc:  # a damaged chunk: named in one line, as verify names it
         error = unreadable(info, np.arange(info.shape[0]), folder, exc)
         settle_reads()   # the other chunks' reads, still in flight, finish before the process may end
+        if isinstance(error, ObjectStoreError):   # the store failed, not the chunk: no summary
+            raise error from None
         return f"  info: {' '.join(str(error).split())}"
     if complete is not None:
         values = values[_ledger.matrix_mask(complete, chunk, values.size)]
@@ -109,6 +111,7 @@ def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:
     return lines
 
 
+@naming_store_failures
 def inspect(path) -> str:
     """Shapes, dtypes, chunking; for a run's output also status, provenance, completed/total chunks
     and info counts. ``path`` is ``PATH`` or ``PATH:ARRAY``."""

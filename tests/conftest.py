@@ -132,3 +132,130 @@ def s3(s3_server, monkeypatch):
     boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1", aws_access_key_id="testing",
                  aws_secret_access_key="testing").create_bucket(Bucket=bucket)
     return f"s3://{bucket}"
+
+
+class S3Faults:
+    """A second S3 endpoint over the objects of :func:`s3_server` (moto keeps them in this process),
+    whose answers a test spoils for the requests whose method and path (``/BUCKET/KEY?QUERY``) match,
+    once ``after`` of them have been answered as usual (a run then fails after it started writing):
+
+    * :meth:`fail`: S3's error answer, a ``status`` with its ``code`` (500 ``InternalError``, 503
+      ``SlowDown``, 403 ``AccessDenied``);
+    * :meth:`go_down`: from that request on, no answer: the connection is closed, the port refuses.
+
+    :meth:`restore` answers every request again, on the same port. ``spoiled`` counts the requests
+    not answered as usual."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self._lock = threading.Lock()
+        self._rules: list[dict] = []
+        self.down = False
+        self.spoiled = 0
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server = None
+        self._start()
+
+    def fail(self, status: int, code: str, *, method: str | None = None, path: str = "", after: int = 0) -> None:
+        with self._lock:
+            self._rules.append({"answer": (status, code), "method": method, "path": path, "after": after})
+
+    def go_down(self, *, method: str | None = None, path: str = "", after: int = 0) -> None:
+        with self._lock:
+            self._rules.append({"answer": "down", "method": method, "path": path, "after": after})
+
+    def restore(self) -> None:
+        with self._lock:
+            self._rules.clear()
+            self.down = False
+        if self._server is None:
+            self._start()
+
+    def close(self) -> None:
+        self._stop()
+
+    def answer(self, method: str, path: str):
+        """None (answer as usual), ``"down"`` or ``(status, code)`` for one request."""
+        import urllib.parse
+
+        path = urllib.parse.unquote(path)
+        with self._lock:
+            if self.down:
+                return "down"
+            for rule in self._rules:
+                if rule["method"] in (None, method) and rule["path"] in path:
+                    if rule["after"] > 0:
+                        rule["after"] -= 1
+                        return None
+                    self.spoiled += 1
+                    if rule["answer"] == "down":
+                        self.down = True
+                        import threading
+
+                        threading.Thread(target=self._stop, daemon=True).start()   # the port refuses
+                    return rule["answer"]
+        return None
+
+    def _start(self) -> None:
+        import threading
+
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+        from werkzeug.serving import make_server
+
+        server = make_server("127.0.0.1", self.port, DomainDispatcherApplication(create_backend_app), True,
+                             request_handler=_spoiling_handler())
+        server.faults = self
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self._server = server
+
+    def _stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def _spoiling_handler():
+    """moto's request handler, with each request first put to the server's :class:`S3Faults`."""
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
+
+    class SpoilingHandler(MotoRequestHandler):
+        def parse_request(self) -> bool:
+            if not super().parse_request():
+                return False
+            answer = self.server.faults.answer(self.command, self.path)
+            if answer is None:
+                return True
+            self.close_connection = True
+            if answer == "down":   # no answer: the connection closes
+                return False
+            status, code = answer
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)   # the request's body, read: the client sees the answer
+            body = (f"<?xml version='1.0' encoding='UTF-8'?>\n<Error>\n<Code>{code}</Code>\n"
+                    f"<Message>{code} (S3Faults)</Message>\n<RequestId>0</RequestId>\n</Error>").encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return False
+
+    return SpoilingHandler
+
+
+@pytest.fixture()
+def s3_faults(s3, monkeypatch):
+    """:class:`S3Faults` over the ``s3`` fixture's bucket, with ``AWS_ENDPOINT_URL`` pointing to it."""
+    faults = S3Faults()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", faults.url)
+    try:
+        yield faults
+    finally:
+        faults.close()

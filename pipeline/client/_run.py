@@ -9,6 +9,7 @@ compute (:func:`_compute`), and check and record the end (:func:`_finish`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
@@ -22,17 +23,31 @@ from .._plan import Plan, budget_warning, bytes_per_matrix, make_plan
 from ..cluster._guard import check_not_bootstrapping
 from ..config._settings import Options, task_delay
 from ..config._settings import options as make_options
-from ..errors import BatchluWarning, FencedError, InputChangedError, InputError, ResumeError
+from ..errors import BatchluWarning, FencedError, InputChangedError, InputError, ObjectStoreError, ResumeError
 from ..output import _fingerprint, _group, _ledger, _lock
 from ..store import _sparse
 from ..store._arrays import ArrayInfo, check_matrices, check_rhs, open_array_info, parse_ref
 from ..store._files import check_output_path, check_replaceable, discard, naming_full_device
-from ..store._object_store import takes_storage_options, zarr_store
+from ..store._object_store import naming_store_failures, store_error, takes_storage_options, zarr_store
 from ..worker._tasks import Job
 from . import _submit
 from ._report import Report
 
 __all__ = ["run"]
+
+
+@contextlib.contextmanager
+def _kept_for_resume(report: Report):
+    """An object store that fails once tasks may have written (obstore's error, or batchlu's line of
+    it): one :class:`ObjectStoreError` that says so and that the output is kept for resume."""
+    try:
+        yield
+    except Exception as exc:
+        failed = store_error(exc)
+        if failed is None or not report.submitted:
+            raise
+        raise ObjectStoreError(f"{failed} The output is kept: finish the run with resume (--resume) once "
+                               f"the store works again.") from None
 
 
 def _count_info(path: str) -> InfoCounts:
@@ -52,6 +67,7 @@ def _naming_a_full_device(func):
 
 
 @takes_storage_options
+@naming_store_failures
 @_naming_a_full_device
 @_lock.releases_locks
 def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=False, backend=None,
@@ -98,9 +114,10 @@ def run(input, output, *, op, rhs=None, resume=False, overwrite=False, force=Fal
               settings=opts, task_delay=task_delay(), symbolic=inputs.symbolic,
               fence=lock.fence())  # the tasks write only while the lock names this run
     report = Report(output=out_path, op=op, count=inputs.matrices.count, backend=opts.backend)
-    _compute(job, report, entry, opts, show, called,
-             connect=dict(client=client, scheduler=scheduler, scheduler_file=scheduler_file))
-    _finish(job, report, entry, inputs, called)
+    with _kept_for_resume(report):
+        _compute(job, report, entry, opts, show, called,
+                 connect=dict(client=client, scheduler=scheduler, scheduler_file=scheduler_file))
+        _finish(job, report, entry, inputs, called)
     return report
 
 
@@ -206,7 +223,9 @@ class _Entry:
     resumed: bool
 
     def fail(self, report: Report, exc: BaseException, times: dict) -> None:
-        """Best effort: record the failure; the status never says complete."""
+        """Best effort: record the failure (obstore's error as its one line); the status never says
+        complete."""
+        exc = store_error(exc) or exc
         try:
             _group.update(self.path, status="failed", error=f"{type(exc).__name__}: {exc}",
                           runs=self.runs + [{"started": self.started, "finished": _group.now(),

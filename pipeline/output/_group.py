@@ -50,7 +50,10 @@ def read_provenance(path: str) -> dict | None:
         return None
     try:
         node = zarr.open(store=zarr_store(path, read_only=True), mode="r")
-    except Exception:
+    except Exception as exc:   # not a group, unreadable metadata: no provenance; a failing store says so
+        failed = _object_store.store_error(exc, path)
+        if failed is not None:
+            raise failed from None
         return None
     if not isinstance(node, zarr.Group):
         return None

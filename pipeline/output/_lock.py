@@ -16,6 +16,8 @@ is refused with a one-line :class:`OutputLockedError` naming the owner.
   means stale, and the lock is taken over with a warning. A lock from another host cannot be checked
   from here: it is reported with its owner and age, and the user deletes the file if that run is gone.
   Two runs taking over the same stale lock at once are serialised by a second lock, ``.break``.
+  A run whose store failed may not be able to delete its lock either: the lock is left (the run's
+  own error is raised), and taken over as stale by the next run, of this process too.
 * **On object storage** (an ``s3://`` output) the lock is the object ``OUT.zarr.lock`` beside the
   output, created with S3's conditional write (``If-None-Match: *``, atomic at the server: of two
   runs, one creates it and the other is refused), read and deleted as the file is. The lock is then
@@ -45,7 +47,7 @@ import time
 import uuid
 import warnings
 
-from ..errors import BatchluWarning, FencedError, OutputLockedError
+from ..errors import BatchluWarning, FencedError, ObjectStoreError, OutputLockedError
 from ..store import _object_store
 from ..store._object_store import is_url
 
@@ -297,13 +299,15 @@ class OutputLock:
                     f"Expected no other batchlu run writing {self.output}. Got a lock held by "
                     f"{holder.describe()} instead; this host cannot tell if that run is still going: "
                     f"if it is not, delete {self.path} and run again.")
-            if holder.is_running():
+            ended = holder.token in _LEFT   # a run of this process that could not give it back
+            if holder.is_running() and not ended:
                 raise OutputLockedError(
                     f"Expected no other batchlu run writing {self.output}. Got one running instead: "
                     f"{holder.describe()}; wait for it to end or stop it (its lock: {self.path}).")
             if _break_stale(self.path, holder, me):
                 warnings.warn(f"Took over the stale lock {self.path} of {holder.describe()}, which "
-                              f"no longer runs.", BatchluWarning, stacklevel=2)
+                              f"{'ended without giving it back' if ended else 'no longer runs'}.",
+                              BatchluWarning, stacklevel=2)
         raise OutputLockedError(f"Expected to take the lock {self.path} within {_ATTEMPTS} attempts. "
                                 f"Got it taken by other runs each time instead.")
 
@@ -325,7 +329,8 @@ class Fence:
     and the run's token. :meth:`check` raises :class:`FencedError` unless the lock file still names
     that token, i.e. unless no other run took the output since (after this run's client was killed,
     or its lock was released or deleted). A lock that cannot be read counts as taken: a task writes
-    only while it can tell the output is its run's."""
+    only while it can tell the output is its run's. An object store that fails the read (no answer,
+    a 5xx) says nothing of another run: its :class:`ObjectStoreError` stops the task as it is."""
 
     path: str
     token: str
@@ -333,6 +338,8 @@ class Fence:
     def check(self) -> None:
         try:
             text = _read_lock(self.path)
+        except ObjectStoreError:
+            raise
         except OSError as exc:
             raise FencedError(self._message(f"a lock file it cannot read ({exc.strerror or exc})")) from None
         if text is None:
@@ -390,22 +397,42 @@ def _break_stale(path: str, stale: Owner, me: Owner) -> bool:
 
 # ------------------------------------------------------------------------------- lock per run() call
 _HELD: contextvars.ContextVar[list | None] = contextvars.ContextVar("batchlu_locks", default=None)
+# Tokens of this process's locks whose release failed (the object store that failed the run did not
+# answer it either): their runs have ended, so a later run of this process takes them over as stale
+_LEFT: set[str] = set()
 
 
 def releases_locks(func):
     """Decorator: every lock :func:`acquire` takes during a call of ``func`` is released when the call
-    returns or raises (KeyboardInterrupt included)."""
+    returns or raises (KeyboardInterrupt included). Where the call raised, a release that fails too
+    (the object store that failed the run does not answer the release either) leaves the lock for
+    the next run to take over (a run of this process too: :data:`_LEFT`), and the call's own error
+    is the one raised."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         token = _HELD.set([])
         try:
-            return func(*args, **kwargs)
-        finally:
-            held = _HELD.get() or []
-            _HELD.reset(token)
-            for lock in reversed(held):
-                lock.release()
+            result = func(*args, **kwargs)
+        except BaseException:
+            _release(token, quiet=True)
+            raise
+        _release(token, quiet=False)
+        return result
     return wrapper
+
+
+def _release(token, quiet: bool) -> None:
+    """Release the locks taken since ``token``; ``quiet``: ignore a release that fails."""
+    held = _HELD.get() or []
+    _HELD.reset(token)
+    for lock in reversed(held):
+        try:
+            lock.release()
+        except Exception:
+            if lock.owner is not None:
+                _LEFT.add(lock.owner.token)
+            if not quiet:
+                raise
 
 
 def acquire(output: str) -> OutputLock:

@@ -18,7 +18,7 @@ from batchlu.kernels._validate import SUPPORTED_DTYPES  # the one dtype table
 
 from ..errors import CorruptInputError, InputError, InputNotFoundError
 from ._files import METADATA_FILES, has_metadata, zarr_location
-from ._object_store import head, is_url, join, parse, probe, zarr_store
+from ._object_store import head, is_url, join, parse, probe, store_error, zarr_store
 from ._zarr import chunk_key
 
 _DTYPE_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
@@ -131,7 +131,10 @@ def open_array_info(ref: ArrayRef, what: str = "input") -> ArrayInfo:
     except (FileNotFoundError, KeyError) as exc:
         raise InputNotFoundError(f"Expected an array {ref.array!r} in the {what} store {ref.path}. "
                                  f"Got nothing at that path instead ({exc}).") from None
-    except Exception as exc:  # malformed metadata
+    except Exception as exc:  # malformed metadata (an object store that fails: its one line)
+        failed = store_error(exc, ref.path)
+        if failed is not None:
+            raise failed from None
         raise InputError(f"Expected readable Zarr metadata in the {what} {ref}. "
                          f"Got {type(exc).__name__}: {exc} instead.") from None
     if isinstance(node, zarr.Group):
@@ -198,13 +201,21 @@ def read_range(ref: ArrayRef, array: zarr.Array, start: int, stop: int) -> np.nd
 
 def unreadable(array: zarr.Array, rows: np.ndarray, folder: str, exc: Exception, error=CorruptInputError):
     """``error`` naming the first chunk file of ``array`` (stored in ``folder``) holding one of
-    ``rows`` that cannot be read or decoded; ``exc`` (the read's failure) where each reads alone."""
+    ``rows`` that cannot be read or decoded; ``exc`` (the read's failure) where each reads alone.
+    An object store that fails the read (no answer, a 5xx, refused access) is no corrupt chunk: its
+    one-line :class:`batchlu.pipeline.errors.ObjectStoreError` instead."""
+    failed = store_error(exc, folder)
+    if failed is not None:
+        return failed
     unit = (array.shards or array.chunks)[0]
     for index in np.unique(np.asarray(rows) // unit):
         lo, hi = int(index) * unit, min((int(index) + 1) * unit, array.shape[0])
         try:
             array[lo:hi]
         except Exception as inner:
+            failed = store_error(inner, folder)
+            if failed is not None:
+                return failed
             return error(f"Expected readable chunks in {folder}. Got an unreadable chunk file "
                          f"{join(folder, stored_key(array, int(index)))} (matrices {lo}:{hi}) "
                          f"instead: {type(inner).__name__}: {inner}")

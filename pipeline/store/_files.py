@@ -179,7 +179,10 @@ def written_by(path: str) -> str | None:
         return None
     try:
         attrs = dict(zarr.open(store=_object_store.zarr_store(path, read_only=True), mode="r").attrs)
-    except Exception:
+    except Exception as exc:   # unreadable metadata: no writer batchlu knows; a failing store says so
+        failed = _object_store.store_error(exc, path)
+        if failed is not None:
+            raise failed from None
         return None
     for key, writer in WRITERS.items():
         if isinstance(attrs.get(key), dict):

@@ -35,8 +35,8 @@ import re
 from ..errors import ConfigError, DependencyError, ObjectStoreError
 
 __all__ = ["CONNECT_TIMEOUT", "CONFIG_KEY", "FSSPEC_KEYS", "RETRIES", "SCHEMES", "Url", "delete", "delete_tree",
-           "get", "head", "is_url", "takes_storage_options", "join", "listing", "parse", "probe", "put", "put_new", "storage_options",
-           "zarr_store"]
+           "get", "head", "is_store_error", "is_url", "takes_storage_options", "join", "listing", "naming_store_failures",
+           "parse", "probe", "put", "put_new", "storage_options", "store_error", "translate", "zarr_store"]
 
 SCHEMES = ("s3",)
 CONFIG_KEY = "batchlu-s3.storage-options"
@@ -168,34 +168,119 @@ def zarr_store(location: str, *, read_only: bool = False):
 
 
 # ------------------------------------------------------------------------------------------ the errors
+# What obstore's error text says (object_store's Display of the failure, then a "Debug source" dump):
+# the request ("Error performing PUT http://host/bucket/key in 1.2ms, after 2 retries ..."), the
+# server's status and S3's error code (in the XML body), or the connection's failure
+_REQUEST = re.compile(r"Error performing ([A-Z]+) (\S+)")
+_STATUS = re.compile(r"status(?: code)?:? ([1-5]\d\d)(?: ([A-Za-z][A-Za-z' -]*[A-Za-z]))?")
+_CODE = re.compile(r"<Code>([^<]+)</Code>")
+_RETRIES = re.compile(r"after (\d+) retries")
+_NO_ANSWER = {"Connection refused": "connection refused", "dns error": "the host name does not resolve",
+              "timed out": "timed out", "Timeout": "timed out", "tcp connect error": "tcp connect error",
+              "error sending request": "the request could not be sent"}
+
+
+def is_store_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is obstore's own error (a request to the object store that failed), which
+    :func:`translate` turns into one line."""
+    return type(exc).__module__.split(".")[0] == "obstore"
+
+
+def store_error(exc: BaseException, location: str | None = None) -> ObjectStoreError | None:
+    """``exc`` as batchlu's one-line :class:`ObjectStoreError`: itself where it is one, obstore's
+    error translated (:func:`translate`), None for any other error."""
+    if isinstance(exc, ObjectStoreError):
+        return exc
+    return translate(exc, location) if is_store_error(exc) else None
+
+
+def naming_store_failures(func):
+    """Decorator of the public calls that read or write object storage (run, verify, generate,
+    inspect): obstore's error that reaches their caller (from zarr's reads and writes of an
+    ``s3://`` store) is raised as one :class:`ObjectStoreError` line naming the request that failed
+    and the store's answer, not as obstore's many lines."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:
+            if not is_store_error(exc):
+                raise
+            raise translate(exc) from None
+    return wrapper
+
+
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
-def translate(exc: BaseException, location: str, what: str = "the object store") -> ObjectStoreError:
+def _request(text: str) -> tuple[str, str] | None:
+    """The method (``LIST`` for a listing, ``DELETE`` for S3's DeleteObjects, whose keys are in its
+    body: the bucket is named) and the ``s3://`` URL of the object (or prefix listed) of the request
+    obstore's error ``text`` names, or None where it names none."""
+    import urllib.parse
+
+    match = _REQUEST.search(text)
+    if match is None:
+        return None
+    method, uri = match.groups()
+    parts = urllib.parse.urlsplit(uri)
+    path = urllib.parse.unquote(parts.path).lstrip("/")
+    if str(storage_options().get("virtual_hosted_style_request", "")).lower() == "true":
+        bucket, key = (parts.hostname or "").split(".")[0], path   # https://BUCKET.host/KEY
+    else:
+        bucket, _, key = path.partition("/")                        # http://host/BUCKET/KEY
+    query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+    if method == "GET" and "list-type" in query:
+        method, key = "LIST", query.get("prefix", [""])[0]
+    elif method == "POST" and "delete" in query:   # obstore deletes through S3's DeleteObjects
+        method = "DELETE"
+    return method, str(Url("s3", bucket, key.strip("/"))) if bucket else uri
+
+
+def _answer(text: str) -> tuple[str, str | None]:
+    """The store's answer in obstore's error ``text``: its HTTP status (with S3's error code, and
+    the retries made), or else the error's first line; and S3's error code (None: none given)."""
+    status, codes, retries = _STATUS.search(text), _CODE.findall(text), _RETRIES.search(text)
+    code = codes[0] if codes else None
+    if status is None:
+        first = text.split("Debug source:")[0].split("<?xml")[0]
+        return " ".join(first.split()).rstrip(" :-")[:300], code
+    answer = " ".join(filter(None, status.groups())) + (f" ({code})" if code else "")
+    if retries is not None and retries.group(1) != "0":
+        answer += f" after {retries.group(1)} retries"
+    return answer, code
+
+
+def translate(exc: BaseException, location: str | None = None, what: str = "the object store") -> ObjectStoreError:
     """obstore's error (many lines, the server's XML) as one :class:`ObjectStoreError` line naming
-    the problem: no answer from the endpoint, no such bucket, refused credentials, or else its first
-    line."""
-    url = parse(location)
+    the request that failed (its method and object, else ``location``) and the problem: no answer
+    from the endpoint, no such bucket, refused credentials, or else the server's status and error
+    code (a 5xx: the server failed or throttled the request)."""
     text = str(exc)
+    request = _request(text)
+    target = request[1] if request and (request[0] != "DELETE" or not location) else location
+    asked = f"{request[0]} {target}" if request else (target or what)
+    bucket = parse(target).bucket if target and is_url(target) else None
     endpoint = _endpoint(storage_options())
-    if any(s in text for s in ("Connection refused", "tcp connect error", "error sending request", "dns error",
-                               "timed out", "Timeout")):
-        reason = "connection refused" if "Connection refused" in text else _first_line(exc)
-        return ObjectStoreError(f"Expected an S3 endpoint answering at {endpoint} for {location}. Got no answer "
-                                f"instead ({reason}); check AWS_ENDPOINT_URL (or the storage options' endpoint).")
-    if "NoSuchBucket" in text:
-        return ObjectStoreError(f"Expected the bucket {url.bucket} of {location} to exist at {endpoint}. "
+    reasons = [reason for marker, reason in _NO_ANSWER.items() if marker in text]
+    if reasons and not _STATUS.search(text):   # a status is an answer, whatever its body says
+        return ObjectStoreError(f"Expected an S3 endpoint answering at {endpoint} for {asked}. Got no answer "
+                                f"instead ({reasons[0]}); check AWS_ENDPOINT_URL (or the storage options' "
+                                f"endpoint).")
+    answer, code = _answer(text)
+    if code == "NoSuchBucket" or "NoSuchBucket" in text:
+        return ObjectStoreError(f"Expected the bucket {bucket} of {target} to exist at {endpoint}. "
                                 f"Got no such bucket instead.")
-    codes = re.findall(r"<Code>([^<]+)</Code>", text)
-    if type(exc).__name__ in ("PermissionDeniedError", "UnauthenticatedError") or "403 Forbidden" in text \
-            or any(c in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied") for c in codes):
-        code = codes[0] if codes else "403 Forbidden"
-        return ObjectStoreError(f"Expected credentials that {endpoint} accepts for s3://{url.bucket}. Got "
-                                f"access refused ({code}) instead; set AWS_ACCESS_KEY_ID and "
-                                f"AWS_SECRET_ACCESS_KEY (or the storage options).")
-    return ObjectStoreError(f"Expected {what} at {location} to answer. Got {_first_line(exc)} instead.")
+    if type(exc).__name__ in ("PermissionDeniedError", "UnauthenticatedError") or " 403 " in f" {answer} " \
+            or code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
+        return ObjectStoreError(f"Expected credentials that {endpoint} accepts for {asked}. Got access refused "
+                                f"({code or '403 Forbidden'}) instead; set AWS_ACCESS_KEY_ID and "
+                                f"AWS_SECRET_ACCESS_KEY (or the storage options) to ones allowed there.")
+    failed = "; the store failed or throttled the request" if re.match(r"(5\d\d|429)\b", answer) else ""
+    return ObjectStoreError(f"Expected the S3 endpoint at {endpoint} to answer {asked}. Got {answer} "
+                            f"instead{failed}.")
 
 
 def _calling(func, location: str, what: str, *args, **kwargs):

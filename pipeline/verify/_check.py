@@ -18,7 +18,7 @@ from ..output._group import read_provenance
 from ..store import _missing
 from ..store._arrays import ArrayInfo, ArrayRef, check_matrices, open_array_info, parse_ref, unreadable
 from ..store._files import output_path
-from ..store._object_store import join, takes_storage_options, zarr_store
+from ..store._object_store import join, naming_store_failures, takes_storage_options, zarr_store
 from ..store._sparse import pattern_crc as _pattern_crc
 from ..store._zarr import settle_reads
 from . import _record
@@ -203,6 +203,7 @@ def _folder(ref: ArrayRef) -> str:
 
 
 @takes_storage_options
+@naming_store_failures
 def verify(input, output, *, rhs=None, sample=None, seed=0) -> VerifyReport:
     """Check ``output`` (a batchlu output group) against ``input`` (``PATH`` or ``PATH:ARRAY``).
 

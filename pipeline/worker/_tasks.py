@@ -10,8 +10,10 @@ Before a batch is read, the chunks it needs are looked up in the input's store
 (:mod:`batchlu.pipeline.store._missing`): a missing one stops the task with a
 :class:`batchlu.pipeline.errors.MissingChunkError`, or (``batchlu.missing-chunks: fill``) its
 matrices get ``info`` -3. An error raised on purpose (:class:`BatchluError`: a missing or corrupt
-chunk) comes back to the client inside the :class:`TaskResult`, which raises it there: the task
-does not fail on the worker, so the worker logs no traceback of it.
+chunk), or an object store's failure (obstore's error, as one
+:class:`batchlu.pipeline.errors.ObjectStoreError` line naming the request and the store's answer),
+comes back to the client inside the :class:`TaskResult`, which raises it there: the task does not
+fail on the worker, so the worker logs its traceback to the run's log only.
 
 Every write of a batch's outputs and every record of its chunks is fenced with the run's lock token
 (:class:`batchlu.pipeline.output._lock.Fence`, in the :class:`Job`): a task whose run no longer holds the
@@ -35,7 +37,7 @@ from ._loop import Record
 from .._ops import InfoTally, get_op
 from .._plan import Plan
 from ..store._arrays import ArrayRef
-from ..store._object_store import is_url
+from ..store._object_store import is_url, store_error
 from ._task_io import TaskIO
 from ..errors import BatchluError, FencedError
 
@@ -172,8 +174,11 @@ def process_range(job: Job, c0: int, c1: int) -> TaskResult:
     except FencedError as exc:    # another run's output now: one line (the client may be gone)
         logger.warning("chunks %d:%d of %s stopped: %s", c0, c1, job.output, exc)
         result = TaskResult(c0, c1, worker=_worker_address(), error=exc)
-    except BatchluError as exc:   # the client raises it (see the module docstring); the log keeps the rest
+    except Exception as exc:   # the client raises it (see the module docstring); the log keeps the rest
+        error = exc if isinstance(exc, BatchluError) else store_error(exc)
+        if error is None:
+            raise
         logger.error("chunks %d:%d of %s failed", c0, c1, job.output, exc_info=True)
-        result = TaskResult(c0, c1, worker=_worker_address(), error=exc)
+        result = TaskResult(c0, c1, worker=_worker_address(), error=error)
     result.backend = engine.name
     return result

@@ -2,7 +2,9 @@
 S3 server on the loopback address (the ``s3`` fixture: a real HTTP server speaking S3's protocol, not
 a mock of the client library). A run killed and resumed there is bit-identical to an uninterrupted
 one and passes verify; a second writer is refused by S3's conditional write; an input object changed
-before a resume is refused; a deleted input chunk is the missing-chunk error."""
+before a resume is refused; a deleted input chunk is the missing-chunk error. A store that fails
+while the run writes (the ``s3_faults`` endpoint) raises one :class:`ObjectStoreError` line naming
+the request, the output is not complete, and a resume in the same process finishes it."""
 
 from __future__ import annotations
 
@@ -155,3 +157,66 @@ def test_a_server_that_ignores_conditional_writes_is_refused(s3, monkeypatch):
     with pytest.raises(errors.OutputLockedError, match="ignores the condition"):
         _lock.OutputLock(out).acquire()
     assert _object_store.head(f"{out}.lock") is None
+
+
+@pytest.mark.parametrize("method, path, status, code", [
+    ("PUT", "/o.zarr/inv/c/", 500, "InternalError"),   # a write of the output
+    ("GET", "/a.zarr/c/", 503, "SlowDown"),            # a read of the input: no corrupt chunk
+])
+def test_a_store_failing_mid_run_is_one_line_and_resume_finishes(client, s3, s3_faults, method, path, status, code):
+    """obstore's error in a task reaches ``batchlu.run``'s caller as one ObjectStoreError line, and
+    is the error raised even where the lock's release fails too (its delete refused here): the lock
+    is left, and a later run of this process takes it over."""
+    source = _generate(s3, count=40, chunk=4)
+    out = f"{s3}/o.zarr"
+    s3_faults.fail(status, code, method=method, path=path, after=2)
+    s3_faults.fail(500, "InternalError", method="POST", path="?delete")   # obstore's delete of the lock
+    with pytest.raises(errors.ObjectStoreError) as failed:
+        pipeline.run(source, out, op="inv", client=client, progress=False, config={"chunk": 4})
+    message = str(failed.value)
+    assert len(message.splitlines()) == 1, message
+    assert f"{method} s3://" in message and path in message and f"{status} " in message and code in message, message
+    assert "--resume" in message and "Debug source" not in message
+    assert s3_faults.spoiled >= 2   # the task's request and the release's
+    s3_faults.restore()
+    record = _group.read_provenance(out)
+    assert record["status"] == "failed" and len(record["error"].splitlines()) == 1, record
+    assert not _ledger.read(out).all()
+    assert _object_store.head(f"{out}.lock") is not None   # left: its delete failed
+    with pytest.warns(errors.BatchluWarning, match="ended without giving it back"):
+        report = pipeline.run(source, out, op="inv", resume=True, client=client, progress=False)
+    assert report.status == "complete" and 0 < report.processed < 40
+    assert pipeline.verify(source, out).ok
+
+
+def _obstore_error(text: str) -> Exception:
+    """An exception as obstore raises it: a class of ``obstore.exceptions`` whose text is ``text``."""
+    GenericError = type("GenericError", (Exception,), {"__module__": "obstore.exceptions"})
+    return GenericError(text)
+
+
+_DUMP = ("<?xml version='1.0' encoding='UTF-8'?>\n<Error>\n<Code>InternalError</Code>\n<Message>m</Message>\n"
+         "</Error>\n\nDebug source:\nGeneric {\n    store: \"S3\",\n    source: RetryError(...),\n}")
+
+
+@pytest.mark.parametrize("request_, answer, location, words", [
+    ("PUT http://h:1/bkt/o.zarr/inv/c/3/0/0", "Server returned non-2xx status code: 500 Internal Server Error:",
+     None, ["PUT s3://bkt/o.zarr/inv/c/3/0/0", "500 Internal Server Error (InternalError) after 2 retries",
+            "failed or throttled"]),
+    ("GET http://h:1/bkt?list-type=2&prefix=o.zarr%2F_complete%2Fc%2F",
+     "Server returned non-2xx status code: 503 Service Unavailable:", None,
+     ["LIST s3://bkt/o.zarr/_complete/c", "503 Service Unavailable (InternalError)"]),
+    ("POST http://h:1/bkt?delete", "Server returned non-2xx status code: 500 Internal Server Error:",
+     "s3://bkt/o.zarr.lock", ["DELETE s3://bkt/o.zarr.lock", "500"]),
+    ("GET http://h:1/bkt/a.zarr/c/1/0/0", "Server returned non-2xx status code: 403 Forbidden:", None,
+     ["credentials", "GET s3://bkt/a.zarr/c/1/0/0", "(InternalError)"]),
+])
+def test_obstore_errors_read_as_one_line(request_, answer, location, words):
+    """translate: obstore's text (the request, the status, S3's XML, a Rust dump) as one line naming
+    the request and the answer."""
+    text = f"Generic S3 error: Error performing {request_} in 2ms, after 2 retries, max_retries: 2 - {answer} {_DUMP}"
+    message = str(_object_store.store_error(_obstore_error(text), location))
+    assert len(message.splitlines()) == 1 and "Debug source" not in message and "<" not in message, message
+    for word in words:
+        assert word in message, message
+    assert _object_store.store_error(ValueError("not obstore's")) is None
