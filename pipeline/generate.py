@@ -151,7 +151,7 @@ def _write(path: str, shape: tuple, dtype: np.dtype, chunk: int | None, make, at
     return out
 
 
-@takes_storage_options
+@takes_storage_options(writes="path")
 @naming_store_failures
 def generate(path, *, count, size=None, dtype="float64", chunk=None, kind="random", seed=0,
              overwrite=False, force=False, layout="chunks", nodes=None, dim=2, rhs_columns=1, delta=None) -> str:

@@ -13,7 +13,7 @@ from .output import _ledger
 from .output._group import ATTR
 from .store._arrays import parse_ref, unreadable
 from .store._files import is_zarr_store, occupied, zarr_location
-from .store._object_store import is_url, join, naming_store_failures, zarr_store
+from .store._object_store import is_url, join, naming_store_failures, takes_storage_options, zarr_store
 from .store._zarr import settle_reads
 from .verify import _record
 
@@ -111,6 +111,7 @@ def _output_summary(path: str, group: zarr.Group, record: dict) -> list[str]:
     return lines
 
 
+@takes_storage_options
 @naming_store_failures
 def inspect(path) -> str:
     """Shapes, dtypes, chunking; for a run's output also status, provenance, completed/total chunks

@@ -66,7 +66,7 @@ def _naming_a_full_device(func):
     return wrapper
 
 
-@takes_storage_options
+@takes_storage_options(writes="output")
 @naming_store_failures
 @_naming_a_full_device
 @_lock.releases_locks

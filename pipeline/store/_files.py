@@ -67,7 +67,8 @@ def zarr_location(obj, what: str, error: type = OutputError) -> tuple[str, str] 
     """Where a zarr object given in place of a path lives: ``(directory, path inside it)`` of a
     ``zarr.Array`` or ``zarr.Group``, of a ``zarr.storage`` store (its root), or of ``(group or store,
     name)``; None for a path. A store that is not on the local file system (``LocalStore``) is refused
-    with one ``error`` naming ``what``: every other part of a run reads and writes files."""
+    with one ``error`` naming ``what`` (one over S3 reaches here as its URL: see
+    :func:`batchlu.pipeline.store._object_store.takes_storage_options`)."""
     name = ""
     if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], str):
         obj, name = obj
@@ -82,8 +83,9 @@ def zarr_location(obj, what: str, error: type = OutputError) -> tuple[str, str] 
         return None
     if not isinstance(store, zarr.storage.LocalStore):
         raise error(f"Expected the {what} on the local file system (a path, or a zarr object over "
-                    f"zarr.storage.LocalStore) or as an s3:// URL. Got a zarr object over {type(store).__name__} "
-                    f"instead; for object storage, pass its s3:// URL.")
+                    f"zarr.storage.LocalStore) or on S3 (an s3:// URL, or a zarr object over "
+                    f"zarr.storage.ObjectStore with obstore's S3Store). Got a zarr object over "
+                    f"{type(store).__name__} instead.")
     return str(store.root), "/".join(part.strip("/") for part in (inner, name) if part.strip("/"))
 
 

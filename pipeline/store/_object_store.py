@@ -109,24 +109,85 @@ def storage_options() -> dict:
     return {FSSPEC_KEYS.get(k, k): v for k, v in given.items()}
 
 
-def takes_storage_options(func):
+def takes_storage_options(func=None, *, writes: str | None = None):
     """Decorator: ``func`` takes ``storage_options=`` (a mapping, as :func:`storage_options` reads
     it), set as the Dask config's ``batchlu-s3.storage-options`` for the call (the workers of a
-    cluster the call starts get it too; an external cluster's need it in their own config)."""
+    cluster the call starts get it too; an external cluster's need it in their own config). A zarr
+    object given for one of ``func``'s arguments over zarr's ``ObjectStore`` with obstore's
+    ``S3Store`` (:func:`s3_object`) is passed on as its ``s3://`` URL, its store's S3 config as the
+    storage options (one config per call); ``writes`` names the argument ``func`` writes, whose
+    store must not be read-only."""
+    if func is None:
+        return functools.partial(takes_storage_options, writes=writes)
+    signature = inspect.signature(func)
+
     @functools.wraps(func)
     def wrapper(*args, storage_options=None, **kwargs):
+        bound = signature.bind_partial(*args, **kwargs)
+        configs = []
+        for name, value in list(bound.arguments.items()):
+            found = s3_object(value, name, writing=name == writes)
+            if found is not None:
+                bound.arguments[name], config = found
+                configs.append((name, config))
+        if configs:
+            storage_options = _one_config(configs, storage_options)
         if storage_options is None:
-            return func(*args, **kwargs)
+            return func(*bound.args, **bound.kwargs)
         import dask.config
 
         with dask.config.set({CONFIG_KEY: dict(storage_options)}):
-            return func(*args, **kwargs)
+            return func(*bound.args, **bound.kwargs)
 
-    signature = inspect.signature(func)   # help() and inspect show the keyword too
-    wrapper.__signature__ = signature.replace(parameters=[
+    wrapper.__signature__ = signature.replace(parameters=[   # help() and inspect show the keyword too
         *signature.parameters.values(),
         inspect.Parameter("storage_options", inspect.Parameter.KEYWORD_ONLY, default=None)])
     return wrapper
+
+
+def s3_object(obj, what: str = "input", *, writing: bool = False) -> tuple[str, dict] | None:
+    """A zarr object over zarr's ``ObjectStore`` with obstore's ``S3Store`` (a ``zarr.Array``, a
+    ``zarr.Group``, the store itself, or ``(group or store, name)``): its ``s3://`` URL (the store's
+    bucket and prefix, then the object's path) and the store's S3 config less the bucket (endpoint,
+    region, credentials); None for anything else. ``writing``: a read-only store is refused, as a
+    local one is."""
+    import zarr
+
+    name = ""
+    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], str):
+        obj, name = obj
+    if isinstance(obj, (zarr.Array, zarr.Group)):
+        store, inner = obj.store_path.store, obj.store_path.path
+    elif isinstance(obj, zarr.abc.store.Store):
+        store, inner = obj, ""
+    else:
+        return None
+    s3 = getattr(store, "store", None) if isinstance(store, zarr.storage.ObjectStore) else None
+    if s3 is None or type(s3).__name__ != "S3Store":
+        return None
+    if writing and store.read_only:
+        from ..errors import OutputError
+
+        raise OutputError(f"Expected a writable store for the {what}. Got a read-only ObjectStore "
+                          f"over s3://{s3.config.get('bucket')} instead.")
+    config = {k: v for k, v in dict(s3.config).items() if k != "bucket"}
+    key = "/".join(part.strip("/") for part in (s3.prefix or "", inner, name) if part and part.strip("/"))
+    return f"s3://{s3.config['bucket']}" + (f"/{key}" if key else ""), config
+
+
+def _one_config(found: list[tuple[str, dict]], given: dict | None) -> dict:
+    """The one S3 config of a call's zarr objects (and its ``storage_options``, if given)."""
+    first_name, first = found[0]
+    for name, config in found[1:]:
+        if config != first:
+            raise ConfigError(f"Expected the zarr objects of one call over one S3 configuration. Got "
+                              f"{first_name} and {name} over stores configured otherwise instead "
+                              f"(endpoint, region or credentials).")
+    if given is not None and {FSSPEC_KEYS.get(k, k): v for k, v in dict(given).items()} != first:
+        raise ConfigError(f"Expected storage_options to agree with the S3 store of the zarr object "
+                          f"given for {first_name}, or none. Got other options instead: drop "
+                          f"storage_options, or pass the s3:// URL.")
+    return first
 
 
 def _endpoint(config: dict) -> str:

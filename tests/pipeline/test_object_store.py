@@ -8,6 +8,7 @@ the request, the output is not complete, and a resume in the same process finish
 
 from __future__ import annotations
 
+import dask.config
 import numpy as np
 import pytest
 import zarr
@@ -220,3 +221,59 @@ def test_obstore_errors_read_as_one_line(request_, answer, location, words):
     for word in words:
         assert word in message, message
     assert _object_store.store_error(ValueError("not obstore's")) is None
+
+
+def _s3_zarr_store(s3: str, endpoint: str, *, read_only: bool = False, prefix: str | None = None,
+                  key: str = "testing"):
+    """zarr's ObjectStore over obstore's S3Store of the test bucket, configured in the store itself."""
+    from obstore.store import S3Store
+
+    return zarr.storage.ObjectStore(
+        S3Store(s3.removeprefix("s3://"), prefix=prefix, endpoint=endpoint, access_key_id=key,
+                secret_access_key="testing", region="us-east-1", client_options={"allow_http": True}),
+        read_only=read_only)
+
+
+def test_zarr_objects_over_an_s3_object_store_run_with_that_stores_config(s3, s3_server, monkeypatch):
+    """A zarr.Array over zarr's ObjectStore (obstore's S3Store, credentials and endpoint in the store,
+    none in the environment) in, (store, name) out: the run reads and writes through the store's
+    config, and gives what the same run on the URLs gives, bit for bit; verify and inspect take the
+    objects too."""
+    source = _generate(s3, "data/a.zarr")
+    pipeline.run(source, f"{s3}/data/by-url.zarr", op="inv", progress=False)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name)   # only the store's own config can reach the server now
+    store = _s3_zarr_store(s3, s3_server, prefix="data")
+    array = zarr.open_array(store, path="a.zarr", mode="r")
+    report = pipeline.run(array, (store, "by-object.zarr"), op="inv", progress=False)
+    assert report.output == f"{s3}/data/by-object.zarr" and report.status == "complete"
+    config = {k: v for k, v in store.store.config.items() if k != "bucket"}
+    with dask.config.set({_object_store.CONFIG_KEY: config}):
+        got, want = outputs_of(f"{s3}/data/by-object.zarr"), outputs_of(f"{s3}/data/by-url.zarr")
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes(), name
+    read_only = _s3_zarr_store(s3, s3_server, prefix="data", read_only=True)
+    assert pipeline.verify(array, zarr.open_group(read_only, path="by-object.zarr", mode="r")).ok
+    assert "inv" in pipeline.inspect((read_only, "by-object.zarr"))
+
+
+@pytest.mark.parametrize("case", ["read-only-output", "two-configs", "other-options"])
+def test_zarr_objects_over_s3_that_cannot_be_used_are_refused_in_one_line(s3, s3_server, case):
+    _generate(s3)
+    array = zarr.open_array(_s3_zarr_store(s3, s3_server), path="a.zarr", mode="r")
+    out, kwargs = (_s3_zarr_store(s3, s3_server), "o.zarr"), {}
+    if case == "read-only-output":
+        out = (_s3_zarr_store(s3, s3_server, read_only=True), "o.zarr")
+    elif case == "two-configs":
+        out = (_s3_zarr_store(s3, s3_server, key="someone-else"), "o.zarr")
+    else:
+        kwargs = {"storage_options": {"endpoint_url": "http://127.0.0.1:9"}}
+    error = errors.OutputError if case == "read-only-output" else errors.ConfigError
+    with pytest.raises(error) as caught:
+        pipeline.run(array, out, op="inv", progress=False, **kwargs)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert {"read-only-output": "read-only ObjectStore", "two-configs": "one S3 configuration",
+            "other-options": "storage_options to agree"}[case] in message
+    assert _object_store.head(f"{s3}/o.zarr/zarr.json") is None   # nothing written
