@@ -123,7 +123,10 @@ def takes_storage_options(func=None, *, writes: str | None = None):
 
     @functools.wraps(func)
     def wrapper(*args, storage_options=None, **kwargs):
-        bound = signature.bind_partial(*args, **kwargs)
+        try:
+            bound = signature.bind_partial(*args, **kwargs)
+        except TypeError:   # arguments func does not take: Python's own message, naming func
+            return func(*args, **kwargs)
         configs = []
         for name, value in list(bound.arguments.items()):
             found = s3_object(value, name, writing=name == writes)
