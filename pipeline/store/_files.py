@@ -69,17 +69,11 @@ def zarr_location(obj, what: str, error: type = OutputError) -> tuple[str, str] 
     name)``; None for a path. A store that is not on the local file system (``LocalStore``) is refused
     with one ``error`` naming ``what`` (one over S3 reaches here as its URL: see
     :func:`batchlu.pipeline.store._object_store.takes_storage_options`)."""
-    name = ""
-    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], str):
-        obj, name = obj
-    if isinstance(obj, (zarr.Array, zarr.Group)):
-        store, inner = obj.store_path.store, obj.store_path.path
-    elif isinstance(obj, zarr.abc.store.Store):
-        store, inner = obj, ""
-    elif name:
+    store, inner, name = _object_store.zarr_parts(obj)
+    if store is None and name:
         raise error(f"Expected the {what} as (zarr.Group or zarr.storage store, array name). Got "
-                    f"({type(obj).__name__}, {name!r}) instead.")
-    else:
+                    f"({type(obj[0]).__name__}, {name!r}) instead.")
+    if store is None:
         return None
     if not isinstance(store, zarr.storage.LocalStore):
         raise error(f"Expected the {what} on the local file system (a path, or a zarr object over "

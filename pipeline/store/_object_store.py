@@ -148,6 +148,22 @@ def takes_storage_options(func=None, *, writes: str | None = None):
     return wrapper
 
 
+def zarr_parts(obj) -> tuple[object, str, str]:
+    """``(store, path inside it, name)`` of a zarr object given in place of a path: a ``zarr.Array``
+    or ``zarr.Group`` (its store and path), a ``zarr.storage`` store (its root), either as
+    ``(object, name)``; ``store`` None for anything else (a path; ``name`` kept where one was given)."""
+    import zarr
+
+    name = ""
+    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], str):
+        obj, name = obj
+    if isinstance(obj, (zarr.Array, zarr.Group)):
+        return obj.store_path.store, obj.store_path.path, name
+    if isinstance(obj, zarr.abc.store.Store):
+        return obj, "", name
+    return None, "", name
+
+
 def s3_object(obj, what: str = "input", *, writing: bool = False) -> tuple[str, dict] | None:
     """A zarr object over zarr's ``ObjectStore`` with obstore's ``S3Store`` (a ``zarr.Array``, a
     ``zarr.Group``, the store itself, or ``(group or store, name)``): its ``s3://`` URL (the store's
@@ -156,15 +172,7 @@ def s3_object(obj, what: str = "input", *, writing: bool = False) -> tuple[str, 
     local one is."""
     import zarr
 
-    name = ""
-    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], str):
-        obj, name = obj
-    if isinstance(obj, (zarr.Array, zarr.Group)):
-        store, inner = obj.store_path.store, obj.store_path.path
-    elif isinstance(obj, zarr.abc.store.Store):
-        store, inner = obj, ""
-    else:
-        return None
+    store, inner, name = zarr_parts(obj)
     s3 = getattr(store, "store", None) if isinstance(store, zarr.storage.ObjectStore) else None
     if s3 is None or type(s3).__name__ != "S3Store":
         return None
