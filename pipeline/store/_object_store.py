@@ -230,13 +230,49 @@ def _store(url: Url, prefix: str | None = None):
                environment)
 
 
-def zarr_store(location: str, *, read_only: bool = False):
-    """What zarr opens ``location`` with: a path as it is, a URL as zarr's ``ObjectStore``."""
+def zarr_store(location: str, *, read_only: bool = False, strict: bool = False):
+    """What zarr opens ``location`` with: a path as it is, a URL as zarr's ``ObjectStore``.
+    ``strict`` (a run's input under ``missing-chunks: error``, whose every chunk the missing-chunk
+    check found stored): an object the store then answers "not found" for is an error, not the fill
+    value zarr would read (an eventually consistent store that lists an object before it serves it)."""
     if not is_url(location):
         return location
     from zarr.storage import ObjectStore
 
-    return ObjectStore(_store(parse(location)), read_only=read_only)
+    kind = _strict_store_class() if strict else ObjectStore
+    return kind(_store(parse(location)), read_only=read_only)
+
+
+_METADATA = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"})
+
+
+@functools.cache
+def _strict_store_class():
+    """zarr's ``ObjectStore`` whose reads of an absent object (but metadata, which zarr probes for)
+    raise :class:`ObjectStoreError` (see :func:`zarr_store`)."""
+    from zarr.storage import ObjectStore
+
+    def absent(store, key: str) -> ObjectStoreError:
+        return ObjectStoreError(f"Expected the object store to serve {key} of s3://{store.store.config.get('bucket')}"
+                                f"/{(store.store.prefix or '').strip('/')}, which it listed. Got 'not found' instead "
+                                f"(an eventually consistent store?); zarr would read it as the fill value.")
+
+    class StrictObjectStore(ObjectStore):
+        async def get(self, key, prototype, byte_range=None):
+            value = await super().get(key, prototype, byte_range)
+            if value is None and key.rsplit("/", 1)[-1] not in _METADATA:
+                raise absent(self, key)
+            return value
+
+        async def get_partial_values(self, prototype, key_ranges):
+            key_ranges = list(key_ranges)
+            values = await super().get_partial_values(prototype, key_ranges)
+            for (key, _), value in zip(key_ranges, values):
+                if value is None and key.rsplit("/", 1)[-1] not in _METADATA:
+                    raise absent(self, key)
+            return values
+
+    return StrictObjectStore
 
 
 # ------------------------------------------------------------------------------------------ the errors

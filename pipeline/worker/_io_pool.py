@@ -102,22 +102,26 @@ def _signature(store: str, path: str) -> tuple:
     return ()
 
 
-def open_array(store: str, path: str, mode: str, write_empty: bool = False, engine: str = "auto"):
+def open_array(store: str, path: str, mode: str, write_empty: bool = False, engine: str = "auto",
+               strict: bool = False):
     """``zarr.open_array``, cached in this process (worker or I/O process) while the array's metadata
     file is the same file with the same modification time: an output deleted and made again, or an
     input replaced, is opened afresh; a missing one raises as zarr does. ``write_empty``: store
     every chunk written, even one whose values all equal the fill value (zarr skips those).
-    ``engine``: the ``batchlu.io-engine`` whose codec pipeline decodes and encodes its chunks."""
+    ``engine``: the ``batchlu.io-engine`` whose codec pipeline decodes and encodes its chunks.
+    ``strict``: an object store's "not found" for a chunk is an error (see
+    :func:`batchlu.pipeline.store._object_store.zarr_store`)."""
     import zarr
 
-    key = (str(store), str(path), mode, bool(write_empty), engine)
+    key = (str(store), str(path), mode, bool(write_empty), engine, bool(strict))
     signature = _signature(store, path)
     with _OPENED_LOCK:
         cached = _OPENED.get(key)
     if cached is not None and signature and cached[0] == signature:
         return cached[1]
     with _io_engines.opening(engine, write=mode != "r"):  # with_config makes a new array: its pipeline too
-        array = zarr.open_array(store=_object_store.zarr_store(store, read_only=mode == "r"), path=path, mode=mode)
+        array = zarr.open_array(store=_object_store.zarr_store(store, read_only=mode == "r", strict=strict),
+                                path=path, mode=mode)
         if write_empty:
             array = array.with_config({"write_empty_chunks": True})
     with _OPENED_LOCK:

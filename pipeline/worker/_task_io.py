@@ -23,8 +23,12 @@ class TaskIO:
     def __init__(self, job):
         self.job = job
         engine = job.settings.io_engine  # batchlu.io-engine: the codec pipeline (pipeline._io_engines)
-        self.input = open_array(job.input.path, job.input.array, "r", engine=engine)
-        self.rhs = open_array(job.rhs.path, job.rhs.array, "r", engine=engine) if job.rhs is not None else None
+        # missing-chunks error: the missing-chunk check found every chunk a batch reads stored, so a
+        # store that then answers "not found" for one is an error, not the fill value (object stores)
+        strict = job.settings.missing_chunks == "error"
+        self.input = open_array(job.input.path, job.input.array, "r", engine=engine, strict=strict)
+        self.rhs = (open_array(job.rhs.path, job.rhs.array, "r", engine=engine, strict=strict)
+                    if job.rhs is not None else None)
         # write_empty: a chunk whose values all equal the fill value (the NaN inverses of a chunk of
         # singular matrices) is stored too, so that resume can check every complete chunk is there
         self.out = {name: open_array(job.output, name, "r+", write_empty=True, engine=engine)

@@ -133,6 +133,36 @@ def test_a_deleted_input_chunk_object_is_the_missing_chunk_error(client, s3):
     assert record is None or (record["status"] != "complete" and not _ledger.read(out)[2])
 
 
+def test_a_deleted_input_chunk_object_with_fill_is_minus_3(client, s3):
+    source = _generate(s3, count=40)
+    _object_store.delete(f"{source}/c/2/0/0")
+    out = f"{s3}/o.zarr"
+    report = pipeline.run(source, out, op="inv", client=client, progress=False,
+                          config={"chunk": 10, "missing-chunks": "fill"})
+    info = outputs_of(out)["info"]
+    assert report.status == "complete" and report.missing == 10
+    assert (info[20:30] == -3).all() and (info[:20] == 0).all() and (info[30:] == 0).all()
+    assert pipeline.verify(source, out).ok
+
+
+def test_an_object_the_store_lists_but_does_not_serve_is_an_error_not_the_fill_value(client, s3, s3_faults):
+    """A store that answers HEAD for a chunk but "not found" for its GET (an eventually consistent
+    S3-compatible store): zarr read the chunk as the fill value and the run completed with those
+    matrices' inverses of zeros (NaN, "singular"). Under missing-chunks error the input's reads
+    refuse it in one line, and the output is not complete."""
+    source = _generate(s3, count=40, chunk=4)
+    out = f"{s3}/o.zarr"
+    s3_faults.fail(404, "NoSuchKey", method="GET", path="/a.zarr/c/3/0/0")
+    with pytest.raises(errors.ObjectStoreError) as failed:
+        pipeline.run(source, out, op="inv", client=client, progress=False, config={"chunk": 4})
+    message = str(failed.value)
+    assert len(message.splitlines()) == 1 and "c/3/0/0" in message and "not found" in message, message
+    assert s3_faults.spoiled >= 1
+    s3_faults.restore()
+    assert _group.read_provenance(out)["status"] != "complete"
+    assert not _ledger.read(out)[3]
+
+
 def test_storage_options_in_fsspecs_names_reach_the_run(client, s3, s3_server, monkeypatch):
     """``storage_options=`` (fsspec's ``key``, ``secret``, ``endpoint_url``) in place of the environment."""
     source = _generate(s3, count=20)
