@@ -24,7 +24,6 @@ not as globals, so the compiled code does not embed their addresses and can be c
 
 from __future__ import annotations
 
-
 import numba.experimental.function_type  # noqa: F401  (registers first-class function types)
 import numpy as np
 from numba import njit, types

@@ -148,8 +148,8 @@ def _local_files(array, start: int, stop: int) -> list[Gap] | None:
         return None
     root = os.path.join(str(store.root), *[p for p in str(array.store_path.path).split("/") if p])
     coords, keys = _objects(array, start, stop)
-    there = [_is_chunk_file(os.path.join(root, *key.split("/")), array) for key in keys]
-    if array.shards:
+    there = [_is_chunk_file(os.path.join(root, *key.split("/")), array) for key in keys]   # pipes raise
+    if array.shards:   # which inner chunks a shard holds, its index says: _find, through zarr
         return None
     return [Gap(key, None, *_span(c[0], array.chunks[0], array.shape[0]))
             for c, key, is_file in zip(coords, keys, there) if not is_file]

@@ -103,7 +103,13 @@ def storage_options() -> dict:
     the usual options translated, ``client_kwargs``' endpoint and region too)."""
     import dask.config
 
-    given = dict(dask.config.get(CONFIG_KEY, default=None) or {})
+    return _obstore_keys(dask.config.get(CONFIG_KEY, default=None) or {})
+
+
+def _obstore_keys(given) -> dict:
+    """Storage options in obstore's S3 keys: fsspec's names translated, ``client_kwargs``' endpoint
+    and region too."""
+    given = dict(given)
     client = given.pop("client_kwargs", None) or {}
     given.update({k: v for k, v in dict(client).items() if k in ("endpoint_url", "region_name")})
     return {FSSPEC_KEYS.get(k, k): v for k, v in given.items()}
@@ -194,7 +200,7 @@ def _one_config(found: list[tuple[str, dict]], given: dict | None) -> dict:
             raise ConfigError(f"Expected the zarr objects of one call over one S3 configuration. Got "
                               f"{first_name} and {name} over stores configured otherwise instead "
                               f"(endpoint, region or credentials).")
-    if given is not None and {FSSPEC_KEYS.get(k, k): v for k, v in dict(given).items()} != first:
+    if given is not None and _obstore_keys(given) != first:
         raise ConfigError(f"Expected storage_options to agree with the S3 store of the zarr object "
                           f"given for {first_name}, or none. Got other options instead: drop "
                           f"storage_options, or pass the s3:// URL.")
@@ -258,19 +264,18 @@ def _strict_store_class():
                                 f"(an eventually consistent store?); zarr would read it as the fill value.")
 
     class StrictObjectStore(ObjectStore):
-        async def get(self, key, prototype, byte_range=None):
-            value = await super().get(key, prototype, byte_range)
+        def _served(self, key: str, value):
             if value is None and key.rsplit("/", 1)[-1] not in _METADATA:
                 raise absent(self, key)
             return value
 
+        async def get(self, key, prototype, byte_range=None):
+            return self._served(key, await super().get(key, prototype, byte_range))
+
         async def get_partial_values(self, prototype, key_ranges):
             key_ranges = list(key_ranges)
             values = await super().get_partial_values(prototype, key_ranges)
-            for (key, _), value in zip(key_ranges, values):
-                if value is None and key.rsplit("/", 1)[-1] not in _METADATA:
-                    raise absent(self, key)
-            return values
+            return [self._served(key, value) for (key, _), value in zip(key_ranges, values)]
 
     return StrictObjectStore
 
