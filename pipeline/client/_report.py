@@ -58,6 +58,7 @@ class Report:
     tasks: int = 0
     backend: str = "auto"      # as requested
     backends: tuple[str, ...] = ()   # as resolved on the workers
+    backend_note: str | None = None  # why auto took the CPU on a machine with GPUs
     per_worker: dict[str, int] = dataclasses.field(default_factory=dict)  # matrices per worker
     status: str = "complete"
     dashboard: str | None = None   # a cluster that outlives the run (a scheduler or client given); not the embedded one
@@ -134,7 +135,8 @@ class Report:
                          f"compute {self.compute_s:.2f} s, write {self.write_s:.2f} s")
         if self.skipped:
             lines.append(f"  skipped {self.skipped:,} already complete (resume)")
-        lines.append(f"  backend {self.backend} -> {', '.join(self.backends) or '-'}")
+        lines.append(f"  backend {self.backend} -> {', '.join(self.backends) or '-'}"
+                     + (f" ({self.backend_note})" if self.backend_note else ""))
         for name, where in self.codecs.items():
             lines.append(f"  codec of {'the input' if name == 'a' else 'the right-hand side' if name == 'b' else name}: {where}")
         if len(self.per_worker) > 1:

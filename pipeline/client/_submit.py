@@ -33,6 +33,21 @@ HOST_TASKS_PER_THREAD = 4
 # start to exit; 4-50 MB: threads 3.0-4.3 s, processes 4.0-4.9 s (docs/performance.md, end to end).
 THREADS_UP_TO = 1 << 30
 
+# backend auto, embedded cluster, dense ops: the CPU backend (threads of this process) for inputs of
+# up to this many bytes per core, the GPU above. The embedded GPU cluster costs a run ~8 s before its
+# first task (H100, 4 MB of float64 n = 64: cluster start 6.4 s, warm-up 1.0 s; 13.1 s from start to
+# exit, docs/performance.md, end to end), while the CPU backend takes 1 GB of `inv` in 4-8 s on 2
+# cores from start to exit (~0.1 GB/s per core, n = 8-128): up to 128 MiB per core, the CPU is done
+# before the GPU workers are up. A sparse op's cost per byte of values depends on its pattern's fill,
+# not on its size: those stay on the GPU. `--backend gpu` insists.
+CPU_AUTO_BYTES_PER_CORE = 128 << 20
+
+
+def cpu_pays(job: Job, nbytes: int) -> bool:
+    """Whether backend auto takes the CPU for ``job`` of ``nbytes`` of input on a machine with GPUs
+    (:data:`CPU_AUTO_BYTES_PER_CORE`)."""
+    return job.symbolic is None and nbytes <= CPU_AUTO_BYTES_PER_CORE * (os.cpu_count() or 1)
+
 
 def job_bytes(job: Job) -> int:
     """Bytes of the run's input and right-hand sides (from their metadata)."""
@@ -52,9 +67,15 @@ def submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None
     embedded = all(value is None for value in connect.values())
     if embedded:
         # the embedded cluster is built for one backend, decided here once: it is the tasks' too
-        opts = opts.replace(backend=_devices.resolve_embedded(opts.backend, opts.cluster.gpus))
+        nbytes = job_bytes(job)
+        backend = _devices.resolve_embedded(opts.backend, opts.cluster.gpus)
+        if backend == "gpu" and opts.backend == "auto" and cpu_pays(job, nbytes):
+            backend = "cpu"
+            report.backend_note = (f"{nbytes / 1e6:,.1f} MB of input: the CPU is done before GPU workers "
+                                   f"would start; --backend gpu insists")
+        opts = opts.replace(backend=backend)
         if opts.cluster.processes is None:   # auto: threads of this process for small inputs
-            processes = job_bytes(job) > THREADS_UP_TO
+            processes = nbytes > THREADS_UP_TO
             opts = opts.replace(cluster=dataclasses.replace(opts.cluster, processes=processes))
         if _in_process(opts):
             _run_in_process(job, tasks, report, opts, show, t0)
