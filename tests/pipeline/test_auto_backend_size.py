@@ -86,3 +86,19 @@ def test_a_sparse_op_keeps_the_gpu(tmp_path, gpu_machine):
     source = batchlu.generate(tmp_path / "kkt.zarr", count=8, kind="saddle", size=40, chunk=4, seed=5)
     with pytest.raises(_GPUCluster):
         batchlu.run(source, str(tmp_path / "out.zarr"), op="ldlt-solve", progress=False)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_machine_auto_takes_the_cpu_below_the_limit_and_the_gpu_above(source, tmp_path, monkeypatch):
+    if not _devices.gpu_available():
+        pytest.skip("needs a GPU with CuPy and dask-cuda")
+    path, a = source
+    small = batchlu.run(path, str(tmp_path / "small.zarr"), op="inv", progress=False)
+    assert small.status == "complete" and small.backends == ("cpu",) and small.backend_note
+    monkeypatch.setattr(_submit, "CPU_AUTO_BYTES_PER_CORE", 0)
+    large = batchlu.run(path, str(tmp_path / "large.zarr"), op="inv", progress=False)
+    assert large.status == "complete" and large.backends == ("gpu",) and large.backend_note is None
+    for name in ("small", "large"):
+        inv = zarr.open_array(str(tmp_path / f"{name}.zarr" / "inv"), mode="r")[:]
+        info = zarr.open_array(str(tmp_path / f"{name}.zarr" / "info"), mode="r")[:]
+        assert np.all(info == 0) and max(get03(a[i], inv[i]) for i in range(len(a))) < 30
