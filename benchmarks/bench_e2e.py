@@ -38,8 +38,9 @@ their runs are done (``--keep`` keeps them and the last output of each impl).
 
 Before the first timed run of each (n, dtype), the CLI runs once, untimed, on a small input of that n
 and dtype: the first run on a machine compiles batchlu's kernels into their disk caches (numba on
-the CPU, NVRTC on the GPU; a minute on a 2-core VM), which a user pays once. (It also brings the
-libraries the script imports into the page cache.)
+the CPU, NVRTC on the GPU; a minute on a 2-core VM), which a user pays once. On a GPU machine it runs
+twice, with the defaults (a small input computes on the CPU) and with ``--backend gpu``. (It also
+brings the libraries the script imports into the page cache.)
 
 Every output is checked before its time is trusted: LAPACK's inverse ratio (dget03,
 ``batchlu.testing.ratios.get03``) on 64 matrices drawn at random, below 30, and its shape and dtype
@@ -673,7 +674,7 @@ def _point(args, inp: Input, data_dir: Path, work: Path, script: Path, cli: str,
     print(f"# input {src.name}: {inp.count:,} x {inp.n}x{inp.n} {inp.dtype}, {inp.nbytes:,} B, chunks {chunks}, "
           f"zstd {ratio:.2f}x, " + ("reused" if seconds is None else f"written in {seconds:.1f} s"), flush=True)
 
-    def run_one(impl: str, source: Path = src, k: int = 0) -> dict:
+    def run_one(impl: str, source: Path = src, k: int = 0, flags: tuple = ()) -> dict:
         target = work / f"out-{impl}.zarr"
         shutil.rmtree(target, ignore_errors=True)
         if impl in CLIENT_IMPLS:
@@ -683,7 +684,7 @@ def _point(args, inp: Input, data_dir: Path, work: Path, script: Path, cli: str,
                 result = {"wall_s": None, "error": str(err)[-1500:]}
             ok = "error" not in result
         else:
-            cmd = [cli, "run", str(source), str(target), "--op", "inv"] if impl == "batchlu-cli" \
+            cmd = [cli, "run", str(source), str(target), "--op", "inv", *flags] if impl == "batchlu-cli" \
                 else [sys.executable, str(script), str(source), str(target)]
             result = timed_subprocess(cmd, env, work, args.timeout)
             ok = result["rc"] == 0
@@ -710,9 +711,12 @@ def _point(args, inp: Input, data_dir: Path, work: Path, script: Path, cli: str,
         warmed.add((inp.n, inp.dtype))   # the first run on a machine compiles the kernels into their disk caches
         small = make_input("random", inp.n, inp.dtype, str(WARM_BYTES), inp.chunks, inp.seed)
         write_input(work / small.name, small)
-        result = run_one("batchlu-cli", work / small.name)
-        print(f"# warm-up batchlu-cli n={inp.n} {inp.dtype}: {result['wall_s']:.1f} s"
-              + ("" if result["ok"] else f" (failed: {result.get('error')})"), flush=True)
+        # the small input runs on the CPU (backend auto); on a GPU machine the GPU's kernels are
+        # compiled too, as a user's earlier larger run would have
+        for flags in ((),) if device == "cpu" else ((), ("--backend", "gpu")):
+            result = run_one("batchlu-cli", work / small.name, flags=flags)
+            print(f"# warm-up batchlu-cli {' '.join(flags)} n={inp.n} {inp.dtype}: {result['wall_s']:.1f} s"
+                  + ("" if result["ok"] else f" (failed: {result.get('error')})"), flush=True)
         shutil.rmtree(work / small.name, ignore_errors=True)
 
     base = {"data": inp.data, "n": inp.n, "dtype": inp.dtype, "bytes": inp.nbytes, "count": inp.count,
