@@ -66,12 +66,14 @@ def shard_index(stored: Stored, shard: int) -> np.ndarray | None:
     index = np.frombuffer(body, "<u8").reshape(stored.per_shard, 2)
     # an index that passes its CRC can still list bytes the file does not hold (a buggy writer): such
     # an entry would size the read buffer (exabytes) or overflow preadv's offset; name it here
-    for i, (offset, nbytes) in enumerate(index.tolist()):
-        if offset == EMPTY and nbytes == EMPTY:
-            continue
-        if offset + nbytes > size:
-            raise FrameError(f"the shard {path} lists chunk {i} at bytes {offset}:{offset + nbytes}, "
-                             f"beyond its end ({size} bytes)")
+    # (offset + nbytes > size, written so that uint64 cannot wrap)
+    offset, nbytes, end = index[:, 0], index[:, 1], np.uint64(size)
+    beyond = ~((offset == EMPTY) & (nbytes == EMPTY)) & ((offset > end) | (nbytes > end - np.minimum(offset, end)))
+    if beyond.any():
+        i = int(np.flatnonzero(beyond)[0])
+        first, count = int(offset[i]), int(nbytes[i])
+        raise FrameError(f"the shard {path} lists chunk {i} at bytes {first}:{first + count}, "
+                         f"beyond its end ({size} bytes)")
     return index
 
 
