@@ -215,6 +215,10 @@ def _closing(cluster) -> Iterator:
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 cluster.close(timeout=INTERRUPTED_CLUSTER_CLOSE_S)
             _kill_worker_processes()
+            # a close cut short: distributed's atexit hook (close_clusters) closed the cluster again,
+            # waiting up to 10 s more (a GPU run stopped by Ctrl-C exited 12.8 s after it); its
+            # workers are gone and what is left of it lives in this process, which is stopping
+            cluster.shutdown_on_close = False
         else:
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 cluster.close()

@@ -228,3 +228,55 @@ def test_worker_processes_left_after_a_stop_are_killed_and_the_resource_tracker_
     finally:
         if child.is_alive():
             child.kill()
+
+
+_STOPPED_PROCESS = r"""
+import asyncio, os, sys, time
+from batchlu import pipeline
+from batchlu.pipeline.cluster import _connect
+from distributed.deploy.spec import SpecCluster
+
+async def never(*args, **kwargs):
+    await asyncio.sleep(3600)
+
+def nap(seconds):
+    time.sleep(seconds)
+
+if __name__ == "__main__":
+    _connect._close_workers = never
+    if sys.argv[2] == "slow-close":   # a cluster whose own close does not end in time either
+        real = SpecCluster._close
+        async def slow(self):
+            await asyncio.sleep(30)
+            await real(self)
+        SpecCluster._close = slow
+    options = pipeline.options({"cluster.processes": True, "cluster.n-workers": 1,
+                                "cluster.threads-per-worker": 1, "cluster.dashboard-address": "127.0.0.1:0",
+                                "cluster.log-file": sys.argv[1]})
+    try:
+        with _connect._embedded(options, None) as client:
+            client.submit(nap, 30, pure=False)
+            time.sleep(0.5)
+            print("stopping", flush=True)
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+"""
+
+
+@pytest.mark.parametrize("close", ["slow-close", "plain"])
+def test_a_stopped_run_exits_without_distributed_closing_its_cluster_again(tmp_path, close):
+    """After Ctrl-C and the bounded close, the process exits at once: distributed's atexit hook
+    (``close_clusters``) closed a cluster whose close had not finished again, waiting up to 10 s more
+    for it (a GPU run stopped by Ctrl-C took 12.8 s to exit on an H100)."""
+    script = tmp_path / "stopped.py"
+    script.write_text(_STOPPED_PROCESS)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run.log"), close],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    line = proc.stdout.readline()
+    stopped = time.monotonic()
+    assert line.strip() == "stopping", proc.communicate(timeout=60)
+    proc.communicate(timeout=60)
+    took = time.monotonic() - stopped
+    assert proc.returncode == 0
+    assert took < 3 * _connect.INTERRUPTED_CLUSTER_CLOSE_S + 2, f"the stopped process took {took:.1f} s to exit"
