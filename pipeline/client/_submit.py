@@ -39,7 +39,7 @@ THREADS_UP_TO = 1 << 30
 # (~0.1 GB/s per core, n = 8-128): up to 128 MiB per core, the CPU is done before the GPU workers are
 # up. Measured on a 16-core H100 host (docs/performance.md, end to end), float64 n = 64, from start
 # to exit, CPU against --backend gpu: 4 MB 1.9 s / 7.4-8.1 s, 1 GB 3.1 / 11.4 s, 2 GB 6.1 / 10.8 s. A sparse op's cost per byte of values depends on its pattern's fill,
-# not on its size: those stay on the GPU. `--backend gpu` insists.
+# not on its size: those stay on the GPU. `--backend gpu`, or GPUs named (`--gpus`), insist.
 CPU_AUTO_BYTES_PER_CORE = 128 << 20
 
 
@@ -69,7 +69,7 @@ def submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None
         # the embedded cluster is built for one backend, decided here once: it is the tasks' too
         nbytes = job_bytes(job)
         backend = _devices.resolve_embedded(opts.backend, opts.cluster.gpus)
-        if backend == "gpu" and opts.backend == "auto" and cpu_pays(job, nbytes):
+        if backend == "gpu" and opts.backend == "auto" and opts.cluster.gpus is None and cpu_pays(job, nbytes):
             backend = "cpu"
             report.backend_note = (f"{nbytes / 1e6:,.1f} MB of input: the CPU is done before GPU workers "
                                    f"would start; --backend gpu insists")

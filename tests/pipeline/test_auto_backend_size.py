@@ -73,6 +73,12 @@ def test_backend_gpu_insists_on_a_small_input(source, tmp_path, gpu_machine):
         batchlu.run(path, str(tmp_path / "out.zarr"), op="inv", backend="gpu", progress=False)
 
 
+def test_gpus_named_keep_the_gpu(source, tmp_path, gpu_machine):
+    path, _ = source
+    with pytest.raises(_GPUCluster):
+        batchlu.run(path, str(tmp_path / "out.zarr"), op="inv", progress=False, config={"cluster.gpus": "0"})
+
+
 def test_the_limit_is_per_core_and_inclusive(monkeypatch):
     job = type("J", (), {"symbolic": None})()
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
