@@ -238,9 +238,10 @@ def _store(url: Url, prefix: str | None = None):
 
 def zarr_store(location: str, *, read_only: bool = False, strict: bool = False):
     """What zarr opens ``location`` with: a path as it is, a URL as zarr's ``ObjectStore``.
-    ``strict`` (a run's input under ``missing-chunks: error``, whose every chunk the missing-chunk
-    check found stored): an object the store then answers "not found" for is an error, not the fill
-    value zarr would read (an eventually consistent store that lists an object before it serves it)."""
+    ``strict`` (a run's inputs, read after the missing-chunk check): an object the store then answers
+    "not found" for is an error, not the fill value zarr would read (an eventually consistent store
+    that lists an object before it serves it), but for the keys the check found absent
+    (``missing-chunks: fill``), which the store is told of (``store.expect_absent(keys)``)."""
     if not is_url(location):
         return location
     from zarr.storage import ObjectStore
@@ -264,8 +265,17 @@ def _strict_store_class():
                                 f"(an eventually consistent store?); zarr would read it as the fill value.")
 
     class StrictObjectStore(ObjectStore):
+        def expect_absent(self, keys) -> None:
+            """Keys (from the store's root) found absent by the missing-chunk check: their "not
+            found" is the fill value, which the task marks -3. The set only grows: a key found absent
+            once has its matrices marked wherever it is read."""
+            if not hasattr(self, "_absent"):
+                self._absent = set()
+            self._absent.update(keys)
+
         def _served(self, key: str, value):
-            if value is None and key.rsplit("/", 1)[-1] not in _METADATA:
+            if (value is None and key.rsplit("/", 1)[-1] not in _METADATA
+                    and key not in getattr(self, "_absent", ())):
                 raise absent(self, key)
             return value
 

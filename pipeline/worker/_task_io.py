@@ -23,11 +23,11 @@ class TaskIO:
     def __init__(self, job):
         self.job = job
         engine = job.settings.io_engine  # batchlu.io-engine: the codec pipeline (pipeline._io_engines)
-        # missing-chunks error: the missing-chunk check found every chunk a batch reads stored, so a
-        # store that then answers "not found" for one is an error, not the fill value (object stores)
-        strict = job.settings.missing_chunks == "error"
-        self.input = open_array(job.input.path, job.input.array, "r", engine=engine, strict=strict)
-        self.rhs = (open_array(job.rhs.path, job.rhs.array, "r", engine=engine, strict=strict)
+        # object stores: a batch's chunks are read after the missing-chunk check (:meth:`missing`), so
+        # a store that answers "not found" for one the check found stored is an error, not the fill
+        # value; under missing-chunks fill the store is told the keys the check found absent
+        self.input = open_array(job.input.path, job.input.array, "r", engine=engine, strict=True)
+        self.rhs = (open_array(job.rhs.path, job.rhs.array, "r", engine=engine, strict=True)
                     if job.rhs is not None else None)
         # write_empty: a chunk whose values all equal the fill value (the NaN inverses of a chunk of
         # singular matrices) is stored too, so that resume can check every complete chunk is there
@@ -48,6 +48,10 @@ class TaskIO:
             where = ref.location()
             known = (found or {}).get(name)
             gaps = known if known is not None else _missing.find(array, start, stop)
+            expect_absent = getattr(array.store, "expect_absent", None)   # a strict object store
+            if gaps and expect_absent is not None:
+                expect_absent(f"{array.path}/{gap.key}" if array.path else gap.key
+                              for gap in gaps if gap.inner is None)   # not a shard that is there
             mask = _missing.judge(gaps, where, start, stop, self.job.settings.missing_chunks, what)
             if mask is not None:
                 rows = mask if rows is None else rows | mask

@@ -145,16 +145,20 @@ def test_a_deleted_input_chunk_object_with_fill_is_minus_3(client, s3):
     assert pipeline.verify(source, out).ok
 
 
-def test_an_object_the_store_lists_but_does_not_serve_is_an_error_not_the_fill_value(client, s3, s3_faults):
+@pytest.mark.parametrize("policy", ["error", "fill"])
+def test_an_object_the_store_lists_but_does_not_serve_is_an_error_not_the_fill_value(client, s3, s3_faults,
+                                                                                       policy):
     """A store that answers HEAD for a chunk but "not found" for its GET (an eventually consistent
     S3-compatible store): zarr read the chunk as the fill value and the run completed with those
-    matrices' inverses of zeros (NaN, "singular"). Under missing-chunks error the input's reads
-    refuse it in one line, and the output is not complete."""
+    matrices' inverses of zeros (NaN, "singular"; a right-hand side of zeros solves to zeros with
+    info 0). Under either missing-chunks policy the input's reads refuse it in one line (fill marks
+    -3 only what the missing-chunk check found absent), and the output is not complete."""
     source = _generate(s3, count=40, chunk=4)
     out = f"{s3}/o.zarr"
     s3_faults.fail(404, "NoSuchKey", method="GET", path="/a.zarr/c/3/0/0")
     with pytest.raises(errors.ObjectStoreError) as failed:
-        pipeline.run(source, out, op="inv", client=client, progress=False, config={"chunk": 4})
+        pipeline.run(source, out, op="inv", client=client, progress=False,
+                     config={"chunk": 4, "missing-chunks": policy})
     message = str(failed.value)
     assert len(message.splitlines()) == 1 and "c/3/0/0" in message and "not found" in message, message
     assert s3_faults.spoiled >= 1
@@ -307,3 +311,23 @@ def test_zarr_objects_over_s3_that_cannot_be_used_are_refused_in_one_line(s3, s3
     assert {"read-only-output": "read-only ObjectStore", "two-configs": "one S3 configuration",
             "other-options": "storage_options to agree"}[case] in message
     assert _object_store.head(f"{s3}/o.zarr/zarr.json") is None   # nothing written
+
+
+def test_a_deleted_shard_and_a_hole_in_a_shard_with_fill_are_minus_3(client, s3):
+    """Sharded input on S3 under missing-chunks fill: the strict input store lets through the
+    "not found" of a shard the check found absent (its matrices -3), and an inner chunk absent from
+    a shard that is there reads as the fill value without a request that fails (-3 too)."""
+    rng = np.random.default_rng()
+    a = rng.standard_normal((48, 5, 5))
+    source = f"{s3}/sharded.zarr"
+    z = zarr.create_array(_object_store.zarr_store(source), shape=a.shape, dtype=a.dtype, chunks=(4, 5, 5),
+                          shards=(16, 5, 5))
+    z[...] = a
+    z[20:24] = 0.0   # all fill value: zarr leaves this inner chunk out of its shard
+    _object_store.delete(f"{source}/c/2/0/0")   # the third shard: matrices 32:48
+    out = f"{s3}/o.zarr"
+    report = pipeline.run(source, out, op="inv", client=client, progress=False, config={"missing-chunks": "fill"})
+    info = outputs_of(out)["info"]
+    assert report.status == "complete" and report.missing == 20
+    assert (info[32:48] == -3).all() and (info[20:24] == -3).all()
+    assert (info[:20] == 0).all() and (info[24:32] == 0).all()
