@@ -24,6 +24,7 @@ Why obstore's store and not fsspec's (s3fs): docs/design.md, "Object storage".
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import datetime
 import functools
@@ -241,7 +242,7 @@ def zarr_store(location: str, *, read_only: bool = False, strict: bool = False):
     ``strict`` (a run's inputs, read after the missing-chunk check): an object the store then answers
     "not found" for is an error, not the fill value zarr would read (an eventually consistent store
     that lists an object before it serves it), but for the keys the check found absent
-    (``missing-chunks: fill``), which the store is told of (``store.expect_absent(keys)``)."""
+    (``missing-chunks: fill``) just before the read: :func:`expect_absent`."""
     if not is_url(location):
         return location
     from zarr.storage import ObjectStore
@@ -251,6 +252,20 @@ def zarr_store(location: str, *, read_only: bool = False, strict: bool = False):
 
 
 _METADATA = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"})
+# (id of a strict store, key): the objects the missing-chunk check of the batch being read found
+# absent, which read as the fill value. A context variable: set by the task's thread before its
+# read, it reaches the coroutines zarr runs for that read on its event loop (asyncio copies the
+# caller's context into them), and no other thread, task or run sees it.
+_ABSENT: contextvars.ContextVar = contextvars.ContextVar("batchlu_absent", default=frozenset())
+
+
+def expect_absent(found) -> None:
+    """In this thread, until its next call: the strict stores' reads of ``found``, pairs
+    ``(store, key)`` (a key from the store's root), are the fill value, not an error: what the
+    missing-chunk check found absent before the batch's read (``missing-chunks: fill``; those
+    matrices are marked -3). Every check calls it, with nothing found too, so that a batch never
+    inherits what an earlier one found."""
+    _ABSENT.set(frozenset((id(store), key) for store, key in found))
 
 
 @functools.cache
@@ -265,17 +280,11 @@ def _strict_store_class():
                                 f"(an eventually consistent store?); zarr would read it as the fill value.")
 
     class StrictObjectStore(ObjectStore):
-        def expect_absent(self, keys) -> None:
-            """Keys (from the store's root) found absent by the missing-chunk check: their "not
-            found" is the fill value, which the task marks -3. The set only grows: a key found absent
-            once has its matrices marked wherever it is read."""
-            if not hasattr(self, "_absent"):
-                self._absent = set()
-            self._absent.update(keys)
+        strict = True
 
         def _served(self, key: str, value):
             if (value is None and key.rsplit("/", 1)[-1] not in _METADATA
-                    and key not in getattr(self, "_absent", ())):
+                    and (id(self), key) not in _ABSENT.get()):
                 raise absent(self, key)
             return value
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..output import _ledger
-from ..store import _missing
+from ..store import _missing, _object_store
 from ._io_pool import open_array
 
 __all__ = ["TaskIO"]
@@ -40,7 +40,7 @@ class TaskIO:
         ``error`` raises :class:`batchlu.pipeline.errors.MissingChunkError`. ``found`` maps ``"a"`` /
         ``"b"`` to the gaps the GPU codec path already found while reading them (the same shard
         indexes and chunk sizes); an array not in it is looked up in the store."""
-        rows = None
+        rows, absent = None, []
         for name, ref, array, what in (("a", self.job.input, self.input, "input"),
                                        ("b", self.job.rhs, self.rhs, "right-hand side")):
             if array is None:
@@ -48,13 +48,13 @@ class TaskIO:
             where = ref.location()
             known = (found or {}).get(name)
             gaps = known if known is not None else _missing.find(array, start, stop)
-            expect_absent = getattr(array.store, "expect_absent", None)   # a strict object store
-            if gaps and expect_absent is not None:
-                expect_absent(f"{array.path}/{gap.key}" if array.path else gap.key
-                              for gap in gaps if gap.inner is None)   # not a shard that is there
+            if getattr(array.store, "strict", False):   # an object store: its objects found absent
+                absent += [(array.store, f"{array.path}/{gap.key}" if array.path else gap.key)
+                           for gap in gaps if gap.inner is None]   # not a shard that is there
             mask = _missing.judge(gaps, where, start, stop, self.job.settings.missing_chunks, what)
             if mask is not None:
                 rows = mask if rows is None else rows | mask
+        _object_store.expect_absent(absent)   # for this batch's read, in this thread
         return rows
 
     def mark(self, c0: int, c1: int, digests) -> None:

@@ -8,6 +8,8 @@ the request, the output is not complete, and a resume in the same process finish
 
 from __future__ import annotations
 
+import functools
+
 import dask.config
 import numpy as np
 import pytest
@@ -331,3 +333,31 @@ def test_a_deleted_shard_and_a_hole_in_a_shard_with_fill_are_minus_3(client, s3)
     assert report.status == "complete" and report.missing == 20
     assert (info[32:48] == -3).all() and (info[20:24] == -3).all()
     assert (info[:20] == 0).all() and (info[24:32] == 0).all()
+
+
+@pytest.mark.parametrize("embedded", [False, True])
+def test_a_chunk_found_absent_by_an_earlier_run_is_no_fill_value_in_a_later_one(client, s3, s3_faults, embedded):
+    """What the missing-chunk check found absent holds for the read of that batch only: the input
+    arrays (and their stores) are cached per process, and a right-hand side chunk once found absent
+    under fill (its matrices -3) read as the fill value in a later run of the same process after it
+    was restored and the store answered its GET "not found": a solve of zeros with info 0, "complete"."""
+    n = 6
+    rng = np.random.default_rng()
+    a = rng.standard_normal((40, n, n)) + 6 * np.eye(n)
+    b = rng.standard_normal((40, n)) + 1.0
+    za = zarr.create_array(_object_store.zarr_store(f"{s3}/a.zarr"), shape=a.shape, dtype=a.dtype, chunks=(4, n, n))
+    za[...] = a
+    zb = zarr.create_array(_object_store.zarr_store(f"{s3}/b.zarr"), shape=b.shape, dtype=b.dtype, chunks=(4, n))
+    zb[...] = b
+    _object_store.delete(f"{s3}/b.zarr/c/3/0")   # the right-hand sides of matrices 12:16
+    run = functools.partial(pipeline.run, f"{s3}/a.zarr", op="solve", rhs=f"{s3}/b.zarr",
+                            client=None if embedded else client, progress=False)
+    first = run(f"{s3}/o1.zarr", config={"missing-chunks": "fill"})
+    assert first.status == "complete" and first.missing == 4
+    assert (outputs_of(f"{s3}/o1.zarr")["info"][12:16] == -3).all()
+    zb[12:16] = b[12:16]
+    s3_faults.fail(404, "NoSuchKey", method="GET", path="/b.zarr/c/3/0")
+    for policy in ("error", "fill"):
+        with pytest.raises(errors.ObjectStoreError, match="not found"):
+            run(f"{s3}/o-{policy}.zarr", config={"missing-chunks": policy})
+    assert s3_faults.spoiled >= 2
