@@ -33,8 +33,8 @@ HOST_TASKS_PER_THREAD = 4
 # start to exit; 4-50 MB: threads 3.0-4.3 s, processes 4.0-4.9 s (docs/performance.md, end to end).
 THREADS_UP_TO = 1 << 30
 
-# backend auto, embedded cluster, dense ops: the CPU backend (threads of this process) for inputs of
-# up to this many bytes per core, the GPU above. The embedded GPU cluster costs a run 6-8 s before
+# backend auto, embedded cluster, dense ops: the CPU backend for inputs of up to this many bytes per
+# thread it would run (the usable cores, or the threads configured), the GPU above. The embedded GPU cluster costs a run 6-8 s before
 # its first task, while the CPU backend takes 1 GB of `inv` in 4-8 s on 2 cores from start to exit
 # (~0.1 GB/s per core, n = 8-128): up to 128 MiB per core, the CPU is done before the GPU workers are
 # up. Measured on a 16-core H100 host (docs/performance.md, end to end), float64 n = 64, from start
@@ -43,10 +43,18 @@ THREADS_UP_TO = 1 << 30
 CPU_AUTO_BYTES_PER_CORE = 128 << 20
 
 
-def cpu_pays(job: Job, nbytes: int) -> bool:
-    """Whether backend auto takes the CPU for ``job`` of ``nbytes`` of input on a machine with GPUs
-    (:data:`CPU_AUTO_BYTES_PER_CORE`)."""
-    return job.symbolic is None and nbytes <= CPU_AUTO_BYTES_PER_CORE * (os.cpu_count() or 1)
+def cpu_pays(job: Job, nbytes: int, threads: int) -> bool:
+    """Whether backend auto takes the CPU for ``job`` of ``nbytes`` of input on a machine with GPUs,
+    the CPU backend running ``threads`` threads (:data:`CPU_AUTO_BYTES_PER_CORE` per thread)."""
+    return job.symbolic is None and nbytes <= CPU_AUTO_BYTES_PER_CORE * max(1, int(threads))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity and cgroup quota: a Slurm or container
+    allocation, ``taskset``), as dask counts them, and distributed's LocalCluster by default."""
+    from dask.system import cpu_count
+
+    return max(1, int(cpu_count()))
 
 
 def job_bytes(job: Job) -> int:
@@ -69,7 +77,8 @@ def submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None
         # the embedded cluster is built for one backend, decided here once: it is the tasks' too
         nbytes = job_bytes(job)
         backend = _devices.resolve_embedded(opts.backend, opts.cluster.gpus)
-        if backend == "gpu" and opts.backend == "auto" and opts.cluster.gpus is None and cpu_pays(job, nbytes):
+        threads = pool_threads(opts.cluster.n_workers, opts.cluster.threads_per_worker)
+        if backend == "gpu" and opts.backend == "auto" and opts.cluster.gpus is None and cpu_pays(job, nbytes, threads):
             backend = "cpu"
             report.backend_note = (f"{nbytes / 1e6:,.1f} MB of input: the CPU is done before GPU workers "
                                    f"would start; --backend gpu insists")
@@ -116,7 +125,7 @@ def pool_threads(n_workers: int | None, threads_per_worker: int | None) -> int:
     """The threads of the embedded cluster of threads: ``n_workers`` (1) times ``threads_per_worker``,
     by default the cores shared out among the workers, rounded up, as distributed's LocalCluster does."""
     workers = n_workers or 1
-    return workers * (threads_per_worker or max(1, -(-(os.cpu_count() or 1) // workers)))
+    return workers * (threads_per_worker or max(1, -(-usable_cores() // workers)))
 
 
 def _run_in_process(job: Job, tasks, report: Report, opts, show: bool, t0: float) -> None:

@@ -6,7 +6,6 @@ would start the GPU cluster is stopped where it would, so that this runs without
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -62,7 +61,7 @@ def test_a_small_dense_run_on_a_gpu_machine_takes_the_cpu_and_says_why(source, t
 
 def test_an_input_above_the_limit_keeps_the_gpu(source, tmp_path, gpu_machine, monkeypatch):
     path, a = source
-    monkeypatch.setattr(_submit, "CPU_AUTO_BYTES_PER_CORE", a.nbytes // (os.cpu_count() or 1) - 8)
+    monkeypatch.setattr(_submit, "CPU_AUTO_BYTES_PER_CORE", a.nbytes // _submit.usable_cores() - 8)
     with pytest.raises(_GPUCluster):
         batchlu.run(path, str(tmp_path / "out.zarr"), op="inv", progress=False)
 
@@ -79,13 +78,42 @@ def test_gpus_named_keep_the_gpu(source, tmp_path, gpu_machine):
         batchlu.run(path, str(tmp_path / "out.zarr"), op="inv", progress=False, config={"cluster.gpus": "0"})
 
 
-def test_the_limit_is_per_core_and_inclusive(monkeypatch):
+def test_the_limit_is_per_thread_and_inclusive():
     job = type("J", (), {"symbolic": None})()
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert _submit.cpu_pays(job, 16 * _submit.CPU_AUTO_BYTES_PER_CORE)
-    assert not _submit.cpu_pays(job, 16 * _submit.CPU_AUTO_BYTES_PER_CORE + 1)
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert not _submit.cpu_pays(job, 16 * _submit.CPU_AUTO_BYTES_PER_CORE)
+    assert _submit.cpu_pays(job, 16 * _submit.CPU_AUTO_BYTES_PER_CORE, 16)
+    assert not _submit.cpu_pays(job, 16 * _submit.CPU_AUTO_BYTES_PER_CORE + 1, 16)
+    assert not _submit.cpu_pays(job, 16 * _submit.CPU_AUTO_BYTES_PER_CORE, 2)
+
+
+@pytest.fixture
+def sixteen_cores(monkeypatch, source):
+    """16 usable cores, and a limit per thread that the 1,000-matrix input passes on 2 threads only."""
+    import dask.system
+
+    monkeypatch.setattr(dask.system, "cpu_count", lambda: 16)
+    monkeypatch.setattr(_submit, "CPU_AUTO_BYTES_PER_CORE", source[1].nbytes // 2)
+
+
+def test_the_cores_counted_are_those_the_process_may_use(source, tmp_path, gpu_machine, sixteen_cores,
+                                                         monkeypatch):
+    """Under a CPU affinity or cgroup quota (Slurm, containers, taskset) dask counts fewer cores
+    than the machine has: the limit follows (os.cpu_count said 16 on a 1-core allocation)."""
+    import dask.system
+
+    path, _ = source
+    assert batchlu.run(path, str(tmp_path / "o16.zarr"), op="inv", progress=False).backends == ("cpu",)
+    monkeypatch.setattr(dask.system, "cpu_count", lambda: 1)
+    with pytest.raises(_GPUCluster):
+        batchlu.run(path, str(tmp_path / "o1.zarr"), op="inv", progress=False)
+
+
+def test_the_threads_configured_set_the_limit(source, tmp_path, gpu_machine, sixteen_cores):
+    """One worker of one thread computes at one core's rate, whatever the machine: the limit is
+    that thread's."""
+    path, _ = source
+    with pytest.raises(_GPUCluster):
+        batchlu.run(path, str(tmp_path / "o.zarr"), op="inv", progress=False,
+                    config={"cluster.n-workers": 1, "cluster.threads-per-worker": 1})
 
 
 def test_a_sparse_op_keeps_the_gpu(tmp_path, gpu_machine):
