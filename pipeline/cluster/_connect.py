@@ -193,7 +193,7 @@ WORKER_CLOSE_S = 30
 INTERRUPTED_CLOSE_S = 0.5
 # ... and the client and the cluster this long each to close after that. A GPU worker killed while
 # busy took longer than that to go on a loaded machine, and a stopped GPU run waited for it (one
-# test run out of two: over 60 s). Past it, this process's worker processes still there are killed.
+# test run out of two: over 60 s). Past it, the cluster's worker processes still there are killed.
 INTERRUPTED_CLUSTER_CLOSE_S = 2.0
 
 
@@ -201,20 +201,21 @@ INTERRUPTED_CLUSTER_CLOSE_S = 2.0
 def _closing(cluster) -> Iterator:
     """Close ``cluster`` on the way out: after a run that ended well, its workers first, with
     ``WORKER_CLOSE_S`` each to end; after Ctrl-C or SIGTERM, worker processes with
-    ``INTERRUPTED_CLOSE_S`` each, the cluster with ``INTERRUPTED_CLUSTER_CLOSE_S``, and then any
-    worker process of this process's still alive is killed: a stopped run exits in seconds."""
+    ``INTERRUPTED_CLOSE_S`` each, the cluster with ``INTERRUPTED_CLUSTER_CLOSE_S``, and then its
+    worker processes still alive are killed: a stopped run exits in seconds."""
     import asyncio
 
     try:
         yield cluster
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            pids = _worker_pids(cluster)   # before the close: the cluster forgets workers as they go
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 cluster.sync(_close_workers, cluster, INTERRUPTED_CLOSE_S, processes_only=True,
                              callback_timeout=INTERRUPTED_CLUSTER_CLOSE_S)
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 cluster.close(timeout=INTERRUPTED_CLUSTER_CLOSE_S)
-            _kill_worker_processes()
+            _kill_worker_processes(pids | _worker_pids(cluster))
             # a close cut short: distributed's atexit hook (close_clusters) closed the cluster again,
             # waiting up to 10 s more (a GPU run stopped by Ctrl-C exited 12.8 s after it); its
             # workers are gone and what is left of it lives in this process, which is stopping
@@ -229,10 +230,21 @@ def _closing(cluster) -> Iterator:
         cluster.close()
 
 
-def _kill_worker_processes() -> None:
-    """SIGKILL the worker processes this process spawned (multiprocessing's ``spawn_main``) that
-    are still alive, and their children (the GPU workers' I/O processes); not multiprocessing's
-    resource tracker, which ends by itself when this process does."""
+def _worker_pids(cluster) -> set[int]:
+    """The process IDs of ``cluster``'s worker processes (its nannies' children) alive now."""
+    pids = set()
+    for worker in list(getattr(cluster, "workers", {}).values()):
+        with contextlib.suppress(Exception):
+            pid = getattr(worker, "pid", None)   # a Nanny's worker process; None for a worker thread
+            if pid:
+                pids.add(int(pid))
+    return pids
+
+
+def _kill_worker_processes(pids: set[int]) -> None:
+    """SIGKILL the worker processes ``pids`` that this process started and are still alive, and
+    their children (the GPU workers' I/O processes). Only those: a program calling batchlu may run
+    processes of its own, and clusters of its own (a Jupyter kernel interrupted mid-run)."""
     import psutil
 
     try:
@@ -242,7 +254,7 @@ def _kill_worker_processes() -> None:
     doomed = []
     for child in children:
         try:
-            if "spawn_main" in " ".join(child.cmdline()):
+            if child.pid in pids:
                 doomed += [child, *child.children(recursive=True)]
         except psutil.Error:
             continue

@@ -220,7 +220,7 @@ def test_worker_processes_left_after_a_stop_are_killed_and_the_resource_tracker_
         deadline = time.monotonic() + 30   # this child, not a worker process an earlier test left
         while "spawn_main" not in " ".join(psutil.Process(child.pid).cmdline()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        _connect._kill_worker_processes()
+        _connect._kill_worker_processes({child.pid})
         child.join(5)
         assert child.exitcode == -signal.SIGKILL, child.exitcode
         assert tracker is not None and psutil.pid_exists(tracker), tracker
@@ -280,3 +280,61 @@ def test_a_stopped_run_exits_without_distributed_closing_its_cluster_again(tmp_p
     took = time.monotonic() - stopped
     assert proc.returncode == 0
     assert took < 3 * _connect.INTERRUPTED_CLUSTER_CLOSE_S + 2, f"the stopped process took {took:.1f} s to exit"
+
+
+_CALLER = r"""
+import json, multiprocessing, os, signal, sys, threading, time
+import numpy as np, zarr
+from batchlu import pipeline
+
+def complete(out):
+    try:
+        return int(zarr.open_array(out, path="_complete", mode="r")[...].sum())
+    except Exception:
+        return 0
+
+if __name__ == "__main__":
+    src, out = sys.argv[1], sys.argv[2]
+    mine = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(300,))
+    mine.start()   # the caller's own process
+
+    def interrupt():   # a notebook's "interrupt kernel": SIGINT to this process only
+        while complete(out) < 2:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    try:
+        pipeline.run(src, out, op="inv", progress=False, config={
+            "cluster.processes": True, "cluster.n-workers": 2, "cluster.threads-per-worker": 1,
+            "cluster.dashboard-address": "127.0.0.1:0", "cluster.log-file": sys.argv[3]})
+        stopped = False
+    except KeyboardInterrupt:
+        stopped = True
+    time.sleep(0.5)
+    import psutil
+    others = [" ".join(p.cmdline())[:80] for p in psutil.Process().children()
+              if p.pid != mine.pid and p.status() != psutil.STATUS_ZOMBIE
+              and "resource_tracker" not in " ".join(p.cmdline())]
+    print(json.dumps({"stopped": stopped, "alive": mine.is_alive(), "exitcode": mine.exitcode,
+                      "workers_left": others}), flush=True)
+    mine.terminate()
+    mine.join()
+"""
+
+
+def test_ctrl_c_in_the_api_kills_the_clusters_workers_only(source, tmp_path):
+    """Ctrl-C in a program that calls batchlu (a Jupyter kernel's interrupt): the embedded cluster's
+    worker processes end, and a process the program started itself lives on. Every child process
+    started by multiprocessing's spawn was killed, a user's own processes and clusters' included."""
+    import json
+
+    script = tmp_path / "caller.py"
+    script.write_text(_CALLER)
+    out = tmp_path / "out.zarr"
+    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")
+    done = subprocess.run([sys.executable, str(script), str(source), str(out), str(tmp_path / "run.log")],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"stopped": True, "alive": True, "exitcode": None, "workers_left": []}, \
+        (result, done.stderr[-2000:])
