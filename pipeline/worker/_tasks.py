@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import sys
 
 from . import _backends, _engines, _io_pool
@@ -116,14 +115,18 @@ def io_pool_for(job: Job, engine):
 
 
 def _worker_threads() -> int:
-    if "distributed" not in sys.modules:
-        return os.cpu_count() or 1
-    try:
-        from distributed import get_worker
+    """The task threads of this worker: distributed's count, or outside a worker (the in-process
+    pool) the cores this process may use, as the pool's default (dask's count: affinity, cgroups)."""
+    if "distributed" in sys.modules:
+        try:
+            from distributed import get_worker
 
-        return int(get_worker().state.nthreads)
-    except Exception:
-        return os.cpu_count() or 1
+            return int(get_worker().state.nthreads)
+        except Exception:
+            pass
+    from dask.system import cpu_count
+
+    return max(1, int(cpu_count()))
 
 
 def _host_frames(job: Job, engine, pool, io: TaskIO) -> dict:
