@@ -137,7 +137,11 @@ def check_output_path(output: str | os.PathLike, inputs: list) -> str:
 def _check_output_url(output: str, inputs: list) -> str:
     """:func:`check_output_path` of an ``s3://`` output: apart from the inputs, its bucket there and
     the credentials accepted (one listing request)."""
-    url = str(_object_store.parse(output, OutputError))
+    parsed = _object_store.parse(output, OutputError)
+    url = str(parsed)
+    if not parsed.key:   # its lock, OUT.lock beside it, would be another bucket's name
+        raise OutputError(f"Expected the output below a bucket's root (s3://{parsed.bucket}/NAME.zarr). "
+                          f"Got the root of s3://{parsed.bucket} itself instead.")
     for ref in inputs:
         if url == ref.path or url.startswith(ref.path + "/") or ref.path.startswith(url + "/"):
             raise OutputError(f"Expected the output {url} to be apart from the input {ref}. "

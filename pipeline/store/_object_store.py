@@ -190,6 +190,16 @@ def s3_object(obj, what: str = "input", *, writing: bool = False) -> tuple[str, 
                           f"over s3://{s3.config.get('bucket')} instead.")
     config = {k: v for k, v in dict(s3.config).items() if k != "bucket"}
     key = "/".join(part.strip("/") for part in (s3.prefix or "", inner, name) if part and part.strip("/"))
+    if ":" in key:   # the URL would read as PATH:ARRAY (another array: g/a:b read g/a, array b)
+        from ..errors import InputError
+
+        raise InputError(f"Expected the {what}'s S3 location without ':' (a location's last ':' names its "
+                         f"array, PATH:ARRAY). Got s3://{s3.config['bucket']}/{key} instead; rename it.")
+    if not key and writing:
+        from ..errors import OutputError
+
+        raise OutputError(f"Expected the {what} below a bucket's root (s3://{s3.config['bucket']}/NAME.zarr). "
+                          f"Got the root of s3://{s3.config['bucket']} itself instead.")
     return f"s3://{s3.config['bucket']}" + (f"/{key}" if key else ""), config
 
 

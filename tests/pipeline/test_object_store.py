@@ -361,3 +361,31 @@ def test_a_chunk_found_absent_by_an_earlier_run_is_no_fill_value_in_a_later_one(
         with pytest.raises(errors.ObjectStoreError, match="not found"):
             run(f"{s3}/o-{policy}.zarr", config={"missing-chunks": policy})
     assert s3_faults.spoiled >= 2
+
+
+def test_an_s3_zarr_object_whose_name_holds_a_colon_is_refused_not_read_as_another(s3, s3_server):
+    """The array 'g/a:b' became the URL s3://bkt/g/a:b, whose last ':' reads as PATH:ARRAY: the run
+    inverted the array g/a/b, reported complete, and verify of the same objects said OK."""
+    store = _s3_zarr_store(s3, s3_server)
+    g = zarr.open_group(store, mode="w").create_group("g")
+    rng = np.random.default_rng()
+    for path, group in (("a:b", g), ("b", g.create_group("a"))):
+        x = group.create_array(path, shape=(20, 5, 5), dtype="f8", chunks=(10, 5, 5))
+        x[...] = rng.standard_normal((20, 5, 5))
+    arr = zarr.open_array(store, path="g/a:b", mode="r")
+    for call in (lambda: pipeline.run(arr, (store, "o.zarr"), op="inv", progress=False),
+                 lambda: pipeline.verify(arr, (store, "o.zarr")),
+                 lambda: pipeline.run(zarr.open_array(store, path="g/a/b", mode="r"), (store, "inv:1"), op="inv",
+                                      progress=False)):
+        with pytest.raises(errors.InputError, match=r"without ':'"):
+            call()
+
+
+def test_an_output_at_a_buckets_root_is_refused(s3, s3_server, tmp_path):
+    """s3://BUCKET as the output (a URL, or a prefixless store's root): its lock, OUT.lock beside it,
+    was another bucket's name, and the run failed blaming the server (500, 'failed or throttled')."""
+    source = pipeline.generate(tmp_path / "a.zarr", count=20, size=5, chunk=10, seed=3)
+    bucket = s3.removeprefix("s3://").split("/")[0]
+    for output in (f"s3://{bucket}", _s3_zarr_store(f"s3://{bucket}", s3_server)):
+        with pytest.raises(errors.OutputError, match=r"below a bucket's root"):
+            pipeline.run(source, output, op="inv", progress=False)
