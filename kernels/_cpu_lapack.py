@@ -12,9 +12,8 @@ Arrays come from ``batchlu.kernels._cpu``: C-contiguous, one batch axis; ``facto
 matrices, ``invert`` only matrices whose factorization has no zero pivot.
 
 :func:`one_blas_thread` keeps OpenBLAS to one thread in the calling thread, for the compiled engine
-(which calls the same LAPACK from its own threads) and for the NumPy engine inside
-:func:`batchlu.kernels._cpu.numba_on_demand`, whose results must be the compiled engine's bit for
-bit: OpenBLAS's threaded ``?getrf`` / ``?getri`` (real from n ~ 200, complex from n < 96 on the
+(which calls the same LAPACK from its own threads) and for this module's loops (the NumPy engine,
+on demand or as the fallback), whose results must be the compiled engine's bit for bit: OpenBLAS's threaded ``?getrf`` / ``?getri`` (real from n ~ 200, complex from n < 96 on the
 2-core development machine) round differently from its one-thread code.
 """
 
@@ -85,16 +84,18 @@ def one_blas_thread():
 def factor(a: np.ndarray, piv: np.ndarray) -> None:
     """LU of every matrix of ``a`` (B, n, n) in place (``xGETRF``), 0-based pivots into ``piv``."""
     getrf, = get_lapack_funcs(("getrf",), (a,))
-    for i in range(a.shape[0]):
-        a[i], piv[i], _ = getrf(a[i])
+    with one_blas_thread():   # the NumPy engine too: threaded OpenBLAS rounds otherwise
+        for i in range(a.shape[0]):
+            a[i], piv[i], _ = getrf(a[i])
 
 
 def substitute(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``x`` (B, n, k) with ``A x = b`` from ``factor``'s ``lu`` and ``piv`` (``xGETRS``)."""
     getrs, = get_lapack_funcs(("getrs",), (lu,))
     x = np.empty(b.shape, lu.dtype)
-    for i in range(lu.shape[0]):
-        x[i], _ = getrs(lu[i], piv[i], b[i])
+    with one_blas_thread():
+        for i in range(lu.shape[0]):
+            x[i], _ = getrs(lu[i], piv[i], b[i])
     return x
 
 
@@ -105,6 +106,7 @@ def invert(lu: np.ndarray, piv: np.ndarray) -> np.ndarray:
     work, _ = getri_lwork(n)
     lwork = max(1, int(np.real(work)))
     ainv = np.empty(lu.shape, lu.dtype)
-    for i in range(lu.shape[0]):
-        ainv[i], _ = getri(lu[i], piv[i], lwork=lwork)
+    with one_blas_thread():
+        for i in range(lu.shape[0]):
+            ainv[i], _ = getri(lu[i], piv[i], lwork=lwork)
     return ainv

@@ -142,3 +142,37 @@ def test_only_a_small_cpu_run_computes_on_demand():
             assert getattr(_cpu._ON_DEMAND, "on", False) is want, (engine.name, size)
     assert getattr(_cpu._ON_DEMAND, "on", False) is False
 
+
+
+_ENGINE_SCRIPT = r"""
+import hashlib, json, sys
+import numpy as np
+from batchlu import kernels
+rng = np.random.default_rng(int(sys.argv[1]))
+out = {}
+for dtype in ("float32", "float64", "complex128"):
+    for n in (96, 160):
+        a = rng.standard_normal((3, n, n)) + (1j * rng.standard_normal((3, n, n)) if dtype == "complex128" else 0)
+        b = rng.standard_normal((3, n, 2)) + (1j * rng.standard_normal((3, n, 2)) if dtype == "complex128" else 0)
+        a, b = a.astype(dtype), b.astype(dtype)
+        out[f"{dtype} {n} inv"] = hashlib.sha1(kernels.inv(a)[0].tobytes()).hexdigest()
+        out[f"{dtype} {n} solve"] = hashlib.sha1(kernels.solve(a, b)[0].tobytes()).hexdigest()
+print(json.dumps(out))
+"""
+
+
+def test_the_numpy_engine_under_threaded_openblas_gives_the_compiled_engines_bits():
+    """BATCHLU_CPU_ENGINE=numpy (and numba not importable) with OpenBLAS given two threads: its LAPACK
+    loops run OpenBLAS at one thread too, so inv and solve are the compiled engine's bits (threaded,
+    11 of 18 cases differed at n = 96-200)."""
+    seed = str(np.random.default_rng().integers(1 << 30))
+
+    def digests(env):
+        done = subprocess.run([sys.executable, "-c", _ENGINE_SCRIPT, seed], capture_output=True, text=True,
+                              timeout=600, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    compiled = digests({**os.environ, "OPENBLAS_NUM_THREADS": "1", "BATCHLU_CPU_ENGINE": "compiled"})
+    numpy_threaded = digests({**_THREADED, "BATCHLU_CPU_ENGINE": "numpy"})
+    assert numpy_threaded == compiled, sorted(k for k in compiled if compiled[k] != numpy_threaded[k])
