@@ -111,6 +111,29 @@ def _list_arrays(group: zarr.Group) -> list[str]:
     return sorted(name for name, node in group.members(max_depth=None) if isinstance(node, zarr.Array))
 
 
+_METADATA_NAMES = (".zattrs", ".zmetadata")   # read beside METADATA_FILES
+
+
+def _regular_metadata(ref: ArrayRef, what: str) -> None:
+    """The metadata files zarr reads for ``ref`` (a local store): at its root and at every level of
+    its array path, any there must be a regular file. zarr's read of a named pipe waits for a writer
+    forever (a run hung on a pipe in place of ``zarr.json``)."""
+    import stat
+
+    folder = pathlib.Path(ref.path)
+    for part in [""] + [p for p in (ref.array or "").split("/") if p]:
+        folder = folder / part if part else folder
+        for name in tuple(METADATA_FILES) + _METADATA_NAMES:
+            path = folder / name
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                continue
+            if not stat.S_ISREG(mode):
+                raise CorruptInputError(f"Expected the {what}'s metadata {path} to be a regular file. "
+                                        f"Got a named pipe, socket, device or folder instead.")
+
+
 def open_array_info(ref: ArrayRef, what: str = "input") -> ArrayInfo:
     """Open ``ref`` read-only and describe it; errors say what was expected and what was found."""
     if is_url(ref.path):
@@ -126,6 +149,8 @@ def open_array_info(ref: ArrayRef, what: str = "input") -> ArrayInfo:
     elif not has_metadata(ref.path):
         raise InputError(f"Expected the {what} {ref.path} to be a Zarr store (with zarr.json, "
                          f".zarray or .zgroup). Got a directory without Zarr metadata instead.")
+    else:
+        _regular_metadata(ref, what)
     try:
         node = zarr.open(store=zarr_store(ref.path, read_only=True), path=ref.array or None, mode="r")
     except (FileNotFoundError, KeyError) as exc:

@@ -318,6 +318,11 @@ def _check_blocks(report: VerifyReport, blocks: list, sources: _Sources, group: 
     outs = {name: group[name] for name in _record.op_outputs(op)}
     all_ratios = []
     for sel in blocks:
+        index = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else sel
+        # -3 must sit on exactly the matrices whose chunk is missing: asked of the store for every
+        # block before any read (a chunk gone since the run reads as the fill value); an empty shard
+        # file or a pipe in the input raises CorruptInputError here, as in a run (read, a pipe hung)
+        missing_input = _missing_rows(index, a_arr, b_arr)
         out = {name: _read(arr, sel, join(out_path, name), OutputError) for name, arr in outs.items()}
         b_block = _read(b_arr, sel, _folder(sources.rhs)) if b_arr is not None else None
         a_block = _read(a_arr, sel, _folder(sources.a.ref))
@@ -332,11 +337,7 @@ def _check_blocks(report: VerifyReport, blocks: list, sources: _Sources, group: 
         report.nonfinite_result += counts.nonfinite_result
         report.missing += counts.missing
         report.refinement += counts.refinement
-        index = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else sel
-        # -3 must sit on exactly the matrices whose chunk is missing: asked of the store for every
-        # block (a chunk gone since the run reads as the fill value); an empty shard file or a pipe
-        # in the input raises CorruptInputError here, as in a run
-        blk.missing_input = _missing_rows(index, a_arr, b_arr)
+        blk.missing_input = missing_input
         _check_block(report, blk, index, all_ratios)
     if all_ratios:
         ratios = np.concatenate(all_ratios)

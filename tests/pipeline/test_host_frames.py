@@ -296,3 +296,36 @@ def test_a_named_pipe_in_the_input_is_one_error_not_a_hang(tmp_path, policy, lay
     os.mkfifo(path)
     with pytest.raises(CorruptInputError, match="named pipe"):
         _run(tmp_path / "in.zarr", tmp_path / "out.zarr", op="inv", config={"missing-chunks": policy})
+
+
+@pytest.mark.timeout(120)
+def test_a_named_pipe_in_the_input_after_the_run_is_verifys_one_error_not_a_hang(tmp_path):
+    """verify read each block before it asked the store about it, so a pipe in place of an input
+    chunk hung it (a run refuses the same pipe in one line)."""
+    values = _values(seed=74, special=False)
+    _input(tmp_path / "in.zarr", "zstd", values)
+    _run(tmp_path / "in.zarr", tmp_path / "out.zarr", op="inv")
+    path = _chunk_file(zarr.open_array(str(tmp_path / "in.zarr"), mode="r"), 4)
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(CorruptInputError, match="named pipe"):
+        batchlu.verify(str(tmp_path / "in.zarr"), str(tmp_path / "out.zarr"))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["root", "nested"])
+def test_a_named_pipe_in_place_of_the_inputs_metadata_is_one_error_not_a_hang(tmp_path, where):
+    values = _values(seed=75, special=False)
+    if where == "root":
+        _input(tmp_path / "in.zarr", "zstd", values)
+        source, meta = str(tmp_path / "in.zarr"), tmp_path / "in.zarr" / "zarr.json"
+    else:
+        group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+        x = group.create_group("sub").create_array("a", shape=values.shape, dtype=values.dtype,
+                                                   chunks=(16,) + values.shape[1:])
+        x[...] = values
+        source, meta = f"{tmp_path / 'g.zarr'}:sub/a", tmp_path / "g.zarr" / "sub" / "zarr.json"
+    meta.unlink()
+    os.mkfifo(meta)
+    with pytest.raises(CorruptInputError, match="named pipe"):
+        _run(source, tmp_path / "out.zarr", op="inv")
