@@ -34,12 +34,13 @@ HOST_TASKS_PER_THREAD = 4
 THREADS_UP_TO = 1 << 30
 
 # backend auto, embedded cluster, dense ops: the CPU backend for inputs of up to this many bytes per
-# thread it would run (the usable cores, or the threads configured), the GPU above. The embedded GPU cluster costs a run 6-8 s before
-# its first task, while the CPU backend takes 1 GB of `inv` in 4-8 s on 2 cores from start to exit
-# (~0.1 GB/s per core, n = 8-128): up to 128 MiB per core, the CPU is done before the GPU workers are
-# up. Measured on a 16-core H100 host (docs/performance.md, end to end), float64 n = 64, from start
-# to exit, CPU against --backend gpu: 4 MB 1.9 s / 7.4-8.1 s, 1 GB 3.1 / 11.4 s, 2 GB 6.1 / 10.8 s. A sparse op's cost per byte of values depends on its pattern's fill,
-# not on its size: those stay on the GPU. `--backend gpu`, or GPUs named (`--gpus`), insist.
+# thread it would run (the usable cores, or the threads configured), the GPU above. The embedded GPU
+# cluster costs a run 6-8 s before its first task, while the CPU backend takes 1 GB of `inv` in 4-8 s
+# on 2 cores from start to exit (~0.1 GB/s per core, n = 8-128). Measured on a 16-core H100 host
+# (docs/performance.md, end to end), from start to exit, CPU against --backend gpu: 8 MB (float64
+# n = 32) 1.9 s / 7.4-8.1 s; float64 n = 64, 1 GB 3.1 / 11.4 s, 2 GB 6.1 / 10.8 s. A sparse op's cost
+# per byte of values depends on its pattern's fill, not on its size: those stay on the GPU.
+# `--backend gpu`, or GPUs named (`--gpus`), insist.
 CPU_AUTO_BYTES_PER_CORE = 128 << 20
 
 
