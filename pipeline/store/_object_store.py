@@ -33,7 +33,7 @@ import json
 import os
 import re
 
-from ..errors import ConfigError, DependencyError, ObjectStoreError
+from ..errors import ConfigError, DependencyError, InputError, ObjectStoreError, OutputError
 
 __all__ = ["CONNECT_TIMEOUT", "CONFIG_KEY", "FSSPEC_KEYS", "RETRIES", "SCHEMES", "Url", "delete", "delete_tree",
            "get", "head", "is_store_error", "is_url", "takes_storage_options", "join", "listing", "naming_store_failures",
@@ -184,22 +184,13 @@ def s3_object(obj, what: str = "input", *, writing: bool = False) -> tuple[str, 
     if s3 is None or type(s3).__name__ != "S3Store":
         return None
     if writing and store.read_only:
-        from ..errors import OutputError
-
         raise OutputError(f"Expected a writable store for the {what}. Got a read-only ObjectStore "
                           f"over s3://{s3.config.get('bucket')} instead.")
     config = {k: v for k, v in dict(s3.config).items() if k != "bucket"}
     key = "/".join(part.strip("/") for part in (s3.prefix or "", inner, name) if part and part.strip("/"))
     if ":" in key:   # the URL would read as PATH:ARRAY (another array: g/a:b read g/a, array b)
-        from ..errors import InputError
-
         raise InputError(f"Expected the {what}'s S3 location without ':' (a location's last ':' names its "
                          f"array, PATH:ARRAY). Got s3://{s3.config['bucket']}/{key} instead; rename it.")
-    if not key and writing:
-        from ..errors import OutputError
-
-        raise OutputError(f"Expected the {what} below a bucket's root (s3://{s3.config['bucket']}/NAME.zarr). "
-                          f"Got the root of s3://{s3.config['bucket']} itself instead.")
     return f"s3://{s3.config['bucket']}" + (f"/{key}" if key else ""), config
 
 
