@@ -13,8 +13,9 @@ matrices, ``invert`` only matrices whose factorization has no zero pivot.
 
 :func:`one_blas_thread` keeps OpenBLAS to one thread in the calling thread, for the compiled engine
 (which calls the same LAPACK from its own threads) and for this module's loops (the NumPy engine,
-on demand or as the fallback), whose results must be the compiled engine's bit for bit: OpenBLAS's threaded ``?getrf`` / ``?getri`` (real from n ~ 200, complex from n < 96 on the
-2-core development machine) round differently from its one-thread code.
+on demand or as the fallback), whose results must be the compiled engine's bit for bit: OpenBLAS's
+threaded ``?getrf`` / ``?getri`` (real from n ~ 200, complex from n < 96 on the 2-core development
+machine) round differently from its one-thread code.
 """
 
 from __future__ import annotations

@@ -121,9 +121,11 @@ def _regular_metadata(ref: ArrayRef, what: str) -> None:
     import stat
 
     folder = pathlib.Path(ref.path)
-    for part in [""] + [p for p in (ref.array or "").split("/") if p]:
-        folder = folder / part if part else folder
-        for name in tuple(METADATA_FILES) + _METADATA_NAMES:
+    folders = [folder]
+    for part in (p for p in (ref.array or "").split("/") if p):
+        folders.append(folders[-1] / part)
+    for folder in folders:
+        for name in (*METADATA_FILES, *_METADATA_NAMES):
             path = folder / name
             try:
                 mode = os.stat(path).st_mode
