@@ -191,30 +191,52 @@ WORKER_CLOSE_S = 30
 # 4 s kept a stopped run on the terminal that long), then SIGTERM. Its writes in flight are as safe
 # as after a kill (the output's writes are fenced and marked after they land).
 INTERRUPTED_CLOSE_S = 0.5
-# ... and the client and the cluster this long each to close after that. A GPU worker killed while
+# ... and the client, the worker processes and the cluster this long to close after that, all
+# together: one deadline, counted from the stop, that the closes share. A GPU worker killed while
 # busy took longer than that to go on a loaded machine, and a stopped GPU run waited for it (one
-# test run out of two: over 60 s). Past it, the cluster's worker processes still there are killed.
+# test run out of two: over 60 s); with a wait of its own for each close, a stopped GPU run on a
+# loaded machine still took 5.8 s. Past it, the cluster's worker processes still there are killed.
 INTERRUPTED_CLUSTER_CLOSE_S = 2.0
+# A close that the deadline leaves no time for still gets this long (the scheduler in this process
+# closes in milliseconds when the workers are gone).
+LEAST_CLOSE_S = 0.2
+
+
+class _Stop:
+    """The deadline of a stopped run's closes (:data:`INTERRUPTED_CLUSTER_CLOSE_S` from the first
+    call of :meth:`left`), shared by the client's close and :func:`_closing`'s."""
+
+    def __init__(self):
+        self.deadline = None
+
+    def left(self) -> float:
+        """Seconds the next close may take: what is left of the deadline, at least ``LEAST_CLOSE_S``."""
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + INTERRUPTED_CLUSTER_CLOSE_S
+        return max(LEAST_CLOSE_S, self.deadline - now)
 
 
 @contextlib.contextmanager
-def _closing(cluster) -> Iterator:
+def _closing(cluster, stop: _Stop | None = None) -> Iterator:
     """Close ``cluster`` on the way out: after a run that ended well, its workers first, with
     ``WORKER_CLOSE_S`` each to end; after Ctrl-C or SIGTERM, worker processes with
-    ``INTERRUPTED_CLOSE_S`` each, the cluster with ``INTERRUPTED_CLUSTER_CLOSE_S``, and then its
-    worker processes still alive are killed: a stopped run exits in seconds."""
+    ``INTERRUPTED_CLOSE_S`` each and then the cluster, both within what is left of ``stop``'s
+    deadline (the client's close may have used part of it), and then its worker processes still
+    alive are killed: a stopped run exits in seconds."""
     import asyncio
 
     try:
         yield cluster
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            stop = stop or _Stop()
             pids = _worker_pids(cluster)   # before the close: the cluster forgets workers as they go
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 cluster.sync(_close_workers, cluster, INTERRUPTED_CLOSE_S, processes_only=True,
-                             callback_timeout=INTERRUPTED_CLUSTER_CLOSE_S)
+                             callback_timeout=stop.left())
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                cluster.close(timeout=INTERRUPTED_CLUSTER_CLOSE_S)
+                cluster.close(timeout=stop.left())
             _kill_worker_processes(pids | _worker_pids(cluster))
             # a close cut short: distributed's atexit hook (close_clusters) closed the cluster again,
             # waiting up to 10 s more (a GPU run stopped by Ctrl-C exited 12.8 s after it); its
@@ -304,6 +326,7 @@ def _embedded(options: Options, security) -> Iterator:
     log = _logs.log_file(options.cluster.log_file)
     restore = _logs.redirect(log)
     stopped = False
+    stop = _Stop()   # a stopped run's closes: one deadline
     try:
         with contextlib.ExitStack() as closing:
             try:
@@ -313,7 +336,7 @@ def _embedded(options: Options, security) -> Iterator:
                     warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
                                             category=UserWarning)
                     cluster = _embedded_cluster(options, gpu, security)
-                    closing.enter_context(_closing(cluster))   # before a held Ctrl-C is let through
+                    closing.enter_context(_closing(cluster, stop))   # before a held Ctrl-C is let through
             except BatchluError:
                 raise
             except Exception as exc:
@@ -331,7 +354,7 @@ def _embedded(options: Options, security) -> Iterator:
             except (KeyboardInterrupt, SystemExit):
                 # distributed's close waits up to twice its connect timeout (60 s) for a busy scheduler
                 with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                    client.close(timeout=INTERRUPTED_CLUSTER_CLOSE_S)
+                    client.close(timeout=stop.left())
                 raise
             except BaseException:
                 client.close()
