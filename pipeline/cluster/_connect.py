@@ -218,7 +218,7 @@ class _Stop:
 
 
 @contextlib.contextmanager
-def _closing(cluster, stop: _Stop | None = None) -> Iterator:
+def _closing(cluster, stop: _Stop) -> Iterator:
     """Close ``cluster`` on the way out: after a run that ended well, its workers first, with
     ``WORKER_CLOSE_S`` each to end; after Ctrl-C or SIGTERM, worker processes with
     ``INTERRUPTED_CLOSE_S`` each and then the cluster, both within what is left of ``stop``'s
@@ -230,7 +230,6 @@ def _closing(cluster, stop: _Stop | None = None) -> Iterator:
         yield cluster
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            stop = stop or _Stop()
             pids = _worker_pids(cluster)   # before the close: the cluster forgets workers as they go
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 cluster.sync(_close_workers, cluster, INTERRUPTED_CLOSE_S, processes_only=True,
