@@ -20,7 +20,8 @@ __all__ = ["log_file", "redirect"]
 
 # distributed configures these three with a handler on stderr; batchlu's own loggers propagate to
 # the root logger, whose last-resort handler also prints to stderr, as asyncio's do (a comm closed
-# under a run that stops: "Future exception was never retrieved").
+# under a run that stops: "Future exception was never retrieved"). Loggers below them that print on
+# their own go too (:func:`_loggers`).
 _LOGGERS = ("distributed", "tornado", "bokeh", "batchlu", "asyncio")
 _FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
 
@@ -49,6 +50,17 @@ def _to_terminal(handler: logging.Handler) -> bool:
             and getattr(handler, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__))
 
 
+def _loggers() -> list[str]:
+    """:data:`_LOGGERS` and the loggers below them that print without them: a handler of their own,
+    or propagation off. distributed's logging config gives ``distributed.client``, ``distributed.gc``
+    and ``tornado.application`` a stderr handler each: a stopped run printed a tornado traceback
+    (distributed's ``sync`` cancelling a call it had not made yet) under its one line."""
+    below = sorted(name for name, logger in list(logging.root.manager.loggerDict.items())
+                   if isinstance(logger, logging.Logger) and name not in _LOGGERS
+                   and name.split(".")[0] in _LOGGERS and (logger.handlers or not logger.propagate))
+    return [*_LOGGERS, *below]
+
+
 def redirect(path: str) -> Callable[[], None]:
     """Send this process's distributed and batchlu logs to ``path`` instead of stderr/stdout.
 
@@ -57,7 +69,7 @@ def redirect(path: str) -> Callable[[], None]:
     """
     undo = []
     handler = None
-    for name in _LOGGERS:
+    for name in _loggers():
         logger = logging.getLogger(name)
         if any(getattr(h, "batchlu_log", None) == path for h in logger.handlers):
             continue

@@ -67,6 +67,37 @@ def _redirected(name: str) -> bool:
     return any(getattr(h, "batchlu_log", None) for h in logging.getLogger(name).handlers)
 
 
+def test_the_loggers_below_that_print_on_their_own_go_to_the_file_too(tmp_path, capfd):
+    """distributed's config gives some loggers below the redirected ones a stderr handler of their own
+    (``tornado.application`` logged a traceback under a stopped run's one line): they go to the file,
+    and get their handlers back after."""
+    import logging
+    import sys
+
+    from batchlu.pipeline.cluster import _logs
+
+    path = tmp_path / "run.log"
+    own = logging.getLogger("tornado.application.batchlu-test")
+    silent = logging.getLogger("distributed.batchlu-test-silent")   # no handler, propagation off
+    handler = logging.StreamHandler(sys.stderr)
+    own.addHandler(handler)
+    own.propagate = silent.propagate = False
+    try:
+        restore = _logs.redirect(str(path))
+        try:
+            own.error("Exception in callback (a test)")
+            silent.error("Nothing to print it with (a test)")
+        finally:
+            restore()
+        assert own.handlers == [handler] and not own.propagate and not silent.handlers
+        text = path.read_text()
+        assert "Exception in callback (a test)" in text and "Nothing to print it with (a test)" in text
+        assert "(a test)" not in capfd.readouterr().err
+    finally:
+        own.removeHandler(handler)
+        own.propagate = silent.propagate = True
+
+
 def test_a_stopped_run_keeps_its_logs_in_the_file_an_ended_one_gives_them_back(tmp_path):
     """After Ctrl-C the client's event loop can still log about a worker just killed ("Couldn't gather
     1 keys, rescheduling"): those lines go to the run's log file, not under the run's one line on the
