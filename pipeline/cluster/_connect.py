@@ -192,10 +192,11 @@ WORKER_CLOSE_S = 30
 # as after a kill (the output's writes are fenced and marked after they land).
 INTERRUPTED_CLOSE_S = 0.5
 # ... and the client, the worker processes and the cluster this long to close after that, all
-# together: one deadline, counted from the stop, that the closes share. A GPU worker killed while
-# busy took longer than that to go on a loaded machine, and a stopped GPU run waited for it (one
-# test run out of two: over 60 s); with a wait of its own for each close, a stopped GPU run on a
-# loaded machine still took 5.8 s. Past it, the cluster's worker processes still there are killed.
+# together: one deadline, counted from the first of those closes, that they share. A GPU worker
+# killed while busy took longer than that to go on a loaded machine, and a stopped GPU run waited
+# for it (one test run out of two: over 60 s); with a wait of its own for each close, a stopped GPU
+# run on a loaded machine still took 5.8 s. Past it, the cluster's worker processes still there are
+# killed.
 INTERRUPTED_CLUSTER_CLOSE_S = 2.0
 # A close that the deadline leaves no time for still gets this long (the scheduler in this process
 # closes in milliseconds when the workers are gone).
