@@ -376,11 +376,13 @@ def check_output(src: Path, out: Path, seed: int = 0) -> tuple[bool, float | Non
 
 
 _PART = re.compile(r"([a-z][a-z -]*?) (\d+(?:\.\d+)?) s\b")
+_STEP = re.compile(r"([A-Za-z][A-Za-z /-]*?) (\d+(?:\.\d+)?)(?:,|$)")
 
 
 def parse_report(text: str) -> dict | None:
     """The parts of the report ``batchlu run`` prints that say where the time went: ``phases_s``
-    (its time line: import, plan, cluster start, warm-up, compute, finish, total), ``stages_s``
+    (its time line: import, plan, cluster start, warm-up, compute, finish, total), ``warm_up_s``
+    (the warm-up's parts: kernels, pinned slots, ...; where the line names them), ``stages_s``
     (the task stages, summed over the tasks), ``status``, ``backends``, ``ok`` (matrices); None where
     there is no time line."""
     found = {}
@@ -391,6 +393,8 @@ def parse_report(text: str) -> dict | None:
         elif line.startswith("time:"):
             found["phases_s"] = {k.strip().replace(" ", "_").replace("-", "_"): float(v)
                                  for k, v in _PART.findall(line.split(":", 1)[1].split(";")[0])}
+            if m := re.search(r"warm-up \d+(?:\.\d+)? s \(([^)]*)\)", line):   # its parts, by name
+                found["warm_up_s"] = {k.strip(): float(v) for k, v in _STEP.findall(m.group(1))}
         elif line.startswith("task stages"):
             found["stages_s"] = {k.strip(): float(v) for k, v in _PART.findall(line.split(":", 1)[1])}
         elif line.startswith("backend "):
@@ -406,6 +410,7 @@ def report_of(report) -> dict:
             "phases_s": {"plan": round(report.plan, 3), "cluster_start": round(report.cluster_start, 3),
                          "warm_up": round(report.warmup, 3), "compute": round(report.elapsed, 3),
                          "finish": round(report.finish, 3), "total": round(report.wall, 3)},
+            "warm_up_s": {k: round(v, 3) for k, v in report.warmup_steps.items()},
             "stages_s": {k: round(getattr(report, f"{k}_s"), 3) for k in ("read", "compute", "write")}}
 
 

@@ -20,7 +20,7 @@ from .config._settings import Options
 from .errors import GPUUnavailableError
 from .worker._engines import WarmUp
 
-__all__ = ["GPUSetup", "HostSetup", "WarmUp", "WorkerLog"]
+__all__ = ["GPUSetup", "HostSetup", "WarmUp", "WorkerLog", "setup_steps"]
 
 logger = logging.getLogger("batchlu.plugins")
 
@@ -51,6 +51,7 @@ class GPUSetup(WorkerPlugin):
         self.warmup = warmup
         self.engine = None
         self.setup_seconds = None
+        self.steps = {}   # seconds of each part of the setup, by name (the run's report prints them)
 
     def setup(self, worker):
         import time
@@ -72,8 +73,9 @@ class GPUSetup(WorkerPlugin):
         else:
             cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)
         engine = _engines.install_engine(device=device, threads=worker.state.nthreads)
+        self.steps = {"device": time.perf_counter() - started}   # CuPy, the device, allocator, streams
         if self.warmup is not None:
-            _engines.warm_up(engine, self.warmup, reserve=worker.state.nthreads)
+            self.steps.update(_engines.warm_up(engine, self.warmup, reserve=worker.state.nthreads))
         self.engine = engine
         self.setup_seconds = time.perf_counter() - started
         logger.info("batchlu: %s ready on worker %s (CUDA_VISIBLE_DEVICES=%s) in %.2f s",
@@ -97,6 +99,7 @@ class HostSetup(WorkerPlugin):
     def __init__(self, warmup: WarmUp):
         self.warmup = warmup
         self.setup_seconds = None
+        self.steps = {}
 
     def setup(self, worker):
         import time
@@ -106,8 +109,19 @@ class HostSetup(WorkerPlugin):
         started = time.perf_counter()
         _engines.compile_op(_engines.host_engine(), self.warmup)
         self.setup_seconds = time.perf_counter() - started
+        self.steps = {"kernels": self.setup_seconds}
         logger.info("batchlu: cpu kernels of %s ready on worker %s in %.2f s", self.warmup.op, worker.address,
                     self.setup_seconds)
+
+
+def setup_steps(dask_worker) -> dict[str, float]:
+    """The seconds of each part of this worker's batchlu setup for the current run (``client.run``
+    calls it on every worker after :func:`batchlu.pipeline.client._warmup.prepare_workers`)."""
+    for name in (GPUSetup.name, HostSetup.name):
+        plugin = dask_worker.plugins.get(name)
+        if plugin is not None and getattr(plugin, "steps", None):
+            return dict(plugin.steps)
+    return {}
 
 
 def _use_rmm_pool(device: int, size: int) -> None:

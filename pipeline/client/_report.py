@@ -10,6 +10,8 @@ The time of a run, in parts that add up to its whole (:attr:`Report.total`):
 * ``warmup``: asking the workers which backend they run and setting them up for the run: the op's
   kernels compiled or loaded from their disk caches (numba's on the CPU, CuPy's on the GPU), and on
   the GPU the device, allocator, pinned buffers and I/O processes (:mod:`batchlu.pipeline.client._warmup`);
+  ``warmup_steps`` names its parts, each the slowest worker's (the rest of ``warmup`` is asking the
+  workers for their backend and their codecs);
 * ``elapsed``: the compute, from handing the tasks to the cluster to the last result. The rates
   (matrices/s, GB/s) are over this part only, so that a short job's rate is not its start-up's;
 * ``finish``: the rest until the run returns: closing the cluster, the checks after the tasks
@@ -46,6 +48,7 @@ class Report:
     submitted: bool = False    # tasks were handed to the cluster (internal: decides cleanup on failure)
     cluster_start: float = 0.0  # seconds to connect, or to start the embedded cluster
     warmup: float = 0.0        # seconds to resolve the backend and set up the workers (GPU: compile)
+    warmup_steps: dict[str, float] = dataclasses.field(default_factory=dict)  # its parts on the slowest worker
     wall: float = 0.0          # seconds of the whole run, from the call to its return
     plan: float = 0.0          # seconds of the checks, the plan and the output's creation, before the cluster
     finish: float = 0.0        # seconds after the last result: the cluster closed, the checks, the record
@@ -127,7 +130,9 @@ class Report:
             f"{self.tasks:,} tasks",
         ]
         lines.append("  time: " + (f"import {self.imports:.2f} s, " if self.imports else "")
-                     + f"plan {self.plan:.2f} s, cluster start {self.cluster_start:.2f} s, warm-up {self.warmup:.2f} s, "
+                     + f"plan {self.plan:.2f} s, cluster start {self.cluster_start:.2f} s, warm-up {self.warmup:.2f} s"
+                     + (" (" + ", ".join(f"{name} {s:.2f}" for name, s in self.warmup_steps.items()) + ")"
+                        if self.warmup_steps else "") + ", "
                      f"compute {self.elapsed:.2f} s, finish {self.finish:.2f} s, total {self.total:.2f} s"
                      + (f"; dashboard {self.dashboard}" if self.dashboard else ""))
         if self.processed:

@@ -104,7 +104,7 @@ def submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None
         job = dataclasses.replace(job, backend=_devices.resolve_on_workers(client, opts.backend))
         job = _warmup.choose_codecs(client, job)  # GPU runs: where each array's chunks are decoded/encoded
         report.codecs = {name: f"{c.device} ({c.reason})" for name, c in (job.codecs or {}).items()}
-        _warmup.prepare_workers(client, job, opts)  # kernels compiled; GPU: device, allocator, pinned
+        report.warmup_steps = _warmup.prepare_workers(client, job, opts)  # kernels; GPU: device, allocator, pinned
         submitted = time.perf_counter()
         report.warmup = submitted - started
         tasks = _merged(tasks, job, client, report)
@@ -156,6 +156,7 @@ def _run_in_process(job: Job, tasks, report: Report, opts, show: bool, t0: float
         job = dataclasses.replace(job, backend="cpu", fence=stopping)
         _engines.compile_op(_engines.host_engine(), _warmup.warmup_for(job))   # HostSetup's warm-up
         submitted = time.perf_counter()
+        report.warmup_steps = {"kernels": submitted - started}
         report.warmup = submitted - started
         report.submitted = True  # from here on tasks may write: a failure keeps the output
         futures.extend(pool.submit(process_range, job, c0, c1) for c0, c1 in tasks)

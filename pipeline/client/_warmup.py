@@ -46,20 +46,28 @@ def choose_codecs(client, job):
     return dataclasses.replace(job, codecs=codecs)
 
 
-def prepare_workers(client, job, options: Options) -> None:
+def prepare_workers(client, job, options: Options) -> dict[str, float]:
     """Before the tasks: set up every worker for ``job``: on the GPU (device, allocator, kernel
     warm-up, pinned buffers) through the :class:`batchlu.pipeline.plugins.GPUSetup` worker plugin, on
     the CPU (the kernels compiled) through :class:`batchlu.pipeline.plugins.HostSetup`.
 
     ``job.backend`` is the one :func:`batchlu.pipeline.cluster._devices.resolve_on_workers` gave;
-    ``auto`` (workers that disagree) sets up none.
+    ``auto`` (workers that disagree) sets up none. Returns the seconds of each part of the setup
+    (kernels, pinned slots, ...), the slowest worker's per part.
     """
-    from ..plugins import GPUSetup, HostSetup   # distributed's plugin base: imported with the cluster
+    from ..plugins import GPUSetup, HostSetup, setup_steps   # distributed's plugin base: imported with the cluster
 
     if job.backend == "gpu":
         client.register_plugin(GPUSetup(options, warmup=warmup_for(job)))
     elif job.backend == "cpu":
         client.register_plugin(HostSetup(warmup_for(job)))
+    else:
+        return {}
+    steps: dict[str, float] = {}
+    for worker_steps in client.run(setup_steps).values():
+        for name, seconds in worker_steps.items():
+            steps[name] = max(steps.get(name, 0.0), float(seconds))
+    return steps
 
 
 def warmup_for(job):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import time
 
 import numpy as np
 
@@ -233,22 +234,37 @@ def current_engine() -> CudaEngine:
     return install_engine(0, threads)
 
 
-def warm_up(engine, spec, reserve: int = 1) -> None:
+def warm_up(engine, spec, reserve: int = 1) -> dict[str, float]:
     """Compile ``spec.op``'s kernels on a few random matrices, reserve pinned slots for ``spec`` and
-    start the I/O processes (``reserve`` is the worker's thread count).
+    start the I/O processes (``reserve`` is the worker's thread count); returns the seconds of each
+    step, by name (the run's report prints them: :attr:`batchlu.pipeline.client._report.Report.warmup_steps`).
 
     ``spec`` is a :class:`WarmUp`.
     """
+    steps = {}
+    clock = time.perf_counter()
+
+    def step(name):
+        nonlocal clock
+        now = time.perf_counter()
+        steps[name] = now - clock
+        clock = now
+
     layout = compile_op(engine, spec)
+    step("kernels")
     engine.pool.reserve(layout, int(spec.batch), max(1, int(reserve)))
+    step("pinned slots")
     if getattr(spec, "staging", 0):   # the GPU codec path: each of its lanes stages 4 buffers
         from ..codecs import _gpu
 
         _gpu.reserve(4 * min(max(1, int(reserve)), _gpu.LANES), _gpu.staging_bytes(int(spec.staging)))
+        step("codec staging")
     processes, threads = _io_pool.io_settings(spec.settings.io_processes, spec.settings.io_threads,
                                               engine.name, max(1, int(reserve)))
     if processes and _io_pool.supported():
         _io_pool.get_pool(processes, threads)
+        step("I/O processes")
+    return steps
 
 
 # A CPU run with at most this much input loads numba only where a batch needs it

@@ -120,13 +120,17 @@ def check_times(report, outer: float) -> None:
     for stage in (report.read_s, report.compute_s, report.write_s):
         assert stage > 0
     text = repr(report)
+    # the warm-up's parts (the slowest worker's): a CPU run's is its kernels, within the warm-up
+    assert set(report.warmup_steps) == {"kernels"}, report.warmup_steps
+    assert 0 < report.warmup_steps["kernels"] <= report.warmup, (report.warmup_steps, report.warmup)
+    steps = ", ".join(f"{name} {seconds:.2f}" for name, seconds in report.warmup_steps.items())
     assert (f"time: plan {report.plan:.2f} s, cluster start {report.cluster_start:.2f} s, warm-up "
-            f"{report.warmup:.2f} s, compute {report.elapsed:.2f} s, finish {report.finish:.2f} s, "
+            f"{report.warmup:.2f} s ({steps}), compute {report.elapsed:.2f} s, finish {report.finish:.2f} s, "
             f"total {report.wall:.2f} s") in text
     assert "import " not in text and "read " in text and "write " in text
     record = report.as_dict()
-    assert {"plan", "cluster_start", "warmup", "elapsed", "finish", "wall", "total", "read_s", "compute_s",
-            "write_s"} <= set(record)
+    assert {"plan", "cluster_start", "warmup", "warmup_steps", "elapsed", "finish", "wall", "total", "read_s",
+            "compute_s", "write_s"} <= set(record)
     json.dumps(record)
 
 

@@ -85,7 +85,8 @@ def test_a_sparse_run_warms_up_its_bound_op_on_values(client, tmp_path, monkeypa
     assert spec.n == n and spec.tail == (nnz,) and spec.symbolic is not None and spec.symbolic.n == n
     assert spec.rhs == ((n,), "float64") and [o[0] for o in spec.outputs] == ["x", "berr", "perturbed", "info"]
     engine = _engines.HostEngine()
-    _engines.warm_up(engine, spec)
+    steps = _engines.warm_up(engine, spec)
+    assert list(steps) == ["kernels", "pinned slots"] and all(s >= 0 for s in steps.values()), steps
     layout = _buffers.Layout(a=((nnz,), np.dtype("float64")), b=((n,), np.dtype("float64")),
                              outs=tuple((name, tuple(tail), np.dtype(dtype)) for name, tail, dtype in spec.outputs))
     assert any(lay == layout for lay, _, _ in engine.pool._free)
