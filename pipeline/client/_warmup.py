@@ -92,7 +92,40 @@ def warmup_for(job):
                                                 str(native_dtype(rhs.dtype))),
                   settings=job.settings, tail=tuple(int(d) for d in source.shape[1:]) if sparse else None,
                   symbolic=job.symbolic, staging=_staging(job, source, rhs),
-                  input_bytes=input_bytes(source, rhs) * int(plan.count))
+                  input_bytes=input_bytes(source, rhs) * int(plan.count),
+                  device_slots=_device_slots(job, source, rhs, outputs, first))
+
+
+def _device_slots(job, source, rhs, outputs, first) -> tuple | None:
+    """The GPU codec path's pinned pair per task, as its tasks will borrow it
+    (:func:`batchlu.pipeline.worker._device_batches.slot_layout` and ``slot_rows`` over the first
+    task's groups): ``(Layout, matrices)``, ``()`` where they borrow none; None where the run takes
+    the host path (no array's codec on the GPU)."""
+    from ..worker._device_batches import group_batches, slot_layout, slot_rows
+
+    codecs = job.codecs or {}
+    if not any(c.device == "gpu" for c in codecs.values()):
+        return None
+    inputs = {"a": source} if rhs is None else {"a": source, "b": rhs}
+    slotted = [name for name in inputs if codecs.get(name) is None or codecs[name].device != "gpu"
+               or codecs[name].route]
+    host_outputs = {name: _Shape(tail, dtype) for name, tail, dtype in outputs
+                    if codecs.get(name) is None or codecs[name].device != "gpu"}
+    if not (slotted or host_outputs):
+        return ()
+    per = input_bytes(source, rhs)
+    plan = job.plan
+    groups = group_batches([plan.chunk_range(b0, b1) for b0, b1 in first], per, int(job.settings.device_batch_bytes))
+    return slot_layout(inputs, host_outputs, slotted), slot_rows(plan.chunk, int(job.settings.device_batch_bytes),
+                                                                 per, groups)
+
+
+class _Shape:
+    """An output's ``shape`` (N left out: 0) and ``dtype``, as :func:`slot_layout` reads them."""
+
+    def __init__(self, tail, dtype):
+        self.shape = (0, *tail)
+        self.dtype = dtype
 
 
 def _staging(job, source, rhs) -> int:

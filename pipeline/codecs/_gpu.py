@@ -80,10 +80,10 @@ class _Pinned:
         return self.array[:nbytes]
 
     def _allocate(self, size: int) -> None:
-        import cupy
+        from ..worker._buffers import pinned_allocate   # registered shared memory, faulted in by threads
 
-        self._memory = cupy.cuda.alloc_pinned_memory(size)
-        self.array = np.frombuffer(self._memory, np.uint8, size)
+        self.array = pinned_allocate(size)[:size]
+        self._memory = None
 
 
 _SPARE_LOCK = threading.Lock()

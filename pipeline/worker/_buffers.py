@@ -23,7 +23,7 @@ from . import _shared_memory
 
 logger = logging.getLogger("batchlu.path")
 
-__all__ = ["Layout", "Slot", "SlotPool", "host_allocate", "layout_for", "pinned_allocate", "shared"]
+__all__ = ["Layout", "Slot", "SlotPool", "host_allocate", "layout_for", "pinned_allocate", "prefault", "shared"]
 
 
 @dataclasses.dataclass
@@ -162,6 +162,7 @@ def pinned_allocate(nbytes: int) -> np.ndarray:
     if _shared_memory.supported():
         raw = _shared_memory.shared_buffer(nbytes, on_free=_unregister)
         try:
+            prefault(raw)
             cupy.cuda.runtime.hostRegister(raw.ctypes.data, raw.nbytes, 1)  # cudaHostRegisterPortable
             return raw
         except Exception as exc:  # not registrable here: CuPy's pinned memory, I/O in the worker
@@ -174,6 +175,31 @@ def pinned_allocate(nbytes: int) -> np.ndarray:
 
 
 _REGISTER_FAILED: list[str] = []
+
+# Pages faulted in by this many bytes per thread before cudaHostRegister pins them: the registration
+# alone faults them in one thread (0.42 s per GiB on the H100 machine, as slow as CuPy's pinned
+# memory, 0.38 s); written first by up to 16 threads, then registered, 0.24 s (.devrun's pinbench,
+# docs/performance.md, "GPU warm-up")
+PREFAULT_BYTES = 64 << 20
+
+
+def prefault(raw: np.ndarray) -> None:
+    """Write every page of ``raw`` (fresh memory: zeros stay zeros) from several threads at once, so
+    that its pages exist before it is registered. ctypes' memset lets the GIL go."""
+    import ctypes
+    import os
+
+    pieces = min(16, os.cpu_count() or 1, raw.nbytes // PREFAULT_BYTES)
+    if pieces < 2:
+        return
+    step = -(-raw.nbytes // pieces)
+    base = raw.ctypes.data
+    spans = [(base + i, min(step, raw.nbytes - i)) for i in range(0, raw.nbytes, step)]
+    threads = [threading.Thread(target=ctypes.memset, args=(address, 0, size)) for address, size in spans]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def _unregister(address: int, nbytes: int) -> None:

@@ -43,7 +43,7 @@ from ._loop import PathStats, Record, Stages, Unit, run_loop
 from ._shared_memory import locate
 from ..store._arrays import native_dtype
 
-__all__ = ["DeviceIO", "run_device_batches"]
+__all__ = ["DeviceIO", "group_batches", "run_device_batches", "slot_layout", "slot_rows"]
 
 logger = logging.getLogger("batchlu.path")
 
@@ -97,19 +97,31 @@ def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay:
         run(None)
         return
 
-    def buffer(name):   # an input the device decodes alone needs no host buffer; read in native order
-        array = io.array(name)
+    inputs = {name: io.array(name) for name in ("a", "b") if io.array(name) is not None}
+    layout = slot_layout(inputs, {name: io.outputs[name] for name in host_outputs}, slotted)
+    with engine.pool.borrow(layout, slot_rows(dio.chunk, dio.group_bytes, per, groups)) as slots:
+        run(slots)
+
+
+def slot_layout(inputs: dict, host_outputs: dict, slotted) -> Layout:
+    """The layout of the pinned slots a task of this path borrows: a buffer for each input in
+    ``slotted`` (read on the host) and each output in ``host_outputs`` (encoded there); an input the
+    device decodes alone gets none. ``inputs`` / ``host_outputs``: arrays (or anything with ``shape``
+    and ``dtype``) by name. The warm-up reserves the same (:func:`batchlu.pipeline.client._warmup.warmup_for`)."""
+    def buffer(name):   # inputs are read in native byte order
+        array = inputs[name]
         return (tuple(array.shape[1:]) if name in slotted else (0,), native_dtype(array.dtype))
 
-    layout = Layout(a=buffer("a"), b=None if "b" not in slotted else buffer("b"),
-                    outs=tuple((name, tuple(io.outputs[name].shape[1:]), np.dtype(io.outputs[name].dtype))
-                               for name in host_outputs))
-    # slots of one size for every task (a group's most matrices, in whole chunks): the pool keeps
-    # reusing them, where a size per task would register and free pinned memory per task
-    fit = max(dio.chunk, dio.group_bytes // max(1, per) // dio.chunk * dio.chunk)
-    largest = max(fit, max(g[-1][1] - g[0][0] for g in groups))
-    with engine.pool.borrow(layout, largest) as slots:
-        run(slots)
+    return Layout(a=buffer("a"), b=None if "b" not in slotted else buffer("b"),
+                  outs=tuple((name, tuple(arr.shape[1:]), np.dtype(arr.dtype)) for name, arr in host_outputs.items()))
+
+
+def slot_rows(chunk: int, group_bytes: int, per: int, groups) -> int:
+    """Matrices per slot: of one size for every task (a group's most matrices, in whole chunks), so
+    that the pool keeps reusing them, where a size per task would register and free pinned memory
+    per task."""
+    fit = max(chunk, group_bytes // max(1, per) // chunk * chunk)
+    return max(fit, max((g[-1][1] - g[0][0] for g in groups), default=0))
 
 
 def _routed(dio: DeviceIO, name: str) -> bool:

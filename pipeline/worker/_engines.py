@@ -54,6 +54,9 @@ class WarmUp:
     symbolic: object = None               # sparse ops: the pattern's batchlu.kernels.sparse.Plan
     staging: int = 0   # the GPU codec path: bytes of input per group (batchlu.device-batch-bytes); 0: unused
     input_bytes: int = 0   # the whole run's input (see :func:`computing`); 0: not known
+    # the GPU codec path: (Layout, matrices) of the pinned pair each of its tasks borrows, () where
+    # they borrow none; None: the run takes the host path, whose slots are ``outputs`` x ``batch``
+    device_slots: tuple | None = None
 
 
 class HostEngine:
@@ -252,12 +255,21 @@ def warm_up(engine, spec, reserve: int = 1) -> dict[str, float]:
 
     layout = compile_op(engine, spec)
     step("kernels")
-    engine.pool.reserve(layout, int(spec.batch), max(1, int(reserve)))
-    step("pinned slots")
+    threads = max(1, int(reserve))
+    if spec.device_slots is None:
+        engine.pool.reserve(layout, int(spec.batch), threads)
+        step("pinned slots")
+    else:   # the GPU codec path: a task per lane at a time, each borrowing one pair of its own layout
+        from ..codecs import _gpu
+
+        if spec.device_slots:
+            device_layout, rows = spec.device_slots
+            engine.pool.reserve(device_layout, int(rows), min(threads, _gpu.LANES))
+            step("pinned slots")
     if getattr(spec, "staging", 0):   # the GPU codec path: each of its lanes stages 4 buffers
         from ..codecs import _gpu
 
-        _gpu.reserve(4 * min(max(1, int(reserve)), _gpu.LANES), _gpu.staging_bytes(int(spec.staging)))
+        _gpu.reserve(4 * min(threads, _gpu.LANES), _gpu.staging_bytes(int(spec.staging)))
         step("codec staging")
     processes, threads = _io_pool.io_settings(spec.settings.io_processes, spec.settings.io_threads,
                                               engine.name, max(1, int(reserve)))

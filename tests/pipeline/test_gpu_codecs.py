@@ -394,3 +394,43 @@ def test_routed_reads_and_host_writes_give_the_device_paths_bits(tmp_path, monke
         value, found = _device_batches._input(engine, dio, lane, "a", 0, 4 * chunk, 0, pair[0])
     assert found == [Gap("c/0/0/0", None, 0, chunk)]
     assert value.get()[chunk:].tobytes() == x[chunk:4 * chunk].tobytes()
+
+
+def test_tasks_borrow_the_pinned_slots_the_warm_up_reserved(tmp_path, monkeypatch):
+    """Pinning host memory is slow (about 0.4 s per GiB on the H100 machine), so a GPU run pins at
+    warm-up what its tasks will use and nothing else: on the GPU codec path a task per lane at a time,
+    each borrowing a pair of the path's own layout (an input read on the host, no buffer for outputs
+    encoded on the device). No task pins a pair of its own, and the warm-up pins none it never lends."""
+    from distributed import Client
+
+    from batchlu.pipeline.codecs import _gpu
+    from batchlu.testing.matrices import generate as matrices
+
+    require_nvcomp()
+    monkeypatch.setattr(_choice, "AUTO_FRAME_BYTES", 1024)   # the client's choice: these frames count as large
+    count, n, chunk = 400, 32, 50
+    x = matrices("random", n, "float64", seed=37, start=0, stop=count)
+    x[:count // 2] = np.round(x[:count // 2], 2)   # compressed groups go to the host, the others to nvCOMP
+    source = zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype=x.dtype, chunks=(chunk, n, n))
+    source[:] = x
+    out = tmp_path / "out.zarr"
+    with make_gpu_cluster(visible_gpus()[:1], threads_per_worker=4, dashboard_address="127.0.0.1:0") as cluster, \
+            Client(cluster) as client:
+        report = pipeline.run(str(tmp_path / "a.zarr"), str(out), op="inv", backend="gpu", client=client,
+                              progress=False, config={"device-batch-bytes": 1 << 20, "chunk": chunk})
+
+        def pool_state():
+            from batchlu.pipeline.worker import _engines
+
+            pool = _engines.current_engine().pool
+            return pool.allocations, pool.pairs, [(lay, rows) for lay, rows, _ in pool._free]
+
+        (allocations, pairs, free), = client.run(pool_state).values()
+    assert report.status == "complete" and report.codecs["a"].startswith("gpu") and report.tasks > 1
+    assert "pinned slots" in report.warmup_steps and "codec staging" in report.warmup_steps, report.warmup_steps
+    assert allocations == pairs == _gpu.LANES, (allocations, pairs, free)
+    for layout, rows in free:   # the input's buffer only: inv and info are encoded on the device
+        assert layout.a == ((n, n), np.dtype("float64")) and layout.b is None and layout.outs == ()
+        assert rows >= chunk and rows % chunk == 0
+    result = pipeline.verify(str(tmp_path / "a.zarr"), str(out))
+    assert result.ok and result.checked == count, result.summary()
