@@ -1,6 +1,6 @@
 """Pinning host memory on the GPU machine, per GiB: CuPy's pinned memory (``cudaHostAlloc``) against
-the memory the pipeline pins (shared memory registered with ``cudaHostRegister``), with and without
-its pages faulted in by threads first (:func:`batchlu.pipeline.worker._buffers.prefault`), and the
+the kind the pipeline pins (``memfd`` shared memory registered with ``cudaHostRegister``), with and
+without its pages written by threads first (as the pipeline's ``prefault`` does), and the
 host-to-device copy rate from each. A GPU run's warm-up pins its slots and codec staging buffers, so
 this rate sets that part of its fixed cost.
 
@@ -10,9 +10,34 @@ this rate sets that part of its fixed cost.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import mmap
+import os
+import threading
 import time
 
 import numpy as np
+
+
+def shared_memory(nbytes: int) -> np.ndarray:
+    """``nbytes`` of anonymous shared memory (whole pages), unmapped when the array is garbage."""
+    nbytes = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+    fd = os.memfd_create("bench-pinning", os.MFD_CLOEXEC)
+    os.ftruncate(fd, nbytes)
+    mapping = mmap.mmap(fd, nbytes)
+    os.close(fd)
+    return np.frombuffer(mapping, np.uint8, nbytes)
+
+
+def written_by_threads(raw: np.ndarray, threads: int = 16) -> None:
+    """Every page of ``raw`` written from ``threads`` threads at once (ctypes' memset lets the GIL go)."""
+    step = -(-raw.nbytes // threads)
+    workers = [threading.Thread(target=ctypes.memset, args=(raw.ctypes.data + i, 0, min(step, raw.nbytes - i)))
+               for i in range(0, raw.nbytes, step)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
 
 
 def main() -> None:
@@ -21,8 +46,6 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
     import cupy
-
-    from batchlu.pipeline.worker import _buffers, _shared_memory
 
     size = int(args.gib * (1 << 30))
     cupy.cuda.Device(0).use()
@@ -34,10 +57,10 @@ def main() -> None:
 
     def registered(prefault: bool):
         def make():
-            raw = _shared_memory.shared_buffer(size, on_free=_buffers._unregister)
+            raw = shared_memory(size)
             if prefault:
-                _buffers.prefault(raw)
-            cupy.cuda.runtime.hostRegister(raw.ctypes.data, raw.nbytes, 1)
+                written_by_threads(raw, min(16, os.cpu_count() or 1))
+            cupy.cuda.runtime.hostRegister(raw.ctypes.data, raw.nbytes, 1)   # portable, as the pipeline's
             return raw
         return make
 
@@ -58,6 +81,9 @@ def main() -> None:
             end.synchronize()
             rate = size / cupy.cuda.get_elapsed_time(begin, end) / 1e6
             print(f"{label:48s} {seconds:10.3f} {rate:9.1f}")
+            old = kept.pop(label, None)
+            if old is not None and label != "cudaHostAlloc (CuPy)":
+                cupy.cuda.runtime.hostUnregister(old.ctypes.data)
             kept[label] = host   # freed when the next one of its kind is made
 
 

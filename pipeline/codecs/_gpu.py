@@ -38,7 +38,7 @@ from batchlu.errors import FrameError, OutputError
 from ..store import _layout
 from . import _frames, _nvcomp, _reader, _writer
 
-__all__ = ["FrameError", "LANES", "Lane", "borrow", "lane", "missing", "reserve", "staging_bytes"]
+__all__ = ["FrameError", "LANES", "Lane", "borrow", "lane", "missing", "reserve", "staging_bytes", "use_allocator"]
 
 logger = logging.getLogger("batchlu.path")
 
@@ -80,10 +80,23 @@ class _Pinned:
         return self.array[:nbytes]
 
     def _allocate(self, size: int) -> None:
-        from ..worker._buffers import pinned_allocate   # registered shared memory, faulted in by threads
+        if _ALLOCATE:   # the engine's (worker._buffers.pinned_allocate: faster to pin)
+            self.array, self._memory = _ALLOCATE[0](size)[:size], None
+            return
+        import cupy
 
-        self.array = pinned_allocate(size)[:size]
-        self._memory = None
+        self._memory = cupy.cuda.alloc_pinned_memory(size)
+        self.array = np.frombuffer(self._memory, np.uint8, size)
+
+
+_ALLOCATE: list = []
+
+
+def use_allocator(allocate) -> None:
+    """Pin the staging buffers with ``allocate(nbytes)`` (a flat uint8 array of page-locked memory)
+    instead of CuPy's pinned memory: the GPU engine passes its own, which pins faster
+    (:func:`batchlu.pipeline.worker._buffers.pinned_allocate`)."""
+    _ALLOCATE[:] = [allocate]
 
 
 _SPARE_LOCK = threading.Lock()

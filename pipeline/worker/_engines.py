@@ -101,6 +101,9 @@ class CudaEngine:
         self.threads = max(1, int(threads))
         self.oom_errors = (cupy.cuda.memory.OutOfMemoryError,)
         self.pool = SlotPool(pinned_allocate)
+        from ..codecs import _gpu
+
+        _gpu.use_allocator(pinned_allocate)   # the codec path's staging buffers: pinned the same way
         self._local = threading.local()
         with cupy.cuda.Device(self.device):
             props = cupy.cuda.runtime.getDeviceProperties(self.device)

@@ -23,7 +23,7 @@ def test_the_scripts_are_there():
         "bench_kernel_ab.py", "bench_resume_checks.py",
         "bench_cpu.py", "bench_cpu_crossover.py", "bench_host_codecs.py", "bench_sparse.py", "bench_sparse_pivoting.py",
         "bench_small_n.py", "bench_rows_sweep.py", "bench_getrs.py", "bench_rows_latency.py", "bench_e2e.py",
-        "bench_dask_api.py", "bench_objstore.py", "bench_host_frames.py"}
+        "bench_dask_api.py", "bench_objstore.py", "bench_host_frames.py", "bench_pinning.py"}
     for path in SOURCES:  # the rest are private helper modules, named so
         assert path.name.startswith(("bench_", "_")), f"{path.name}: name benchmark modules bench_* or _*"
 
