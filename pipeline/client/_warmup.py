@@ -117,7 +117,7 @@ def _device_slots(job, source, rhs, outputs, first) -> tuple | None:
     plan = job.plan
     groups = group_batches([plan.chunk_range(b0, b1) for b0, b1 in first], per, int(job.settings.device_batch_bytes))
     return slot_layout(inputs, host_outputs, slotted), slot_rows(plan.chunk, int(job.settings.device_batch_bytes),
-                                                                 per, groups)
+                                                                 per, groups, source.shape[0])
 
 
 class _Shape:

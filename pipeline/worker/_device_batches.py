@@ -99,7 +99,8 @@ def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay:
 
     inputs = {name: io.array(name) for name in ("a", "b") if io.array(name) is not None}
     layout = slot_layout(inputs, {name: io.outputs[name] for name in host_outputs}, slotted)
-    with engine.pool.borrow(layout, slot_rows(dio.chunk, dio.group_bytes, per, groups)) as slots:
+    with engine.pool.borrow(layout, slot_rows(dio.chunk, dio.group_bytes, per, groups,
+                                                          io.source.shape[0])) as slots:
         run(slots)
 
 
@@ -116,11 +117,13 @@ def slot_layout(inputs: dict, host_outputs: dict, slotted) -> Layout:
                   outs=tuple((name, tuple(arr.shape[1:]), np.dtype(arr.dtype)) for name, arr in host_outputs.items()))
 
 
-def slot_rows(chunk: int, group_bytes: int, per: int, groups) -> int:
+def slot_rows(chunk: int, group_bytes: int, per: int, groups, count: int) -> int:
     """Matrices per slot: of one size for every task (a group's most matrices, in whole chunks), so
     that the pool keeps reusing them, where a size per task would register and free pinned memory
-    per task."""
+    per task; never more than the input's ``count`` matrices take in whole chunks (a small run pins
+    what it holds, not a group's ``group_bytes``)."""
     fit = max(chunk, group_bytes // max(1, per) // chunk * chunk)
+    fit = min(fit, max(1, -(-int(count) // chunk)) * chunk)
     return max(fit, max((g[-1][1] - g[0][0] for g in groups), default=0))
 
 

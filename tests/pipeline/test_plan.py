@@ -207,6 +207,19 @@ def test_device_groups_hold_consecutive_batches_within_the_bytes():
     assert group_batches(batches, 1000, 0) == [[b] for b in batches]   # at least one batch per group
 
 
+def test_device_slots_hold_a_group_but_never_more_than_the_input():
+    """The GPU codec path's pinned slots: a group's matrices in whole chunks, the same for every task,
+    but a small run pins what its input holds (pinning costs ~0.25-0.4 s per GiB), not a group's bytes."""
+    from batchlu.pipeline.worker._device_batches import slot_rows
+
+    big = 512 << 20
+    assert slot_rows(50, big, 8192, [[(0, 50), (50, 100)]], 10**6) == big // 8192 // 50 * 50
+    assert slot_rows(50, big, 8192, [[(0, 50), (50, 100)]], 120) == 150   # 120 matrices: 3 chunks
+    assert slot_rows(50, big, 8192, [[(0, 10)]], 10) == 50                # at least one chunk
+    assert slot_rows(50, 8192 * 60, 8192, [[(0, 50)]], 10**6) == 50       # a group of one chunk
+    assert slot_rows(50, 0, 8192, [[(0, 200)]], 10**6) == 200             # the largest group, always
+
+
 def test_ledger_objects_written_as_files_are_zarrs_bytes(tmp_path):
     """The ledger's fast path writes each record as a file: the same bytes zarr writes, read back the
     same by zarr and by the ledger's own readers; a layout it does not know goes through zarr."""
