@@ -93,31 +93,30 @@ def warmup_for(job):
                   settings=job.settings, tail=tuple(int(d) for d in source.shape[1:]) if sparse else None,
                   symbolic=job.symbolic, staging=_staging(job, source, rhs),
                   input_bytes=input_bytes(source, rhs) * int(plan.count),
-                  device_slots=_device_slots(job, source, rhs, outputs, first))
+                  device_slots=_device_slots(job, source, rhs, outputs),
+                  locations=tuple(str(location) for location in job.locations()))
 
 
-def _device_slots(job, source, rhs, outputs, first) -> tuple | None:
+def _device_slots(job, source, rhs, outputs) -> dict[bool, tuple] | None:
     """The GPU codec path's pinned pair per task, as its tasks will borrow it
-    (:func:`batchlu.pipeline.worker._device_batches.slot_layout` and ``slot_rows`` over the first
-    task's groups): ``(Layout, matrices)``, ``()`` where they borrow none; None where the run takes
-    the host path (no array's codec on the GPU)."""
-    from ..worker._device_batches import group_batches, slot_layout, slot_rows
+    (:func:`batchlu.pipeline.worker._device_batches.slot_layout` and ``slot_rows``), by whether the worker has I/O processes (a routed input is read on the host only
+    then: ``_device_batches._routed``): ``(Layout, matrices)``, ``()`` where they borrow none; None
+    where the run takes the host path (no array's codec on the GPU)."""
+    from ..worker._device_batches import slot_layout, slot_rows
 
     codecs = job.codecs or {}
     if not any(c.device == "gpu" for c in codecs.values()):
         return None
     inputs = {"a": source} if rhs is None else {"a": source, "b": rhs}
-    slotted = [name for name in inputs if codecs.get(name) is None or codecs[name].device != "gpu"
-               or codecs[name].route]
     host_outputs = {name: _Shape(tail, dtype) for name, tail, dtype in outputs
                     if codecs.get(name) is None or codecs[name].device != "gpu"}
-    if not (slotted or host_outputs):
-        return ()
-    per = input_bytes(source, rhs)
-    plan = job.plan
-    groups = group_batches([plan.chunk_range(b0, b1) for b0, b1 in first], per, int(job.settings.device_batch_bytes))
-    return slot_layout(inputs, host_outputs, slotted), slot_rows(plan.chunk, int(job.settings.device_batch_bytes),
-                                                                 per, groups, source.shape[0])
+    rows = slot_rows(job.plan, int(job.settings.device_batch_bytes), input_bytes(source, rhs))
+    slots = {}
+    for pooled in (True, False):
+        slotted = [name for name in inputs if codecs.get(name) is None or codecs[name].device != "gpu"
+                   or (codecs[name].route and pooled)]
+        slots[pooled] = (slot_layout(inputs, host_outputs, slotted), rows) if slotted or host_outputs else ()
+    return slots
 
 
 class _Shape:

@@ -161,14 +161,14 @@ def pinned_allocate(nbytes: int) -> np.ndarray:
 
     if _shared_memory.supported():
         raw = _shared_memory.shared_buffer(nbytes, on_free=_unregister)
+        prefault(raw)
         try:
-            prefault(raw)
             cupy.cuda.runtime.hostRegister(raw.ctypes.data, raw.nbytes, 1)  # cudaHostRegisterPortable
             return raw
         except Exception as exc:  # not registrable here: CuPy's pinned memory, I/O in the worker
             _REGISTER_FAILED.append(repr(exc))
-            logger.warning("batchlu: cudaHostRegister of shared memory failed (%s); I/O stays in "
-                           "the worker process", exc)
+            logger.warning("batchlu: cudaHostRegister of shared memory failed (%s); CuPy's pinned "
+                           "memory instead (an I/O process cannot reach it)", exc)
             del raw
     memory = cupy.cuda.alloc_pinned_memory(nbytes)
     return np.frombuffer(memory, np.uint8, nbytes)
@@ -185,21 +185,33 @@ PREFAULT_BYTES = 64 << 20
 
 def prefault(raw: np.ndarray) -> None:
     """Write every page of ``raw`` (fresh memory: zeros stay zeros) from several threads at once, so
-    that its pages exist before it is registered. ctypes' memset lets the GIL go."""
+    that its pages exist before it is registered. ctypes' memset lets the GIL go. Returns only when
+    every page is written, whatever happens (a thread that cannot start: its share is written here),
+    so that no thread writes into memory its caller may free."""
     import ctypes
     import os
 
-    pieces = min(16, os.cpu_count() or 1, raw.nbytes // PREFAULT_BYTES)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    pieces = min(16, cores, raw.nbytes // PREFAULT_BYTES)
     if pieces < 2:
         return
     step = -(-raw.nbytes // pieces)
     base = raw.ctypes.data
     spans = [(base + i, min(step, raw.nbytes - i)) for i in range(0, raw.nbytes, step)]
-    threads = [threading.Thread(target=ctypes.memset, args=(address, 0, size)) for address, size in spans]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    started = []
+    try:
+        for address, size in spans[1:]:
+            thread = threading.Thread(target=ctypes.memset, args=(address, 0, size), daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:   # no new thread to be had (a thread limit): written here instead
+                ctypes.memset(address, 0, size)
+                continue
+            started.append(thread)
+        ctypes.memset(spans[0][0], 0, spans[0][1])
+    finally:
+        for thread in started:
+            thread.join()
 
 
 def _unregister(address: int, nbytes: int) -> None:

@@ -59,6 +59,7 @@ class DeviceIO:
     chunk: int
     group_bytes: int = 0   # input bytes per group of batches (0: one batch per group)
     routed: frozenset = frozenset()   # inputs whose groups of compressed large frames the host decodes
+    slot_rows: int = 0   # matrices per pinned slot (:func:`slot_rows`); a task's largest group at least
 
 
 def run_device_batches(engine, op: str, dio: DeviceIO, batches: list[tuple[int, int]], *,
@@ -99,8 +100,8 @@ def _run_lane(engine, op, dio: DeviceIO, lane, batches, stats: PathStats, delay:
 
     inputs = {name: io.array(name) for name in ("a", "b") if io.array(name) is not None}
     layout = slot_layout(inputs, {name: io.outputs[name] for name in host_outputs}, slotted)
-    with engine.pool.borrow(layout, slot_rows(dio.chunk, dio.group_bytes, per, groups,
-                                                          io.source.shape[0])) as slots:
+    rows = max(dio.slot_rows, max(g[-1][1] - g[0][0] for g in groups))
+    with engine.pool.borrow(layout, rows) as slots:
         run(slots)
 
 
@@ -117,14 +118,15 @@ def slot_layout(inputs: dict, host_outputs: dict, slotted) -> Layout:
                   outs=tuple((name, tuple(arr.shape[1:]), np.dtype(arr.dtype)) for name, arr in host_outputs.items()))
 
 
-def slot_rows(chunk: int, group_bytes: int, per: int, groups, count: int) -> int:
-    """Matrices per slot: of one size for every task (a group's most matrices, in whole chunks), so
-    that the pool keeps reusing them, where a size per task would register and free pinned memory
-    per task; never more than the input's ``count`` matrices take in whole chunks (a small run pins
-    what it holds, not a group's ``group_bytes``)."""
-    fit = max(chunk, group_bytes // max(1, per) // chunk * chunk)
-    fit = min(fit, max(1, -(-int(count) // chunk)) * chunk)
-    return max(fit, max((g[-1][1] - g[0][0] for g in groups), default=0))
+def slot_rows(plan, group_bytes: int, per: int) -> int:
+    """Matrices per slot of a run's tasks (``plan`` a :class:`batchlu.pipeline._plan.Plan`, ``per``
+    input bytes per matrix): the most a group can hold (:func:`group_batches`: its batches within
+    ``group_bytes``, or one batch past them), never more than the input's matrices. One size for every
+    task and its warm-up (:func:`batchlu.pipeline.client._warmup.warmup_for`), so that the pool keeps
+    reusing the pairs reserved, where a size per task would register and free pinned memory per
+    task; and a small run pins what it holds, not a group's bytes."""
+    batch_rows = max(1, plan.batch // plan.chunk) * plan.chunk   # sub_batches' largest batch
+    return max(1, min(max(group_bytes // max(1, per), batch_rows), plan.count))
 
 
 def _routed(dio: DeviceIO, name: str) -> bool:

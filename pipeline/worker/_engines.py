@@ -54,9 +54,11 @@ class WarmUp:
     symbolic: object = None               # sparse ops: the pattern's batchlu.kernels.sparse.Plan
     staging: int = 0   # the GPU codec path: bytes of input per group (batchlu.device-batch-bytes); 0: unused
     input_bytes: int = 0   # the whole run's input (see :func:`computing`); 0: not known
-    # the GPU codec path: (Layout, matrices) of the pinned pair each of its tasks borrows, () where
+    # the GPU codec path: by whether the worker has I/O processes (its tasks read a routed input on
+    # the host only then), (Layout, matrices) of the pinned pair each of its tasks borrows, () where
     # they borrow none; None: the run takes the host path, whose slots are ``outputs`` x ``batch``
-    device_slots: tuple | None = None
+    device_slots: dict[bool, tuple] | None = None
+    locations: tuple[str, ...] = ()   # the run's stores: no I/O processes for object storage
 
 
 class HostEngine:
@@ -259,14 +261,17 @@ def warm_up(engine, spec, reserve: int = 1) -> dict[str, float]:
     layout = compile_op(engine, spec)
     step("kernels")
     threads = max(1, int(reserve))
+    # the tasks' own rule (batchlu.pipeline.worker._tasks.io_pool_for): whether they have I/O processes
+    processes, io_threads = _io_pool.pool_settings(spec.settings, engine.name, threads, spec.locations)
     if spec.device_slots is None:
         engine.pool.reserve(layout, int(spec.batch), threads)
         step("pinned slots")
     else:   # the GPU codec path: a task per lane at a time, each borrowing one pair of its own layout
         from ..codecs import _gpu
 
-        if spec.device_slots:
-            device_layout, rows = spec.device_slots
+        slots = spec.device_slots[processes > 0]
+        if slots:
+            device_layout, rows = slots
             engine.pool.reserve(device_layout, int(rows), min(threads, _gpu.LANES))
             step("pinned slots")
     if getattr(spec, "staging", 0):   # the GPU codec path: each of its lanes stages 4 buffers
@@ -274,10 +279,8 @@ def warm_up(engine, spec, reserve: int = 1) -> dict[str, float]:
 
         _gpu.reserve(4 * min(threads, _gpu.LANES), _gpu.staging_bytes(int(spec.staging)))
         step("codec staging")
-    processes, threads = _io_pool.io_settings(spec.settings.io_processes, spec.settings.io_threads,
-                                              engine.name, max(1, int(reserve)))
-    if processes and _io_pool.supported():
-        _io_pool.get_pool(processes, threads)
+    if processes:
+        _io_pool.get_pool(processes, io_threads)
         step("I/O processes")
     return steps
 

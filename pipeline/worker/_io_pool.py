@@ -354,3 +354,18 @@ def io_settings(processes: int | None, threads: int | None, engine: str,
     if threads is None:
         threads = max(1, -(-worker_threads // max(1, processes)))
     return int(processes), int(threads)
+
+
+def pool_settings(settings, engine: str, worker_threads: int, locations) -> tuple[int, int]:
+    """``(processes, threads)`` of the I/O pool a run's tasks use on this worker, ``(0, 0)`` where
+    their I/O stays in the worker process: none asked for (:func:`io_settings`), no shared memory
+    here, or a store in object storage among ``locations`` (obstore's client does its requests
+    outside the GIL, and an I/O process would not see the storage options the run set in this
+    one's Dask config). The tasks (:func:`batchlu.pipeline.worker._tasks.io_pool_for`) and the
+    warm-up (:func:`batchlu.pipeline.worker._engines.warm_up`) ask here alike."""
+    if any(is_url(location) for location in locations):
+        return 0, 0
+    processes, threads = io_settings(settings.io_processes, settings.io_threads, engine, worker_threads)
+    if processes == 0 or not supported():
+        return 0, 0
+    return processes, threads

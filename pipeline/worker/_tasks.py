@@ -36,7 +36,7 @@ from ._loop import Record
 from .._ops import InfoTally, get_op
 from .._plan import Plan
 from ..store._arrays import ArrayRef
-from ..store._object_store import is_url, store_error
+from ..store._object_store import store_error
 from ._task_io import TaskIO
 from ..errors import BatchluError, FencedError
 
@@ -103,13 +103,9 @@ def _worker_address() -> str:
 
 def io_pool_for(job: Job, engine):
     """The worker's :class:`batchlu.pipeline.worker._io_pool.IOPool` for ``job``, or None for I/O in this
-    process: always for object storage (obstore's client does its requests outside the GIL, and an I/O
-    process would not see the storage options the run set in this one's Dask config)."""
-    if any(is_url(location) for location in job.locations()):
-        return None
-    processes, threads = _io_pool.io_settings(job.settings.io_processes, job.settings.io_threads, engine.name,
-                                              _worker_threads())
-    if processes == 0 or not _io_pool.supported():
+    process (:func:`batchlu.pipeline.worker._io_pool.pool_settings`)."""
+    processes, threads = _io_pool.pool_settings(job.settings, engine.name, _worker_threads(), job.locations())
+    if processes == 0:
         return None
     return _io_pool.get_pool(processes, threads).using(job.settings.io_engine)
 
@@ -154,10 +150,12 @@ def _run_task(engine, job: Job, c0: int, c1: int) -> TaskResult:
     record = Record(ledger=io, fence=job.fence, chunk=plan.chunk)
     stored = {name: c.stored for name, c in (job.codecs or {}).items() if c.device == "gpu"}
     if engine.name == "gpu" and stored:
-        from ._device_batches import DeviceIO, run_device_batches
+        from ._device_batches import DeviceIO, run_device_batches, slot_rows
 
-        dio = DeviceIO(batch_io, stored, plan.chunk, group_bytes=job.settings.device_batch_bytes,
-                       routed=frozenset(name for name, c in job.codecs.items() if c.route))
+        group_bytes = job.settings.device_batch_bytes
+        dio = DeviceIO(batch_io, stored, plan.chunk, group_bytes=group_bytes,
+                       routed=frozenset(name for name, c in job.codecs.items() if c.route),
+                       slot_rows=slot_rows(plan, group_bytes, input_bytes(io.input, io.rhs)))
         stats = run_device_batches(engine, job.compute_op(), dio, ranges, record=record, delay=job.task_delay)
     else:
         with _engines.computing(engine, input_bytes(io.input, io.rhs) * plan.count):

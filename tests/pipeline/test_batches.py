@@ -6,6 +6,7 @@ without a device; the ``gpu`` tests at the end run it on CuPy with pinned buffer
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -243,6 +244,31 @@ def test_a_corrupt_chunk_is_named_and_nothing_after_it_recorded(tmp_path):
                     record=recording(marks))
     assert (8, 12) not in marks and (12, 16) not in marks
     assert (outs["inv"][8:][...] == FILL).all()
+
+
+@pytest.mark.parametrize("failing_start", [None, 1], ids=["threads", "a-thread-that-cannot-start"])
+def test_prefault_writes_every_page_and_leaves_no_thread_behind(monkeypatch, failing_start):
+    """Before a pinned buffer is registered its pages are written from several threads; prefault
+    returns only when all of them are written, also where a thread cannot start (a thread limit):
+    else a thread could still be writing into memory its caller frees."""
+    monkeypatch.setattr(_buffers, "PREFAULT_BYTES", 1 << 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)   # 8 pieces
+    rng = np.random.default_rng()
+    raw = rng.integers(1, 255, size=(1 << 19) + 4097, dtype=np.uint8)   # nothing zero: every byte to write
+    starts = []
+    real_start = threading.Thread.start
+
+    def start(thread):
+        starts.append(thread)
+        if failing_start is not None and len(starts) == failing_start:
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    _buffers.prefault(raw)
+    assert len(starts) >= 1
+    assert not any(thread.is_alive() for thread in starts)
+    assert not raw.any()
 
 
 def test_sub_batches_whole_chunks_and_at_least_two():

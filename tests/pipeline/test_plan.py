@@ -207,17 +207,34 @@ def test_device_groups_hold_consecutive_batches_within_the_bytes():
     assert group_batches(batches, 1000, 0) == [[b] for b in batches]   # at least one batch per group
 
 
-def test_device_slots_hold_a_group_but_never_more_than_the_input():
-    """The GPU codec path's pinned slots: a group's matrices in whole chunks, the same for every task,
-    but a small run pins what its input holds (pinning costs ~0.25-0.4 s per GiB), not a group's bytes."""
-    from batchlu.pipeline.worker._device_batches import slot_rows
+def test_device_slots_hold_every_group_of_every_task_but_never_more_than_the_input():
+    """The GPU codec path's pinned slots: one size for every task of a run (the warm-up reserves it),
+    large enough for each group any task makes (whole tasks, merged ones, a resumed run's, the one
+    holding a partial last chunk), and a small run pins what its input holds (pinning costs ~0.25-0.4 s
+    per GiB), not a group's bytes."""
+    from batchlu.pipeline._plan import Plan, merge_tasks
+    from batchlu.pipeline.worker._batches import sub_batches
+    from batchlu.pipeline.worker._device_batches import group_batches, slot_rows
 
-    big = 512 << 20
-    assert slot_rows(50, big, 8192, [[(0, 50), (50, 100)]], 10**6) == big // 8192 // 50 * 50
-    assert slot_rows(50, big, 8192, [[(0, 50), (50, 100)]], 120) == 150   # 120 matrices: 3 chunks
-    assert slot_rows(50, big, 8192, [[(0, 10)]], 10) == 50                # at least one chunk
-    assert slot_rows(50, 8192 * 60, 8192, [[(0, 50)]], 10**6) == 50       # a group of one chunk
-    assert slot_rows(50, 0, 8192, [[(0, 200)]], 10**6) == 200             # the largest group, always
+    rng = np.random.default_rng()
+    per = 32 * 32 * 8
+    for count in (10, 120, 1020, 5020, 20_000):
+        for chunk in (50, 64):
+            for batch_chunks in (1, 4):
+                for limit in (0, per * 20, per * 128, 512 << 20):
+                    plan = Plan(count=count, chunk=chunk, batch=chunk * batch_chunks, chunks_per_task=3)
+                    rows = slot_rows(plan, limit, per)
+                    assert 1 <= rows <= count
+                    complete = rng.random(plan.n_chunks) < 0.3   # a resumed run's tasks too
+                    for tasks in (plan.tasks(), merge_tasks(plan.tasks(), 4), plan.tasks(complete)):
+                        for c0, c1 in tasks:
+                            groups = group_batches([plan.chunk_range(*b) for b in sub_batches(plan, c0, c1)],
+                                                   per, limit)
+                            assert max(g[-1][1] - g[0][0] for g in groups) <= rows, (count, chunk, limit)
+    plan = Plan(count=10**6, chunk=50, batch=50, chunks_per_task=3)
+    assert slot_rows(plan, 512 << 20, per) == (512 << 20) // per             # a group's bytes
+    assert slot_rows(Plan(count=120, chunk=50, batch=50, chunks_per_task=3), 512 << 20, per) == 120
+    assert slot_rows(Plan(count=10**6, chunk=50, batch=200, chunks_per_task=8), per * 60, per) == 200
 
 
 def test_ledger_objects_written_as_files_are_zarrs_bytes(tmp_path):
