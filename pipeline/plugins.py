@@ -114,14 +114,13 @@ class HostSetup(WorkerPlugin):
                     self.setup_seconds)
 
 
-def setup_steps(dask_worker) -> dict[str, float]:
-    """The seconds of each part of this worker's batchlu setup for the current run (``client.run``
-    calls it on every worker after :func:`batchlu.pipeline.client._warmup.prepare_workers`)."""
-    for name in (GPUSetup.name, HostSetup.name):
-        plugin = dask_worker.plugins.get(name)
-        if plugin is not None and getattr(plugin, "steps", None):
-            return dict(plugin.steps)
-    return {}
+def setup_steps(name: str, dask_worker) -> dict[str, float]:
+    """The seconds of each part of this worker's batchlu setup for the current run, by the plugin
+    ``name`` the run registered (``client.run`` calls it on every worker after
+    :func:`batchlu.pipeline.client._warmup.prepare_workers`; a cluster kept up keeps an earlier run's
+    plugin of the other kind too)."""
+    plugin = dask_worker.plugins.get(name)
+    return dict(getattr(plugin, "steps", None) or {})
 
 
 def _use_rmm_pool(device: int, size: int) -> None:

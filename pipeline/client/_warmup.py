@@ -53,21 +53,21 @@ def prepare_workers(client, job, options: Options) -> dict[str, float]:
 
     ``job.backend`` is the one :func:`batchlu.pipeline.cluster._devices.resolve_on_workers` gave;
     ``auto`` (workers that disagree) sets up none. Returns the seconds of each part of the setup
-    (kernels, pinned slots, ...), the slowest worker's per part.
+    (kernels, pinned slots, ...) of the worker whose setup took longest.
     """
     from ..plugins import GPUSetup, HostSetup, setup_steps   # distributed's plugin base: imported with the cluster
 
     if job.backend == "gpu":
-        client.register_plugin(GPUSetup(options, warmup=warmup_for(job)))
+        plugin = GPUSetup(options, warmup=warmup_for(job))
     elif job.backend == "cpu":
-        client.register_plugin(HostSetup(warmup_for(job)))
+        plugin = HostSetup(warmup_for(job))
     else:
         return {}
-    steps: dict[str, float] = {}
-    for worker_steps in client.run(setup_steps).values():
-        for name, seconds in worker_steps.items():
-            steps[name] = max(steps.get(name, 0.0), float(seconds))
-    return steps
+    client.register_plugin(plugin)
+    # the parts of the slowest worker's setup (workers set up side by side: its parts add up to
+    # at most the warm-up, where the slowest per part could add up to more)
+    every = [steps for steps in client.run(setup_steps, plugin.name).values() if steps]
+    return dict(max(every, key=lambda steps: sum(steps.values()), default={}))
 
 
 def warmup_for(job):

@@ -136,3 +136,26 @@ def test_the_cpu_warm_up_loads_every_kernel_the_tasks_call(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     first, after = map(int, proc.stdout.split()[-2:])
     assert first > 0 and first == after, proc.stdout
+
+
+def test_a_run_reports_its_own_warm_up_parts_on_a_cluster_kept_up(client, stores, tmp_path):
+    """A cluster kept up (Jupyter's ``client=``) keeps every run's setup plugin: a CPU run reports the
+    parts of its own setup, not those an earlier GPU run left on the workers, and the parts of one
+    worker, which add up to at most the warm-up."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    from batchlu.pipeline.plugins import GPUSetup
+
+    class EarlierGPURun(WorkerPlugin):
+        name = GPUSetup.name
+        steps = {"device": 0.5, "pinned slots": 9.0}
+
+    client.register_plugin(EarlierGPURun())
+    try:
+        report = pipeline.run(stores["a"], str(tmp_path / "out.zarr"), op="inv", backend="cpu",
+                              client=client, progress=False)
+    finally:
+        client.unregister_worker_plugin(GPUSetup.name)
+    assert report.status == "complete"
+    assert set(report.warmup_steps) == {"kernels"}, report.warmup_steps
+    assert sum(report.warmup_steps.values()) <= report.warmup
