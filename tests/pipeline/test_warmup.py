@@ -159,3 +159,39 @@ def test_a_run_reports_its_own_warm_up_parts_on_a_cluster_kept_up(client, stores
     assert report.status == "complete"
     assert set(report.warmup_steps) == {"kernels"}, report.warmup_steps
     assert sum(report.warmup_steps.values()) <= report.warmup
+
+
+@pytest.mark.parametrize("locations, io_processes, pooled", [
+    (("/data/in.zarr", "/data/out.zarr"), 2, True),
+    (("/data/in.zarr", "/data/out.zarr"), 0, False),          # io-processes 0: I/O in the worker
+    (("s3://bucket/in.zarr", "/data/out.zarr"), 2, False),    # object storage: never I/O processes
+], ids=["io-processes", "none-asked", "object-storage"])
+def test_the_warm_up_reserves_the_slots_the_tasks_borrow_by_their_own_io_rule(monkeypatch, locations,
+                                                                               io_processes, pooled):
+    """The GPU codec path reads an input routed to the host in its slots only where the worker has I/O
+    processes (worker._device_batches._routed): the warm-up reserves the layout of the case the
+    tasks will meet, by the tasks' own rule (_io_pool.pool_settings), and starts I/O processes only
+    where the tasks will use them."""
+    import dataclasses
+
+    from batchlu.pipeline.config._settings import Options
+    from batchlu.pipeline.worker import _engines, _io_pool
+    from batchlu.pipeline.worker._buffers import Layout
+
+    monkeypatch.setattr(_io_pool, "supported", lambda: True)
+    started = []
+    monkeypatch.setattr(_io_pool, "get_pool", lambda processes, threads: started.append(processes))
+    assert (_io_pool.pool_settings(dataclasses.replace(Options(), io_processes=io_processes), "gpu", 4,
+                                   locations)[0] > 0) is pooled
+    f8 = np.dtype("float64")
+    with_input = Layout(a=((4, 4), f8), b=None, outs=())
+    without = Layout(a=((0,), f8), b=None, outs=(("info", (), np.dtype("int32")),))
+    spec = _engines.WarmUp(op="inv", dtype="float64", n=4, batch=8,
+                           outputs=(("inv", (4, 4), "float64"), ("info", (), "int32")),
+                           settings=dataclasses.replace(Options(), io_processes=io_processes),
+                           device_slots={True: (with_input, 16), False: (without, 16)}, locations=locations)
+    engine = _engines.HostEngine()
+    _engines.warm_up(engine, spec, reserve=4)
+    reserved = {layout for layout, _, _ in engine.pool._free}
+    assert reserved == {with_input if pooled else without}
+    assert started == ([2] if pooled else [])
