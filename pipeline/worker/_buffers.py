@@ -179,7 +179,7 @@ _REGISTER_FAILED: list[str] = []
 # Pages faulted in by this many bytes per thread before cudaHostRegister pins them: the registration
 # alone faults them in one thread (0.42 s per GiB on the H100 machine, as slow as CuPy's pinned
 # memory, 0.38 s); written first by up to 16 threads, then registered, 0.24 s
-# (benchmarks/bench_pinning.py; docs/performance.md, "GPU warm-up")
+# (benchmarks/bench_pinning.py, run on that machine)
 PREFAULT_BYTES = 64 << 20
 
 
