@@ -382,7 +382,8 @@ _STEP = re.compile(r"([A-Za-z][A-Za-z /-]*?) (\d+(?:\.\d+)?)(?:,|$)")
 def parse_report(text: str) -> dict | None:
     """The parts of the report ``batchlu run`` prints that say where the time went: ``phases_s``
     (its time line: import, plan, cluster start, warm-up, compute, finish, total), ``warm_up_s``
-    (the warm-up's parts: kernels, pinned slots, ...; where the line names them), ``stages_s``
+    and ``finish_s`` (the warm-up's parts: kernels, pinned slots, ...; the finish's: cluster close,
+    checks, record; where the line names them), ``stages_s``
     (the task stages, summed over the tasks), ``status``, ``backends``, ``ok`` (matrices); None where
     there is no time line."""
     found = {}
@@ -395,6 +396,8 @@ def parse_report(text: str) -> dict | None:
                                  for k, v in _PART.findall(line.split(":", 1)[1].split(";")[0])}
             if m := re.search(r"warm-up \d+(?:\.\d+)? s \(([^)]*)\)", line):   # its parts, by name
                 found["warm_up_s"] = {k.strip(): float(v) for k, v in _STEP.findall(m.group(1))}
+            if m := re.search(r"finish \d+(?:\.\d+)? s \(([^)]*)\)", line):
+                found["finish_s"] = {k.strip(): float(v) for k, v in _STEP.findall(m.group(1))}
         elif line.startswith("task stages"):
             found["stages_s"] = {k.strip(): float(v) for k, v in _PART.findall(line.split(":", 1)[1])}
         elif line.startswith("backend "):
@@ -411,6 +414,7 @@ def report_of(report) -> dict:
                          "warm_up": round(report.warmup, 3), "compute": round(report.elapsed, 3),
                          "finish": round(report.finish, 3), "total": round(report.wall, 3)},
             "warm_up_s": {k: round(v, 3) for k, v in report.warmup_steps.items()},
+            "finish_s": {k: round(v, 3) for k, v in report.finish_steps.items()},
             "stages_s": {k: round(getattr(report, f"{k}_s"), 3) for k in ("read", "compute", "write")}}
 
 

@@ -15,7 +15,9 @@ The time of a run, in parts that add up to its whole (:attr:`Report.total`):
 * ``elapsed``: the compute, from handing the tasks to the cluster to the last result. The rates
   (matrices/s, GB/s) are over this part only, so that a short job's rate is not its start-up's;
 * ``finish``: the rest until the run returns: closing the cluster, the checks after the tasks
-  (every chunk recorded, the input's files unchanged) and the output's record.
+  (every chunk recorded, the input's files unchanged) and the output's record; ``finish_steps``
+  names those parts (``cluster close``: the embedded cluster's workers and scheduler, or the
+  client's connection; ``checks``; ``record``).
 
 ``wall`` is the run's own time, from its call to its return (every part but ``imports``).
 
@@ -52,6 +54,7 @@ class Report:
     wall: float = 0.0          # seconds of the whole run, from the call to its return
     plan: float = 0.0          # seconds of the checks, the plan and the output's creation, before the cluster
     finish: float = 0.0        # seconds after the last result: the cluster closed, the checks, the record
+    finish_steps: dict[str, float] = dataclasses.field(default_factory=dict)  # its parts, by name
     imports: float = 0.0       # seconds from the process's start to the call (set by the command line)
     read_s: float = 0.0        # the tasks' read, compute and write stages, summed over the tasks
     compute_s: float = 0.0
@@ -133,7 +136,9 @@ class Report:
                      + f"plan {self.plan:.2f} s, cluster start {self.cluster_start:.2f} s, warm-up {self.warmup:.2f} s"
                      + (" (" + ", ".join(f"{name} {s:.2f}" for name, s in self.warmup_steps.items()) + ")"
                         if self.warmup_steps else "") + ", "
-                     f"compute {self.elapsed:.2f} s, finish {self.finish:.2f} s, total {self.total:.2f} s"
+                     f"compute {self.elapsed:.2f} s, finish {self.finish:.2f} s"
+                     + (" (" + ", ".join(f"{name} {s:.2f}" for name, s in self.finish_steps.items()) + ")"
+                        if self.finish_steps else "") + f", total {self.total:.2f} s"
                      + (f"; dashboard {self.dashboard}" if self.dashboard else ""))
         if self.processed:
             lines.append(f"  task stages, summed over the tasks: read {self.read_s:.2f} s, "

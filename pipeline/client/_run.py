@@ -296,6 +296,7 @@ def _finish(job: Job, report: Report, entry: _Entry, inputs: _Inputs, called: fl
     """After the tasks: the output still this run's, every chunk recorded, the input's files as the
     run found them; then the record says complete."""
     out_path = entry.path
+    checking = time.perf_counter()
     job.fence.check()   # the record too: no status written over an output another run took meanwhile
     if not _ledger.read(out_path).all():  # a task returned without recording its chunks
         exc = RuntimeError("Expected every output chunk recorded complete after the run. "
@@ -309,12 +310,15 @@ def _finish(job: Job, report: Report, entry: _Entry, inputs: _Inputs, called: fl
         raise
     if report.skipped:
         report.counts = _count_info(out_path)
+    recording = time.perf_counter()
+    report.finish_steps["checks"] = recording - checking
     used = sorted(set(entry.provenance["backends_used"]) | set(report.backends))
     _group.update(out_path, status="complete", finished=_group.now(), backends_used=used,
                   runs=entry.runs + [{"started": entry.started, "finished": _group.now(),
                                       "resume": entry.resumed, "status": "complete",
                                       "matrices": report.processed, **_times(report, called)}],
                   counts=report.counts._asdict())
+    report.finish_steps["record"] = time.perf_counter() - recording
     report.status = "complete"
     report.end(time.perf_counter() - called)
 

@@ -90,6 +90,7 @@ def submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None
         if _in_process(opts):
             _run_in_process(job, tasks, report, opts, show, t0)
             return
+    computed = None
     with _connect.connect(opts, **connect) as client, _connect.performance_report(opts.performance_report):
         dashboard = _connect.dashboard_link(client)
         if embedded and _connect.dashboard_address(opts) is None:
@@ -110,8 +111,11 @@ def submit(job: Job, tasks, report: Report, opts, show: bool, **connect) -> None
         tasks = _merged(tasks, job, client, report)
         report.submitted = True  # from here on tasks may write: a failure keeps the output
         backends = _collect(client, job, tasks, report, show, dashboard)
-        report.elapsed = time.perf_counter() - submitted
+        computed = time.perf_counter()
+        report.elapsed = computed - submitted
         report.backends = tuple(sorted(backends))
+    if computed is not None:   # the cluster (or the connection) closed: the first part of the finish
+        report.finish_steps["cluster close"] = time.perf_counter() - computed
 
 
 def _in_process(opts) -> bool:

@@ -108,7 +108,8 @@ def test_it_reads_the_report_batchlu_run_prints(bench):
     report = pipeline.Report(output="/x/out.zarr", op="inv", count=1000, processed=1000, ok=998, singular=2,
                              elapsed=0.31, cluster_start=3.5, warmup=1.25, wall=6.5, read_s=0.1,
                              compute_s=0.2, write_s=0.05, tasks=1, backend="auto", backends=("cpu",),
-                             warmup_steps={"device": 0.25, "kernels": 0.5, "pinned slots": 0.25, "I/O processes": 0.12})
+                             warmup_steps={"device": 0.25, "kernels": 0.5, "pinned slots": 0.25, "I/O processes": 0.12},
+                             finish_steps={"cluster close": 1.5, "checks": 0.02, "record": 0.01})
     found = bench.parse_report("some warning\n" + str(report) + "\n")
     assert found["status"] == "complete" and found["ok"] == 998 and found["backends"] == "cpu"
     assert found["phases_s"]["compute"] == 0.31 and found["phases_s"]["cluster_start"] == 3.5
@@ -117,6 +118,8 @@ def test_it_reads_the_report_batchlu_run_prints(bench):
     assert found["warm_up_s"] == {"device": 0.25, "kernels": 0.5, "pinned slots": 0.25, "I/O processes": 0.12}
     assert bench.report_of(report)["phases_s"] == found["phases_s"]
     assert bench.report_of(report)["warm_up_s"] == found["warm_up_s"]
+    assert found["finish_s"] == {"cluster close": 1.5, "checks": 0.02, "record": 0.01}
+    assert bench.report_of(report)["finish_s"] == found["finish_s"]
     assert bench.parse_report("Error: no such input\n") is None
 
 

@@ -124,12 +124,18 @@ def check_times(report, outer: float) -> None:
     assert set(report.warmup_steps) == {"kernels"}, report.warmup_steps
     assert 0 < report.warmup_steps["kernels"] <= report.warmup, (report.warmup_steps, report.warmup)
     steps = ", ".join(f"{name} {seconds:.2f}" for name, seconds in report.warmup_steps.items())
+    # the finish's parts: the cluster's close (a run on a cluster), the checks after the tasks, the record
+    assert list(report.finish_steps)[-2:] == ["checks", "record"], report.finish_steps
+    assert set(report.finish_steps) <= {"cluster close", "checks", "record"}
+    assert all(s >= 0 for s in report.finish_steps.values())
+    assert sum(report.finish_steps.values()) <= report.finish + 1e-9, (report.finish_steps, report.finish)
+    ends = ", ".join(f"{name} {seconds:.2f}" for name, seconds in report.finish_steps.items())
     assert (f"time: plan {report.plan:.2f} s, cluster start {report.cluster_start:.2f} s, warm-up "
-            f"{report.warmup:.2f} s ({steps}), compute {report.elapsed:.2f} s, finish {report.finish:.2f} s, "
-            f"total {report.wall:.2f} s") in text
+            f"{report.warmup:.2f} s ({steps}), compute {report.elapsed:.2f} s, finish {report.finish:.2f} s "
+            f"({ends}), total {report.wall:.2f} s") in text
     assert "import " not in text and "read " in text and "write " in text
     record = report.as_dict()
-    assert {"plan", "cluster_start", "warmup", "warmup_steps", "elapsed", "finish", "wall", "total", "read_s",
+    assert {"plan", "cluster_start", "warmup", "warmup_steps", "elapsed", "finish", "finish_steps", "wall", "total", "read_s",
             "compute_s", "write_s"} <= set(record)
     json.dumps(record)
 
