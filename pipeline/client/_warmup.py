@@ -99,9 +99,10 @@ def warmup_for(job):
 
 def _device_slots(job, source, rhs, outputs) -> dict[bool, tuple] | None:
     """The GPU codec path's pinned pair per task, as its tasks will borrow it
-    (:func:`batchlu.pipeline.worker._device_batches.slot_layout` and ``slot_rows``), by whether the worker has I/O processes (a routed input is read on the host only
-    then: ``_device_batches._routed``): ``(Layout, matrices)``, ``()`` where they borrow none; None
-    where the run takes the host path (no array's codec on the GPU)."""
+    (:func:`batchlu.pipeline.worker._device_batches.slot_layout` and ``slot_rows``), by whether the
+    worker has I/O processes (a routed input is read on the host only then: ``_device_batches._routed``):
+    ``(Layout, matrices)``, ``()`` where they borrow none; None where the run takes the host path (no
+    array's codec on the GPU)."""
     from ..worker._device_batches import slot_layout, slot_rows
 
     codecs = job.codecs or {}
