@@ -20,7 +20,7 @@ import numpy as np
 
 from batchlu.errors import ConfigError, InputError
 
-from ._getrf import getrf
+from ._getrf import getrf, tiny_mpb
 from ._getrs import default_nb, launch_perm
 from ._runtime import MAX_N, check, check_n, kernel, smem_optin, template
 
@@ -140,13 +140,6 @@ def launch_inv_gje(a, out, info, tile=None) -> None:
 
 
 # ---- tiny inverse: one thread per matrix ----------------------------------------------------------
-
-def tiny_mpb(dtype, n: int) -> int:
-    """Matrices (= threads) per block of ``inv_tiny`` for order n: a block stages its matrices in shared
-    memory, about 16-33 KB of it at most (several blocks per SM, every thread busy)."""
-    size = n * n * np.dtype(dtype).itemsize
-    return 128 if size <= 128 else 64 if size <= 512 else 32
-
 
 def tiny_smem(dtype, n: int) -> int:
     """Dynamic shared memory of an ``inv_tiny`` block: its matrices, each padded by one element."""
