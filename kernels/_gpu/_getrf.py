@@ -130,6 +130,12 @@ def tiny_mpb(dtype, n: int) -> int:
     return 128 if size <= 128 else 64 if size <= 512 else 32
 
 
+def tiny_smem(dtype, n: int) -> int:
+    """Dynamic shared memory of a block of the one-thread-per-matrix kernels: its matrices, each at an
+    odd stride (common.cuh's tiny_ld: n * n | 1 scalars)."""
+    return tiny_mpb(dtype, n) * ((n * n) | 1) * np.dtype(dtype).itemsize
+
+
 def _tiny_names(dtype, n: int) -> tuple[str, ...]:
     """The getrf_tiny instantiations compiled together: every n its dispatch rows take (one NVRTC run),
     or one n outside them alone."""
@@ -259,8 +265,7 @@ def launch_getrf(a, lu, piv, info, p: Plan | None = None) -> None:
         if p.tile != n or not 1 <= n <= TINY_N:
             raise InputError(f"Expected the tiny kernel's n to be the matrices' n, at most {TINY_N}. Got "
                              f"tile {p.tile} for n = {n} instead.")
-        mpb = tiny_mpb(dtype, n)
-        smem = mpb * (n * n + 1) * np.dtype(dtype).itemsize
+        mpb, smem = tiny_mpb(dtype, n), tiny_smem(dtype, n)
         func = kernel(FAMILY, kernel_name(p, dtype, n), _tiny_names(dtype, n), smem)
         func((-(-batch // mpb),), (mpb,), (a, lu, piv, info, np.int64(batch)), shared_mem=smem)
     elif p.kind == "small":

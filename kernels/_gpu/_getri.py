@@ -20,7 +20,7 @@ import numpy as np
 
 from batchlu.errors import ConfigError, InputError
 
-from ._getrf import getrf, tiny_mpb
+from ._getrf import getrf, tiny_mpb, tiny_smem
 from ._getrs import default_nb, launch_perm
 from ._runtime import MAX_N, check, check_n, kernel, smem_optin, template
 
@@ -140,11 +140,6 @@ def launch_inv_gje(a, out, info, tile=None) -> None:
 
 
 # ---- tiny inverse: one thread per matrix ----------------------------------------------------------
-
-def tiny_smem(dtype, n: int) -> int:
-    """Dynamic shared memory of an ``inv_tiny`` block: its matrices, each padded by one element."""
-    return tiny_mpb(dtype, n) * (n * n + 1) * np.dtype(dtype).itemsize
-
 
 def tiny_name(dtype, n: int) -> str:
     """The name expression of ``inv_tiny`` for (dtype, n)."""

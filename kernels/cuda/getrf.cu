@@ -20,8 +20,8 @@ namespace blu {
 //
 // Batched LU with partial pivoting for n <= 8, one THREAD per matrix (getrf_small gives an n <= 8
 // matrix NP lanes and a shuffle tree per pivot search). A block of MPB threads holds MPB consecutive
-// matrices, read and written through shared memory in coalesced runs of the contiguous batch, each
-// padded by one element (the threads' own matrices spread over the banks); lu may be a itself: a
+// matrices, read and written through shared memory in coalesced runs of the contiguous batch, each at
+// an odd stride (the threads' own matrices spread over the banks; common.cuh's tiny_stage_in); lu may be a itself: a
 // block reads all of its matrices before it writes any. Each thread factors its matrix in registers,
 // every loop unrolled over N, rows interchanged by selects (an index known only at run time would put
 // the matrix in local memory), as getrf_small computes it: the pivot is the first row of largest
@@ -33,29 +33,20 @@ __global__ void __launch_bounds__(MPB)
 getrf_tiny(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out, long long batch) {
     using R = real_t<T>;
     constexpr int NN = N * N;
-    constexpr int LD = NN + 1;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    T* stage = reinterpret_cast<T*>(smem_raw);  // MPB * LD
+    T* stage = reinterpret_cast<T*>(smem_raw);  // MPB * tiny_ld<N>()
 
     const long long first = (long long)blockIdx.x * MPB;
     const int count = (int)min((long long)MPB, batch - first);
     const int tid = threadIdx.x;
-    for (int idx = tid; idx < count * NN; idx += MPB) stage[(idx / NN) * LD + idx % NN] = a[first * NN + idx];
+    tiny_stage_in<T, N, MPB>(stage, a + first * NN, count, tid);
     __syncthreads();
 
     if (tid < count) {
-        T* s = stage + tid * LD;
+        T* s = stage + tid * tiny_ld<N>();
         int* P = piv + (first + tid) * N;
         T x[N][N];
-        bool bad = false;
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-#pragma unroll
-            for (int j = 0; j < N; ++j) {
-                x[i][j] = s[i * N + j];
-                bad |= !is_finite(x[i][j]);
-            }
-        }
+        const bool bad = tiny_load<T, N>(x, s);
         int info = 0;
         if (bad) {
 #pragma unroll
@@ -78,16 +69,7 @@ getrf_tiny(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
                     }
                 }
                 P[k] = p;
-#pragma unroll
-                for (int i = k + 1; i < N; ++i) {  // rows k and p interchanged by selects
-                    const bool swap = i == p;
-#pragma unroll
-                    for (int j = 0; j < N; ++j) {
-                        const T u = x[k][j], v = x[i][j];
-                        x[k][j] = swap ? v : u;
-                        x[i][j] = swap ? u : v;
-                    }
-                }
+                tiny_swap_rows<T, N>(x, k, p);
                 const T v = x[k][k];
                 if (is_zero(v)) {
                     if (info == 0) info = k + 1;
@@ -111,7 +93,7 @@ getrf_tiny(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
         info_out[first + tid] = info;
     }
     __syncthreads();
-    for (int idx = tid; idx < count * NN; idx += MPB) lu[first * NN + idx] = stage[(idx / NN) * LD + idx % NN];
+    tiny_stage_out<T, N, MPB>(lu + first * NN, stage, count, tid);
 }
 
 // ====================================================================================================

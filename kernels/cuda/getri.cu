@@ -699,8 +699,8 @@ done:
 // of 32 threads, which at n = 2-8 leaves most of them idle and spends the time in barriers: a
 // thread per matrix does the same arithmetic with none. A block of MPB threads holds MPB consecutive
 // matrices: they are read and written through shared memory in whole coalesced runs of the batch (the
-// matrices are contiguous), each padded by one element so that the threads' own matrices spread over
-// the banks. Each thread runs inv_gje's Gauss-Jordan on its matrix in registers, fully unrolled over N
+// matrices are contiguous), each at an odd stride so that the threads' own matrices spread over the
+// banks (tiny_stage_in / tiny_stage_out, common.cuh). Each thread runs inv_gje's Gauss-Jordan on its matrix in registers, fully unrolled over N
 // so that no register is indexed at run time, with explicit row interchanges in LAPACK's order (pivot =
 // the first row of largest cabs1) and the column unscrambling in reverse order at the end:
 // inv(A) = inv(PA) P. The same operations as inv_gje (the pivot row scaled by recip_(pivot), its
@@ -712,30 +712,21 @@ __global__ void __launch_bounds__(MPB)
 inv_tiny(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out, long long batch) {
     using R = real_t<T>;
     constexpr int NN = N * N;
-    constexpr int LD = NN + 1;  // a matrix's stride in shared memory
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    T* stage = reinterpret_cast<T*>(smem_raw);  // MPB * LD
+    T* stage = reinterpret_cast<T*>(smem_raw);  // MPB * tiny_ld<N>()
 
     const long long first = (long long)blockIdx.x * MPB;
     const int count = (int)min((long long)MPB, batch - first);
     const int tid = threadIdx.x;
     const T* A = a + first * NN;
     T* O = out + first * NN;
-    for (int idx = tid; idx < count * NN; idx += MPB) stage[(idx / NN) * LD + idx % NN] = A[idx];
+    tiny_stage_in<T, N, MPB>(stage, A, count, tid);
     __syncthreads();
 
     if (tid < count) {
-        T* s = stage + tid * LD;
+        T* s = stage + tid * tiny_ld<N>();
         T x[N][N];
-        bool bad = false;
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-#pragma unroll
-            for (int j = 0; j < N; ++j) {
-                x[i][j] = s[i * N + j];
-                bad |= !is_finite(x[i][j]);
-            }
-        }
+        const bool bad = tiny_load<T, N>(x, s);
         int info = bad ? -1 : 0;
         int perm[N];
 #pragma unroll
@@ -758,16 +749,7 @@ inv_tiny(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_ou
                 continue;
             }
             perm[k] = p;
-#pragma unroll
-            for (int i = k + 1; i < N; ++i) {  // rows k and p interchanged by selects, not by index
-                const bool swap = i == p;
-#pragma unroll
-                for (int j = 0; j < N; ++j) {
-                    const T u = x[k][j], v = x[i][j];
-                    x[k][j] = swap ? v : u;
-                    x[i][j] = swap ? u : v;
-                }
-            }
+            tiny_swap_rows<T, N>(x, k, p);
             const T ip = recip_(x[k][k]);
             T rs[N];
 #pragma unroll
@@ -811,7 +793,7 @@ inv_tiny(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_ou
         info_out[first + tid] = info;
     }
     __syncthreads();
-    for (int idx = tid; idx < count * NN; idx += MPB) O[idx] = stage[(idx / NN) * LD + idx % NN];
+    tiny_stage_out<T, N, MPB>(O, stage, count, tid);
 }
 
 }  // namespace blu
