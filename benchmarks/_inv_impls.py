@@ -307,9 +307,9 @@ BYTES = {"inv": inv_bytes, "solve": solve_bytes}
 
 
 def variant(op: str, name: str):
-    """Factories outside IMPLS: for inv ``ours:tiny`` (n <= 8), ``ours:fused``, ``ours:fused-16x16x4x4x2`` (a fixed tile
-    TIxTJxRRxCCxMINB), ``ours:getri`` (getrf + getri on getri_plan's launch), ``ours:getri-static``,
-    ``ours:getri-dynamic``; for solve ``ours:rows``,
+    """Factories outside IMPLS: for inv ``ours:tiny`` (n <= 8), ``ours:fused``,
+    ``ours:fused-16x16x4x4x2`` (a fixed tile TIxTJxRRxCCxMINB), ``ours:getri`` (getrf + getri on
+    getri_plan's launch), ``ours:getri-static``, ``ours:getri-dynamic``; for solve ``ours:rows``,
     ``ours:rows-4x8`` (gesv_rows, RR x TJ), ``ours:getrs``. None for names of other ops."""
     if not name.startswith("ours:"):
         return None

@@ -24,8 +24,8 @@ Dispatch tables (first matching row wins):
 Plans: :func:`getrf_plan` / :func:`rows_plan` / :class:`Plan`; :func:`inv_plan`, :func:`gje_tile`,
 :func:`getri_plan`; :func:`solve_plan`, :func:`gesv_rows_tile`, :func:`getrs_plan`.
 
-Launchers: :func:`launch_getrf` (``plan``), :func:`launch_inv_tiny`, :func:`launch_inv_gje` (``tile``), :func:`launch_getri`
-(``mode``, ``minb``, ``mma``, ``nb``), :func:`launch_gesv_rows` (``tile``), :func:`launch_getrs`
+Launchers: :func:`launch_getrf` (``plan``), :func:`launch_inv_tiny`, :func:`launch_inv_gje` (``tile``),
+:func:`launch_getri` (``mode``, ``minb``, ``mma``, ``nb``), :func:`launch_gesv_rows` (``tile``), :func:`launch_getrs`
 (``kind``, ``stages``, ``kc``),
 :func:`launch_slogdet`; each takes the dispatched plan when none is given. The cuSOLVER path at any n
 (the backend's contract, allocating its outputs): :func:`cusolver_getrf`, :func:`cusolver_getrs`,
@@ -89,10 +89,9 @@ from ._gpu._getri import (
     launch_getri,
     launch_inv_gje,
     launch_inv_tiny,
-    tiny_mpb,
     tiny_name,
-    tiny_smem,
 )
+from ._gpu._getrf import tiny_mpb, tiny_smem
 from ._gpu._getrs import (GETRS_BLOCK, GETRS_WARP_KC_MAX, default_nb, getrs_fits, getrs_plan, getrs_smem,
                           launch_getrs, solve_plan)
 from ._gpu._paths import CUSOLVER, first_cusolver_n, path

@@ -32,12 +32,13 @@ SMALL_NP = (2, 4, 8, 16, 32)
 # NB by itemsize (NB * itemsize % 16 == 0, NB <= 32: one warp solves the NB columns of U_b).
 BLOCKED_NB = {4: (8, 16, 32), 8: (8, 16, 32), 16: (4, 8, 16)}
 _SMALL_THREADS = 128
-TINY_N = 8   # the largest n getrf_tiny takes
+TINY_N = 8   # the largest n the one-thread-per-matrix kernels (getrf_tiny, inv_tiny) take
 _MAX_THREADS = 512
 _MAX_GRID = 1 << 20
 # Per dtype, (largest n, kind, tile) rows, first match wins; see docs/design.md#getrf-dispatch.
 # "tiny": tile unused (one thread per matrix, n <= TINY_N; complex128 from n = 6 would need more than
-# 255 registers); "small": tile unused (NP = n rounded up to a power of two); "rows": (RR, TJ[, step, minb]), see rows_plan; "blocked"
+# 255 registers); "small": tile unused (NP = n rounded up to a power of two); "rows": (RR, TJ[, step,
+# minb]), see rows_plan; "blocked"
 # (panel rows in registers) and "blocked_smem" (panel in shared memory): NB, (NB, minb) or (NB, minb,
 # kb), minb blocks per SM in __launch_bounds__ (0: no bound), kb columns per block of L (default NB).
 GETRF_DISPATCH = {
@@ -136,13 +137,15 @@ def tiny_smem(dtype, n: int) -> int:
     return tiny_mpb(dtype, n) * ((n * n) | 1) * np.dtype(dtype).itemsize
 
 
-def _tiny_names(dtype, n: int) -> tuple[str, ...]:
-    """The getrf_tiny instantiations compiled together: every n its dispatch rows take (one NVRTC run),
-    or one n outside them alone."""
-    top = max((bound for bound, kind, _ in GETRF_DISPATCH[np.dtype(dtype)] if kind == "tiny"), default=0)
-    names = tuple(template("getrf_tiny", dtype, m, tiny_mpb(dtype, m)) for m in range(1, top + 1))
-    mine = template("getrf_tiny", dtype, n, tiny_mpb(dtype, n))
-    return names if mine in names else (mine,)
+def launch_tiny(family: str, name: str, top: int, dtype, n: int, batch: int, args) -> None:
+    """One launch of the one-thread-per-matrix kernel ``name<T, n, MPB>`` of ``family`` (``getrf_tiny``,
+    ``inv_tiny``) over ``batch`` matrices, ``args`` its arguments before the batch. Every n up to
+    ``top`` (those its dispatch sends it) is compiled in one NVRTC run; an n above, alone."""
+    mpb, smem = tiny_mpb(dtype, n), tiny_smem(dtype, n)
+    together = range(1, top + 1) if n <= top else (n,)
+    names = tuple(template(name, dtype, m, tiny_mpb(dtype, m)) for m in together)
+    func = kernel(family, template(name, dtype, n, mpb), names, smem)
+    func((-(-batch // mpb),), (mpb,), (*args, np.int64(batch)), shared_mem=smem)
 
 
 def _ldp(n: int) -> int:
@@ -265,9 +268,8 @@ def launch_getrf(a, lu, piv, info, p: Plan | None = None) -> None:
         if p.tile != n or not 1 <= n <= TINY_N:
             raise InputError(f"Expected the tiny kernel's n to be the matrices' n, at most {TINY_N}. Got "
                              f"tile {p.tile} for n = {n} instead.")
-        mpb, smem = tiny_mpb(dtype, n), tiny_smem(dtype, n)
-        func = kernel(FAMILY, kernel_name(p, dtype, n), _tiny_names(dtype, n), smem)
-        func((-(-batch // mpb),), (mpb,), (a, lu, piv, info, np.int64(batch)), shared_mem=smem)
+        top = max(bound for bound, kind, _ in GETRF_DISPATCH[np.dtype(dtype)] if kind == "tiny")
+        launch_tiny(FAMILY, "getrf_tiny", top, dtype, n, batch, (a, lu, piv, info))
     elif p.kind == "small":
         if p.tile < n:
             raise InputError(f"Expected NP >= n for the small kernel. Got NP = {p.tile}, n = {n} instead.")

@@ -8,8 +8,8 @@
   U^-1 L^-1 with the column interchange fused into the write; one launch ("static", "merged"), or
   per-step launches sized to the active columns ("dynamic", the paper's allocation).
 
-:func:`inv_plan` chooses between them (:data:`TINY_MAX_N`, :data:`FUSED_MAX_N`, :data:`GJE_TILES`); :func:`getri_plan`
-picks getri's launch (:data:`GETRI_MODE`, :data:`GETRI_PLANS`). The ``launch_*`` functions run on
+:func:`inv_plan` chooses between them (:data:`TINY_MAX_N`, :data:`FUSED_MAX_N`, :data:`GJE_TILES`);
+:func:`getri_plan` picks getri's launch (:data:`GETRI_MODE`, :data:`GETRI_PLANS`). The ``launch_*`` functions run on
 preallocated outputs (tests poison them first; benchmarks reuse them) on CuPy's current stream with
 no host synchronisation; :func:`inv` is the backend entry point (contract in ``kernels/_api.py``).
 """
@@ -20,7 +20,7 @@ import numpy as np
 
 from batchlu.errors import ConfigError, InputError
 
-from ._getrf import getrf, tiny_mpb, tiny_smem
+from ._getrf import TINY_N, getrf, launch_tiny, tiny_mpb
 from ._getrs import default_nb, launch_perm
 from ._runtime import MAX_N, check, check_n, kernel, smem_optin, template
 
@@ -48,7 +48,7 @@ FUSED_MAX_N = {np.dtype(np.float32): 64, np.dtype(np.float64): 64,
 # registers (n*n scalars): complex128 from n = 6 would spill them, and stays on inv_gje.
 TINY_MAX_N = {np.dtype(np.float32): 8, np.dtype(np.float64): 8,
               np.dtype(np.complex64): 8, np.dtype(np.complex128): 5}
-TINY_LIMIT = 8   # the largest n launch_inv_tiny takes (explicitly, outside TINY_MAX_N too)
+TINY_LIMIT = TINY_N   # the largest n launch_inv_tiny takes (explicitly, outside TINY_MAX_N too)
 # getri's launch shape per dtype ("static", "merged" or "dynamic") where GETRI_PLANS has no row.
 GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
               np.dtype(np.complex64): "dynamic", np.dtype(np.complex128): "static"}
@@ -146,14 +146,6 @@ def tiny_name(dtype, n: int) -> str:
     return template("inv_tiny", dtype, n, tiny_mpb(dtype, n))
 
 
-def _tiny_names(dtype, n: int) -> tuple[str, ...]:
-    """The tiny instantiations compiled together: every n of TINY_MAX_N, or one n outside it alone."""
-    top = TINY_MAX_N[np.dtype(dtype)]
-    if n > top:
-        return (tiny_name(dtype, n),)
-    return tuple(tiny_name(dtype, m) for m in range(1, top + 1))
-
-
 def launch_inv_tiny(a, out, info) -> None:
     """Fused inverse of ``a`` (B, n, n), n <= :data:`TINY_LIMIT`, into ``out`` (B, n, n) and ``info``
     (B,) int32, one thread per matrix."""
@@ -165,9 +157,7 @@ def launch_inv_tiny(a, out, info) -> None:
         raise InputError(f"Expected 1 <= n <= {TINY_LIMIT} for the tiny inverse. Got n = {n} instead.")
     if batch == 0:
         return
-    mpb, smem = tiny_mpb(a.dtype, n), tiny_smem(a.dtype, n)
-    func = kernel(FAMILY, tiny_name(a.dtype, n), _tiny_names(a.dtype, n), smem)
-    func((-(-batch // mpb),), (mpb,), (a, out, info, np.int64(batch)), shared_mem=smem)
+    launch_tiny(FAMILY, "inv_tiny", TINY_MAX_N[np.dtype(a.dtype)], a.dtype, n, batch, (a, out, info))
 
 
 # ---- getri: inverse from the LU factors ---------------------------------------------------------

@@ -700,12 +700,13 @@ done:
 // thread per matrix does the same arithmetic with none. A block of MPB threads holds MPB consecutive
 // matrices: they are read and written through shared memory in whole coalesced runs of the batch (the
 // matrices are contiguous), each at an odd stride so that the threads' own matrices spread over the
-// banks (tiny_stage_in / tiny_stage_out, common.cuh). Each thread runs inv_gje's Gauss-Jordan on its matrix in registers, fully unrolled over N
-// so that no register is indexed at run time, with explicit row interchanges in LAPACK's order (pivot =
-// the first row of largest cabs1) and the column unscrambling in reverse order at the end:
-// inv(A) = inv(PA) P. The same operations as inv_gje (the pivot row scaled by recip_(pivot), its
-// column-k entry taken as one; column k becomes -a_ik / a_pk), the same info and NaN semantics: -1 for
-// a NaN/Inf input, k+1 for the first exactly zero pivot; any info != 0 writes NaN over the matrix.
+// banks (tiny_stage_in / tiny_stage_out, common.cuh). Each thread runs inv_gje's Gauss-Jordan on its
+// matrix in registers, fully unrolled over N so that no register is indexed at run time, with
+// explicit row interchanges in LAPACK's order (pivot = the first row of largest cabs1) and the column
+// unscrambling in reverse order at the end: inv(A) = inv(PA) P. The same operations as inv_gje (the
+// pivot row scaled by recip_(pivot), its column-k entry taken as one; column k becomes -a_ik / a_pk),
+// the same info and NaN semantics: -1 for a NaN/Inf input, k+1 for the first exactly zero pivot; any
+// info != 0 writes NaN over the matrix.
 
 template <typename T, int N, int MPB>
 __global__ void __launch_bounds__(MPB)
