@@ -72,6 +72,12 @@ template <> __device__ __forceinline__ c64 nan_value<c64>() {
 template <> __device__ __forceinline__ c128 nan_value<c128>() {
     return {nan_value<double>(), nan_value<double>()};
 }
+// +inf of a real type (NVRTC has no math.h, so no INFINITY)
+template <typename R> __device__ __forceinline__ R inf_value();
+template <> __device__ __forceinline__ float inf_value<float>() { return __int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ double inf_value<double>() {
+    return __longlong_as_double(0x7ff0000000000000LL);
+}
 
 // ---- arithmetic (real types use the built-in operators) -------------------------------------------
 __device__ __forceinline__ c64 operator+(c64 a, c64 b) { return {a.re + b.re, a.im + b.im}; }

@@ -62,7 +62,7 @@ getrf_tiny(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out,
 #pragma unroll
                 for (int i = k; i < N; ++i) {
                     R v = cabs1(x[i][k]);
-                    if (!(v >= R(0))) v = R(INFINITY);  // NaN: the largest, as in getrf_small
+                    if (!(v >= R(0))) v = inf_value<R>();  // NaN: the largest, as in getrf_small
                     if (v > best) {
                         best = v;
                         p = i;
