@@ -60,7 +60,7 @@ def _rhs(dtype, n, batch, shape_tail):
 # ---- inv ------------------------------------------------------------------------------------------
 
 def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
-    """Our dispatch (or a fixed ``path``: "fused", "getri" (getri_plan's launch), "getri-static",
+    """Our dispatch (or a fixed ``path``: "tiny", "fused", "getri" (getri_plan's launch), "getri-static",
     "getri-dynamic")."""
     import cupy
 
@@ -72,12 +72,15 @@ def ours_inv(dtype, n, batch, path: str | None = None) -> Case:
     lu = cupy.empty_like(a)
     piv = cupy.empty((batch, n), np.int32)
     info = cupy.empty((batch,), np.int32)
-    path = path or ("fused" if tuning.inv_plan(dtype, n) == "fused" else "getri")  # getri: getri_plan
+    path = path or {"tiny": "tiny", "fused": "fused"}.get(tuning.inv_plan(dtype, n), "getri")  # getri: getri_plan
 
     def prepare(k):
         a[...] = src[k % len(src)]
 
-    if path.startswith("fused"):
+    if path == "tiny":
+        def run():
+            tuning.launch_inv_tiny(a, out, info)
+    elif path.startswith("fused"):
         tile = tile_of(path) if "-" in path else None
         if tile and (tile[0] * tile[2] < n or tile[1] * tile[3] < n
                      or tile[2] * tile[3] * np.dtype(dtype).itemsize // 4 > 160):
@@ -304,14 +307,14 @@ BYTES = {"inv": inv_bytes, "solve": solve_bytes}
 
 
 def variant(op: str, name: str):
-    """Factories outside IMPLS: for inv ``ours:fused``, ``ours:fused-16x16x4x4x2`` (a fixed tile
-    TIxTJxRRxCCxMINB), ``ours:getri`` (getrf + getri on getri_plan's launch), ``ours:getri-static``,
-    ``ours:getri-dynamic``; for solve ``ours:rows``,
+    """Factories outside IMPLS: for inv ``ours:tiny`` (n <= 8), ``ours:fused``,
+    ``ours:fused-16x16x4x4x2`` (a fixed tile TIxTJxRRxCCxMINB), ``ours:getri`` (getrf + getri on
+    getri_plan's launch), ``ours:getri-static``, ``ours:getri-dynamic``; for solve ``ours:rows``,
     ``ours:rows-4x8`` (gesv_rows, RR x TJ), ``ours:getrs``. None for names of other ops."""
     if not name.startswith("ours:"):
         return None
     path = name[5:]
-    if op == "inv" and (path.startswith("fused") or path == "getri" or path.startswith("getri-")):
+    if op == "inv" and (path == "tiny" or path.startswith("fused") or path == "getri" or path.startswith("getri-")):
         return lambda dtype, n, batch: ours_inv(dtype, n, batch, path)
     if op == "solve" and (path == "getrs" or path.split("-")[0] == "rows"):
         return lambda dtype, n, batch: ours_solve(dtype, n, batch, path)

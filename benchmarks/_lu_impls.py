@@ -184,10 +184,11 @@ def rows_plan_of(tile: str, n: int):
 
 
 def variant(op: str, name: str):
-    """Factories for names outside IMPLS: ``ours:small-8``, ``ours:blocked-16``,
-    ``ours:blocked_smem-8`` (a fixed plan) and ``ours:rows-RRxTJ`` (the register-resident kernel with
-    RR rows per thread and TJ threads per row, its tile sized for each n by ``tuning.rows_plan``;
-    ``rows-RRxTJxSTEP`` pads n to STEP, a suffix ``mM`` compiles it for M blocks per SM)."""
+    """Factories for names outside IMPLS: ``ours:tiny-n`` (one thread per matrix, n <= 8),
+    ``ours:small-8``, ``ours:blocked-16``, ``ours:blocked_smem-8`` (a fixed plan) and
+    ``ours:rows-RRxTJ`` (the register-resident kernel with RR rows per thread and TJ threads per row,
+    its tile sized for each n by ``tuning.rows_plan``; ``rows-RRxTJxSTEP`` pads n to STEP, a suffix
+    ``mM`` compiles it for M blocks per SM)."""
     if op != "lu" or not name.startswith("ours:"):
         return None
     kind, tile = name[5:].split("-")
@@ -197,5 +198,7 @@ def variant(op: str, name: str):
 
         if kind == "rows":
             return ours(dtype, n, batch, rows_plan_of(tile, n))
+        if kind == "tiny":
+            return ours(dtype, n, batch, tuning.Plan("tiny", n))
         return ours(dtype, n, batch, tuning.Plan(kind, int(tile)))
     return factory

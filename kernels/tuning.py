@@ -12,7 +12,8 @@ Dispatch tables (first matching row wins):
 
 * getrf: :data:`GETRF_DISPATCH` ((largest n, kind, tile) rows per dtype), :data:`BLOCKED_NB`,
   :data:`SMALL_NP`;
-* inverse: :data:`FUSED_MAX_N` and :data:`GJE_TILES` (the fused ``inv_gje``), :data:`GETRI_MODE`,
+* inverse: :data:`TINY_MAX_N` (``inv_tiny``, one thread per matrix), :data:`FUSED_MAX_N` and
+  :data:`GJE_TILES` (the fused ``inv_gje``), :data:`GETRI_MODE`,
   :data:`GETRI_PLANS` and :data:`GETRI_NBS` (getrf + ``getri``);
 * solve: :data:`GESV_ROWS` and :data:`GESV_ROWS_MAX_RHS` (the fused ``gesv_rows``), else getrf +
   ``getrs``; getrs (and lu_solve): :data:`GETRS_BLOCK` (where ``getrs_kernel`` runs instead of
@@ -23,8 +24,8 @@ Dispatch tables (first matching row wins):
 Plans: :func:`getrf_plan` / :func:`rows_plan` / :class:`Plan`; :func:`inv_plan`, :func:`gje_tile`,
 :func:`getri_plan`; :func:`solve_plan`, :func:`gesv_rows_tile`, :func:`getrs_plan`.
 
-Launchers: :func:`launch_getrf` (``plan``), :func:`launch_inv_gje` (``tile``), :func:`launch_getri`
-(``mode``, ``minb``, ``mma``, ``nb``), :func:`launch_gesv_rows` (``tile``), :func:`launch_getrs`
+Launchers: :func:`launch_getrf` (``plan``), :func:`launch_inv_tiny`, :func:`launch_inv_gje` (``tile``),
+:func:`launch_getri` (``mode``, ``minb``, ``mma``, ``nb``), :func:`launch_gesv_rows` (``tile``), :func:`launch_getrs`
 (``kind``, ``stages``, ``kc``),
 :func:`launch_slogdet`; each takes the dispatched plan when none is given. The cuSOLVER path at any n
 (the backend's contract, allocating its outputs): :func:`cusolver_getrf`, :func:`cusolver_getrs`,
@@ -76,6 +77,8 @@ from ._gpu._getri import (
     GETRI_NBS,
     GETRI_PLANS,
     GJE_TILES,
+    TINY_LIMIT,
+    TINY_MAX_N,
     getri_fits,
     getri_kernels,
     getri_plan,
@@ -85,7 +88,10 @@ from ._gpu._getri import (
     inv_plan,
     launch_getri,
     launch_inv_gje,
+    launch_inv_tiny,
+    tiny_name,
 )
+from ._gpu._getrf import tiny_mpb, tiny_smem
 from ._gpu._getrs import (GETRS_BLOCK, GETRS_WARP_KC_MAX, default_nb, getrs_fits, getrs_plan, getrs_smem,
                           launch_getrs, solve_plan)
 from ._gpu._paths import CUSOLVER, first_cusolver_n, path
@@ -153,6 +159,8 @@ __all__ = [
     "GJE_TILES",
     "NUMPY_LAPACK_MIN_N",
     "SMALL_NP",
+    "TINY_LIMIT",
+    "TINY_MAX_N",
     "KernelCompileError",
     "Plan",
     "blocked_ldp",
@@ -193,11 +201,15 @@ __all__ = [
     "launch_getri",
     "launch_getrs",
     "launch_inv_gje",
+    "launch_inv_tiny",
     "launch_slogdet",
     "path",
     "rows_min_blocks",
     "rows_plan",
     "smem_optin",
+    "tiny_mpb",
+    "tiny_name",
+    "tiny_smem",
     "smem_per_sm",
     "solve_plan",
     "source_override",

@@ -1,7 +1,9 @@
 """GPU getrf: batched LU with partial pivoting, the family of ``kernels/cuda/getrf.cu``.
 
-Three kernels:
+Four kernels:
 
+* ``getrf_tiny`` (n <= 8): one thread per matrix, the matrix in its registers, the block's matrices
+  read and written through shared memory;
 * ``getrf_small`` (n <= 32): NP lanes per matrix, one row per lane in registers, lazy swaps;
 * ``getrf_rows`` (any tile up to ~190 in float32; dispatched where it measured fastest): one block
   per matrix, the whole matrix in registers (RR rows of CC elements per thread, TJ threads per row),
@@ -30,29 +32,32 @@ SMALL_NP = (2, 4, 8, 16, 32)
 # NB by itemsize (NB * itemsize % 16 == 0, NB <= 32: one warp solves the NB columns of U_b).
 BLOCKED_NB = {4: (8, 16, 32), 8: (8, 16, 32), 16: (4, 8, 16)}
 _SMALL_THREADS = 128
+TINY_N = 8   # the largest n the one-thread-per-matrix kernels (getrf_tiny, inv_tiny) take
 _MAX_THREADS = 512
 _MAX_GRID = 1 << 20
 # Per dtype, (largest n, kind, tile) rows, first match wins; see docs/design.md#getrf-dispatch.
-# "small": tile unused (NP = n rounded up to a power of two); "rows": (RR, TJ[, step, minb]), see rows_plan; "blocked"
+# "tiny": tile unused (one thread per matrix, n <= TINY_N; complex128 from n = 6 would need more than
+# 255 registers); "small": tile unused (NP = n rounded up to a power of two); "rows": (RR, TJ[, step,
+# minb]), see rows_plan; "blocked"
 # (panel rows in registers) and "blocked_smem" (panel in shared memory): NB, (NB, minb) or (NB, minb,
 # kb), minb blocks per SM in __launch_bounds__ (0: no bound), kb columns per block of L (default NB).
 GETRF_DISPATCH = {
-    np.dtype(np.float32): ((8, "small", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
+    np.dtype(np.float32): ((8, "tiny", 0), (16, "rows", (1, 2)), (24, "rows", (1, 1)),
                            (33, "rows", (5, 4, 4)), (48, "rows", (6, 4)), (64, "rows", (4, 4)),
                            (96, "blocked_smem", (16, 6, 8)), (128, "blocked_smem", (16, 8)),
                            (160, "blocked_smem", (16, 6)),
                            (190, "blocked_smem", (32, 3, 8)), (256, "blocked_smem", (16, 4)),
                            (1 << 30, "blocked_smem", 16)),
-    np.dtype(np.float64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4, 4)),
+    np.dtype(np.float64): ((8, "tiny", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4, 4)),
                            (48, "rows", (6, 4)), (64, "rows", (2, 4)), (96, "blocked_smem", (16, 7, 8)),
                            (128, "blocked_smem", (16, 6, 8)), (160, "blocked_smem", (16, 5, 8)),
                            (190, "blocked_smem", (32, 3, 8)), (256, "blocked", 16), (1 << 30, "blocked_smem", 8)),
-    np.dtype(np.complex64): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4, 4)),
+    np.dtype(np.complex64): ((8, "tiny", 0), (24, "rows", (1, 2)), (33, "rows", (5, 4, 4)),
                              (48, "rows", (3, 4)), (64, "rows", (4, 8)), (96, "blocked_smem", (16, 7, 8)),
                              (128, "blocked_smem", (16, 6, 8)), (160, "blocked_smem", (16, 5, 8)),
                              (190, "blocked_smem", (16, 4, 8)), (256, "blocked_smem", (16, 3, 8)),
                              (1 << 30, "blocked_smem", 8)),
-    np.dtype(np.complex128): ((8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (9, 8, 4)),
+    np.dtype(np.complex128): ((5, "tiny", 0), (8, "small", 0), (24, "rows", (1, 2)), (33, "rows", (9, 8, 4)),
                               (48, "rows", (4, 8)), (64, "blocked_smem", 8), (96, "blocked", (8, 2)),
                               (160, "blocked", 8), (190, "blocked_smem", (16, 2, 4)), (1 << 30, "blocked", 8)),
 }
@@ -60,7 +65,8 @@ GETRF_DISPATCH = {
 
 @dataclass(frozen=True)
 class Plan:
-    """One kernel launch configuration: ``kind`` is "small" (tile = NP), "blocked" (tile = NB, panel
+    """One kernel launch configuration: ``kind`` is "tiny" (tile = n: one thread per matrix), "small"
+    (tile = NP), "blocked" (tile = NB, panel
     rows in registers), "blocked_smem" (tile = NB, panel factored in shared memory) or "rows" (tile =
     (TI, TJ, RR, CC): TI x TJ threads, each holding RR x CC elements; see :func:`rows_plan`)."""
 
@@ -72,6 +78,8 @@ class Plan:
     def describe(self) -> str:
         if self.kind == "rows":
             return "rows-" + "x".join(map(str, self.tile)) + (f"-m{self.minb}" if self.minb else "")
+        if self.kind == "tiny":
+            return f"tiny-n{self.tile}"
         minb = f"-m{self.minb}" if self.minb else ""
         kb = f"-K{self.kb}" if self.kb and self.kb != self.tile else ""
         return f"{self.kind}-{'NP' if self.kind == 'small' else 'NB'}{self.tile}{minb}{kb}"
@@ -115,6 +123,31 @@ def rows_plan(n: int, rr: int, tj: int, step: int = 0, minb: int = 0) -> Plan:
     return Plan("rows", (ti, tj, rr, -(-npad // tj)), minb)
 
 
+def tiny_mpb(dtype, n: int) -> int:
+    """Matrices (= threads) per block of the one-thread-per-matrix kernels (``getrf_tiny``, ``inv_tiny``)
+    for order n: a block stages its matrices in shared memory, about 16-33 KB at most (several blocks
+    per SM, every thread busy)."""
+    size = n * n * np.dtype(dtype).itemsize
+    return 128 if size <= 128 else 64 if size <= 512 else 32
+
+
+def tiny_smem(dtype, n: int) -> int:
+    """Dynamic shared memory of a block of the one-thread-per-matrix kernels: its matrices, each at an
+    odd stride (common.cuh's tiny_ld: n * n | 1 scalars)."""
+    return tiny_mpb(dtype, n) * ((n * n) | 1) * np.dtype(dtype).itemsize
+
+
+def launch_tiny(family: str, name: str, top: int, dtype, n: int, batch: int, args) -> None:
+    """One launch of the one-thread-per-matrix kernel ``name<T, n, MPB>`` of ``family`` (``getrf_tiny``,
+    ``inv_tiny``) over ``batch`` matrices, ``args`` its arguments before the batch. Every n up to
+    ``top`` (those its dispatch sends it) is compiled in one NVRTC run; an n above, alone."""
+    mpb, smem = tiny_mpb(dtype, n), tiny_smem(dtype, n)
+    together = range(1, top + 1) if n <= top else (n,)
+    names = tuple(template(name, dtype, m, tiny_mpb(dtype, m)) for m in together)
+    func = kernel(family, template(name, dtype, n, mpb), names, smem)
+    func((-(-batch // mpb),), (mpb,), (*args, np.int64(batch)), shared_mem=smem)
+
+
 def _ldp(n: int) -> int:
     return ((n + 3) & ~3) + 4
 
@@ -154,6 +187,8 @@ def fitting_plan(dtype, n: int, smem: int) -> Plan | None:
     kind, nb = next((kind, tile) for bound, kind, tile in GETRF_DISPATCH[dtype] if n <= bound)
     if kind == "rows":
         return rows_plan(n, *nb)
+    if kind == "tiny":
+        return Plan("tiny", n)
     if kind == "small":
         return Plan("small", next(p for p in SMALL_NP if p >= n))
     nb, minb, kb = (tuple(nb) + (0, 0))[:3] if isinstance(nb, tuple) else (nb, 0, 0)
@@ -193,6 +228,8 @@ def kernel_name(p: Plan, dtype, n: int) -> str:
         return template("getrf_rows", dtype, *p.tile, p.minb or rows_min_blocks(dtype, p.tile))
     if p.kind == "small":
         return template("getrf_small", dtype, p.tile)
+    if p.kind == "tiny":
+        return template("getrf_tiny", dtype, p.tile, tiny_mpb(dtype, p.tile))
     nb, reg, threads = p.tile, p.kind == "blocked", _threads(p, n)
     if p.kb and p.kb != nb:
         return template("getrf_blocked", dtype, nb, reg, threads if p.minb else 512, p.minb or 1, p.kb)
@@ -227,6 +264,12 @@ def launch_getrf(a, lu, piv, info, p: Plan | None = None) -> None:
                              f"Got {p.tile} instead.")
         # One block per matrix (grid.x allows 2^31 - 1 blocks, more than memory holds).
         kernel(FAMILY, kernel_name(p, dtype, n))((batch,), (ti * tj,), (a, lu, piv, info, np.int32(n)))
+    elif p.kind == "tiny":
+        if p.tile != n or not 1 <= n <= TINY_N:
+            raise InputError(f"Expected the tiny kernel's n to be the matrices' n, at most {TINY_N}. Got "
+                             f"tile {p.tile} for n = {n} instead.")
+        top = max(bound for bound, kind, _ in GETRF_DISPATCH[np.dtype(dtype)] if kind == "tiny")
+        launch_tiny(FAMILY, "getrf_tiny", top, dtype, n, batch, (a, lu, piv, info))
     elif p.kind == "small":
         if p.tile < n:
             raise InputError(f"Expected NP >= n for the small kernel. Got NP = {p.tile}, n = {n} instead.")

@@ -1,13 +1,15 @@
 """GPU getri and inv: the inverse, the family of ``kernels/cuda/getri.cu``.
 
+* ``inv_tiny`` — fused inverse of tiny matrices (n <= 8), one thread per matrix: ``inv_gje``'s
+  Gauss-Jordan in the thread's registers, the block's matrices read and written through shared memory;
 * ``inv_gje`` — fused inverse while the matrix fits in one block's registers: Gauss-Jordan with
   LAPACK's partial pivoting (implicit row order), unscrambled on the write;
 * ``getri`` — inverse from ``getrf``'s factors: L^-1 and U^-1 by blocked delayed correction, then
   U^-1 L^-1 with the column interchange fused into the write; one launch ("static", "merged"), or
   per-step launches sized to the active columns ("dynamic", the paper's allocation).
 
-:func:`inv_plan` chooses between them (:data:`FUSED_MAX_N`, :data:`GJE_TILES`); :func:`getri_plan`
-picks getri's launch (:data:`GETRI_MODE`, :data:`GETRI_PLANS`). The ``launch_*`` functions run on
+:func:`inv_plan` chooses between them (:data:`TINY_MAX_N`, :data:`FUSED_MAX_N`, :data:`GJE_TILES`);
+:func:`getri_plan` picks getri's launch (:data:`GETRI_MODE`, :data:`GETRI_PLANS`). The ``launch_*`` functions run on
 preallocated outputs (tests poison them first; benchmarks reuse them) on CuPy's current stream with
 no host synchronisation; :func:`inv` is the backend entry point (contract in ``kernels/_api.py``).
 """
@@ -18,7 +20,7 @@ import numpy as np
 
 from batchlu.errors import ConfigError, InputError
 
-from ._getrf import getrf
+from ._getrf import TINY_N, getrf, launch_tiny, tiny_mpb
 from ._getrs import default_nb, launch_perm
 from ._runtime import MAX_N, check, check_n, kernel, smem_optin, template
 
@@ -42,6 +44,11 @@ GJE_TILES = {
 # Largest n sent to the fused kernel, per dtype (at most the largest tile above); beyond it getrf + getri.
 FUSED_MAX_N = {np.dtype(np.float32): 64, np.dtype(np.float64): 64,
                np.dtype(np.complex64): 64, np.dtype(np.complex128): 64}
+# Largest n sent to inv_tiny (one thread per matrix), per dtype; 0: none. A thread holds its matrix in
+# registers (n*n scalars): complex128 from n = 6 would spill them, and stays on inv_gje.
+TINY_MAX_N = {np.dtype(np.float32): 8, np.dtype(np.float64): 8,
+              np.dtype(np.complex64): 8, np.dtype(np.complex128): 5}
+TINY_LIMIT = TINY_N   # the largest n launch_inv_tiny takes (explicitly, outside TINY_MAX_N too)
 # getri's launch shape per dtype ("static", "merged" or "dynamic") where GETRI_PLANS has no row.
 GETRI_MODE = {np.dtype(np.float32): "static", np.dtype(np.float64): "static",
               np.dtype(np.complex64): "dynamic", np.dtype(np.complex128): "static"}
@@ -130,6 +137,27 @@ def launch_inv_gje(a, out, info, tile=None) -> None:
     smem = n * n * a.itemsize
     func = kernel(FAMILY, gje_name(a.dtype, tile), _gje_names(a.dtype, tile), smem)
     func((batch,), (tile[0] * tile[1],), (a, out, info, np.int32(n)), shared_mem=smem)
+
+
+# ---- tiny inverse: one thread per matrix ----------------------------------------------------------
+
+def tiny_name(dtype, n: int) -> str:
+    """The name expression of ``inv_tiny`` for (dtype, n)."""
+    return template("inv_tiny", dtype, n, tiny_mpb(dtype, n))
+
+
+def launch_inv_tiny(a, out, info) -> None:
+    """Fused inverse of ``a`` (B, n, n), n <= :data:`TINY_LIMIT`, into ``out`` (B, n, n) and ``info``
+    (B,) int32, one thread per matrix."""
+    batch, n = a.shape[0], a.shape[-1]
+    check("a", a, (batch, n, n), a.dtype)
+    check("out", out, a.shape, a.dtype)
+    check("info", info, (batch,), np.int32)
+    if not 1 <= n <= TINY_LIMIT:
+        raise InputError(f"Expected 1 <= n <= {TINY_LIMIT} for the tiny inverse. Got n = {n} instead.")
+    if batch == 0:
+        return
+    launch_tiny(FAMILY, "inv_tiny", TINY_MAX_N[np.dtype(a.dtype)], a.dtype, n, batch, (a, out, info))
 
 
 # ---- getri: inverse from the LU factors ---------------------------------------------------------
@@ -239,7 +267,9 @@ def launch_getri(lu, piv, info, out, mode: str | None = None, minb: int = 0, mma
 # ---- backend entry points ---------------------------------------------------------------------
 
 def inv_plan(dtype, n: int) -> str:
-    """"fused" (inv_gje) or "getri" (getrf + getri) for this dtype and n."""
+    """"tiny" (inv_tiny), "fused" (inv_gje) or "getri" (getrf + getri) for this dtype and n."""
+    if n <= TINY_MAX_N[np.dtype(dtype)]:
+        return "tiny"
     return "fused" if n <= FUSED_MAX_N[np.dtype(dtype)] and gje_tile(dtype, n) else "getri"
 
 
@@ -248,7 +278,12 @@ def inv(a):
 
     batch, n = a.shape[0], a.shape[-1]
     out = cupy.empty_like(a)
-    if inv_plan(a.dtype, n) == "fused":
+    plan = inv_plan(a.dtype, n)
+    if plan == "tiny":
+        info = cupy.empty((batch,), np.int32)
+        launch_inv_tiny(a, out, info)
+        return out, info
+    if plan == "fused":
         info = cupy.empty((batch,), np.int32)
         launch_inv_gje(a, out, info)
         return out, info

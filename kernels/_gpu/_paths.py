@@ -12,7 +12,7 @@ Paths, by op:
 
 * ``lu_factor`` and ``slogdet``: ``"getrf"`` (getrf's table; slogdet adds one small kernel) or
   ``"cusolver"``;
-* ``inv``: ``"fused"`` (``inv_gje``), ``"getri"`` (getrf + getri) or ``"cusolver"``;
+* ``inv``: ``"tiny"`` (``inv_tiny``), ``"fused"`` (``inv_gje``), ``"getri"`` (getrf + getri) or ``"cusolver"``;
 * ``solve``: ``"rows"`` (``gesv_rows``), ``"getrs"`` (getrf + getrs) or ``"cusolver"``;
 * ``lu_solve``: ``"getrs"`` or ``"cusolver"``.
 
@@ -55,8 +55,8 @@ def path(op: str, dtype, n: int, k: int = 1, smem: int | None = None) -> str:
     smem = _device_smem() if smem is None else int(smem)
     if op == "lu_solve":
         return "getrs" if getrs_fits(dtype, n, k, smem) else CUSOLVER
-    if op == "inv" and inv_plan(dtype, n) == "fused":
-        return "fused"
+    if op == "inv" and inv_plan(dtype, n) in ("tiny", "fused"):
+        return inv_plan(dtype, n)
     if op == "solve" and solve_plan(dtype, n, k, smem) == "rows":
         return "rows"
     if fitting_plan(dtype, n, smem) is None:

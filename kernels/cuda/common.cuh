@@ -72,6 +72,12 @@ template <> __device__ __forceinline__ c64 nan_value<c64>() {
 template <> __device__ __forceinline__ c128 nan_value<c128>() {
     return {nan_value<double>(), nan_value<double>()};
 }
+// +inf of a real type (NVRTC has no math.h, so no INFINITY)
+template <typename R> __device__ __forceinline__ R inf_value();
+template <> __device__ __forceinline__ float inf_value<float>() { return __int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ double inf_value<double>() {
+    return __longlong_as_double(0x7ff0000000000000LL);
+}
 
 // ---- arithmetic (real types use the built-in operators) -------------------------------------------
 __device__ __forceinline__ c64 operator+(c64 a, c64 b) { return {a.re + b.re, a.im + b.im}; }
@@ -357,6 +363,57 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait_group() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+
+// ---- one thread per matrix (getrf_tiny, inv_tiny) ----------------------------------------------------
+// A block of MPB threads holds MPB consecutive N x N matrices of the batch in shared memory, matrix m at
+// m * tiny_ld<N>(): an odd stride, so that the threads' own matrices fall in distinct banks.
+template <int N> __host__ __device__ constexpr int tiny_ld() { return (N * N) | 1; }
+
+// The block's `count` matrices from `src` (contiguous) into `stage`, coalesced; and back.
+template <typename T, int N, int MPB>
+__device__ __forceinline__ void tiny_stage_in(T* stage, const T* src, int count, int tid) {
+    constexpr int NN = N * N;
+    for (int idx = tid; idx < count * NN; idx += MPB) stage[(idx / NN) * tiny_ld<N>() + idx % NN] = src[idx];
+}
+template <typename T, int N, int MPB>
+__device__ __forceinline__ void tiny_stage_out(T* dst, const T* stage, int count, int tid) {
+    constexpr int NN = N * N;
+    for (int idx = tid; idx < count * NN; idx += MPB) dst[idx] = stage[(idx / NN) * tiny_ld<N>() + idx % NN];
+}
+
+// A thread's matrix from its place `s` in the stage into registers; whether it holds a NaN or Inf.
+template <typename T, int N>
+__device__ __forceinline__ bool tiny_load(T (&x)[N][N], const T* s) {
+    bool bad = false;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            x[i][j] = s[i * N + j];
+            bad |= !is_finite(x[i][j]);
+        }
+    }
+    return bad;
+}
+
+// Rows k and p (p >= k, known at run time) of a register matrix interchanged by selects: an index
+// known only at run time would put the matrix in local memory.
+template <typename T, int N>
+__device__ __forceinline__ void tiny_swap_rows(T (&x)[N][N], int k, int p) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        if (i > k) {
+            const bool swap = i == p;
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const T u = x[k][j], v = x[i][j];
+                x[k][j] = swap ? v : u;
+                x[i][j] = swap ? u : v;
+            }
+        }
+    }
+}
+
 
 }  // namespace blu
 

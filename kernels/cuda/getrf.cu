@@ -1,5 +1,6 @@
-// Batched LU with partial pivoting (xGETRF) of C-order matrices: one family, three kernels.
+// Batched LU with partial pivoting (xGETRF) of C-order matrices: one family, four kernels.
 //
+//   getrf_tiny    n <= 8: one thread per matrix, the matrix in its registers, staged through shared memory;
 //   getrf_small   n <= 32: NP lanes per matrix, one row per lane in registers, lazy swaps;
 //   getrf_rows    the whole matrix in one block's registers (rows_run, rows.cuh), one barrier per column;
 //   getrf_blocked any n: blocked left-looking LU, the current panel in shared memory.
@@ -12,6 +13,88 @@
 #include "rows.cuh"
 
 namespace blu {
+
+// ====================================================================================================
+// getrf_tiny
+// ====================================================================================================
+//
+// Batched LU with partial pivoting for n <= 8, one THREAD per matrix (getrf_small gives an n <= 8
+// matrix NP lanes and a shuffle tree per pivot search). A block of MPB threads holds MPB consecutive
+// matrices, read and written through shared memory in coalesced runs of the contiguous batch, each at
+// an odd stride (the threads' own matrices spread over the banks; common.cuh's tiny_stage_in); lu may be a itself: a
+// block reads all of its matrices before it writes any. Each thread factors its matrix in registers,
+// every loop unrolled over N, rows interchanged by selects (an index known only at run time would put
+// the matrix in local memory), as getrf_small computes it: the pivot is the first row of largest
+// cabs1 (a NaN counts as the largest), an exactly zero pivot leaves its column unscaled and the
+// factorization goes on, L is scaled by pivot_scale. Outputs as every kernel of the family.
+
+template <typename T, int N, int MPB>
+__global__ void __launch_bounds__(MPB)
+getrf_tiny(const T* a, T* lu, int* __restrict__ piv, int* __restrict__ info_out, long long batch) {
+    using R = real_t<T>;
+    constexpr int NN = N * N;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* stage = reinterpret_cast<T*>(smem_raw);  // MPB * tiny_ld<N>()
+
+    const long long first = (long long)blockIdx.x * MPB;
+    const int count = (int)min((long long)MPB, batch - first);
+    const int tid = threadIdx.x;
+    tiny_stage_in<T, N, MPB>(stage, a + first * NN, count, tid);
+    __syncthreads();
+
+    if (tid < count) {
+        T* s = stage + tid * tiny_ld<N>();
+        int* P = piv + (first + tid) * N;
+        T x[N][N];
+        const bool bad = tiny_load<T, N>(x, s);
+        int info = 0;
+        if (bad) {
+#pragma unroll
+            for (int e = 0; e < NN; ++e) s[e] = nan_value<T>();
+#pragma unroll
+            for (int k = 0; k < N; ++k) P[k] = k;
+            info = -1;
+        } else {
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                R best = R(-1);
+                int p = k;
+#pragma unroll
+                for (int i = k; i < N; ++i) {
+                    R v = cabs1(x[i][k]);
+                    if (!(v >= R(0))) v = inf_value<R>();  // NaN: the largest, as in getrf_small
+                    if (v > best) {
+                        best = v;
+                        p = i;
+                    }
+                }
+                P[k] = p;
+                tiny_swap_rows<T, N>(x, k, p);
+                const T v = x[k][k];
+                if (is_zero(v)) {
+                    if (info == 0) info = k + 1;
+                    continue;
+                }
+                const pivot_scale<T> scale(v);
+#pragma unroll
+                for (int i = k + 1; i < N; ++i) {
+                    const T l = scale(x[i][k]);
+                    x[i][k] = l;
+#pragma unroll
+                    for (int j = k + 1; j < N; ++j) x[i][j] = fms(x[i][j], l, x[k][j]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < N; ++i) {
+#pragma unroll
+                for (int j = 0; j < N; ++j) s[i * N + j] = x[i][j];
+            }
+        }
+        info_out[first + tid] = info;
+    }
+    __syncthreads();
+    tiny_stage_out<T, N, MPB>(lu + first * NN, stage, count, tid);
+}
 
 // ====================================================================================================
 // getrf_small

@@ -19,8 +19,9 @@
 // (`getri_linv_step`, `getri_uinv_step`, the paper's dynamic allocation) and then `getri_product`.
 // Matrices with info != 0 get NaN over their whole inverse.
 //
-// The family also holds the fused inverse inv_gje (section below), used while the matrix fits one
-// block's registers; kernels/_gpu/_getri.py chooses between the two: see docs/design.md#getri-dispatch.
+// The family also holds the fused inverses inv_gje (section below), used while the matrix fits one
+// block's registers, and inv_tiny (one thread per matrix, n <= 8); kernels/_gpu/_getri.py chooses
+// between them: see docs/design.md#getri-dispatch.
 #include "common.cuh"
 
 namespace blu {
@@ -688,6 +689,112 @@ done:
         }
     }
     if (tid == 0) info_out[mat] = info;
+}
+
+// ====================================================================================================
+// inv_tiny
+// ====================================================================================================
+//
+// Batched inverse of tiny matrices (n <= 8), one THREAD per matrix. inv_gje gives each matrix a block
+// of 32 threads, which at n = 2-8 leaves most of them idle and spends the time in barriers: a
+// thread per matrix does the same arithmetic with none. A block of MPB threads holds MPB consecutive
+// matrices: they are read and written through shared memory in whole coalesced runs of the batch (the
+// matrices are contiguous), each at an odd stride so that the threads' own matrices spread over the
+// banks (tiny_stage_in / tiny_stage_out, common.cuh). Each thread runs inv_gje's Gauss-Jordan on its
+// matrix in registers, fully unrolled over N so that no register is indexed at run time, with
+// explicit row interchanges in LAPACK's order (pivot = the first row of largest cabs1) and the column
+// unscrambling in reverse order at the end: inv(A) = inv(PA) P. The same operations as inv_gje (the
+// pivot row scaled by recip_(pivot), its column-k entry taken as one; column k becomes -a_ik / a_pk),
+// the same info and NaN semantics: -1 for a NaN/Inf input, k+1 for the first exactly zero pivot; any
+// info != 0 writes NaN over the matrix.
+
+template <typename T, int N, int MPB>
+__global__ void __launch_bounds__(MPB)
+inv_tiny(const T* __restrict__ a, T* __restrict__ out, int* __restrict__ info_out, long long batch) {
+    using R = real_t<T>;
+    constexpr int NN = N * N;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* stage = reinterpret_cast<T*>(smem_raw);  // MPB * tiny_ld<N>()
+
+    const long long first = (long long)blockIdx.x * MPB;
+    const int count = (int)min((long long)MPB, batch - first);
+    const int tid = threadIdx.x;
+    const T* A = a + first * NN;
+    T* O = out + first * NN;
+    tiny_stage_in<T, N, MPB>(stage, A, count, tid);
+    __syncthreads();
+
+    if (tid < count) {
+        T* s = stage + tid * tiny_ld<N>();
+        T x[N][N];
+        const bool bad = tiny_load<T, N>(x, s);
+        int info = bad ? -1 : 0;
+        int perm[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) perm[k] = k;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            if (info != 0) continue;  // (no break: every step stays unrolled, the matrix in registers)
+            R best = R(-1);
+            int p = k;  // only NaN left (overflow): no candidate, carry on with row k, result NaN
+#pragma unroll
+            for (int i = k; i < N; ++i) {
+                const R v = cabs1(x[i][k]);
+                if (v > best) {
+                    best = v;
+                    p = i;
+                }
+            }
+            if (best == R(0)) {  // exact zero pivot: the inverse does not exist
+                info = k + 1;
+                continue;
+            }
+            perm[k] = p;
+            tiny_swap_rows<T, N>(x, k, p);
+            const T ip = recip_(x[k][k]);
+            T rs[N];
+#pragma unroll
+            for (int j = 0; j < N; ++j) rs[j] = (j == k ? one<T>() : x[k][j]) * ip;
+#pragma unroll
+            for (int i = 0; i < N; ++i) {
+                if (i != k) {
+                    const T cv = x[i][k];
+                    x[i][k] = zero<T>();
+#pragma unroll
+                    for (int j = 0; j < N; ++j) x[i][j] = fms(x[i][j], cv, rs[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < N; ++j) x[k][j] = rs[j];
+        }
+        if (info != 0) {
+#pragma unroll
+            for (int e = 0; e < NN; ++e) s[e] = nan_value<T>();
+        } else {
+#pragma unroll
+            for (int i = 0; i < N; ++i) {
+#pragma unroll
+                for (int j = 0; j < N; ++j) s[i * N + j] = x[i][j];
+            }
+            // inv(A) = X P: the interchanges on the columns, last first, in shared memory (an index
+            // known at run time there keeps the registers above from going to local memory)
+#pragma unroll
+            for (int k = N - 1; k >= 0; --k) {
+                const int p = perm[k];
+                if (p != k) {
+#pragma unroll
+                    for (int i = 0; i < N; ++i) {
+                        const T t = s[i * N + k];
+                        s[i * N + k] = s[i * N + p];
+                        s[i * N + p] = t;
+                    }
+                }
+            }
+        }
+        info_out[first + tid] = info;
+    }
+    __syncthreads();
+    tiny_stage_out<T, N, MPB>(O, stage, count, tid);
 }
 
 }  // namespace blu

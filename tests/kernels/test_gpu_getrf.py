@@ -120,6 +120,8 @@ def test_every_path(dtype, n):
              for kind in ("blocked", "blocked_smem")]
     if n <= 32:
         plans += [tuning.Plan("small", p) for p in tuning.SMALL_NP if p >= n]
+    if n <= 8:
+        plans.append(tuning.Plan("tiny", n))
     for plan in plans:
         lu, piv, info = _factor(a, plan)
         assert (info == 0).all(), plan
@@ -140,6 +142,38 @@ def _check_with_bad_matrices(a, plan, dtype):
     assert ratio.max() < THRESHOLD, f"{plan}: get01 max {ratio.max():.3g}"
     _check_pivots(a[good], piv[good], dtype)
     return piv
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tiny_every_n_bad_matrices_a_partial_last_block_and_in_place(dtype, n):
+    """getrf_tiny (one thread per matrix; a block per tiny_mpb matrices) at every n it takes, in every
+    dtype: a batch whose last block is part full, with a zero first column (info 1) and a NaN or Inf
+    (info -1, all NaN, identity pivots) among random matrices, LAPACK's accuracy and pivots; in place
+    (lu is the input) the same bits; the dispatch (kernels.lu_factor) gives the planned kernel's bits."""
+    from batchlu.kernels import tuning
+
+    count = 2 * tuning.tiny_mpb(dtype, n) + 29
+    a = matrices.generate("random", n, dtype, seed=40 + n, start=0, stop=count)
+    a[3, :, 0] = 0
+    a[5, n // 2, n - 1] = np.nan if n % 2 else np.inf
+    plan = tuning.Plan("tiny", n)
+    lu, piv, info = _factor(a, plan)
+    good = [m for m in range(count) if m not in (3, 5)]
+    assert (info[good] == 0).all() and info[3] == 1 and info[5] == -1, info
+    assert np.isnan(lu[5]).all() and (piv[5] == np.arange(n)).all()
+    assert get01(a[good], lu[good], piv[good]).max() < THRESHOLD
+    _check_pivots(a[good], piv[good], dtype)
+    d = cupy.asarray(a)
+    piv2 = cupy.empty((count, n), np.int32)
+    info2 = cupy.empty((count,), np.int32)
+    tuning.launch_getrf(d, d, piv2, info2, plan)
+    assert (d.get().view(np.uint8) == lu.view(np.uint8)).all() and (piv2.get() == piv).all()
+    planned = tuning.getrf_plan(dtype, n)
+    lu3, piv3, info3 = kernels.lu_factor(cupy.asarray(a))
+    ref = lu if planned.kind == "tiny" else _factor(a, planned)[0]
+    assert (lu3.get().view(np.uint8) == ref.view(np.uint8)).all()
+    np.testing.assert_array_equal(info3.get(), info)
 
 
 @pytest.mark.parametrize("n", [5, 100, 190, 300])

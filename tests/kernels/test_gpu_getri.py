@@ -1,6 +1,6 @@
 """The GPU inverse, solve and slogdet kernels (``kernels/_gpu/_getri.py``, ``_getrs.py``, ``_gesv.py``,
 ``_slogdet.py``, launched through ``batchlu.kernels.tuning``): LAPACK test ratios for
-every dtype, size and path (inverse: fused Gauss-Jordan, getri static, merged and dynamic; solve: the
+every dtype, size and path (inverse: the tiny kernel, fused Gauss-Jordan, getri static, merged and dynamic; solve: the
 fused gesv_rows and getrf + getrs; slogdet: its errors against a float64 LU in units of n eps), info
 and NaN semantics on bad matrices, every output element written, and agreement with the CPU backend.
 Run on a machine with a CUDA GPU: ``BATCHLU_REQUIRE_GPU=1 pytest -m gpu tests/kernels/test_gpu_getri.py``."""
@@ -46,6 +46,8 @@ def _paths(dtype, n: int) -> list[str]:
         paths.append(f"getri-{mode}-m{minb}" + "-mma" * mma + f"-nb{nb}")
     if tuning.gje_tile(dtype, n) is not None:
         paths.insert(0, "fused")
+    if n <= tuning.TINY_LIMIT:
+        paths.insert(0, "tiny")
     return paths
 
 
@@ -59,6 +61,8 @@ def _launch_inv(a: np.ndarray, path: str, poison: int):
     info = cupy.full(a.shape[:1], (-99, 777)[poison], dtype=np.int32)
     if path == "fused":
         tuning.launch_inv_gje(d, out, info)
+    elif path == "tiny":
+        tuning.launch_inv_tiny(d, out, info)
     else:
         lu, piv, info = _getrf.getrf(d)
         parts = path.split("-")  # getri-<mode>[-m<minb>[-mma][-nb<nb>]]
@@ -104,7 +108,27 @@ def test_fused_tiles_at_their_edges(dtype, n):
     _assert_ratios(get03(a, ainv), f"fused n={n} {np.dtype(dtype)}")
 
 
-@pytest.mark.parametrize("n", [3, 33, 64, 128, 190])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tiny_inverse_every_n_and_a_partial_last_block(dtype, n):
+    """inv_tiny: a thread per matrix, a block per tiny_mpb matrices; a batch that leaves the last block
+    part full (a block's threads past the batch write nothing), at every n it takes, in every dtype,
+    within LAPACK's ratio; the dispatch (kernels.inv) gives the planned kernel's results bit for bit."""
+    from batchlu.kernels import tuning
+
+    count = 3 * tuning.tiny_mpb(dtype, n) + 37
+    a = matrices.generate("random", n, dtype, seed=100 + n, start=0, stop=count)
+    ainv, info = _inv(a, "tiny")
+    assert (info == 0).all()
+    _assert_ratios(get03(a, ainv), f"tiny n={n} {np.dtype(dtype)}")
+    expected_path = "tiny" if n <= tuning.TINY_MAX_N[np.dtype(dtype)] else "fused"
+    assert tuning.inv_plan(dtype, n) == expected_path
+    got, got_info = kernels.inv(cupy.asarray(a))   # the dispatch
+    np.testing.assert_array_equal(got_info.get(), info)
+    assert (got.get().view(np.uint8) == _inv(a, expected_path)[0].view(np.uint8)).all()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 33, 64, 128, 190])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_inverse_bad_matrices(dtype, n):
     """singular-mix: info equals the CPU backend's; info != 0 gives all NaN, the rest pass get03."""

@@ -15,7 +15,7 @@ from batchlu.kernels._gpu import _cusolver, _getrf, _getri, _getrs, _paths
 from batchlu.kernels._gpu._runtime import MAX_N
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
-KERNEL_PATHS = {"lu_factor": {"getrf"}, "slogdet": {"getrf"}, "inv": {"fused", "getri"},
+KERNEL_PATHS = {"lu_factor": {"getrf"}, "slogdet": {"getrf"}, "inv": {"tiny", "fused", "getri"},
                 "solve": {"rows", "getrs"}, "lu_solve": {"getrs"}}
 # H100 / H200, A100, and a device with 99 KiB per block (Ada, e.g. L40S)
 SMEMS = [_paths.SMEM_H100, _paths.SMEM_A100, 101376]
@@ -73,6 +73,7 @@ def test_every_n_has_a_path_its_launcher_accepts(dtype, smem):
                 assert chosen in KERNEL_PATHS[op] | {_paths.CUSOLVER}, (op, n, chosen)
                 kernels_fit = {
                     "getrf": plan is not None,
+                    "tiny": _getri.inv_plan(dtype, n) == "tiny",
                     "fused": _getri.inv_plan(dtype, n) == "fused",
                     "getri": plan is not None and _getri.getri_fits(dtype, n, smem),
                     "rows": _getrs.solve_plan(dtype, n, k) == "rows",
@@ -98,6 +99,11 @@ def test_inverse_and_solve_above_1024_go_to_cusolver(dtype):
 
 def test_small_n_keep_their_fused_kernels():
     for dtype in DTYPES:
+        top = _getri.TINY_MAX_N[np.dtype(dtype)]
+        assert 5 <= top <= _getri.TINY_LIMIT
+        assert _paths.path("inv", dtype, 2, smem=_paths.SMEM_H100) == "tiny"
+        assert _paths.path("inv", dtype, top, smem=_paths.SMEM_H100) == "tiny"
+        assert _paths.path("inv", dtype, top + 1, smem=_paths.SMEM_H100) == "fused"
         assert _paths.path("inv", dtype, 64, smem=_paths.SMEM_H100) == "fused"
         assert _paths.path("inv", dtype, 65, smem=_paths.SMEM_H100) == "getri"
         assert _paths.path("solve", dtype, 16, 1, _paths.SMEM_H100) == "rows"
