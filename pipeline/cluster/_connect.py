@@ -232,12 +232,13 @@ def _closing(cluster, stop: _Stop) -> Iterator:
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             pids = _worker_pids(cluster)   # before the close: the cluster forgets workers as they go
+            below = _descendants(pids)   # and their I/O processes, while a worker is there to name them
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 cluster.sync(_close_workers, cluster, INTERRUPTED_CLOSE_S, processes_only=True,
                              callback_timeout=stop.left())
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 cluster.close(timeout=stop.left())
-            _kill_worker_processes(pids | _worker_pids(cluster))
+            _kill_worker_processes(pids | _worker_pids(cluster), below)
             # a close cut short: distributed's atexit hook (close_clusters) closed the cluster again,
             # waiting up to 10 s more (a GPU run stopped by Ctrl-C exited 12.8 s after it); its
             # workers are gone and what is left of it lives in this process, which is stopping
@@ -263,30 +264,52 @@ def _worker_pids(cluster) -> set[int]:
     return pids
 
 
-def _kill_worker_processes(pids: set[int]) -> None:
-    """SIGKILL the worker processes ``pids`` that this process started and are still alive, and
-    their children (the GPU workers' I/O processes). Only those: a program calling batchlu may run
-    processes of its own, and clusters of its own (a Jupyter kernel interrupted mid-run)."""
+def _descendants(pids: set[int]) -> list:
+    """The processes below this process's children ``pids`` (a GPU worker's I/O processes), as
+    ``psutil.Process`` objects: a worker that ends leaves its children to init, out of
+    :func:`_kill_worker_processes`'s reach, and an I/O process, which blocks SIGINT as its worker
+    does, lived on until its worker's end reached it (a stopped GPU run's terminal waited 6.9 s)."""
+    import psutil
+
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return []
+    found = []
+    for child in children:
+        try:
+            if child.pid in pids:
+                found += child.children(recursive=True)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _kill_worker_processes(pids: set[int], below: list = ()) -> None:
+    """SIGKILL the worker processes ``pids`` that this process started and are still alive, their
+    children (the GPU workers' I/O processes), and ``below`` (such children named earlier, by
+    :func:`_descendants`). Only those: a program calling batchlu may run processes of its own, and
+    clusters of its own (a Jupyter kernel interrupted mid-run)."""
     import psutil
 
     try:
         children = psutil.Process().children()
     except psutil.Error:
         return
-    doomed = []
+    doomed = {process.pid: process for process in below}
     for child in children:
         try:
             if child.pid in pids:
-                doomed += [child, *child.children(recursive=True)]
+                doomed.update((process.pid, process) for process in [child, *child.children(recursive=True)])
         except psutil.Error:
             continue
-    for process in doomed:
+    for process in doomed.values():   # psutil refuses a pid reused since it was named
         with contextlib.suppress(psutil.Error):
             process.kill()
     # gone or a zombie: not reaped here (psutil's wait would take the exit status from the Nanny's
     # own watcher of the process)
     deadline = time.monotonic() + INTERRUPTED_CLOSE_S
-    while time.monotonic() < deadline and any(_running(process) for process in doomed):
+    while time.monotonic() < deadline and any(_running(process) for process in doomed.values()):
         time.sleep(0.01)
 
 

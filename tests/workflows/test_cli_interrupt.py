@@ -6,10 +6,12 @@ bits of a run never stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -69,6 +71,13 @@ def _alive(group: int) -> list[str]:
     return [line for line in found.stdout.splitlines() if line.split()[1:2] and not line.split()[1].startswith("Z")]
 
 
+def _watch_exit(run, stopped: float, ended: dict) -> None:
+    while run.poll() is None and time.monotonic() < stopped + 60:
+        time.sleep(0.01)
+    ended["client"] = time.monotonic() - stopped
+    ended["alive"] = _alive(run.pid)
+
+
 SIGNALS = pytest.mark.parametrize("signum, line, status",
                                   [(signal.SIGINT, "Aborted!", 1),
                                    (signal.SIGTERM, "Aborted! (SIGTERM)", 128 + signal.SIGTERM)],
@@ -106,15 +115,20 @@ def _stop_and_resume(source, tmp_path, signum, line, status, cluster):
         assert run.poll() is None and _completed(out) >= 2, run.communicate()
         os.killpg(run.pid, signum)   # the client and its workers, as a terminal does
         stopped = time.monotonic()
-        stdout, stderr = run.communicate(timeout=60)
+        ended = {}   # the client's own exit, and what of the group outlived it: named if slow
+        watch = threading.Thread(target=_watch_exit, args=(run, stopped, ended), daemon=True)
+        watch.start()
+        stdout, stderr = run.communicate(timeout=60)   # until the last process holding its output ends
         took = time.monotonic() - stopped
+        watch.join(5)
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
     assert run.returncode == status, stderr
     assert [text for text in stderr.splitlines() if text.strip()] == [line], stderr
-    assert took < 4, f"a stopped run took {took:.1f} s to exit"   # distributed's 4 s wait for busy workers
+    assert took < 4, (f"a stopped run took {took:.1f} s to exit (the client {ended.get('client', -1):.1f} s; "
+                      f"alive then: {ended.get('alive')})")   # distributed's 4 s wait for busy workers
     time.sleep(0.5)
     assert _alive(run.pid) == []   # no worker left running
     assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "failed"
@@ -241,6 +255,47 @@ def test_worker_processes_left_after_a_stop_are_killed_and_the_resource_tracker_
     finally:
         if child.is_alive():
             child.kill()
+
+
+def _spawned_parent_of_a_sleeper(path: str) -> None:
+    import subprocess
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with open(path + ".tmp", "w") as f:
+        f.write(str(sleeper.pid))
+    os.replace(path + ".tmp", path)
+    time.sleep(60)
+
+
+def test_the_children_of_worker_processes_named_before_the_close_are_killed_after_their_worker_ended(tmp_path):
+    """A GPU worker's I/O process blocks SIGINT as its worker does: its worker ending first left it
+    to init, out of reach of a kill of the worker's children."""
+    import multiprocessing
+
+    import psutil
+
+    path = str(tmp_path / "sleeper.pid")
+    worker = multiprocessing.get_context("spawn").Process(target=_spawned_parent_of_a_sleeper, args=(path,))
+    worker.start()
+    sleeper = None
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sleeper = int(open(path).read())
+        below = _connect._descendants({worker.pid})
+        assert [process.pid for process in below] == [sleeper]
+        worker.terminate()   # ended before the kill: its child is init's now
+        worker.join(10)
+        assert worker.exitcode is not None and psutil.Process(sleeper).status() != psutil.STATUS_ZOMBIE
+        _connect._kill_worker_processes({worker.pid}, below)
+        assert not psutil.pid_exists(sleeper) or psutil.Process(sleeper).status() == psutil.STATUS_ZOMBIE
+    finally:
+        if worker.is_alive():
+            worker.kill()
+        if sleeper is not None:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(sleeper).kill()
 
 
 _STOPPED_PROCESS = r"""
