@@ -113,7 +113,40 @@ def test_gpu_a_signal_to_the_whole_group_is_one_line_and_resumes_bit_identical(s
     _stop_and_resume(source, tmp_path, signum, line, status, GPU)
 
 
-def _stop_and_resume(source, tmp_path, signum, line, status, cluster):
+@pytest.mark.parametrize("signum, line, status", [(signal.SIGINT, "Aborted!", 1),
+                                                  (signal.SIGTERM, "Aborted! (SIGTERM)", 128 + signal.SIGTERM)],
+                         ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_pressed_again_and_again_during_the_stop_changes_nothing(source, tmp_path, signum, line, status):
+    """A second Ctrl-C 0.5 s into the stop cut its bounded closes short (distributed's exit hook then
+    closed the cluster again: 11 s), and one during the interpreter's exit ended it by SIGINT (130)."""
+    _stop_and_resume(source, tmp_path, signum, line, status, CPU_PROCESSES, again=signal.SIGINT)
+
+
+def _again(group: int, signum: int, stopped: float) -> None:
+    """``signum`` to ``group`` every 0.05 s while it runs, as a user pressing Ctrl-C over and over."""
+    while time.monotonic() < stopped + 60:
+        time.sleep(0.05)
+        try:
+            os.killpg(group, signum)
+        except ProcessLookupError:
+            return
+
+
+@pytest.mark.parametrize("since, code, said", [(0, 0, "ignored"), (11, 128 + signal.SIGINT, "Aborted! (forced)")],
+                         ids=["during-the-stop", "past-its-bound"])
+def test_a_signal_during_a_stop_is_ignored_until_its_bound_then_ends_the_process_at_once(since, code, said):
+    script = ("import os, signal, sys, time\n"
+              "from batchlu.workflows import cli\n"
+              "cli._stop_once()\n"
+              f"cli._STARTED.append(time.monotonic() - {since})\n"
+              "os.kill(os.getpid(), signal.SIGINT)\n"
+              "time.sleep(0.5)\n"
+              "print('ignored', file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr.strip()) == (code, said), done.stderr
+
+
+def _stop_and_resume(source, tmp_path, signum, line, status, cluster, again=None):
     out = tmp_path / "out.zarr"
     env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")   # alive until stopped
     run = subprocess.Popen(_command(source, out, cluster=cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -128,6 +161,8 @@ def _stop_and_resume(source, tmp_path, signum, line, status, cluster):
         ended = {}   # the client's own exit, and what of the group outlived it: named if slow
         watch = threading.Thread(target=_watch_exit, args=(run, stopped, ended), daemon=True)
         watch.start()
+        if again is not None:
+            threading.Thread(target=_again, args=(run.pid, again, stopped), daemon=True).start()
         stdout, stderr = run.communicate(timeout=60)   # until the last process holding its output ends
         took = time.monotonic() - stopped
         watch.join(5)
