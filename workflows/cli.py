@@ -22,7 +22,6 @@ import pathlib
 import signal
 import sys
 import tempfile
-import time
 import warnings
 
 import click
@@ -321,52 +320,36 @@ class Terminated(SystemExit):
         return "SIGTERM"
 
 
-# A stop gets this long before a further Ctrl-C or SIGTERM ends the process at once: a stopped run's
-# closes end within seconds (batchlu.pipeline.cluster._connect: 2 s for all, then kills).
-FORCE_AFTER_S = 10.0
-_STARTED: list[float] = []   # when the stop started
-
-
-def _stop_once() -> None:
-    """Ctrl-C and SIGTERM (``kill``, a SLURM time limit) start one stop: Ctrl-C as click has it
-    ("Aborted!", exit 1), SIGTERM as Ctrl-C but exit 128 + 15 (only SIGKILL leaves a stale lock).
-    A second signal while the stop runs changes nothing: one pressed 0.5 s into a stopped run's
-    bounded closes cut them short, and distributed's exit hook closed the cluster again for 11 s;
-    one pressed later ended the process by SIGINT (status 130). Past :data:`FORCE_AFTER_S`, one
-    more ends the process at once, without its closes."""
+def _exit_on_sigterm() -> None:
+    """SIGTERM (``kill``, a SLURM time limit) ends the command as Ctrl-C does (only SIGKILL leaves
+    a stale lock). A SIGTERM the process was started to ignore stays ignored."""
     def handler(signum, frame):
-        if _STARTED:
-            if time.monotonic() - _STARTED[0] > FORCE_AFTER_S:
-                os.write(2, b"Aborted! (forced)\n")
-                os._exit(128 + signum)
-            return   # the stop under way ends within seconds
-        _STARTED.append(time.monotonic())
-        if signum == signal.SIGTERM:
-            raise Terminated(128 + signum)
-        raise KeyboardInterrupt
+        raise Terminated(128 + signum)
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, handler)
 
 
-def _ignore_after_a_stop() -> None:
-    """After a stop, the exit ignores Ctrl-C and SIGTERM: the interpreter's teardown puts the
-    default handlers back (a Python handler's), and one pressed then ended the process by SIGINT."""
-    if _STARTED:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def _ignore_from_here() -> None:
+    """The command has ended (its output recorded or its stop done, its last line printed): the
+    interpreter's exit ignores Ctrl-C and SIGTERM. Python's teardown puts the default handlers back
+    in place of its own, and a Ctrl-C pressed then ended the command by SIGINT (status 130),
+    multiprocessing's traceback under its line; the exit waits for nothing long (the closes are
+    done)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def main(argv=None) -> None:
     """Console entry point ``batchlu``."""
-    _stop_once()
+    _exit_on_sigterm()
     try:
         cli.main(args=argv, prog_name="batchlu")
     except Terminated as exc:   # one line, as click's "Aborted!" after Ctrl-C
         click.echo("Aborted! (SIGTERM)", err=True)
         sys.exit(exc.code)
     finally:
-        _ignore_after_a_stop()
+        _ignore_from_here()
 
 
 if __name__ == "__main__":

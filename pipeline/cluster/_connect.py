@@ -205,17 +205,43 @@ LEAST_CLOSE_S = 0.2
 
 class _Stop:
     """The deadline of a stopped run's closes (:data:`INTERRUPTED_CLUSTER_CLOSE_S` from the first
-    call of :meth:`left`), shared by the client's close and :func:`_closing`'s."""
+    call of :meth:`left`), shared by the client's close and :func:`_closing`'s.
+
+    From that first call until :meth:`release`, Ctrl-C and SIGTERM wait (they are dropped: the run
+    is stopping, within seconds): a second Ctrl-C 0.5 s into the closes cut them short, and
+    distributed's exit hook then closed the cluster again (a stopped run took 11 s to exit). A
+    signal the process ignores stays ignored."""
 
     def __init__(self):
         self.deadline = None
+        self.held = None   # the handlers in force before the hold
 
     def left(self) -> float:
         """Seconds the next close may take: what is left of the deadline, at least ``LEAST_CLOSE_S``."""
         now = time.monotonic()
         if self.deadline is None:
             self.deadline = now + INTERRUPTED_CLUSTER_CLOSE_S
+            self._hold()
         return max(LEAST_CLOSE_S, self.deadline - now)
+
+    def _hold(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return   # Python runs handlers in the main thread only, and sets them there only
+        self.held = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if handler is not signal.SIG_IGN:
+                self.held[signum] = signal.signal(signum, _dropped)
+
+    def release(self) -> None:
+        """The handlers of before the hold back in force."""
+        held, self.held = self.held, None
+        for signum, handler in (held or {}).items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def _dropped(signum, frame) -> None:
+    """A Ctrl-C or SIGTERM while a stopped run closes: it is stopping already."""
 
 
 @contextlib.contextmanager
@@ -395,6 +421,7 @@ def _embedded(options: Options, security) -> Iterator:
         stopped = True
         raise
     finally:
+        stop.release()
         if not stopped:
             restore()
 
