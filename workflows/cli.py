@@ -322,11 +322,22 @@ class Terminated(SystemExit):
 
 def _exit_on_sigterm() -> None:
     """SIGTERM (``kill``, a SLURM time limit) ends the command as Ctrl-C does (only SIGKILL leaves
-    a stale lock)."""
+    a stale lock). A SIGTERM the process was started to ignore stays ignored."""
     def handler(signum, frame):
         raise Terminated(128 + signum)
 
-    signal.signal(signal.SIGTERM, handler)
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _ignore_from_here() -> None:
+    """The command has ended (its output recorded or its stop done, its last line printed): the
+    interpreter's exit ignores Ctrl-C and SIGTERM. Python's teardown puts the default handlers back
+    in place of its own, and a Ctrl-C pressed then ended the command by SIGINT (status 130),
+    multiprocessing's traceback under its line; the exit waits for nothing long (the closes are
+    done)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def main(argv=None) -> None:
@@ -337,6 +348,8 @@ def main(argv=None) -> None:
     except Terminated as exc:   # one line, as click's "Aborted!" after Ctrl-C
         click.echo("Aborted! (SIGTERM)", err=True)
         sys.exit(exc.code)
+    finally:
+        _ignore_from_here()
 
 
 if __name__ == "__main__":

@@ -205,17 +205,43 @@ LEAST_CLOSE_S = 0.2
 
 class _Stop:
     """The deadline of a stopped run's closes (:data:`INTERRUPTED_CLUSTER_CLOSE_S` from the first
-    call of :meth:`left`), shared by the client's close and :func:`_closing`'s."""
+    call of :meth:`left`), shared by the client's close and :func:`_closing`'s.
+
+    From that first call until :meth:`release`, Ctrl-C and SIGTERM wait (they are dropped: the run
+    is stopping, within seconds): a second Ctrl-C 0.5 s into the closes cut them short, and
+    distributed's exit hook then closed the cluster again (a stopped run took 11 s to exit). A
+    signal the process ignores stays ignored."""
 
     def __init__(self):
         self.deadline = None
+        self.held = None   # the handlers in force before the hold
 
     def left(self) -> float:
         """Seconds the next close may take: what is left of the deadline, at least ``LEAST_CLOSE_S``."""
         now = time.monotonic()
         if self.deadline is None:
             self.deadline = now + INTERRUPTED_CLUSTER_CLOSE_S
+            self._hold()
         return max(LEAST_CLOSE_S, self.deadline - now)
+
+    def _hold(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return   # Python runs handlers in the main thread only, and sets them there only
+        self.held = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if handler is not signal.SIG_IGN:
+                self.held[signum] = signal.signal(signum, _dropped)
+
+    def release(self) -> None:
+        """The handlers of before the hold back in force."""
+        held, self.held = self.held, None
+        for signum, handler in (held or {}).items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def _dropped(signum, frame) -> None:
+    """A Ctrl-C or SIGTERM while a stopped run closes: it is stopping already."""
 
 
 @contextlib.contextmanager
@@ -232,12 +258,13 @@ def _closing(cluster, stop: _Stop) -> Iterator:
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             pids = _worker_pids(cluster)   # before the close: the cluster forgets workers as they go
+            below = _descendants(pids)   # and their I/O processes, while a worker is there to name them
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 cluster.sync(_close_workers, cluster, INTERRUPTED_CLOSE_S, processes_only=True,
                              callback_timeout=stop.left())
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 cluster.close(timeout=stop.left())
-            _kill_worker_processes(pids | _worker_pids(cluster))
+            _kill_worker_processes(pids | _worker_pids(cluster), below)
             # a close cut short: distributed's atexit hook (close_clusters) closed the cluster again,
             # waiting up to 10 s more (a GPU run stopped by Ctrl-C exited 12.8 s after it); its
             # workers are gone and what is left of it lives in this process, which is stopping
@@ -263,30 +290,52 @@ def _worker_pids(cluster) -> set[int]:
     return pids
 
 
-def _kill_worker_processes(pids: set[int]) -> None:
-    """SIGKILL the worker processes ``pids`` that this process started and are still alive, and
-    their children (the GPU workers' I/O processes). Only those: a program calling batchlu may run
-    processes of its own, and clusters of its own (a Jupyter kernel interrupted mid-run)."""
+def _descendants(pids: set[int]) -> list:
+    """The processes below this process's children ``pids`` (a GPU worker's I/O processes), as
+    ``psutil.Process`` objects: a worker that ends leaves its children to init, out of
+    :func:`_kill_worker_processes`'s reach, and an I/O process, which blocks SIGINT as its worker
+    does, lived on until its worker's end reached it (a stopped GPU run's terminal waited 6.9 s)."""
+    import psutil
+
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return []
+    found = []
+    for child in children:
+        try:
+            if child.pid in pids:
+                found += child.children(recursive=True)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _kill_worker_processes(pids: set[int], below: list = ()) -> None:
+    """SIGKILL the worker processes ``pids`` that this process started and are still alive, their
+    children (the GPU workers' I/O processes), and ``below`` (such children named earlier, by
+    :func:`_descendants`). Only those: a program calling batchlu may run processes of its own, and
+    clusters of its own (a Jupyter kernel interrupted mid-run)."""
     import psutil
 
     try:
         children = psutil.Process().children()
     except psutil.Error:
         return
-    doomed = []
+    doomed = {process.pid: process for process in below}
     for child in children:
         try:
             if child.pid in pids:
-                doomed += [child, *child.children(recursive=True)]
+                doomed.update((process.pid, process) for process in [child, *child.children(recursive=True)])
         except psutil.Error:
             continue
-    for process in doomed:
+    for process in doomed.values():   # psutil refuses a pid reused since it was named
         with contextlib.suppress(psutil.Error):
             process.kill()
     # gone or a zombie: not reaped here (psutil's wait would take the exit status from the Nanny's
     # own watcher of the process)
     deadline = time.monotonic() + INTERRUPTED_CLOSE_S
-    while time.monotonic() < deadline and any(_running(process) for process in doomed):
+    while time.monotonic() < deadline and any(_running(process) for process in doomed.values()):
         time.sleep(0.01)
 
 
@@ -372,6 +421,7 @@ def _embedded(options: Options, security) -> Iterator:
         stopped = True
         raise
     finally:
+        stop.release()
         if not stopped:
             restore()
 

@@ -105,7 +105,9 @@ def _child_main() -> None:
                 state.forget(forget)
             future = pool.submit(_serve, state, kind, store, path, start, stop, where, engine)
             future.add_done_callback(lambda f, rid=rid: answer(rid, f))
-
+    # its writes have landed: no teardown of the interpreter, which took seconds on a loaded machine
+    # while the worker's stopped run waited for its terminal
+    os._exit(0)
 
 
 if __name__ == "__main__":

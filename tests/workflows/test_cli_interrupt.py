@@ -6,10 +6,12 @@ bits of a run never stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -69,6 +71,23 @@ def _alive(group: int) -> list[str]:
     return [line for line in found.stdout.splitlines() if line.split()[1:2] and not line.split()[1].startswith("Z")]
 
 
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie (a process may go between the two looks: gone, then)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _watch_exit(run, stopped: float, ended: dict) -> None:
+    while run.poll() is None and time.monotonic() < stopped + 60:
+        time.sleep(0.01)
+    ended["client"] = time.monotonic() - stopped
+    ended["alive"] = _alive(run.pid)
+
+
 SIGNALS = pytest.mark.parametrize("signum, line, status",
                                   [(signal.SIGINT, "Aborted!", 1),
                                    (signal.SIGTERM, "Aborted! (SIGTERM)", 128 + signal.SIGTERM)],
@@ -94,7 +113,75 @@ def test_gpu_a_signal_to_the_whole_group_is_one_line_and_resumes_bit_identical(s
     _stop_and_resume(source, tmp_path, signum, line, status, GPU)
 
 
-def _stop_and_resume(source, tmp_path, signum, line, status, cluster):
+@pytest.mark.parametrize("signum, line, status", [(signal.SIGINT, "Aborted!", 1),
+                                                  (signal.SIGTERM, "Aborted! (SIGTERM)", 128 + signal.SIGTERM)],
+                         ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_pressed_again_and_again_during_the_stop_changes_nothing(source, tmp_path, signum, line, status):
+    """A second Ctrl-C 0.5 s into the stop cut its bounded closes short (distributed's exit hook then
+    closed the cluster again: 11 s), and one during the interpreter's exit ended it by SIGINT (130)."""
+    _stop_and_resume(source, tmp_path, signum, line, status, CPU_PROCESSES, again=signal.SIGINT)
+
+
+def _again(group: int, signum: int, stopped: float) -> None:
+    """``signum`` to ``group`` every 0.05 s while it runs, as a user pressing Ctrl-C over and over."""
+    while time.monotonic() < stopped + 60:
+        time.sleep(0.05)
+        try:
+            os.killpg(group, signum)
+        except ProcessLookupError:
+            return
+
+
+_HOLD = r"""
+import os, signal, sys, time
+from batchlu.pipeline.cluster import _connect
+if sys.argv[1] == "ignored":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+stop = _connect._Stop()
+stop.left()   # the first close of a stop
+os.kill(os.getpid(), signal.SIGINT)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.2)
+held = signal.getsignal(signal.SIGINT)
+stop.release()
+print(held is signal.SIG_IGN, {s: signal.getsignal(s) for s in before} == before)
+"""
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_stop_drops_ctrl_c_and_sigterm_from_its_first_close_until_it_ends(sigint):
+    """A second Ctrl-C 0.5 s into a stopped run's closes cut them short, and distributed's exit hook
+    closed the cluster again (11 s). A Ctrl-C the process ignores (``batchlu run ... &`` in a script)
+    stays ignored."""
+    done = subprocess.run([sys.executable, "-c", _HOLD, sigint], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(sigint == "ignored"), "True"], done.stdout
+
+
+def test_a_run_started_with_ctrl_c_ignored_ignores_it(source, tmp_path):
+    """A shell starts ``batchlu run ... &`` with SIGINT ignored: the terminal's Ctrl-C is not for it."""
+    out = tmp_path / "out.zarr"
+    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.2")
+    run = subprocess.Popen(_command(source, out, cluster=("--backend", "cpu")), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 300
+        while _completed(out) < 2 and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run.poll() is None and _completed(out) >= 2, run.communicate()
+        os.killpg(run.pid, signal.SIGINT)
+        _, stderr = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0 and stderr == "", stderr
+    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "complete"
+
+
+def _stop_and_resume(source, tmp_path, signum, line, status, cluster, again=None):
     out = tmp_path / "out.zarr"
     env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")   # alive until stopped
     run = subprocess.Popen(_command(source, out, cluster=cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -106,15 +193,22 @@ def _stop_and_resume(source, tmp_path, signum, line, status, cluster):
         assert run.poll() is None and _completed(out) >= 2, run.communicate()
         os.killpg(run.pid, signum)   # the client and its workers, as a terminal does
         stopped = time.monotonic()
-        stdout, stderr = run.communicate(timeout=60)
+        ended = {}   # the client's own exit, and what of the group outlived it: named if slow
+        watch = threading.Thread(target=_watch_exit, args=(run, stopped, ended), daemon=True)
+        watch.start()
+        if again is not None:
+            threading.Thread(target=_again, args=(run.pid, again, stopped), daemon=True).start()
+        stdout, stderr = run.communicate(timeout=60)   # until the last process holding its output ends
         took = time.monotonic() - stopped
+        watch.join(5)
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
     assert run.returncode == status, stderr
     assert [text for text in stderr.splitlines() if text.strip()] == [line], stderr
-    assert took < 4, f"a stopped run took {took:.1f} s to exit"   # distributed's 4 s wait for busy workers
+    assert took < 4, (f"a stopped run took {took:.1f} s to exit (the client {ended.get('client', -1):.1f} s; "
+                      f"alive then: {ended.get('alive')})")   # distributed's 4 s wait for busy workers
     time.sleep(0.5)
     assert _alive(run.pid) == []   # no worker left running
     assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "failed"
@@ -201,7 +295,7 @@ def test_a_stopped_run_whose_workers_do_not_close_leaves_in_seconds(monkeypatch,
     assert took < bound, f"the stopped run took {took:.1f} s to close"
     assert len(pids) == 2
     for pid in pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
+        assert _ended(pid), pid
 
 
 def test_the_closes_of_a_stopped_run_share_one_deadline(monkeypatch):
@@ -241,6 +335,47 @@ def test_worker_processes_left_after_a_stop_are_killed_and_the_resource_tracker_
     finally:
         if child.is_alive():
             child.kill()
+
+
+def _spawned_parent_of_a_sleeper(path: str) -> None:
+    import subprocess
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with open(path + ".tmp", "w") as f:
+        f.write(str(sleeper.pid))
+    os.replace(path + ".tmp", path)
+    time.sleep(60)
+
+
+def test_the_children_of_worker_processes_named_before_the_close_are_killed_after_their_worker_ended(tmp_path):
+    """A GPU worker's I/O process blocks SIGINT as its worker does: its worker ending first left it
+    to init, out of reach of a kill of the worker's children."""
+    import multiprocessing
+
+    import psutil
+
+    path = str(tmp_path / "sleeper.pid")
+    worker = multiprocessing.get_context("spawn").Process(target=_spawned_parent_of_a_sleeper, args=(path,))
+    worker.start()
+    sleeper = None
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sleeper = int(open(path).read())
+        below = _connect._descendants({worker.pid})
+        assert [process.pid for process in below] == [sleeper]
+        worker.terminate()   # ended before the kill: its child is init's now
+        worker.join(10)
+        assert worker.exitcode is not None and psutil.Process(sleeper).status() != psutil.STATUS_ZOMBIE
+        _connect._kill_worker_processes({worker.pid}, below)
+        assert _ended(sleeper)
+    finally:
+        if worker.is_alive():
+            worker.kill()
+        if sleeper is not None:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(sleeper).kill()
 
 
 _STOPPED_PROCESS = r"""

@@ -127,7 +127,9 @@ def test_two_real_processes_and_sigterm(source, scheduler_address, tmp_path):
     base = [sys.executable, "-m", "batchlu", "run", str(source), str(out), "--op", "inv",
             "--scheduler", scheduler_address, "--no-progress"]
     first = subprocess.Popen(base + ["--chunk", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="1"))  # alive until killed
+                             env=dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="5"))  # alive until killed
+    # (at 1 s a task, it ended on a loaded machine while the second was still importing (13.5 s), and
+    # the second then rightly took the output)
     try:
         deadline = time.monotonic() + 120
         done = 0
