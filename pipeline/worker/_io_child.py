@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import mmap
 import os
+import signal
 import sys
 import threading
 import time
@@ -75,6 +76,9 @@ def _portable(exc: BaseException) -> BaseException:
 
 def _child_main() -> None:
     """The I/O process: ``PARENT_PID REQUEST_FD REPLY_FD THREADS`` in ``sys.argv``."""
+    # a terminal's Ctrl-C is its worker's to act on (a GPU worker's child inherits the worker's block
+    # of it; one of a run in the command's own process died with a traceback over "Aborted!")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent, request_fd, reply_fd, threads = (int(x) for x in sys.argv[1:5])
     requests = Connection(request_fd, writable=False)
     replies = Connection(reply_fd, readable=False)

@@ -106,6 +106,13 @@ def test_a_signal_to_a_run_on_threads_of_its_process_is_one_line_and_resumes_bit
     _stop_and_resume(source, tmp_path, signum, line, status, ("--backend", "cpu"))
 
 
+def test_ctrl_c_on_a_run_in_its_process_with_an_io_process_is_one_line(source, tmp_path):
+    """The I/O process of a run in the command's own process did not block SIGINT (a worker
+    process's child inherits its block): it died with a traceback over "Aborted!"."""
+    _stop_and_resume(source, tmp_path, signal.SIGINT, "Aborted!", 1,
+                     ("--backend", "cpu", "--config", "io-processes=1"))
+
+
 @pytest.mark.gpu
 @SIGNALS
 def test_gpu_a_signal_to_the_whole_group_is_one_line_and_resumes_bit_identical(source, tmp_path, signum, line,
