@@ -290,45 +290,45 @@ def _worker_pids(cluster) -> set[int]:
     return pids
 
 
-def _descendants(pids: set[int]) -> list:
-    """The processes below this process's children ``pids`` (a GPU worker's I/O processes), as
-    ``psutil.Process`` objects: a worker that ends leaves its children to init, out of
-    :func:`_kill_worker_processes`'s reach, and an I/O process, which blocks SIGINT as its worker
-    does, lived on until its worker's end reached it (a stopped GPU run's terminal waited 6.9 s)."""
+def _own(pids: set[int]) -> list:
+    """This process's children among ``pids``, as ``psutil.Process`` objects. Only those: a program
+    calling batchlu may run processes of its own, and clusters of its own (a Jupyter kernel
+    interrupted mid-run)."""
     import psutil
 
     try:
-        children = psutil.Process().children()
+        return [child for child in psutil.Process().children() if child.pid in pids]
     except psutil.Error:
         return []
+
+
+def _below(processes: list) -> list:
+    """The processes below ``processes`` (a GPU worker's I/O processes), those still there."""
+    import psutil
+
     found = []
-    for child in children:
-        try:
-            if child.pid in pids:
-                found += child.children(recursive=True)
-        except psutil.Error:
-            continue
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            found += process.children(recursive=True)
     return found
 
 
+def _descendants(pids: set[int]) -> list:
+    """The processes below this process's children ``pids`` (a GPU worker's I/O processes): a worker
+    that ends leaves its children to init, out of :func:`_kill_worker_processes`'s reach, and an
+    I/O process, which blocks SIGINT as its worker does, lived on until its worker's end reached it
+    (a stopped GPU run's terminal waited 6.9 s)."""
+    return _below(_own(pids))
+
+
 def _kill_worker_processes(pids: set[int], below: list = ()) -> None:
-    """SIGKILL the worker processes ``pids`` that this process started and are still alive, their
-    children (the GPU workers' I/O processes), and ``below`` (such children named earlier, by
-    :func:`_descendants`). Only those: a program calling batchlu may run processes of its own, and
-    clusters of its own (a Jupyter kernel interrupted mid-run)."""
+    """SIGKILL the worker processes ``pids`` that this process started (:func:`_own`) and are still
+    alive, their children (the GPU workers' I/O processes), and ``below`` (such children named
+    earlier, by :func:`_descendants`)."""
     import psutil
 
-    try:
-        children = psutil.Process().children()
-    except psutil.Error:
-        return
-    doomed = {process.pid: process for process in below}
-    for child in children:
-        try:
-            if child.pid in pids:
-                doomed.update((process.pid, process) for process in [child, *child.children(recursive=True)])
-        except psutil.Error:
-            continue
+    workers = _own(pids)
+    doomed = {process.pid: process for process in [*below, *workers, *_below(workers)]}
     for process in doomed.values():   # psutil refuses a pid reused since it was named
         with contextlib.suppress(psutil.Error):
             process.kill()
