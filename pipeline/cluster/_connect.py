@@ -366,7 +366,8 @@ def _embedded(options: Options, security) -> Iterator:
     import asyncio
 
     from . import _logs
-    from ._worker_log import WorkerLog  # imports distributed: not at batchlu's import
+    from ._worker_exit import ExitWhenClosed   # both import distributed: not at batchlu's import
+    from ._worker_log import WorkerLog
 
     # the backend decides the cluster (:func:`batchlu.pipeline.cluster._devices.resolve_embedded`)
     gpu = _devices.resolve_embedded(options.backend, options.cluster.gpus) == "gpu"
@@ -399,6 +400,8 @@ def _embedded(options: Options, security) -> Iterator:
             client = Client(cluster, security=security)
             try:
                 client.register_plugin(WorkerLog(log))
+                if gpu or options.cluster.processes:
+                    client.register_plugin(ExitWhenClosed())
                 yield client
             except (KeyboardInterrupt, SystemExit):
                 # distributed's close waits up to twice its connect timeout (60 s) for a busy scheduler

@@ -130,3 +130,77 @@ def test_a_stopped_run_keeps_its_logs_in_the_file_an_ended_one_gives_them_back(t
                 h.close()
         logging.getLogger("distributed").handlers[:0] = [h for h in before
                                                          if h not in logging.getLogger("distributed").handlers]
+
+
+def _slow_exit_hook(marker: str, seconds: float) -> None:
+    """In a worker: an exit hook, registered before the close, that takes ``seconds`` and then writes
+    ``marker``, as numba's, CuPy's and the interpreter's own teardown would take their time."""
+    import atexit
+
+    def hook():
+        time.sleep(seconds)
+        Path(marker).write_text("the interpreter's teardown ran")
+
+    atexit.register(hook)
+
+
+def _processes_options(tmp_path) -> object:
+    return pipeline.options({"cluster.processes": True, "cluster.n-workers": 2,
+                             "cluster.threads-per-worker": 1,
+                             "cluster.dashboard-address": "127.0.0.1:0",
+                             "cluster.log-file": str(tmp_path / "run.log")})
+
+
+def test_a_closed_worker_process_ends_without_the_interpreters_teardown(tmp_path):
+    """After a run that ended well, the client waits for its worker processes to end: each ends once
+    its worker has closed, without the exit hooks registered before the close."""
+    markers = [tmp_path / f"teardown-{i}" for i in range(2)]
+    with _connect._embedded(_processes_options(tmp_path), None) as client:
+        workers = sorted(client.scheduler_info()["workers"])
+        assert len(workers) == 2
+        for worker, marker in zip(workers, markers):
+            client.run(_slow_exit_hook, str(marker), SLOW_S, workers=[worker])
+        assert client.submit(sum, [1, 2, 3]).result() == 6
+        started = time.monotonic()
+    took = time.monotonic() - started
+    assert not [m for m in markers if m.exists()]
+    assert took < SLOW_S - 2
+
+
+def _log_buffered(path: str) -> None:
+    """In a worker: a line held in a buffering handler, which only a flush writes to ``path``."""
+    import logging
+    import logging.handlers
+
+    target = logging.FileHandler(path)
+    buffered = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1, target=target)
+    logger = logging.getLogger("batchlu.test-buffered")
+    logger.addHandler(buffered)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.info("held until the handlers are flushed")
+
+
+def test_a_closed_worker_process_flushes_its_log_handlers_before_it_ends(tmp_path):
+    path = tmp_path / "buffered.log"
+    with _connect._embedded(_processes_options(tmp_path), None) as client:
+        worker = sorted(client.scheduler_info()["workers"])[0]
+        client.run(_log_buffered, str(path), workers=[worker])
+        assert not path.exists() or path.read_text() == ""
+    assert path.read_text() == "held until the handlers are flushed\n"
+
+
+def _has_exit_plugin(dask_worker) -> bool:
+    return "batchlu-exit" in dask_worker.plugins
+
+
+def test_workers_in_the_clients_own_process_are_not_ended(tmp_path):
+    """A CPU cluster of threads runs its workers in this process: ending one would end the client."""
+    options = pipeline.options({"cluster.processes": False, "cluster.n-workers": 1,
+                                "cluster.threads-per-worker": 1,
+                                "cluster.dashboard-address": "127.0.0.1:0",
+                                "cluster.log-file": str(tmp_path / "run.log")})
+    with _connect._embedded(options, None) as client:
+        assert client.run(_has_exit_plugin) == {w: False for w in client.scheduler_info()["workers"]}
+    with _connect._embedded(_processes_options(tmp_path), None) as client:
+        assert set(client.run(_has_exit_plugin).values()) == {True}
