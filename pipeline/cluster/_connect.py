@@ -400,7 +400,7 @@ def _embedded(options: Options, security) -> Iterator:
             client = Client(cluster, security=security)
             try:
                 client.register_plugin(WorkerLog(log))
-                if gpu or options.cluster.processes:
+                if options.cluster.processes and not gpu:   # see _worker_exit: a CPU cluster's only
                     client.register_plugin(ExitWhenClosed())
                 yield client
             except (KeyboardInterrupt, SystemExit):

@@ -195,7 +195,8 @@ def _has_exit_plugin(dask_worker) -> bool:
 
 
 def test_workers_in_the_clients_own_process_are_not_ended(tmp_path):
-    """A CPU cluster of threads runs its workers in this process: ending one would end the client."""
+    """A CPU cluster of threads runs its workers in this process: ending one would end the client.
+    Worker processes get the plugin."""
     options = pipeline.options({"cluster.processes": False, "cluster.n-workers": 1,
                                 "cluster.threads-per-worker": 1,
                                 "cluster.dashboard-address": "127.0.0.1:0",
