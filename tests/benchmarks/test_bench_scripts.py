@@ -23,7 +23,8 @@ def test_the_scripts_are_there():
         "bench_kernel_ab.py", "bench_resume_checks.py",
         "bench_cpu.py", "bench_cpu_crossover.py", "bench_host_codecs.py", "bench_sparse.py", "bench_sparse_pivoting.py",
         "bench_small_n.py", "bench_rows_sweep.py", "bench_getrs.py", "bench_rows_latency.py", "bench_e2e.py",
-        "bench_dask_api.py", "bench_objstore.py", "bench_host_frames.py", "bench_pinning.py"}
+        "bench_dask_api.py", "bench_objstore.py", "bench_host_frames.py", "bench_pinning.py",
+        "bench_sparse_first_call.py"}
     for path in SOURCES:  # the rest are private helper modules, named so
         assert path.name.startswith(("bench_", "_")), f"{path.name}: name benchmark modules bench_* or _*"
 
@@ -175,3 +176,20 @@ def test_bench_cpu_crossover_lanes_writes_its_range(tmp_path):
     longest = runpy.run_path(str(BENCH / "bench_cpu_crossover.py"))["_longest_run"]
     assert longest([2, 3, 4, 5, 6], [1.0, 0.9, 1.1, 1.2, 1.0]) == [4, 6]
     assert longest([2, 3], [0.5, 0.9]) is None
+
+
+def test_bench_sparse_first_call_runs_each_point_in_a_process_and_checks_it(tmp_path):
+    out = tmp_path / "first.json"
+    done = subprocess.run([sys.executable, str(BENCH / "bench_sparse_first_call.py"), "--device", "cpu",
+                           "--points", "kkt:120:4,fem-poisson:100:3", "--delta", "1e-10", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    records = json.loads(out.read_text())
+    assert [(r["kind"], r["batch"], r["matrices"], r["delta"]) for r in records] == [
+        ("kkt", 4, 8, 1e-10), ("fem-poisson", 3, 6, None)]
+    for r in records:
+        assert r["info0"] == r["matrices"] and 0 < r["max_berr_neps"] <= 30
+        assert r["first_s"] >= r["first_factor_s"] > 0 and r["second_s"] > 0 and r["cache"] is None
+    assert done.stdout.count("n eps") == 2   # a line per point
