@@ -192,3 +192,47 @@ def test_masked_arrays_are_refused_in_one_line(op, lazy):
     with pytest.raises(TypeError, match=r"^Expected NumPy or CuPy arrays\. Got a numpy\.ma\.MaskedArray") as caught:
         call()
     assert "\n" not in str(caught.value)
+
+
+def _threads_of_the_block(a):
+    """A block function: for each matrix, the CPU backend's threads for a call made now."""
+    from batchlu.kernels import _cpu_threads
+
+    return np.full(a.shape[:-2], _cpu_threads.threads(), dtype=np.int32)
+
+
+@pytest.mark.parametrize("chunk, want", [(64, 8), (32, 4), (16, 2), (8, 1), (4, 1)])
+def test_numpy_blocks_share_the_cores_among_themselves(monkeypatch, chunk, want):
+    """On the threaded scheduler a block's call would get one thread (not the main thread): a graph of
+    fewer blocks than cores gets the cores divided among its blocks, never more in all."""
+    from batchlu.kernels import _cpu_threads, _dask
+
+    monkeypatch.delenv(_cpu_threads.ENV, raising=False)
+    monkeypatch.setattr(_cpu_threads, "cores", lambda: 8)
+    a = da.from_array(np.random.default_rng().standard_normal((64, 3, 3)), chunks=(chunk, 3, 3))
+    seen = _dask._gufunc(_threads_of_the_block, "(i,i)->()", (np.int32,), a).compute(scheduler="threads")
+    assert set(np.unique(seen)) == {want} and seen.shape == (64,)
+    assert want * a.numblocks[0] <= 8 or want == 1
+
+
+def test_the_threads_variable_is_kept_on_dask_blocks(monkeypatch):
+    from batchlu.kernels import _cpu_threads, _dask
+
+    monkeypatch.setenv(_cpu_threads.ENV, "3")
+    monkeypatch.setattr(_cpu_threads, "cores", lambda: 8)
+    a = da.from_array(np.random.default_rng().standard_normal((16, 3, 3)), chunks=(16, 3, 3))
+    seen = _dask._gufunc(_threads_of_the_block, "(i,i)->()", (np.int32,), a).compute(scheduler="threads")
+    assert set(np.unique(seen)) == {3}
+
+
+def test_a_one_block_graph_on_several_threads_is_bitwise_the_in_memory_result(monkeypatch):
+    from batchlu.kernels import _cpu_threads
+
+    monkeypatch.delenv(_cpu_threads.ENV, raising=False)
+    monkeypatch.setattr(_cpu_threads, "cores", lambda: 4)
+    a = _batch(24, np.float64, 600, seed=int(np.random.default_rng().integers(1 << 30)))
+    ainv, info = batchlu.inv(da.from_array(a, chunks=(600, 24, 24)))
+    got, got_info = dask.compute(ainv, info, scheduler="threads")
+    want, want_info = batchlu.inv(a)
+    _same_bits(got, want)
+    _same_bits(got_info, want_info)
