@@ -28,7 +28,7 @@ import threading
 from batchlu.errors import ConfigError
 
 
-__all__ = ["ENV", "cores", "cpu_threads", "run", "run_parts", "threads"]
+__all__ = ["ENV", "cpu_threads", "run", "run_parts", "threads"]
 
 ENV = "BATCHLU_CPU_THREADS"
 MIN_WORK = 1 << 20     # per thread, in units of (n + 4)**3 per matrix (~0.25 ns each, measured)
@@ -39,8 +39,7 @@ _pool_size = 0
 _pool_lock = threading.Lock()
 
 
-def cores() -> int:
-    """The cores this process may run on."""
+def _cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:   # not on Linux
@@ -75,7 +74,7 @@ def threads() -> int:
     if env:
         return _positive(env, ENV)
     if threading.current_thread() is threading.main_thread():
-        return cores()
+        return _cores()
     return 1
 
 

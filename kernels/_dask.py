@@ -16,10 +16,6 @@ Dask is imported here only, when a dask array is given.
 
 from __future__ import annotations
 
-import functools
-import math
-import os
-
 import numpy as np
 
 from batchlu.errors import InputError
@@ -85,31 +81,12 @@ def _along(x, a, core: int):
 def _gufunc(block, signature: str, dtypes, a, *rest):
     """``block`` over the batch axes of ``a`` (and of ``rest``), with output metas of ``a``'s array
     type (NumPy or CuPy) in ``dtypes``: ``empty_like`` dispatches to the chunks' library, where
-    dask's own cast of the input meta to each dtype warns complex -> real. NumPy blocks share the
-    cores among themselves (:func:`_on_shared_cores`)."""
+    dask's own cast of the input meta to each dtype warns complex -> real."""
     import dask.array as da
 
     metas = tuple(np.empty_like(a._meta, shape=(0,), dtype=d) for d in dtypes)
-    if isinstance(a._meta, np.ndarray):
-        block = functools.partial(_on_shared_cores, block, math.prod(a.numblocks[:-2]))
     out = da.apply_gufunc(block, signature, a, *rest, meta=metas[0] if len(metas) == 1 else metas)
     return tuple(out) if isinstance(out, (tuple, list)) else out
-
-
-def _on_shared_cores(block, blocks: int, *args):
-    """``block(*args)`` on this machine's cores divided among the graph's ``blocks``, where that is
-    more threads than the CPU backend's rule gives the calling thread (one in a scheduler's thread,
-    :mod:`batchlu.kernels._cpu_threads`): a graph of fewer blocks than cores, one block of 4 MB in
-    a notebook, would leave the other cores idle. Never more threads in all than cores, whatever
-    blocks run side by side on one machine; ``BATCHLU_CPU_THREADS`` set is kept as it is. The
-    threads do not change the results."""
-    from ._cpu_threads import ENV, cores, cpu_threads, threads
-
-    share = cores() // max(1, blocks)
-    if os.environ.get(ENV, "").strip() or share <= threads():
-        return block(*args)
-    with cpu_threads(share):
-        return block(*args)
 
 
 # ---- the ops: ``block`` is the in-memory op of batchlu.kernels._api (a module-level function, which
