@@ -244,6 +244,19 @@ def _dropped(signum, frame) -> None:
     """A Ctrl-C or SIGTERM while a stopped run closes: it is stopping already."""
 
 
+_HOLD_TO_EXIT = False   # set by hold_stops_to_exit
+
+
+def hold_stops_to_exit() -> None:
+    """In a process that ends with its command (the ``batchlu`` console entry): a stopped run keeps
+    dropping Ctrl-C and SIGTERM after its closes, until the process exits. What follows them, the
+    run's failure recorded, its lock given back, its one line printed, was open to a second Ctrl-C:
+    a traceback, exit status 130, a lock left behind. Never in a notebook or a test runner, whose
+    Ctrl-C must work again after the run."""
+    global _HOLD_TO_EXIT
+    _HOLD_TO_EXIT = True
+
+
 @contextlib.contextmanager
 def _closing(cluster, stop: _Stop) -> Iterator:
     """Close ``cluster`` on the way out: after a run that ended well, its workers first, with
@@ -424,7 +437,8 @@ def _embedded(options: Options, security) -> Iterator:
         stopped = True
         raise
     finally:
-        stop.release()
+        if not (stopped and _HOLD_TO_EXIT):
+            stop.release()
         if not stopped:
             restore()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from batchlu import pipeline
@@ -205,3 +206,29 @@ def test_workers_in_the_clients_own_process_are_not_ended(tmp_path):
         assert client.run(_has_exit_plugin) == {w: False for w in client.scheduler_info()["workers"]}
     with _connect._embedded(_processes_options(tmp_path), None) as client:
         assert set(client.run(_has_exit_plugin).values()) == {True}
+
+
+@pytest.mark.parametrize("to_exit", [True, False], ids=["command", "notebook"])
+def test_a_stopped_run_keeps_dropping_signals_only_in_a_process_that_ends_with_it(tmp_path, monkeypatch, to_exit):
+    """The console's process (``hold_stops_to_exit``) keeps Ctrl-C and SIGTERM dropped after a stopped
+    run's closes, through its record, its lock's release and its last line, until it exits; in any
+    other process the run gives the handlers back, so that Ctrl-C works after it."""
+    import signal
+
+    monkeypatch.setattr(_connect, "_HOLD_TO_EXIT", to_exit)
+    options = pipeline.options({"cluster.n-workers": 1, "cluster.threads-per-worker": 1,
+                                "cluster.dashboard-address": "127.0.0.1:0",
+                                "cluster.log-file": str(tmp_path / "run.log")})
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _connect._embedded(options, None):
+                raise KeyboardInterrupt
+        now = {s: signal.getsignal(s) for s in before}
+        if to_exit:
+            assert all(handler is _connect._dropped for handler in now.values()), now
+        else:
+            assert now == before
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
