@@ -2,10 +2,10 @@
 
 A closed worker has nothing left to do: its tasks ended, its results were written and recorded, its
 work directory is gone and multiprocessing's finalizers have run. What is left of the process's exit
-is the interpreter's teardown (its modules, numba's and CuPy's exit hooks, the GPU's memory freed one
-allocation after another), and the run's client waits for it before it can exit: measured on a
-2-core VM, 1.0-1.2 s of a CPU run's 10 s with two worker processes (0.1 s with this plugin). The
-process's memory (its shared buffers) goes back to the system when it ends, however it ends.
+is the interpreter's teardown (its modules, numba's exit hooks), and the run's client waits for it
+before it can exit: measured on a 2-core VM, 1.0-1.2 s of a CPU run's 10 s with two worker
+processes (0.1 s with this plugin). The process's memory (its shared buffers) goes back to the
+system when it ends, however it ends.
 
 The embedded GPU cluster does not register it. Measured on an H100 (1 GB float32 n = 64, two runs):
 its worker reached ``os._exit`` 8 ms after its close began, and its process still took 1.4 s to
