@@ -305,11 +305,11 @@ def _finish(job: Job, report: Report, entry: _Entry, inputs: _Inputs, called: fl
         raise exc
     try:   # the input's files as the run found them: else its chunks may mix old and new values
         _fingerprint.check_same_files(entry.provenance["input_files"], inputs.matrices.ref, inputs.rhs_ref)
-    except InputChangedError as exc:
+        if report.skipped:
+            report.counts = _count_info(out_path)
+    except (InputChangedError, KeyboardInterrupt, SystemExit) as exc:   # a stop here: recorded too
         entry.fail(report, exc, _times(report, called))
         raise
-    if report.skipped:
-        report.counts = _count_info(out_path)
     recording = time.perf_counter()
     report.finish_steps["checks"] = recording - checking
     used = sorted(set(entry.provenance["backends_used"]) | set(report.backends))

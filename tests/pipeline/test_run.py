@@ -407,3 +407,27 @@ def test_the_in_process_pool_has_the_threads_of_distributeds_cluster_of_threads(
     with LocalCluster(processes=False, dashboard_address=None, **kwargs) as cluster:
         want = sum(worker.state.nthreads for worker in cluster.workers.values())
     assert pool_threads(workers, threads) == want
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit], ids=["ctrl-c", "sigterm"])
+def test_a_stop_after_the_tasks_is_recorded_and_the_lock_given_back(tmp_path, monkeypatch, stop):
+    """A Ctrl-C or SIGTERM (SystemExit) in the checks after the tasks, before the run is recorded
+    complete: the output said ``running`` with no error. It says failed, naming the stop, and a resume
+    completes it."""
+    source = pipeline.generate(str(tmp_path / "a.zarr"), count=64, size=5, chunk=16,
+                               seed=int(np.random.default_rng().integers(1 << 30)))
+    out = tmp_path / "o.zarr"
+    real = _fingerprint.check_same_files
+
+    def stopped(*args):
+        raise stop(130) if stop is SystemExit else stop()
+
+    monkeypatch.setattr(_fingerprint, "check_same_files", stopped)
+    with pytest.raises(stop):
+        pipeline.run(source, str(out), op="inv", backend="cpu", progress=False)
+    record = _group.read_provenance(str(out))
+    assert record["status"] == "failed" and record["error"].startswith(stop.__name__), record
+    assert not (tmp_path / "o.zarr.lock").exists()
+    monkeypatch.setattr(_fingerprint, "check_same_files", real)
+    again = pipeline.run(source, str(out), op="inv", backend="cpu", progress=False, resume=True)
+    assert again.status == "complete" and again.skipped == 64
