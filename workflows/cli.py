@@ -232,7 +232,7 @@ def run(input, output, **params):
     kwargs = pipeline_kwargs(params)
     imports = _process_age() if _console.started else 0.0   # not a notebook's or a test runner's age
     if _console.started:   # the process ends with the command
-        from batchlu.pipeline.cluster._connect import hold_stops_to_exit
+        from batchlu.pipeline.cluster._stops import hold_stops_to_exit
 
         hold_stops_to_exit()
     report = pipeline.run(join_array(input, params.get("array")), output, **kwargs)

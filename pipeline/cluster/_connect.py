@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from ..config._settings import Options
 from ..errors import BatchluError, ClusterError, ConfigError
-from . import _devices, _gpu_cluster, _guard
+from . import _devices, _gpu_cluster, _guard, _stops
 
 DASHBOARD = "127.0.0.1:8787"   # batchlu.cluster.dashboard-address's address where auto gives one
 
@@ -203,58 +203,25 @@ INTERRUPTED_CLUSTER_CLOSE_S = 2.0
 LEAST_CLOSE_S = 0.2
 
 
-class _Stop:
+class _Stop(_stops.SignalHold):
     """The deadline of a stopped run's closes (:data:`INTERRUPTED_CLUSTER_CLOSE_S` from the first
     call of :meth:`left`), shared by the client's close and :func:`_closing`'s.
 
     From that first call until :meth:`release`, Ctrl-C and SIGTERM wait (they are dropped: the run
     is stopping, within seconds): a second Ctrl-C 0.5 s into the closes cut them short, and
-    distributed's exit hook then closed the cluster again (a stopped run took 11 s to exit). A
-    signal the process ignores stays ignored."""
+    distributed's exit hook then closed the cluster again (a stopped run took 11 s to exit)."""
 
     def __init__(self):
+        super().__init__()
         self.deadline = None
-        self.held = None   # the handlers in force before the hold
 
     def left(self) -> float:
         """Seconds the next close may take: what is left of the deadline, at least ``LEAST_CLOSE_S``."""
         now = time.monotonic()
         if self.deadline is None:
             self.deadline = now + INTERRUPTED_CLUSTER_CLOSE_S
-            self._hold()
+            self.hold()
         return max(LEAST_CLOSE_S, self.deadline - now)
-
-    def _hold(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return   # Python runs handlers in the main thread only, and sets them there only
-        self.held = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            handler = signal.getsignal(signum)
-            if handler is not signal.SIG_IGN:
-                self.held[signum] = signal.signal(signum, _dropped)
-
-    def release(self) -> None:
-        """The handlers of before the hold back in force."""
-        held, self.held = self.held, None
-        for signum, handler in (held or {}).items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-
-
-def _dropped(signum, frame) -> None:
-    """A Ctrl-C or SIGTERM while a stopped run closes: it is stopping already."""
-
-
-_HOLD_TO_EXIT = False   # set by hold_stops_to_exit
-
-
-def hold_stops_to_exit() -> None:
-    """In a process that ends with its command (the ``batchlu`` console entry): a stopped run keeps
-    dropping Ctrl-C and SIGTERM after its closes, until the process exits. What follows them, the
-    run's failure recorded, its lock given back, its one line printed, was open to a second Ctrl-C:
-    a traceback, exit status 130, a lock left behind. Never in a notebook or a test runner, whose
-    Ctrl-C must work again after the run."""
-    global _HOLD_TO_EXIT
-    _HOLD_TO_EXIT = True
 
 
 @contextlib.contextmanager
@@ -437,8 +404,7 @@ def _embedded(options: Options, security) -> Iterator:
         stopped = True
         raise
     finally:
-        if not (stopped and _HOLD_TO_EXIT):
-            stop.release()
+        stop.end(stopped)   # in the batchlu command's process a stop holds until it exits
         if not stopped:
             restore()
 

@@ -11,7 +11,7 @@ import pytest
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from batchlu import pipeline
-from batchlu.pipeline.cluster import _connect
+from batchlu.pipeline.cluster import _connect, _stops
 
 SLOW_S = 6   # past distributed's 4 s + 1 s
 
@@ -215,7 +215,7 @@ def test_a_stopped_run_keeps_dropping_signals_only_in_a_process_that_ends_with_i
     other process the run gives the handlers back, so that Ctrl-C works after it."""
     import signal
 
-    monkeypatch.setattr(_connect, "_HOLD_TO_EXIT", to_exit)
+    monkeypatch.setattr(_stops, "_HOLD_TO_EXIT", to_exit)
     options = pipeline.options({"cluster.n-workers": 1, "cluster.threads-per-worker": 1,
                                 "cluster.dashboard-address": "127.0.0.1:0",
                                 "cluster.log-file": str(tmp_path / "run.log")})
@@ -226,7 +226,7 @@ def test_a_stopped_run_keeps_dropping_signals_only_in_a_process_that_ends_with_i
                 raise KeyboardInterrupt
         now = {s: signal.getsignal(s) for s in before}
         if to_exit:
-            assert all(handler is _connect._dropped for handler in now.values()), now
+            assert all(handler is _stops.dropped for handler in now.values()), now
         else:
             assert now == before
     finally:
