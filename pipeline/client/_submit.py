@@ -140,10 +140,13 @@ def _run_in_process(job: Job, tasks, report: Report, opts, show: bool, t0: float
     which cost a 1,000-matrix run 0.5 s of its 1.7 (import 0.4 s, start, a worker plugin's round
     trip). The run's log goes to its log file as the cluster's does. After an error or Ctrl-C no task
     starts, and the ones running stop at their next write (:class:`_Stopping`); the run returns once
-    they have (``STOP_WAIT_S`` at most), so that nothing they log reaches the terminal after it."""
+    they have (``STOP_WAIT_S`` at most), so that nothing they log reaches the terminal after it.
+    From the first Ctrl-C or SIGTERM on, the others are dropped as the embedded cluster's stop drops
+    them (:mod:`batchlu.pipeline.cluster._stops`): until the stop has ended, and in the ``batchlu``
+    command's own process until it exits."""
     import concurrent.futures
 
-    from ..cluster import _logs
+    from ..cluster import _logs, _stops
     from ..worker import _engines
     from . import _warmup
 
@@ -153,31 +156,37 @@ def _run_in_process(job: Job, tasks, report: Report, opts, show: bool, t0: float
     restore = _logs.redirect(log)
     pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="batchlu-task")
     stopping = _Stopping(job.fence)
+    hold = _stops.SignalHold()
+    stopped = False
     futures = []
     try:
-        started = time.perf_counter()
-        report.cluster_start = started - t0
-        job = dataclasses.replace(job, backend="cpu", fence=stopping)
-        _engines.compile_op(_engines.host_engine(), _warmup.warmup_for(job))   # HostSetup's warm-up
-        submitted = time.perf_counter()
-        report.warmup_steps = {"kernels": submitted - started}
-        report.warmup = submitted - started
-        report.submitted = True  # from here on tasks may write: a failure keeps the output
-        futures.extend(pool.submit(process_range, job, c0, c1) for c0, c1 in tasks)
-        total = sum(job.plan.chunk_range(c0, c1)[1] - job.plan.chunk_range(c0, c1)[0] for c0, c1 in tasks)
-        bar = _progress.ProgressBar(total, enabled=show, label=f"batchlu {job.op}")
-        pending = set(futures)
-        try:
-            while pending:   # a bounded wait: Ctrl-C lands between them
-                done, pending = concurrent.futures.wait(pending, timeout=0.2,
-                                                        return_when=concurrent.futures.FIRST_COMPLETED)
-                for future in done:
-                    _add(future.result(), report, bar)
-        finally:
-            bar.close()
-        report.elapsed = time.perf_counter() - submitted
-        report.backends = ("cpu",)
+        with hold.from_the_first_signal():   # the first Ctrl-C or SIGTERM holds off those after it
+            started = time.perf_counter()
+            report.cluster_start = started - t0
+            job = dataclasses.replace(job, backend="cpu", fence=stopping)
+            _engines.compile_op(_engines.host_engine(), _warmup.warmup_for(job))   # HostSetup's warm-up
+            submitted = time.perf_counter()
+            report.warmup_steps = {"kernels": submitted - started}
+            report.warmup = submitted - started
+            report.submitted = True  # from here on tasks may write: a failure keeps the output
+            futures.extend(pool.submit(process_range, job, c0, c1) for c0, c1 in tasks)
+            total = sum(job.plan.chunk_range(c0, c1)[1] - job.plan.chunk_range(c0, c1)[0] for c0, c1 in tasks)
+            bar = _progress.ProgressBar(total, enabled=show, label=f"batchlu {job.op}")
+            pending = set(futures)
+            try:
+                while pending:   # a bounded wait: Ctrl-C lands between them
+                    done, pending = concurrent.futures.wait(pending, timeout=0.2,
+                                                            return_when=concurrent.futures.FIRST_COMPLETED)
+                    for future in done:
+                        _add(future.result(), report, bar)
+            finally:
+                bar.close()
+            report.elapsed = time.perf_counter() - submitted
+            report.backends = ("cpu",)
     except BaseException as exc:
+        stopped = isinstance(exc, (KeyboardInterrupt, SystemExit))
+        if stopped:   # held already where a signal raised it; a stop raised otherwise is held here
+            hold.hold()
         stopping.stop()
         pool.shutdown(wait=False, cancel_futures=True)
         running = [future for future in futures if not future.cancelled()]   # a cancelled one never ends
@@ -191,6 +200,7 @@ def _run_in_process(job: Job, tasks, report: Report, opts, show: bool, t0: float
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         restore()
+        hold.end(stopped)   # in the batchlu command's process a stop holds until it exits
 
 
 # How long a stopped in-process run waits for its running tasks to reach their next write

@@ -129,10 +129,21 @@ def test_ctrl_c_pressed_again_and_again_during_the_stop_changes_nothing(source, 
     _stop_and_resume(source, tmp_path, signum, line, status, CPU_PROCESSES, again=signal.SIGINT)
 
 
-def _again(group: int, signum: int, stopped: float) -> None:
-    """``signum`` to ``group`` every 0.05 s while it runs, as a user pressing Ctrl-C over and over."""
+@pytest.mark.parametrize("signum, line, status, again",
+                         [(signal.SIGINT, "Aborted!", 1, signal.SIGTERM),
+                          (signal.SIGTERM, "Aborted! (SIGTERM)", 128 + signal.SIGTERM, signal.SIGINT)],
+                         ids=["ctrl-c-then-sigterm", "sigterm-then-ctrl-c"])
+def test_the_first_signal_to_a_run_on_threads_of_its_process_decides_its_end(source, tmp_path, signum, line,
+                                                                             status, again):
+    """The run in the command's own process had no hold: the other signal 20 ms behind the first was
+    raised in its stop and decided the exit (SIGTERM then Ctrl-C exited 1, Ctrl-C then SIGTERM 143)."""
+    _stop_and_resume(source, tmp_path, signum, line, status, ("--backend", "cpu"), again=again, every=0.02)
+
+
+def _again(group: int, signum: int, stopped: float, every: float = 0.05) -> None:
+    """``signum`` to ``group`` every ``every`` s while it runs, as a user pressing Ctrl-C over and over."""
     while time.monotonic() < stopped + 60:
-        time.sleep(0.05)
+        time.sleep(every)
         try:
             os.killpg(group, signum)
         except ProcessLookupError:
@@ -188,7 +199,135 @@ def test_a_run_started_with_ctrl_c_ignored_ignores_it(source, tmp_path):
     assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "complete"
 
 
-def _stop_and_resume(source, tmp_path, signum, line, status, cluster, again=None):
+_SLOW_RECORD = r"""
+import os, sys, time
+from batchlu.pipeline.output import _group
+
+recording, sent = sys.argv[1], sys.argv[2]
+real = _group.update
+
+def update(path, **fields):
+    if fields.get("status") == "failed":   # the stop's record: held until the test's second signal is in
+        open(recording, "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(sent) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return real(path, **fields)
+
+if __name__ == "__main__":
+    _group.update = update
+    sys.argv = ["batchlu", *sys.argv[3:]]
+    from batchlu.workflows import console
+    console()
+"""
+
+
+@SIGNALS
+def test_a_second_signal_during_the_failure_record_of_a_run_on_threads_of_its_process_is_dropped(source, tmp_path,
+                                                                                                signum, line,
+                                                                                                status):
+    """A signal while the stopped run recorded its failure was raised in the record: the output said
+    running, and the second signal decided the exit. The record says failed, naming the first; the
+    lock is given back."""
+    out, recording, sent = tmp_path / "out.zarr", tmp_path / "recording", tmp_path / "sent"
+    script = tmp_path / "slow_record.py"
+    script.write_text(_SLOW_RECORD)
+    other = signal.SIGINT if signum == signal.SIGTERM else signal.SIGTERM
+    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")   # alive until stopped
+    command = _command(source, out, cluster=("--backend", "cpu"))[3:]   # after "-m batchlu"
+    run = subprocess.Popen([sys.executable, str(script), str(recording), str(sent), *command],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                           start_new_session=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while _completed(out) < 2 and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run.poll() is None and _completed(out) >= 2, run.communicate()
+        os.kill(run.pid, signum)
+        deadline = time.monotonic() + 60
+        while not recording.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert recording.exists(), run.communicate()
+        os.kill(run.pid, other)   # while the failure is being recorded
+        sent.touch()
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert run.returncode == status, stderr
+    assert [text for text in stderr.splitlines() if text.strip()] == [line], stderr
+    record = zarr.open_group(str(out), mode="r").attrs["batchlu"]
+    first = "Terminated" if signum == signal.SIGTERM else "KeyboardInterrupt"
+    assert record["status"] == "failed" and record["error"].startswith(first), record
+    assert not (tmp_path / "out.zarr.lock").exists()
+
+
+_IN_PROCESS_CALLER = r"""
+import json, os, signal, sys, threading, time
+import zarr
+from batchlu import pipeline
+from batchlu.pipeline.client import _submit
+from batchlu.pipeline.cluster import _stops
+
+def complete(out):
+    try:
+        return int(zarr.open_array(out, path="_complete", mode="r")[...].sum())
+    except Exception:
+        return 0
+
+real_stop = _submit._Stopping.stop
+seen = {}
+
+def stop(self):   # the run's stop has begun: SIGTERM and Ctrl-C again, in it
+    real_stop(self)
+    seen["held"] = signal.getsignal(signal.SIGTERM) is _stops.dropped
+    os.kill(os.getpid(), signal.SIGTERM)   # its default action would end this process
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.1)   # their handlers run here, in the stop
+
+if __name__ == "__main__":
+    src, out = sys.argv[1], sys.argv[2]
+    _submit._Stopping.stop = stop
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def interrupt():   # a notebook's "interrupt kernel"
+        while complete(out) < 2:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    try:
+        pipeline.run(src, out, op="inv", backend="cpu", progress=False,
+                     config={"cluster.log-file": sys.argv[3]})
+        ended = "returned"
+    except KeyboardInterrupt:
+        ended = "KeyboardInterrupt"
+    now = {s: signal.getsignal(s) for s in before}
+    print(json.dumps({"ended": ended, "held": seen.get("held"), "given_back": now == before,
+                      "status": zarr.open_group(out, mode="r").attrs["batchlu"]["status"]}), flush=True)
+"""
+
+
+def test_a_program_that_stops_a_run_on_threads_of_its_process_gets_its_handlers_back(source, tmp_path):
+    """A notebook's interrupt of a run on threads of its own process: signals after it are dropped
+    while the run stops (SIGTERM's default action ended the process), the first decides
+    (KeyboardInterrupt), and the program's handlers are back once run() has raised."""
+    import json
+
+    script = tmp_path / "caller.py"
+    script.write_text(_IN_PROCESS_CALLER)
+    out = tmp_path / "out.zarr"
+    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")
+    done = subprocess.run([sys.executable, str(script), str(source), str(out), str(tmp_path / "run.log")],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"ended": "KeyboardInterrupt", "held": True, "given_back": True, "status": "failed"}, \
+        (result, done.stderr[-2000:])
+
+
+def _stop_and_resume(source, tmp_path, signum, line, status, cluster, again=None, every=0.05):
     out = tmp_path / "out.zarr"
     env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")   # alive until stopped
     run = subprocess.Popen(_command(source, out, cluster=cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -204,7 +343,7 @@ def _stop_and_resume(source, tmp_path, signum, line, status, cluster, again=None
         watch = threading.Thread(target=_watch_exit, args=(run, stopped, ended), daemon=True)
         watch.start()
         if again is not None:
-            threading.Thread(target=_again, args=(run.pid, again, stopped), daemon=True).start()
+            threading.Thread(target=_again, args=(run.pid, again, stopped, every), daemon=True).start()
         stdout, stderr = run.communicate(timeout=60)   # until the last process holding its output ends
         took = time.monotonic() - stopped
         watch.join(5)
