@@ -12,6 +12,7 @@
 
 User errors (bad paths, bad arrays, refused runs, ...) end in one line ``Error: ...`` on stderr and exit
 status 1; a bad command line exits 2. ``batchlu --traceback ...`` shows the full traceback instead.
+A command whose stdout's reader has gone (``| head``) exits 141 with nothing on stderr.
 Singular or non-finite matrices are results, not failures: they are counted in the report.
 """
 
@@ -77,8 +78,44 @@ def _show_warning(message, category, filename, lineno, file=None, line=None,
         _default(message, category, filename, lineno, file, line)
 
 
+# A command whose stdout's reader has gone exits as a Unix tool killed by SIGPIPE reports (128 + 13),
+# as SIGTERM's exit is 128 + 15: the shell's convention, which a script can tell from a failure (1)
+SIGPIPE_EXIT = 128 + 13
+
+
+def _reader_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write to stdout failing because its reader has gone (``batchlu run ... |
+    head``): EPIPE, with stdout a pipe whose reading end is closed (``poll`` says POLLERR). EPIPE
+    from another pipe (an I/O process's) is the run's own failure. False where it cannot be told
+    (no ``poll``, a stdout without a file descriptor)."""
+    if not isinstance(exc, BrokenPipeError):
+        return False
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _exit_quietly() -> None:
+    """Stdout's reader has gone: no error line, no traceback, and the exit status of a tool that
+    SIGPIPE ended. Stdout goes to devnull, as Python's signal docs advise ("Note on SIGPIPE"): the
+    interpreter's last flush of what is still buffered would fail again, with a message on stderr."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    raise SystemExit(SIGPIPE_EXIT)
+
+
 class _Commands(click.Group):
-    """Turns a user error raised anywhere below into ``Error: <message>`` and exit status 1."""
+    """Turns a user error raised anywhere below into ``Error: <message>`` and exit status 1; a
+    reader of stdout that has gone into a quiet exit (:func:`_exit_quietly`): the command's work is
+    done (a run's output recorded complete before its report is printed), only its printing is cut."""
 
     def invoke(self, ctx):
         try:
@@ -86,6 +123,8 @@ class _Commands(click.Group):
         except click.ClickException:
             raise
         except Exception as exc:
+            if _reader_gone(exc):
+                _exit_quietly()
             if ctx.obj and ctx.obj.get("traceback"):
                 raise
             if isinstance(exc, _user_errors()):

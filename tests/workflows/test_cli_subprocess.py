@@ -154,3 +154,81 @@ def test_the_import_part_is_the_commands_own_only(invoke, tmp_path):
     assert result.exit_code == 0, result.output
     line = next(text for text in result.output.splitlines() if text.strip().startswith("time:"))
     assert line.strip().startswith("time: plan ") and " import " not in line, line
+
+
+def _random_input(path: Path, count: int = 64, size: int = 6) -> np.ndarray:
+    """Fresh random matrices at ``path`` (chunks of 16); returns them."""
+    values = np.random.default_rng().standard_normal((count, size, size))
+    array = zarr.create_array(str(path), shape=values.shape, chunks=(16, size, size), dtype="float64")
+    array[...] = values
+    return values
+
+
+def _with_stdout_gone(args, **kwargs) -> subprocess.CompletedProcess:
+    """``batchlu ARGS`` whose stdout is a pipe with no reader left (``batchlu ... | true``, ``| head``
+    once it has read its lines): every write to it fails with EPIPE."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "batchlu", *map(str, args)], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=180, stdin=subprocess.DEVNULL,
+                              env=_env(), **kwargs)
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("workers", ["threads", "processes"])
+def test_a_run_whose_reader_has_gone_is_complete_and_exits_quietly(tmp_path, workers):
+    """``batchlu run ... | true``: the report's print failed with "Error: [Errno 32] Broken pipe",
+    exit 1. The run is done and recorded complete; the command exits as a Unix tool killed by
+    SIGPIPE reports (128 + 13), with nothing on stderr."""
+    source, out = tmp_path / "in.zarr", tmp_path / "out.zarr"
+    values = _random_input(source)
+    extra = ["--config", "cluster.processes=true"] if workers == "processes" else []
+    proc = _with_stdout_gone(["run", source, out, "--op", "inv", *extra])
+    assert proc.returncode == 128 + 13 and proc.stderr == "", (proc.returncode, proc.stderr)
+    assert zarr.open_group(str(out), mode="r").attrs["batchlu"]["status"] == "complete"
+    assert not (tmp_path / "out.zarr.lock").exists()
+    inverse = zarr.open_array(str(out), path="inv", mode="r")[...]
+    info = zarr.open_array(str(out), path="info", mode="r")[...]
+    assert (info == 0).all() and (get03(values, inverse) < 30).all()
+    checked = subprocess.run([sys.executable, "-m", "batchlu", "verify", str(source), str(out)], env=_env(),
+                             capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert checked.returncode == 0 and checked.stderr == "", checked.stdout + checked.stderr
+
+
+def test_an_error_with_the_reader_gone_still_says_its_line(tmp_path):
+    """A run that fails, its stdout's reader gone: its one line on stderr, exit 1, as ever."""
+    proc = _with_stdout_gone(["run", tmp_path / "absent.zarr", tmp_path / "out.zarr", "--op", "inv"])
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith("Error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "absent.zarr" in proc.stderr
+
+
+_OTHER_PIPE = r"""
+import sys
+from batchlu import pipeline
+
+def run(*args, **kwargs):   # a pipe of the run's own broke (an I/O process's), not stdout
+    raise BrokenPipeError(32, "Broken pipe")
+
+if __name__ == "__main__":
+    pipeline.run = run
+    sys.argv = ["batchlu", *sys.argv[1:]]
+    from batchlu.workflows import console
+    console()
+"""
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_an_error(tmp_path):
+    """EPIPE from another pipe than stdout's (an I/O process gone) is a failure of the run: its one
+    line, exit 1, whatever stdout is."""
+    source = tmp_path / "in.zarr"
+    _random_input(source, count=4)
+    script = tmp_path / "other_pipe.py"
+    script.write_text(_OTHER_PIPE)
+    proc = subprocess.run([sys.executable, str(script), "run", str(source), str(tmp_path / "out.zarr"), "--op",
+                           "inv"], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+                          env=_env(), cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr == "Error: [Errno 32] Broken pipe\n", (proc.returncode, proc.stderr)
+    assert proc.stdout == ""
