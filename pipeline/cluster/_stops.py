@@ -83,18 +83,19 @@ class SignalHold:
             yield
             return
 
-        def first(signum, frame):
-            self.hold()
-            self._armed[signum](signum, frame)
+        armed = {signum: handler for signum in STOPS if callable(handler := signal.getsignal(signum))}
 
-        self._armed = {signum: handler for signum in STOPS
-                       if callable(handler := signal.getsignal(signum))}
-        for signum in self._armed:
+        def first(signum, frame):   # its own copy: a signal as the block ends finds its handler still
+            self.hold()
+            armed[signum](signum, frame)
+
+        self._armed = armed
+        for signum in armed:
             signal.signal(signum, first)
         try:
             yield
         finally:
-            armed, self._armed = self._armed, {}
+            self._armed = {}
             if self.held is None:   # no stop: the handlers of before
                 for signum, handler in armed.items():
                     signal.signal(signum, handler)
