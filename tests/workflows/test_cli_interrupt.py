@@ -65,6 +65,42 @@ def _completed(out) -> int:
         return 0
 
 
+def _run_caller(text: str, source, tmp_path):
+    """Run the program ``text`` on ``source`` (its run slowed, to be stopped midway): the finished
+    process and the JSON of its last line of output."""
+    import json
+
+    script = tmp_path / "caller.py"
+    script.write_text(text)
+    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")   # alive until stopped
+    done = subprocess.run([sys.executable, str(script), str(source), str(tmp_path / "out.zarr"),
+                           str(tmp_path / "run.log")], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
+    lines = done.stdout.strip().splitlines()
+    return done, json.loads(lines[-1]) if lines else None   # None: it printed nothing (see its stderr)
+
+
+def _kill_if_running(run) -> None:
+    """SIGKILL ``run``'s process group if it still runs (a test that failed midway)."""
+    if run.poll() is None:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+
+
+def _ended_as(run, stderr: str, status: int, line: str) -> None:
+    """``run`` exited with ``status``, its stderr that one line and nothing else."""
+    assert run.returncode == status, stderr
+    assert [text for text in stderr.splitlines() if text.strip()] == [line], stderr
+
+
+def _wait_for_two_chunks(run, out) -> None:
+    """Wait (5 min at most) until ``run`` has recorded two chunks of ``out`` complete; it still runs."""
+    deadline = time.monotonic() + 300
+    while _completed(out) < 2 and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run.poll() is None and _completed(out) >= 2, run.communicate()
+
+
 def _alive(group: int) -> list[str]:
     """The processes of a process group that still run (zombies waiting for init do not)."""
     found = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-g", str(group)], capture_output=True, text=True)
@@ -185,10 +221,7 @@ def test_a_run_started_with_ctrl_c_ignored_ignores_it(source, tmp_path):
                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
-        deadline = time.monotonic() + 300
-        while _completed(out) < 2 and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert run.poll() is None and _completed(out) >= 2, run.communicate()
+        _wait_for_two_chunks(run, out)
         os.killpg(run.pid, signal.SIGINT)
         _, stderr = run.communicate(timeout=300)
     finally:
@@ -239,10 +272,7 @@ def test_a_second_signal_during_the_failure_record_of_a_run_on_threads_of_its_pr
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                            start_new_session=True, cwd=tmp_path)
     try:
-        deadline = time.monotonic() + 300
-        while _completed(out) < 2 and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert run.poll() is None and _completed(out) >= 2, run.communicate()
+        _wait_for_two_chunks(run, out)
         os.kill(run.pid, signum)
         deadline = time.monotonic() + 60
         while not recording.exists() and run.poll() is None and time.monotonic() < deadline:
@@ -252,15 +282,22 @@ def test_a_second_signal_during_the_failure_record_of_a_run_on_threads_of_its_pr
         sent.touch()
         _, stderr = run.communicate(timeout=120)
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
-    assert run.returncode == status, stderr
-    assert [text for text in stderr.splitlines() if text.strip()] == [line], stderr
+        _kill_if_running(run)
+    _ended_as(run, stderr, status, line)
     record = zarr.open_group(str(out), mode="r").attrs["batchlu"]
     first = "Terminated" if signum == signal.SIGTERM else "KeyboardInterrupt"
     assert record["status"] == "failed" and record["error"].startswith(first), record
     assert not (tmp_path / "out.zarr.lock").exists()
+
+
+# the test scripts' count of the output's chunks recorded complete (0 before the output exists)
+_COMPLETE = r"""
+def complete(out):
+    try:
+        return int(zarr.open_array(out, path="_complete", mode="r")[...].sum())
+    except Exception:
+        return 0
+"""
 
 
 _IN_PROCESS_CALLER = r"""
@@ -270,12 +307,7 @@ from batchlu import pipeline
 from batchlu.pipeline.client import _submit
 from batchlu.pipeline.cluster import _stops
 
-def complete(out):
-    try:
-        return int(zarr.open_array(out, path="_complete", mode="r")[...].sum())
-    except Exception:
-        return 0
-
+""" + _COMPLETE + r"""
 real_stop = _submit._Stopping.stop
 seen = {}
 
@@ -313,16 +345,8 @@ def test_a_program_that_stops_a_run_on_threads_of_its_process_gets_its_handlers_
     """A notebook's interrupt of a run on threads of its own process: signals after it are dropped
     while the run stops (SIGTERM's default action ended the process), the first decides
     (KeyboardInterrupt), and the program's handlers are back once run() has raised."""
-    import json
-
-    script = tmp_path / "caller.py"
-    script.write_text(_IN_PROCESS_CALLER)
-    out = tmp_path / "out.zarr"
-    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")
-    done = subprocess.run([sys.executable, str(script), str(source), str(out), str(tmp_path / "run.log")],
-                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    done, result = _run_caller(_IN_PROCESS_CALLER, source, tmp_path)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
-    result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"ended": "KeyboardInterrupt", "held": True, "given_back": True, "status": "failed"}, \
         (result, done.stderr[-2000:])
 
@@ -333,10 +357,7 @@ def _stop_and_resume(source, tmp_path, signum, line, status, cluster, again=None
     run = subprocess.Popen(_command(source, out, cluster=cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=env, start_new_session=True)   # its own group: the terminal's, here
     try:
-        deadline = time.monotonic() + 300
-        while _completed(out) < 2 and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert run.poll() is None and _completed(out) >= 2, run.communicate()
+        _wait_for_two_chunks(run, out)
         os.killpg(run.pid, signum)   # the client and its workers, as a terminal does
         stopped = time.monotonic()
         ended = {}   # the client's own exit, and what of the group outlived it: named if slow
@@ -348,11 +369,8 @@ def _stop_and_resume(source, tmp_path, signum, line, status, cluster, again=None
         took = time.monotonic() - stopped
         watch.join(5)
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
-    assert run.returncode == status, stderr
-    assert [text for text in stderr.splitlines() if text.strip()] == [line], stderr
+        _kill_if_running(run)
+    _ended_as(run, stderr, status, line)
     assert took < 4, (f"a stopped run took {took:.1f} s to exit (the client {ended.get('client', -1):.1f} s; "
                       f"alive then: {ended.get('alive')})")   # distributed's 4 s wait for busy workers
     time.sleep(0.5)
@@ -581,12 +599,7 @@ import json, multiprocessing, os, signal, sys, threading, time
 import numpy as np, zarr
 from batchlu import pipeline
 
-def complete(out):
-    try:
-        return int(zarr.open_array(out, path="_complete", mode="r")[...].sum())
-    except Exception:
-        return 0
-
+""" + _COMPLETE + r"""
 if __name__ == "__main__":
     src, out = sys.argv[1], sys.argv[2]
     mine = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(300,))
@@ -621,14 +634,6 @@ def test_ctrl_c_in_the_api_kills_the_clusters_workers_only(source, tmp_path):
     """Ctrl-C in a program that calls batchlu (a Jupyter kernel's interrupt): the embedded cluster's
     worker processes end, and a process the program started itself lives on. Every child process
     started by multiprocessing's spawn was killed, a user's own processes and clusters' included."""
-    import json
-
-    script = tmp_path / "caller.py"
-    script.write_text(_CALLER)
-    out = tmp_path / "out.zarr"
-    env = dict(os.environ, DASK_BATCHLU_TESTING__TASK_DELAY="0.5")
-    done = subprocess.run([sys.executable, str(script), str(source), str(out), str(tmp_path / "run.log")],
-                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    done, result = _run_caller(_CALLER, source, tmp_path)
     assert result == {"stopped": True, "alive": True, "exitcode": None, "workers_left": []}, \
         (result, done.stderr[-2000:])
